@@ -1,0 +1,45 @@
+"""Print what the demo run produced; the last line is the path of the run's manifest.json.
+
+Usage: python include/demo_summary.py --artifacts DIR --since STAMP_FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--artifacts", type=Path, required=True, help="the model's artifact directory")
+    parser.add_argument("--since", type=Path, required=True, help="only manifests newer than this file count")
+    args = parser.parse_args()
+    since = args.since.stat().st_mtime
+    manifests = sorted(
+        (p for p in args.artifacts.glob("*/*/manifest.json") if p.stat().st_mtime >= since),
+        key=lambda p: p.stat().st_mtime,
+    )
+    if not manifests:
+        print(f"error: the run published no manifest under {args.artifacts}", file=sys.stderr)
+        return 1
+    path = manifests[-1]
+    manifest = json.loads(path.read_text())
+    metrics, job = manifest["metrics"], manifest["job"]
+    losses = " -> ".join(f"{loss:.4f}" for loss in metrics["train_loss"])
+    print(f"model            {manifest['model']} {manifest['version']}")
+    print(f"dataset version  {manifest['dataset']['version']} ({manifest['dataset']['files']} files)")
+    print(
+        f"job              {job['job_id']} on {job['backend']}: "
+        f"{job['status']} in {job['wall_seconds']:.1f} s"
+    )
+    print(f"train loss       {losses}")
+    print(f"test accuracy    {metrics['final_test_accuracy']:.2%}")
+    print(f"report           {path.with_name(manifest['report'])}")
+    print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,21 @@
+"""Training backends behind one protocol; modules are imported only when a backend is used."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aliyun_training.backends.base import TrainingBackend
+from aliyun_training.spec import Backend, SpecError
+
+#: Backends that are implemented; the DAG's trigger form offers exactly these.
+IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL,)
+
+
+def get_backend(name: str, config: dict[str, Any] | None = None) -> TrainingBackend:
+    """Instantiate the backend called ``name`` with its JSON-serializable ``config``."""
+    if name == Backend.LOCAL:
+        from aliyun_training.backends.local import LocalBackend
+
+        return LocalBackend(**(config or {}))
+    offered = ", ".join(b.value for b in IMPLEMENTED_BACKENDS)
+    raise SpecError(f"backend: {name!r} is not available in this installation (fix: use one of: {offered})")

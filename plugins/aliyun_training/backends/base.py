@@ -1,0 +1,100 @@
+"""The contract every training backend (local, DLC, ACK/arena) implements.
+
+Operators and triggers only talk to this protocol, so a pipeline switches platforms by changing
+one parameter. Handles, statuses and log cursors are JSON-serializable because they cross process
+boundaries: task_state_store, trigger kwargs and XCom.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aliyun_training.spec import TrainingJobSpec
+
+
+class JobState(StrEnum):
+    """Platform-independent job state; each backend maps its raw statuses onto these."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    STOPPED = "stopped"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.STOPPED)
+
+
+class JobHandle(BaseModel):
+    """Enough to find a submitted job again from any process: stored in task_state_store."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str
+    job_id: str
+    name: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """JSON-serializable settings that rebuild this backend in another process."""
+
+
+class JobStatus(BaseModel):
+    """A normalized snapshot of a job; ``raw`` keeps the platform's own wording for the log."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: JobState
+    raw: str
+    reason: str = ""
+    started: str | None = None
+    finished: str | None = None
+    failed_node: int | None = None
+    exit_code: int | None = None
+
+
+class LogChunk(BaseModel):
+    """New log lines and the opaque cursor to pass to the next ``logs`` call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lines: list[str] = Field(default_factory=list)
+    cursor: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrainingBackend(Protocol):
+    """Where a job runs. Implementations are synchronous; triggers call them off the event loop."""
+
+    name: str
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """JSON-serializable settings that rebuild this backend in another process."""
+
+    def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
+        """Launch ``spec`` under the deterministic ``name``."""
+
+    def find(self, name: str) -> JobHandle | None:
+        """Return the newest job launched under ``name``, or None."""
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        """Return the job's current normalized status."""
+
+    def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        """Return log lines written since ``cursor`` (all lines when None), without duplicates."""
+
+    def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        """Return the last ``lines`` log lines of one node, for failure messages."""
+
+    def stop(self, handle: JobHandle) -> None:
+        """Stop the job and every process or pod it started; a no-op on a finished job."""
+
+    def output_uri(self, handle: JobHandle) -> str | None:
+        """Where the job wrote its checkpoints and metrics, if the backend knows."""
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        """A link to the job in the platform's console, if it has one."""

@@ -1,0 +1,356 @@
+"""Run a distributed job on this machine: one process tree per node, rendezvous on loopback.
+
+Each node gets MASTER_ADDR, MASTER_PORT, WORLD_SIZE (= nodes) and RANK (= node index) exactly as
+PAI-DLC injects them, so the torchrun line that runs here runs unchanged on DLC.
+
+Everything about a job lives in its run directory (``<root>/<job name>/``)::
+
+    job.json              name, job id, spec, master port, created
+    stop_requested        someone asked the job to stop (the job ends Stopped)
+    teardown_requested    a node failed; the others are being stopped (the job ends Failed)
+    node-<r>/pid.json     supervisor pid, host and kernel start time (guards against pid reuse)
+    node-<r>/heartbeat    touched every second by the node's supervisor while it runs
+    node-<r>/log          the node's stdout and stderr
+    node-<r>/exit.json    exit code and end time, written by the node's supervisor
+
+Each node's supervisor (``local_node.py``) watches the stop files, so status, logs and stop work
+from any process that sees the run directory (the triggerer, a retried worker) and after the
+launching worker died. Every process of a job carries ``ALIYUN_TRAINING_LOCAL_JOB=<job id>:node-<r>``
+in its environment, which finds torchrun's workers even after they were re-parented (Linux /proc).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.backends.local_node import (
+    HEARTBEAT_SECONDS,
+    JOB_MARKER_VAR,
+    job_pids,
+    kill_processes,
+    proc_start_time,
+    write_json_atomically,
+)
+from aliyun_training.settings import local_paths
+from aliyun_training.spec import TrainingJobSpec
+
+_NODE_SUPERVISOR = Path(__file__).with_name("local_node.py")
+#: A node without a pid this long after the job was created was never launched (launcher died).
+_LAUNCH_GRACE_SECONDS = 60.0
+#: A supervisor whose heartbeat is older than this is gone (SIGKILLed, OOM-killed, host rebooted).
+_HEARTBEAT_STALE_SECONDS = 10 * HEARTBEAT_SECONDS
+_MAX_LOG_BYTES_PER_CALL = 256 * 1024
+
+
+class _NodeState(BaseModel):
+    rank: int
+    launched: bool
+    alive: bool
+    exit_code: int | None = None
+    started: str | None = None
+    finished: str | None = None
+
+    @property
+    def vanished(self) -> bool:
+        """The node's supervisor is gone without recording an exit: it was SIGKILLed or OOM-killed."""
+        return self.launched and not self.alive and self.exit_code is None
+
+    @property
+    def failed(self) -> bool:
+        return self.vanished or self.exit_code not in (None, 0)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+class LocalBackend:
+    """Jobs as process trees on this machine, with their state kept in a run directory."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        root: str | None = None,
+        workdir: str | None = None,
+        stop_grace_seconds: float = 10.0,
+        master_port: int | None = None,
+    ) -> None:
+        self.root = Path(root) if root else local_paths().runs
+        self.workdir = workdir
+        self.stop_grace_seconds = stop_grace_seconds
+        self.master_port = master_port
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """Resolved settings, so another process (the triggerer) reaches the same run directories."""
+        return {
+            "root": str(self.root),
+            "workdir": self.workdir,
+            "stop_grace_seconds": self.stop_grace_seconds,
+            "master_port": self.master_port,
+        }
+
+    # -- submit and find -------------------------------------------------------------------------
+
+    def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
+        """Launch ``spec``; if a job under ``name`` is still active, return it instead of a second one."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        with self._name_lock(name):
+            existing = self.find(name)
+            if existing is not None:
+                if not self.status(existing).state.is_terminal:
+                    return existing
+                self._archive(existing)
+            handle = JobHandle(backend=self.name, job_id=f"{name}.{uuid.uuid4().hex[:8]}", name=name)
+            self._publish_job_dir(handle, spec)
+            self._launch_nodes(handle, spec)
+        return handle
+
+    def find(self, name: str) -> JobHandle | None:
+        try:
+            job = json.loads((self.root / name / "job.json").read_text())
+        except FileNotFoundError:
+            return None
+        return JobHandle(backend=self.name, job_id=job["job_id"], name=job["name"])
+
+    @contextlib.contextmanager
+    def _name_lock(self, name: str) -> Iterator[None]:
+        """Serialize submits of one name across processes, so two workers cannot both launch it."""
+        with (self.root / f".{name}.lock").open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            yield
+
+    def _archive(self, handle: JobHandle) -> None:
+        """Keep a finished attempt's directory for inspection and free the name for a new attempt."""
+        archive = self.root / ".archive"
+        archive.mkdir(exist_ok=True)
+        os.replace(self.root / handle.name, archive / handle.job_id)
+
+    def _publish_job_dir(self, handle: JobHandle, spec: TrainingJobSpec) -> None:
+        staging = self.root / f".{handle.job_id}.tmp"
+        for rank in range(spec.nodes):
+            (staging / f"node-{rank}").mkdir(parents=True)
+        job = {
+            "name": handle.name,
+            "job_id": handle.job_id,
+            "created": _now(),
+            "master_port": self.master_port or _free_port(),
+            "spec": spec.model_dump(mode="json"),
+        }
+        write_json_atomically(staging / "job.json", job)
+        os.replace(staging, self.root / handle.name)
+
+    def _launch_nodes(self, handle: JobHandle, spec: TrainingJobSpec) -> None:
+        job_dir = self.root / handle.name
+        master_port = self._job(handle)["master_port"]
+        bin_dir = str(Path(sys.executable).parent)
+        for rank in range(spec.nodes):
+            env = {
+                **os.environ,
+                **spec.env,
+                "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
+                "PYTHONUNBUFFERED": "1",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(master_port),
+                "WORLD_SIZE": str(spec.nodes),
+                "RANK": str(rank),
+                JOB_MARKER_VAR: f"{handle.job_id}:node-{rank}",
+            }
+            if spec.output_dir:
+                env.setdefault("OUTPUT_DIR", spec.output_dir)
+            node_dir = job_dir / f"node-{rank}"
+            with (node_dir / "supervisor.log").open("ab") as supervisor_log:
+                proc = subprocess.Popen(
+                    [
+                        sys.executable,
+                        str(_NODE_SUPERVISOR),
+                        str(node_dir),
+                        str(self.stop_grace_seconds),
+                        spec.command,
+                    ],
+                    cwd=spec.working_dir or self.workdir,
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=supervisor_log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            write_json_atomically(
+                node_dir / "pid.json",
+                {
+                    "pid": proc.pid,
+                    "host": socket.gethostname(),
+                    "start_time": proc_start_time(proc.pid),
+                    "started": _now(),
+                },
+            )
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        """Derive the job's state from its run directory; a failed node stops the others, as on DLC."""
+        job = self._job(handle)
+        nodes = [self._node_state(handle, rank) for rank in range(job["spec"]["nodes"])]
+        started = min((n.started for n in nodes if n.started), default=None)
+        finished = max((n.finished for n in nodes if n.finished), default=None)
+        running = any(n.alive for n in nodes)
+        times = {"started": started, "finished": None if running else finished or _now()}
+
+        if (self.root / handle.name / "stop_requested").exists():
+            if running:
+                return JobStatus(state=JobState.RUNNING, raw="Stopping", started=started)
+            return JobStatus(state=JobState.STOPPED, raw="Stopped", reason="stopped on request", **times)
+
+        failed = sorted((n for n in nodes if n.failed), key=lambda n: n.finished or "~")
+        for node in failed:
+            if node.vanished:
+                # Its supervisor cannot clean up any more: kill what it left behind on this host.
+                kill_processes(f"{handle.job_id}:node-{node.rank}\0", signal.SIGKILL)
+        if failed:
+            first = failed[0]
+            if running:
+                (self.root / handle.name / "teardown_requested").touch()
+            how = "vanished without an exit code" if first.vanished else _describe_exit(first.exit_code or 0)
+            return JobStatus(
+                state=JobState.FAILED,
+                raw="Failed",
+                reason=f"node {first.rank} (RANK={first.rank}) {how}",
+                failed_node=first.rank,
+                exit_code=first.exit_code,
+                started=started,
+                finished=first.finished or _now(),
+            )
+        if all(n.exit_code == 0 for n in nodes):
+            return JobStatus(state=JobState.SUCCEEDED, raw="Succeeded", **times)
+        if not all(n.launched for n in nodes):
+            age = time.time() - datetime.fromisoformat(job["created"]).timestamp()
+            if age > _LAUNCH_GRACE_SECONDS:
+                (self.root / handle.name / "teardown_requested").touch()
+                return JobStatus(
+                    state=JobState.FAILED,
+                    raw="Failed",
+                    reason="the launcher died before starting every node; retry to relaunch",
+                    **times,
+                )
+            return JobStatus(state=JobState.PENDING, raw="Launching", started=started)
+        return JobStatus(state=JobState.RUNNING, raw="Running", started=started)
+
+    def _node_state(self, handle: JobHandle, rank: int) -> _NodeState:
+        node_dir = self.root / handle.name / f"node-{rank}"
+        try:
+            pid = json.loads((node_dir / "pid.json").read_text())
+        except FileNotFoundError:
+            return _NodeState(rank=rank, launched=False, alive=False)
+        exit_info: dict[str, Any] = {}
+        with contextlib.suppress(FileNotFoundError):
+            exit_info = json.loads((node_dir / "exit.json").read_text())
+        alive = not exit_info and self._supervisor_alive(node_dir, pid)
+        return _NodeState(
+            rank=rank,
+            launched=True,
+            alive=alive,
+            exit_code=exit_info.get("exit_code"),
+            started=pid["started"],
+            finished=exit_info.get("finished"),
+        )
+
+    @staticmethod
+    def _supervisor_alive(node_dir: Path, pid: dict[str, Any]) -> bool:
+        """Alive while its heartbeat is fresh; on the launching host, /proc tells at once."""
+        if pid["host"] == socket.gethostname() and proc_start_time(pid["pid"]) != pid["start_time"]:
+            return False
+        try:
+            beat = (node_dir / "heartbeat").stat().st_mtime
+        except FileNotFoundError:
+            beat = datetime.fromisoformat(pid["started"]).timestamp()
+        return time.time() - beat < _HEARTBEAT_STALE_SECONDS
+
+    def _job(self, handle: JobHandle) -> dict[str, Any]:
+        job = json.loads((self.root / handle.name / "job.json").read_text())
+        if job["job_id"] != handle.job_id:
+            raise LookupError(
+                f"local job {handle.job_id} was replaced by {job['job_id']} under {handle.name}"
+            )
+        return job
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        """New complete lines of every node's log, each prefixed with the node, since ``cursor``."""
+        offsets = dict(cursor or {})
+        lines: list[str] = []
+        for rank in range(self._job(handle)["spec"]["nodes"]):
+            key = f"node-{rank}"
+            path = self.root / handle.name / key / "log"
+            if not path.exists():
+                continue
+            with path.open("rb") as log:
+                log.seek(offsets.get(key, 0))
+                data = log.read(_MAX_LOG_BYTES_PER_CALL)
+            complete = data[: data.rfind(b"\n") + 1]
+            offsets[key] = offsets.get(key, 0) + len(complete)
+            lines += [f"[{key}] {line}" for line in complete.decode(errors="replace").splitlines()]
+        return LogChunk(lines=lines, cursor=offsets)
+
+    def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        path = self.root / handle.name / f"node-{node}" / "log"
+        if not path.exists():
+            return []
+        with path.open("rb") as log:
+            log.seek(max(0, path.stat().st_size - 64 * 1024))
+            return log.read().decode(errors="replace").splitlines()[-lines:]
+
+    # -- stop ------------------------------------------------------------------------------------
+
+    def stop(self, handle: JobHandle) -> None:
+        """Ask every node to stop and wait until they have; on a finished job, only sweep leftovers.
+
+        Supervisors send SIGTERM, then SIGKILL after ``stop_grace_seconds``. Processes whose
+        supervisor was itself killed are found by their job marker and killed here.
+        """
+        if not self.status(handle).state.is_terminal:
+            (self.root / handle.name / "stop_requested").touch()
+            deadline = time.monotonic() + self.stop_grace_seconds + 5 * HEARTBEAT_SECONDS
+            while self.status(handle).state is JobState.RUNNING and time.monotonic() < deadline:
+                time.sleep(0.2)
+        kill_processes(f"{handle.job_id}:", signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while job_pids(f"{handle.job_id}:") and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # -- where results are -----------------------------------------------------------------------
+
+    def output_uri(self, handle: JobHandle) -> str | None:
+        return self._job(handle)["spec"].get("output_dir")
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return None

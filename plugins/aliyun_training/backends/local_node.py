@@ -1,0 +1,116 @@
+"""Supervisor for one local "node": runs its command, heartbeats, obeys stop requests, records the end.
+
+The local backend starts this file (by path, standard library only) in its own session for every
+node. It outlives the Airflow worker that launched it and talks to the rest of Airflow only through
+files in the node's run directory, so status, logs and stop work from any process that sees that
+directory (the triggerer, a retried worker, another container on the same volume):
+
+- ``heartbeat`` is touched every second while the command runs;
+- ``../stop_requested`` or ``../teardown_requested`` appearing makes it stop the command: SIGTERM,
+  then SIGKILL to every process of the job after the grace period;
+- ``exit.json`` records the exit code and end time.
+
+Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+JOB_MARKER_VAR = "ALIYUN_TRAINING_LOCAL_JOB"
+STOP_FILES = ("stop_requested", "teardown_requested")
+HEARTBEAT_SECONDS = 1.0
+
+
+def write_json_atomically(path: Path, payload: dict) -> None:
+    """Write ``payload`` so readers see either nothing or the whole document."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(payload))
+    os.replace(tmp, path)
+
+
+def proc_start_time(pid: int) -> int | None:
+    """Kernel start time of ``pid``, or None when it no longer runs (a zombie counts as gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])
+
+
+def job_pids(marker_prefix: str) -> set[int]:
+    """Live processes whose job marker starts with ``marker_prefix`` (torchrun's workers included).
+
+    The marker is ``<job id>:node-<rank>``: ``"<job id>:"`` selects a whole job, the full value one node.
+    """
+    marker = f"{JOB_MARKER_VAR}={marker_prefix}".encode()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if marker in environ and proc_start_time(int(entry.name)) is not None:
+            pids.add(int(entry.name))
+    return pids
+
+
+def kill_processes(marker_prefix: str, signum: signal.Signals, spare: int | None = None) -> None:
+    for pid in job_pids(marker_prefix) - {spare}:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signum)
+
+
+def main(argv: list[str]) -> int:
+    node_dir, grace, command = Path(argv[1]), float(argv[2]), argv[3]
+    node_marker = f"{os.environ[JOB_MARKER_VAR]}\0"
+    with (node_dir / "log").open("ab") as log:
+        child = subprocess.Popen(
+            ["/bin/bash", "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    stop_since: list[float] = []
+
+    def request_stop(_signum: int = 0, _frame: object = None) -> None:
+        if not stop_since:
+            stop_since.append(time.monotonic())
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(child.pid, signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+    heartbeat = node_dir / "heartbeat"
+    while (exit_code := child.poll()) is None:
+        heartbeat.touch()
+        if any((node_dir.parent / name).exists() for name in STOP_FILES):
+            request_stop()
+        if stop_since and time.monotonic() - stop_since[0] > grace:
+            kill_processes(node_marker, signal.SIGKILL, spare=os.getpid())
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=HEARTBEAT_SECONDS)
+    # The command is done, but processes it started may linger (torchrun workers in their own
+    # sessions): a node ends with nothing it started left behind.
+    kill_processes(node_marker, signal.SIGKILL, spare=os.getpid())
+    write_json_atomically(
+        node_dir / "exit.json",
+        {"exit_code": exit_code, "finished": datetime.now(UTC).isoformat(timespec="milliseconds")},
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,1 @@
+"""Operators for each pipeline stage: preflight, staging, image, training, artifacts."""

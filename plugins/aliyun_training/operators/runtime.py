@@ -1,0 +1,63 @@
+"""Record the local training runtime, the local counterpart of building and verifying an image."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
+
+from aliyun_training import runtime_probe
+from aliyun_training.spec import BuiltImage
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class LocalRuntimeOperator(BaseOperator):
+    """Probe the interpreter that local jobs run with; fail clearly when it cannot train.
+
+    :param python: the training interpreter; default: the one running this task, whose directory the
+        local backend puts first on the jobs' PATH.
+    """
+
+    template_fields = ("python",)
+
+    def __init__(self, *, python: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.python = python
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        python = self.python or sys.executable
+        probe = subprocess.run(
+            [python, str(Path(runtime_probe.__file__))],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if probe.returncode != 0:
+            raise AirflowFailException(f"Runtime probe failed with {python}:\n{probe.stderr[-2000:]}")
+        found = json.loads(probe.stdout.strip().splitlines()[-1])
+        self.log.info("Training runtime %s: %s", python, found)
+        if not found["torch"]:
+            raise AirflowFailException(
+                f"torch is not installed in the training runtime {python} ({found.get('torch_error')}); "
+                "install it with: pip install -r requirements-training.txt"
+            )
+        identity = json.dumps(found, sort_keys=True).encode()
+        runtime = BuiltImage(
+            uri=f"local://{python}",
+            digest=f"sha256:{hashlib.sha256(identity).hexdigest()}",
+            python=found["python"],
+            torch=found["torch"],
+            cuda=found["cuda"],
+            nccl=found["nccl"],
+            rdma_libs=found["rdma_libs"],
+        )
+        return runtime.model_dump(mode="json")

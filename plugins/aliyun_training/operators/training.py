@@ -1,0 +1,229 @@
+"""Submit a distributed training job and wait for it without holding a worker slot.
+
+Crash safety: the job gets a deterministic name from (dag_id, run_id, task_id, map_index). Before
+launching, the operator reattaches to the job saved in ``task_state_store`` by an earlier try, or
+to one found under that name (a worker that died between submitting and saving), so a job is never
+launched twice. Only a job that failed or was stopped is launched again on retry.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
+
+from aliyun_training.backends import get_backend
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.monitor import JobMonitor
+from aliyun_training.settings import local_paths
+from aliyun_training.spec import JobResult, SpecError, TrainingJobSpec, job_name
+from aliyun_training.triggers.training import TrainingJobTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+#: task_state_store key of the job handle; renaming it breaks reattachment of in-flight retries.
+HANDLE_KEY = "training_job_handle"
+
+
+class TrainingJobOperator(BaseOperator):
+    """Run ``spec`` on its backend; return a ``JobResult`` (as a dict) when the job succeeds.
+
+    :param spec: a ``TrainingJobSpec`` or its dict form (templated).
+    :param backend_config: backend settings (templated); the local backend needs none.
+    :param output_root: where a job without ``spec.output_dir`` writes, one directory per job name;
+        the default is the local root's ``outputs/``.
+    :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
+    :param poll_interval: seconds between status polls.
+    """
+
+    template_fields = ("spec", "backend_config", "output_root")
+    ui_color = "#ff6a00"
+
+    def __init__(
+        self,
+        *,
+        spec: TrainingJobSpec | dict[str, Any],
+        backend_config: dict[str, Any] | None = None,
+        output_root: str | None = None,
+        deferrable: bool = True,
+        poll_interval: float = 10.0,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec.model_dump(mode="json") if isinstance(spec, TrainingJobSpec) else spec
+        self.backend_config = backend_config or {}
+        self.output_root = output_root
+        self.deferrable = deferrable
+        self.poll_interval = poll_interval
+
+    # -- entry points ----------------------------------------------------------------------------
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        spec, backend, name = self._prepare(context)
+        handle = self._attach_or_submit(backend, spec, name, context)
+        context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
+        monitor = JobMonitor(backend, handle, self.log)
+        status = monitor.poll()
+        remaining = self._remaining(spec, status)
+        if not status.state.is_terminal and remaining.total_seconds() <= 0:
+            self._stop_after_timeout(backend, handle, spec)
+        if status.state.is_terminal:
+            return self._finish(spec, backend, monitor.outcome(status))
+        if self.deferrable:
+            self.defer(
+                trigger=TrainingJobTrigger(
+                    backend=backend.name,
+                    handle=handle.model_dump(),
+                    backend_config=backend.config,
+                    poll_interval=self.poll_interval,
+                    log_cursor=monitor.cursor,
+                    last_raw_status=monitor.last_raw_status,
+                ),
+                method_name="execute_complete",
+                timeout=remaining,
+            )
+        return self._wait_blocking(spec, backend, monitor, remaining)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """Resume after the trigger fired: turn its event into a result or a precise error."""
+        spec = TrainingJobSpec.parse(self.spec)
+        return self._finish(spec, get_backend(spec.backend, self.backend_config), event)
+
+    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
+        """On a deferral timeout, stop the job before failing: a wait bound must also bound the cost."""
+        from airflow.sdk.exceptions import TaskDeferralTimeout
+
+        try:
+            return super().resume_execution(next_method, next_kwargs, context)
+        except TaskDeferralTimeout:
+            stored = context["task_state_store"].get(HANDLE_KEY)
+            if not stored:
+                raise
+            spec = TrainingJobSpec.parse(self.spec)
+            backend = get_backend(spec.backend, self.backend_config)
+            self._stop_after_timeout(backend, JobHandle.model_validate(stored), spec)
+
+    def on_kill(self) -> None:
+        """Blocking mode: the task was killed on the worker, so stop the job it is waiting for."""
+        handle = getattr(self, "_waiting_for", None)
+        if handle is not None:
+            self.log.info("Task killed: stopping job %s", handle.job_id)
+            get_backend(handle.backend, self.backend_config).stop(handle)
+
+    # -- steps -----------------------------------------------------------------------------------
+
+    def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:
+        ti = context["ti"]
+        name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        try:
+            spec = TrainingJobSpec.parse(self.spec)
+            if spec.output_dir is None:
+                output_root = self.output_root or str(local_paths().outputs)
+                spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
+            backend = get_backend(spec.backend, self.backend_config)
+        except SpecError as exc:
+            # Retrying cannot fix a bad spec: fail at once, before anything is submitted.
+            raise AirflowFailException(str(exc)) from None
+        return spec, backend, name
+
+    def _attach_or_submit(
+        self, backend: TrainingBackend, spec: TrainingJobSpec, name: str, context: Context
+    ) -> JobHandle:
+        stored = context["task_state_store"].get(HANDLE_KEY)
+        candidates = [
+            ("saved by an earlier try", JobHandle.model_validate(stored) if stored else None),
+            ("found under the job name", backend.find(name)),
+        ]
+        for origin, handle in candidates:
+            if handle is None:
+                continue
+            status = self._status_or_none(backend, handle)
+            if status is not None and status.state in (
+                JobState.PENDING,
+                JobState.RUNNING,
+                JobState.SUCCEEDED,
+            ):
+                self.log.info("Reattaching to job %s (%s), %s", handle.job_id, origin, status.raw)
+                return handle
+        handle = backend.submit(spec, name)
+        self.log.info(
+            "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
+        )
+        return handle
+
+    def _status_or_none(self, backend: TrainingBackend, handle: JobHandle) -> JobStatus | None:
+        try:
+            return backend.status(handle)
+        except (LookupError, FileNotFoundError) as exc:
+            self.log.info("Earlier job %s is gone (%s); a new one will be submitted", handle.job_id, exc)
+            return None
+
+    def _remaining(self, spec: TrainingJobSpec, status: JobStatus) -> timedelta:
+        """Time left of the spec's timeout, counted from when the job started (across retries)."""
+        started = datetime.fromisoformat(status.started) if status.started else datetime.now(UTC)
+        return timedelta(minutes=spec.timeout_minutes) - (datetime.now(UTC) - started)
+
+    def _wait_blocking(
+        self, spec: TrainingJobSpec, backend: TrainingBackend, monitor: JobMonitor, remaining: timedelta
+    ) -> dict[str, Any]:
+        self._waiting_for = monitor.handle
+        deadline = time.monotonic() + remaining.total_seconds()
+        while True:
+            time.sleep(self.poll_interval)
+            status = monitor.poll()
+            if status.state.is_terminal:
+                return self._finish(spec, backend, monitor.outcome(status))
+            if time.monotonic() >= deadline:
+                self._stop_after_timeout(backend, monitor.handle, spec)
+
+    def _stop_after_timeout(self, backend: TrainingBackend, handle: JobHandle, spec: TrainingJobSpec) -> None:
+        self.log.error("Job %s exceeded timeout_minutes=%d: stopping it", handle.job_id, spec.timeout_minutes)
+        backend.stop(handle)
+        raise AirflowException(
+            f"Training job {handle.job_id} did not finish within timeout_minutes={spec.timeout_minutes} "
+            "and was stopped; raise timeout_minutes or shorten the run"
+        )
+
+    def _finish(
+        self, spec: TrainingJobSpec, backend: TrainingBackend, event: dict[str, Any]
+    ) -> dict[str, Any]:
+        handle = JobHandle.model_validate(event["handle"])
+        if event["status"] == "error":
+            raise AirflowException(f"Lost track of job {handle.job_id}: {event['message']}")
+        status = JobStatus.model_validate(event["job_status"])
+        if event["status"] == "failed":
+            tail = "\n".join(f"    {line}" for line in event.get("tail", []))
+            raise AirflowException(
+                f"Training job {handle.job_id} failed: {status.reason}.\n"
+                f"Last log lines of node {event['failed_node']}:\n{tail}"
+            )
+        if event["status"] != "success":
+            raise AirflowException(f"Training job {handle.job_id} ended {status.raw}: {status.reason}")
+        return self._result(spec, backend, handle, status).model_dump(mode="json")
+
+    def _result(
+        self, spec: TrainingJobSpec, backend: TrainingBackend, handle: JobHandle, status: JobStatus
+    ) -> JobResult:
+        wall = 0.0
+        if status.started and status.finished:
+            wall = (
+                datetime.fromisoformat(status.finished) - datetime.fromisoformat(status.started)
+            ).total_seconds()
+        return JobResult(
+            backend=spec.backend,
+            job_id=handle.job_id,
+            display_name=handle.name,
+            status=status.raw,
+            reason=status.reason,
+            started=status.started,
+            finished=status.finished,
+            wall_seconds=round(wall, 3),
+            node_hours=round(spec.nodes * wall / 3600, 6),
+            gpu_hours=round(spec.nodes * spec.gpus_per_node * wall / 3600, 6),
+            console_url=backend.console_url(handle),
+            output_uri=backend.output_uri(handle),
+        )

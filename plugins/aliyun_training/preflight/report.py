@@ -1,0 +1,48 @@
+"""Findings and the one report that lists them all.
+
+Every check runs, then the report shows every finding at once: a user fixes three problems in one
+round instead of discovering them one failed run at a time.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, ConfigDict
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    WARN = "WARN"
+    FAIL = "FAIL"
+
+
+class Finding(BaseModel):
+    """What one check found and, when it is not a PASS, what to do about it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    check: str
+    verdict: Verdict
+    found: str
+    fix: str = ""
+
+
+class PreflightReport(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    findings: list[Finding]
+
+    @property
+    def failed(self) -> bool:
+        return any(f.verdict is Verdict.FAIL for f in self.findings)
+
+    def render(self) -> str:
+        """A fixed-width table, one finding per line, fixes indented under the finding."""
+        width = max(len(f.check) for f in self.findings)
+        lines = []
+        for f in self.findings:
+            lines.append(f"{f.verdict.value:<4}  {f.check:<{width}}  {f.found}")
+            if f.fix and f.verdict is not Verdict.PASS:
+                lines.append(f"{'':<4}  {'':<{width}}  fix: {f.fix}")
+        return "\n".join(lines)

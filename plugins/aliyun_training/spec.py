@@ -1,0 +1,246 @@
+"""Typed, validated descriptions of a training run and the records passed between pipeline stages.
+
+Everything here is plain pydantic with no Airflow and no I/O, so the DAG processor can import it
+cheaply and every backend (DLC, ACK/arena, local) converts the same ``TrainingJobSpec`` into its
+own request. Records are small and JSON-serializable because they travel through XCom.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from enum import StrEnum
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+#: Dataset versions become directory names and URI segments: no separators, no leading dot.
+DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+#: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
+INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_DNS_LABEL_MAX = 63
+
+M = TypeVar("M", bound="BaseModel")
+
+
+class Backend(StrEnum):
+    """Where a training job runs."""
+
+    LOCAL = "local"
+    DLC = "dlc"
+    ARENA = "arena"
+
+
+class Framework(StrEnum):
+    """Distributed framework; maps to DLC JobType and the Kubeflow CR kind."""
+
+    PYTORCH = "pytorch"
+    TENSORFLOW = "tensorflow"
+    MPI = "mpi"
+    ELASTIC = "elastic"
+
+
+class SpecError(ValueError):
+    """A spec or record failed validation; the message names every bad field and how to fix it."""
+
+
+def _fix(text: str) -> dict[str, Any]:
+    """Attach a user-facing fix to a field so validation errors can say what to do."""
+    return {"fix": text}
+
+
+class DatasetMount(BaseModel):
+    """A staged dataset made visible to every node at ``mount_path``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: Annotated[str, Field(min_length=1, json_schema_extra=_fix("give the staged dataset's URI or path"))]
+    mount_path: Annotated[
+        str, Field(pattern=r"^/", json_schema_extra=_fix("use an absolute path such as /mnt/data"))
+    ]
+    read_only: bool = True
+
+
+class TrainingJobSpec(BaseModel):
+    """One distributed training job, independent of the platform that runs it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Annotated[Backend, Field(json_schema_extra=_fix("choose one of: local, dlc, arena"))] = (
+        Backend.LOCAL
+    )
+    framework: Annotated[
+        Framework, Field(json_schema_extra=_fix("choose one of: pytorch, tensorflow, mpi, elastic"))
+    ] = Framework.PYTORCH
+    nodes: Annotated[int, Field(ge=1, le=128, json_schema_extra=_fix("use between 1 and 128 nodes"))] = 1
+    gpus_per_node: Annotated[
+        int, Field(ge=0, le=16, json_schema_extra=_fix("use 0 (CPU only) up to 16 GPUs per node"))
+    ] = 0
+    cpu: Annotated[
+        int, Field(ge=1, le=512, json_schema_extra=_fix("request between 1 and 512 CPUs per node"))
+    ] = 1
+    memory_gib: Annotated[
+        int, Field(ge=1, le=4096, json_schema_extra=_fix("request between 1 and 4096 GiB per node"))
+    ] = 4
+    shared_memory_gib: Annotated[
+        int, Field(ge=0, le=4096, json_schema_extra=_fix("use 0 up to the node's memory"))
+    ] = 0
+    image: Annotated[
+        str | None, Field(json_schema_extra=_fix("give a full image reference, e.g. registry/repo:tag"))
+    ] = None
+    command: Annotated[
+        str,
+        Field(min_length=1, json_schema_extra=_fix("give the command every node runs, e.g. a torchrun line")),
+    ]
+    working_dir: Annotated[
+        str | None, Field(pattern=r"^/", json_schema_extra=_fix("use an absolute path or leave it unset"))
+    ] = None
+    env: Annotated[
+        dict[str, str],
+        Field(json_schema_extra=_fix("use NAME=value pairs; the platform sets the rendezvous")),
+    ] = Field(default_factory=dict)
+    datasets: list[DatasetMount] = Field(default_factory=list)
+    output_dir: Annotated[
+        str | None, Field(json_schema_extra=_fix("give where the job writes checkpoints and metrics"))
+    ] = None
+    timeout_minutes: Annotated[
+        int, Field(ge=1, le=60 * 24 * 30, json_schema_extra=_fix("use 1 minute up to 30 days"))
+    ] = 24 * 60
+
+    @field_validator("env")
+    @classmethod
+    def _env_is_portable(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = sorted(name for name in env if not _ENV_NAME.match(name))
+        if bad:
+            raise ValueError(f"invalid variable names {bad}")
+        clash = sorted(INJECTED_ENV_VARS.intersection(env))
+        if clash:
+            raise ValueError(
+                f"{clash} are injected by the platform on every node (MASTER_ADDR, MASTER_PORT, WORLD_SIZE, "
+                "RANK); remove them from env"
+            )
+        return env
+
+    @model_validator(mode="after")
+    def _backend_supports_spec(self) -> TrainingJobSpec:
+        if self.backend is Backend.LOCAL and self.framework not in (Framework.PYTORCH, Framework.ELASTIC):
+            raise ValueError(
+                f"framework: the local backend runs torchrun only, not {self.framework.value}; "
+                "use pytorch or a cloud backend"
+            )
+        if self.backend is not Backend.LOCAL and not self.image:
+            raise ValueError(f"image: the {self.backend.value} backend needs a container image; set image")
+        return self
+
+    @property
+    def procs_per_node(self) -> int:
+        """Processes torchrun starts per node: one per GPU, or one on a CPU-only node."""
+        return max(self.gpus_per_node, 1)
+
+    @classmethod
+    def parse(cls, data: TrainingJobSpec | dict[str, Any]) -> TrainingJobSpec:
+        """Validate user input, raising ``SpecError`` that names each field and its fix."""
+        return validate_record(cls, data)
+
+
+class StagedDataset(BaseModel):
+    """A dataset version published on the training filesystem."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
+    files: Annotated[int, Field(ge=1)]
+    bytes: Annotated[int, Field(ge=0)]
+    manifest_uri: str
+    checksum: str
+    transferred_files: Annotated[int, Field(ge=0)] = 0
+    seconds: float = 0.0
+
+
+class BuiltImage(BaseModel):
+    """The training runtime that was verified (a container image, or this machine's interpreter)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    digest: str
+    python: str
+    torch: str | None = None
+    cuda: str | None = None
+    nccl: str | None = None
+    rdma_libs: list[str] = Field(default_factory=list)
+
+
+class JobResult(BaseModel):
+    """Outcome of a training job, as the monitoring stage saw it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Backend
+    job_id: str
+    display_name: str
+    status: str
+    reason: str = ""
+    started: str | None = None
+    finished: str | None = None
+    wall_seconds: float = 0.0
+    node_hours: float = 0.0
+    gpu_hours: float = 0.0
+    console_url: str | None = None
+    output_uri: str | None = None
+
+
+class ArtifactSet(BaseModel):
+    """Where a run's checkpoints, metrics and report were published."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: str
+    manifest_uri: str
+    report_uri: str
+    metrics: dict[str, Any]
+
+
+def validate_record(model: type[M], data: M | dict[str, Any]) -> M:
+    """Build ``model`` from ``data`` or raise ``SpecError`` with one line per bad field and its fix."""
+    if isinstance(data, model):
+        return data
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(_explain(model, exc)) from None
+
+
+def _explain(model: type[BaseModel], exc: ValidationError) -> str:
+    lines = [f"Invalid {model.__name__}:"]
+    for err in exc.errors(include_url=False, include_input=False):
+        field = ".".join(str(part) for part in err["loc"])
+        message = err["msg"].removeprefix("Value error, ")
+        fix = _field_fix(model, err["loc"])
+        lines.append(f"  - {field + ': ' if field else ''}{message}" + (f" (fix: {fix})" if fix else ""))
+    return "\n".join(lines)
+
+
+def _field_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
+    info = model.model_fields.get(str(loc[0])) if loc else None
+    extra = info.json_schema_extra if info is not None else None
+    return extra.get("fix") if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+
+def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
+    """Deterministic, try-independent job name for one task instance.
+
+    The same task instance always gets the same name, so a retry (or a worker that died between
+    submitting and saving the job id) finds the job it already launched instead of starting a second
+    one. The result is a DNS-1123 label (Kubernetes names, DLC display names, directory names): a
+    readable prefix from the DAG and task ids plus a hash of the full identity.
+    """
+    identity = "\n".join((dag_id, run_id, task_id, str(map_index)))
+    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
+    readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
+    prefix = readable[: _DNS_LABEL_MAX - len(digest) - 1].rstrip("-") or "job"
+    return f"{prefix}-{digest}"

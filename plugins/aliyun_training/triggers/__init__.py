@@ -1,0 +1,1 @@
+"""Deferrable waits that run in the triggerer."""

@@ -1,0 +1,71 @@
+"""The whole retraining DAG through dag.test() on the local backend: real torchrun, real Airflow."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pendulum
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+from airflow.sdk.definitions.param import ParamValidationError
+
+DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
+VERSION = "2026-11-22"
+
+
+@pytest.fixture
+def dag(airflow_db: Path):
+    return DagBag(dag_folder=str(DAG_FILE)).get_dag("cifar10_retrain")
+
+
+@pytest.mark.slow
+def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event(
+    dag, local_root: Path, make_dataset: Callable[..., Path]
+) -> None:
+    make_dataset(VERSION)
+
+    run = dag.test(
+        logical_date=pendulum.datetime(2026, 11, 22, tz="UTC"),
+        run_conf={"nodes": 2, "gpus_per_node": 0, "epochs": 1, "batch_size": 32},
+    )
+
+    assert run.state == "success"
+    manifests = list((local_root / "artifacts" / "cifar10" / VERSION).glob("*/manifest.json"))
+    assert len(manifests) == 1
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["dataset"]["version"] == VERSION
+    assert manifest["job"]["status"] == "Succeeded" and manifest["job"]["node_hours"] > 0
+    assert manifest["runtime"]["torch"].startswith("2.13.0")
+    assert len(manifest["metrics"]["train_loss"]) == 1
+    assert (manifests[0].parent / "checkpoints" / "epoch-0001.pt").is_file()
+    assert "<polyline" in (manifests[0].parent / "report.html").read_text()
+    assert _asset_event_extras("cifar10_model")[-1]["manifest_uri"] == str(manifests[0])
+
+
+def _asset_event_extras(asset_name: str) -> list[dict]:
+    from airflow.models.asset import AssetEvent, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    with create_session() as session:
+        query = (
+            select(AssetEvent.extra)
+            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
+            .where(AssetModel.name == asset_name)
+            .order_by(AssetEvent.id)
+        )
+        return list(session.scalars(query))
+
+
+@pytest.mark.parametrize(
+    ("conf", "field"),
+    [({"nodes": 0}, "nodes"), ({"epochs": -1}, "epochs"), ({"dataset_version": "../x"}, "dataset_version")],
+)
+def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, conf: dict, field: str) -> None:
+    with pytest.raises(ParamValidationError) as rejected:
+        dag.test(logical_date=pendulum.datetime(2026, 11, 29, tz="UTC"), run_conf=conf)
+
+    assert field in str(rejected.value)
+    assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()

@@ -1,0 +1,234 @@
+"""TrainingJobOperator with real local jobs: defer, reattach after a worker crash, failures, timeout.
+
+The task_state_store here is a small stand-in persisted to a file (the real one needs a running task
+supervisor; the DAG tests exercise it through dag.test()). Everything else is real: processes, run
+directories, the trigger and the operator.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+
+from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.local import LocalBackend
+from aliyun_training.backends.local_node import job_pids
+from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
+from aliyun_training.spec import job_name
+from aliyun_training.triggers.training import TrainingJobTrigger
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+class FileTaskStateStore:
+    """The task_state_store interface (get/set/delete), persisted so another process sees it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def _load(self) -> dict[str, Any]:
+        return json.loads(self.path.read_text()) if self.path.exists() else {}
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._load().get(key, default)
+
+    def set(self, key: str, value: Any, *, retention: timedelta | None = None) -> None:
+        self.path.write_text(json.dumps({**self._load(), key: value}))
+
+    def delete(self, key: str) -> None:
+        self.path.write_text(json.dumps({k: v for k, v in self._load().items() if k != key}))
+
+
+@dataclass
+class TaskInstanceIds:
+    dag_id: str = "retrain"
+    run_id: str = "scheduled__2026-11-22T00:00:00+00:00"
+    task_id: str = "train"
+    map_index: int = -1
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    return tmp_path / "runs"
+
+
+@pytest.fixture
+def context(tmp_path: Path) -> dict[str, Any]:
+    return {"ti": TaskInstanceIds(), "task_state_store": FileTaskStateStore(tmp_path / "state.json")}
+
+
+def operator(runs: Path, command: str, nodes: int = 2, **spec: Any) -> TrainingJobOperator:
+    return TrainingJobOperator(
+        task_id="train",
+        spec={"nodes": nodes, "command": command, **spec},
+        backend_config={"root": str(runs), "stop_grace_seconds": 2},
+        output_root=str(runs.parent / "outputs"),
+        poll_interval=0.2,
+    )
+
+
+def deferred_trigger(
+    op: TrainingJobOperator, context: dict[str, Any]
+) -> tuple[TrainingJobTrigger, TaskDeferred]:
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context)
+    assert isinstance(deferred.value.trigger, TrainingJobTrigger)
+    return deferred.value.trigger, deferred.value
+
+
+async def fire(trigger: TrainingJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")
+
+
+def stop_job(runs: Path, handle: dict[str, Any]) -> None:
+    LocalBackend(root=str(runs), stop_grace_seconds=1).stop(JobHandle.model_validate(handle))
+
+
+def test_execute_saves_the_handle_and_defers_with_the_spec_timeout(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    op = operator(runs, "sleep 300", timeout_minutes=5)
+
+    trigger, deferred = deferred_trigger(op, context)
+
+    saved = context["task_state_store"].get(HANDLE_KEY)
+    assert saved == trigger.handle
+    assert saved["name"] == job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train")
+    assert deferred.method_name == "execute_complete"
+    assert timedelta(minutes=4, seconds=50) < deferred.timeout <= timedelta(minutes=5)
+    stop_job(runs, saved)
+
+
+def test_retry_after_the_launching_worker_died_reattaches_and_launches_once(
+    runs: Path, context: dict[str, Any], tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    command = f"echo $RANK >> {starts}; sleep 300"
+    worker = f"""
+import os, signal, sys
+sys.path[:0] = [{str(PROJECT_DIR / "plugins")!r}, {str(Path(__file__).parent)!r}]
+from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.local import LocalBackend
+from test_training_operator import FileTaskStateStore, TaskInstanceIds, operator
+from pathlib import Path
+
+real_submit = LocalBackend.submit
+def submit_then_die(self, spec, name):
+    real_submit(self, spec, name)
+    os.kill(os.getpid(), signal.SIGKILL)  # the worker dies before saving the job id
+LocalBackend.submit = submit_then_die
+store = FileTaskStateStore(Path({str(tmp_path / "state.json")!r}))
+context = {{"ti": TaskInstanceIds(), "task_state_store": store}}
+operator(Path({str(runs)!r}), {command!r}).execute(context)
+"""
+    died = subprocess.run([sys.executable, "-c", worker], check=False, capture_output=True, text=True)
+    assert died.returncode == -signal.SIGKILL, died.stderr
+    assert context["task_state_store"].get(HANDLE_KEY) is None
+    launched = LocalBackend(root=str(runs)).find(job_name(**vars(TaskInstanceIds())))
+    assert launched is not None
+
+    first_retry, _ = deferred_trigger(operator(runs, command), context)
+    second_retry, _ = deferred_trigger(operator(runs, command), context)
+
+    assert first_retry.handle["job_id"] == second_retry.handle["job_id"] == launched.job_id
+    time.sleep(1)
+    assert sorted(starts.read_text().split()) == ["0", "1"], "each node must have started exactly once"
+    stop_job(runs, launched.model_dump())
+
+
+def test_a_retry_after_a_failed_job_launches_a_new_one(runs: Path, context: dict[str, Any]) -> None:
+    failed_trigger, _ = deferred_trigger(operator(runs, "sleep 0.5; exit 4", nodes=1), context)
+    assert asyncio.run(fire(failed_trigger))["status"] == "failed"
+
+    retry_trigger, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
+
+    assert retry_trigger.handle["job_id"] != failed_trigger.handle["job_id"]
+    assert context["task_state_store"].get(HANDLE_KEY) == retry_trigger.handle
+    stop_job(runs, retry_trigger.handle)
+
+
+def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    command = 'for i in $(seq 1 60); do echo "step $i rank $RANK"; done; [ "$RANK" != 1 ] || exit 5; sleep 60'
+    op = operator(runs, command)
+    trigger, _ = deferred_trigger(op, context)
+    event = asyncio.run(fire(trigger))
+
+    with pytest.raises(AirflowException) as failure:
+        op.execute_complete(context, event)
+
+    message = str(failure.value)
+    assert "failed: node 1 (RANK=1) exited with code 5" in message
+    assert "Last log lines of node 1:" in message
+    assert "step 60 rank 1" in message and "step 11 rank 1" in message
+    assert "step 10 rank 1" not in message, "only the last 50 lines belong in the error"
+    assert "rank 0" not in message
+
+
+def test_a_deferral_timeout_stops_the_job_before_failing(runs: Path, context: dict[str, Any]) -> None:
+    op = operator(runs, "sleep 300", timeout_minutes=1)
+    trigger, _ = deferred_trigger(op, context)
+    handle = trigger._job_handle()
+
+    with pytest.raises(AirflowException, match=r"did not finish within timeout_minutes=1 and was stopped"):
+        op.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context)
+
+    assert LocalBackend(root=str(runs)).status(handle).state.value == "stopped"
+    assert job_pids(f"{handle.job_id}:") == set()
+
+
+def test_a_bad_spec_fails_without_retry_before_anything_is_launched(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    op = operator(runs, "true", nodes=0, env={"WORLD_SIZE": "8"})
+
+    with pytest.raises(AirflowFailException) as failure:
+        op.execute(context)
+
+    message = str(failure.value)
+    assert "nodes: Input should be greater than or equal to 1 (fix: use between 1 and 128 nodes)" in message
+    assert "['WORLD_SIZE'] are injected by the platform" in message
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_succeeded_job_returns_its_result_with_wall_time_and_node_hours(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    op = operator(runs, "sleep 1", gpus_per_node=0)
+    trigger, _ = deferred_trigger(op, context)
+    event = asyncio.run(fire(trigger))
+
+    result = op.execute_complete(context, event)
+
+    assert result["status"] == "Succeeded" and result["backend"] == "local"
+    assert result["job_id"] == trigger.handle["job_id"]
+    assert result["wall_seconds"] >= 1.0
+    assert result["node_hours"] == pytest.approx(2 * result["wall_seconds"] / 3600, rel=1e-3)
+    assert result["output_uri"].endswith(f"/outputs/{trigger.handle['name']}")
+
+
+def test_blocking_mode_waits_in_the_worker_and_returns_the_result(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    op = operator(runs, "echo hi from $RANK")
+    op.deferrable = False
+
+    result = op.execute(context)
+
+    assert result["status"] == "Succeeded"
+    assert result["display_name"] == job_name(**vars(TaskInstanceIds()))

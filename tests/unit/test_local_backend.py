@@ -1,0 +1,184 @@
+"""The local backend with real processes: the DLC env contract, failure, stop, and cross-process state."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus
+from aliyun_training.backends.local import LocalBackend
+from aliyun_training.backends.local_node import job_pids
+from aliyun_training.spec import TrainingJobSpec
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def backend(tmp_path: Path) -> LocalBackend:
+    return LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=2)
+
+
+def wait_terminal(backend: LocalBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = backend.status(handle)
+        if status.state.is_terminal:
+            return status
+        time.sleep(0.1)
+    raise AssertionError(f"job {handle.job_id} still {backend.status(handle).raw} after {timeout} s")
+
+
+def wait_running(backend: LocalBackend, handle: JobHandle, processes: int) -> None:
+    deadline = time.monotonic() + 30
+    while len(job_pids(f"{handle.job_id}:")) < processes:
+        assert time.monotonic() < deadline, "job processes did not start"
+        time.sleep(0.05)
+
+
+def test_every_node_gets_the_rendezvous_variables_dlc_injects(backend: LocalBackend) -> None:
+    spec = TrainingJobSpec(nodes=3, command="echo $MASTER_ADDR $MASTER_PORT $WORLD_SIZE $RANK")
+    handle = backend.submit(spec, "env-contract")
+
+    status = wait_terminal(backend, handle)
+
+    assert status.state is JobState.SUCCEEDED
+    lines = sorted(backend.logs(handle).lines)
+    port = json.loads((backend.root / "env-contract" / "job.json").read_text())["master_port"]
+    assert lines == [f"[node-{rank}] 127.0.0.1 {port} 3 {rank}" for rank in range(3)]
+    assert status.started is not None and status.finished is not None and status.finished >= status.started
+
+
+def test_submitting_an_active_name_again_returns_the_running_job(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    starts = tmp_path / "starts"
+    spec = TrainingJobSpec(nodes=2, command=f"echo $RANK >> {starts}; sleep 30")
+    first = backend.submit(spec, "once")
+    wait_running(backend, first, processes=4)
+
+    second = backend.submit(spec, "once")
+
+    assert second == first
+    assert starts.read_text().split() in (["0", "1"], ["1", "0"])
+    backend.stop(first)
+
+
+def test_a_failing_node_fails_the_job_names_the_rank_and_stops_the_others(backend: LocalBackend) -> None:
+    spec = TrainingJobSpec(
+        nodes=2,
+        command='echo "rank $RANK up"; if [ "$RANK" = 1 ]; then echo "bad shard"; exit 3; fi; sleep 60',
+    )
+    handle = backend.submit(spec, "rank-fails")
+
+    status = wait_terminal(backend, handle)
+
+    assert status.state is JobState.FAILED
+    assert status.failed_node == 1 and status.exit_code == 3
+    assert status.reason == "node 1 (RANK=1) exited with code 3"
+    assert backend.tail(handle, 1) == ["rank 1 up", "bad shard"]
+    deadline = time.monotonic() + 10
+    while job_pids(f"{handle.job_id}:") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_pids(f"{handle.job_id}:") == set(), "rank 0 kept running after rank 1 failed"
+
+
+def test_stop_kills_every_process_including_ones_in_their_own_session(backend: LocalBackend) -> None:
+    # setsid mimics torchrun, whose workers run in new sessions out of reach of a process-group kill.
+    spec = TrainingJobSpec(nodes=2, command="setsid sleep 300 & trap '' TERM; sleep 300")
+    handle = backend.submit(spec, "stubborn")
+    wait_running(backend, handle, processes=6)
+
+    backend.stop(handle)
+
+    assert job_pids(f"{handle.job_id}:") == set()
+    assert backend.status(handle).state is JobState.STOPPED
+
+
+def test_status_logs_and_stop_work_after_the_launching_process_died(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    launcher = f"""
+import os, signal, sys
+sys.path.insert(0, {str(PROJECT_DIR / "plugins")!r})
+from aliyun_training.backends.local import LocalBackend
+from aliyun_training.spec import TrainingJobSpec
+spec = TrainingJobSpec(nodes=2, command="echo started $RANK; sleep 300")
+LocalBackend(root={str(backend.root)!r}, stop_grace_seconds=2).submit(spec, "orphan")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+    died = subprocess.run([sys.executable, "-c", launcher], check=False)
+    assert died.returncode == -signal.SIGKILL
+
+    handle = backend.find("orphan")
+    assert handle is not None
+    wait_running(backend, handle, processes=4)
+    assert backend.status(handle).state is JobState.RUNNING
+    deadline = time.monotonic() + 10
+    while len(backend.logs(handle).lines) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(backend.logs(handle).lines) == ["[node-0] started 0", "[node-1] started 1"]
+
+    backend.stop(handle)
+    assert backend.status(handle).state is JobState.STOPPED
+    assert job_pids(f"{handle.job_id}:") == set()
+
+
+def test_logs_resume_from_the_cursor_without_duplicates_and_hold_back_partial_lines(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    gate = tmp_path / "gate"
+    spec = TrainingJobSpec(
+        nodes=1,
+        command=f"echo one; printf 'tw'; while [ ! -e {gate} ]; do sleep 0.05; done; echo o; echo three",
+    )
+    handle = backend.submit(spec, "cursor")
+    deadline = time.monotonic() + 10
+    first = backend.logs(handle)
+    while not first.lines and time.monotonic() < deadline:
+        time.sleep(0.05)
+        first = backend.logs(handle)
+
+    assert first.lines == ["[node-0] one"]
+    gate.touch()
+    wait_terminal(backend, handle)
+    rest = backend.logs(handle, first.cursor)
+
+    assert rest.lines == ["[node-0] two", "[node-0] three"]
+    assert backend.logs(handle, rest.cursor).lines == []
+
+
+def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBackend) -> None:
+    handle = backend.submit(TrainingJobSpec(nodes=2, command="sleep 300"), "oom")
+    wait_running(backend, handle, processes=4)
+    supervisor = json.loads((backend.root / "oom" / "node-0" / "pid.json").read_text())["pid"]
+
+    os.kill(supervisor, signal.SIGKILL)
+    status = wait_terminal(backend, handle)
+
+    assert status.state is JobState.FAILED
+    assert status.reason == "node 0 (RANK=0) vanished without an exit code"
+    deadline = time.monotonic() + 10
+    while job_pids(f"{handle.job_id}:") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert job_pids(f"{handle.job_id}:") == set(), "the orphaned command or the other node kept running"
+
+
+def test_a_new_attempt_archives_the_finished_one(backend: LocalBackend) -> None:
+    failing = backend.submit(TrainingJobSpec(nodes=1, command="exit 1"), "again")
+    assert wait_terminal(backend, failing).state is JobState.FAILED
+
+    retry = backend.submit(TrainingJobSpec(nodes=1, command="true"), "again")
+
+    assert retry.job_id != failing.job_id
+    assert backend.find("again") == retry
+    assert wait_terminal(backend, retry).state is JobState.SUCCEEDED
+    assert (backend.root / ".archive" / failing.job_id / "job.json").exists()
+    with pytest.raises(LookupError, match="was replaced by"):
+        backend.status(failing)
