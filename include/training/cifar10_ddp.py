@@ -1,0 +1,368 @@
+r"""Train a small CNN on a cifar10-npz dataset version with DistributedDataParallel.
+
+Launched by torchrun, once per node, the same way on a cloud cluster and on one machine:
+
+    torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR \
+        --master_port=$MASTER_PORT --nproc_per_node=N cifar10_ddp.py --data DIR --out DIR
+
+torchrun rewrites RANK and WORLD_SIZE for each worker to the global process rank and process count,
+so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes a checkpoint and metrics.json
+after every epoch and model.pt at the end; a retried job resumes after the latest checkpoint instead
+of starting over.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+DATA_FORMAT = "cifar10-npz"
+IMAGE_SHAPE = (32, 32, 3)
+NUM_CLASSES = 10
+EVAL_BATCH_SIZE = 512
+CHECKPOINT_PATTERN = re.compile(r"epoch-(\d{4,})\.pt")
+
+
+@dataclass(frozen=True)
+class Dist:
+    """This process's place in the job, as torchrun describes it."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    backend: str
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        """Only one process writes files, so concurrent ranks never race on the same path."""
+        return self.rank == 0
+
+
+@dataclass(frozen=True)
+class Split:
+    """Standardised images [n, 3, 32, 32] with their labels."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Read the CLI; data and output default to env vars so a job spec can set them once."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--data", default=os.environ.get("DATA_DIR"), help="dataset dir (default: $DATA_DIR)")
+    parser.add_argument(
+        "--out", default=os.environ.get("OUTPUT_DIR"), help="output dir (default: $OUTPUT_DIR)"
+    )
+    parser.add_argument("--epochs", type=int, default=2, help="total epochs, including resumed ones")
+    parser.add_argument("--batch-size", type=int, default=64, help="batch size per process")
+    parser.add_argument("--lr", type=float, default=0.05, help="SGD learning rate")
+    parser.add_argument("--seed", type=int, default=0, help="seed for weights and shuffling")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per process")
+    args = parser.parse_args(argv)
+    if not args.data:
+        parser.error("--data is required (or set DATA_DIR)")
+    if not args.out:
+        parser.error("--out is required (or set OUTPUT_DIR)")
+    if args.epochs < 1 or args.batch_size < 1 or args.threads < 1:
+        parser.error("--epochs, --batch-size and --threads must be at least 1")
+    return args
+
+
+def read_meta(data_dir: Path) -> dict[str, Any]:
+    """Reject a missing or foreign dataset before any process group exists, so no rank hangs on it."""
+    if not data_dir.is_dir():
+        raise SystemExit(f"data dir {data_dir} does not exist")
+    meta_path = data_dir / "meta.json"
+    if not meta_path.is_file():
+        raise SystemExit(
+            f"data dir {data_dir} has no meta.json; is it an empty or unfinished dataset version?"
+        )
+    try:
+        meta = json.loads(meta_path.read_text())
+    except json.JSONDecodeError as error:
+        raise SystemExit(f"{meta_path} is not valid JSON: {error}") from error
+    if not isinstance(meta, dict) or meta.get("format") != DATA_FORMAT:
+        raise SystemExit(f"{meta_path}: expected format {DATA_FORMAT!r}")
+    if meta.get("image_shape") != list(IMAGE_SHAPE):
+        raise SystemExit(
+            f"{meta_path}: expected image_shape {list(IMAGE_SHAPE)}, got {meta.get('image_shape')}"
+        )
+    for key in ("train_samples", "test_samples"):
+        if not isinstance(meta.get(key), int) or meta[key] < 1:
+            raise SystemExit(f"{meta_path}: {key} must be a positive integer, got {meta.get(key)!r}")
+    return meta
+
+
+def read_npz(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Load one split file and check it has the layout the model is built for."""
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            images, labels = archive["images"], archive["labels"]
+    except (OSError, ValueError, KeyError) as error:
+        raise SystemExit(f"{path}: cannot read images and labels ({error})") from error
+    if images.dtype != np.uint8 or images.ndim != 4 or images.shape[1:] != IMAGE_SHAPE:
+        raise SystemExit(
+            f"{path}: images must be uint8 [n, 32, 32, 3], got {images.dtype} {list(images.shape)}"
+        )
+    if labels.shape != images.shape[:1]:
+        raise SystemExit(f"{path}: labels shape {list(labels.shape)} does not match {len(images)} images")
+    if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        raise SystemExit(f"{path}: labels must lie in 0..{NUM_CLASSES - 1}")
+    return images, labels.astype(np.int64)
+
+
+def read_split(paths: list[Path], expected: int, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate a split's files and check the sample count against meta.json."""
+    parts = [read_npz(path) for path in paths]
+    images = np.concatenate([images for images, _ in parts])
+    labels = np.concatenate([labels for _, labels in parts])
+    if len(labels) != expected:
+        raise SystemExit(f"{name}: meta.json promises {expected} samples, files hold {len(labels)}")
+    return images, labels
+
+
+def standardise(images: np.ndarray, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
+    """Scale to [0, 1], centre per channel and move channels first, as conv layers expect."""
+    scaled = images.astype(np.float32) / 255.0
+    return torch.from_numpy(((scaled - mean) / std).transpose(0, 3, 1, 2).copy())
+
+
+def load_dataset(data_dir: Path) -> tuple[Split, Split]:
+    """Load all train shards and the test split, standardised with train-set statistics."""
+    meta = read_meta(data_dir)
+    train_paths = sorted(data_dir.glob("train-*.npz"))
+    if not train_paths:
+        raise SystemExit(f"data dir {data_dir} has no train-*.npz shards")
+    if not (data_dir / "test.npz").is_file():
+        raise SystemExit(f"data dir {data_dir} has no test.npz")
+    train_images, train_labels = read_split(train_paths, meta["train_samples"], "train")
+    test_images, test_labels = read_split([data_dir / "test.npz"], meta["test_samples"], "test")
+    scaled = train_images.astype(np.float32) / 255.0
+    mean = scaled.mean(axis=(0, 1, 2))
+    std = np.maximum(scaled.std(axis=(0, 1, 2)), 1e-6)
+    train = Split(standardise(train_images, mean, std), torch.from_numpy(train_labels))
+    test = Split(standardise(test_images, mean, std), torch.from_numpy(test_labels))
+    return train, test
+
+
+def init_distributed() -> Dist:
+    """Join the process group torchrun set up; NCCL needs GPUs, so CPU-only jobs use gloo."""
+    missing = [name for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK") if name not in os.environ]
+    if missing:
+        raise SystemExit(f"missing {', '.join(missing)}; launch this script with torchrun")
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])
+    if torch.cuda.is_available():
+        torch.cuda.set_device(local_rank)
+        backend, device = "nccl", torch.device("cuda", local_rank)
+    else:
+        backend, device = "gloo", torch.device("cpu")
+    dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
+    return Dist(rank, world_size, local_rank, backend, device)
+
+
+def build_model() -> nn.Module:
+    """A deliberately small CNN, so an epoch on CPU takes seconds rather than minutes.
+
+    BatchNorm keeps SGD at lr 0.05 with momentum from spiking the loss in the first epochs.
+    """
+    return nn.Sequential(
+        nn.Conv2d(3, 16, kernel_size=3, padding=1, bias=False),
+        nn.BatchNorm2d(16),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, kernel_size=3, padding=1, bias=False),
+        nn.BatchNorm2d(32),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(32 * 8 * 8, 64),
+        nn.ReLU(),
+        nn.Linear(64, NUM_CLASSES),
+    )
+
+
+def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write through a temporary sibling and rename it, so a crash never leaves a truncated file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with tmp.open("wb") as handle:
+            write(handle)
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def latest_checkpoint(out_dir: Path) -> Path | None:
+    """Find the checkpoint of the highest epoch; temp files never match the pattern."""
+    found = [
+        (int(match.group(1)), path)
+        for path in (out_dir / "checkpoints").glob("epoch-*.pt")
+        if (match := CHECKPOINT_PATTERN.fullmatch(path.name))
+    ]
+    return max(found)[1] if found else None
+
+
+def read_resume_state(out_dir: Path) -> dict[str, Any] | None:
+    """Load the latest checkpoint plus the metrics of the epochs it covers.
+
+    Metrics are written before the checkpoint, so metrics.json may run one epoch ahead of it; those
+    entries are dropped because that epoch is trained again.
+    """
+    path = latest_checkpoint(out_dir)
+    if path is None:
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    metrics_path = out_dir / "metrics.json"
+    history = json.loads(metrics_path.read_text())["epochs"] if metrics_path.is_file() else []
+    state["history"] = [entry for entry in history if entry["epoch"] <= state["epoch"]]
+    return state
+
+
+def share_resume_state(env: Dist, out_dir: Path) -> dict[str, Any] | None:
+    """Read the resume state on rank 0 and send it to every rank.
+
+    Nodes need not share the output dir, and all ranks must agree on the start epoch or the
+    collectives of the training loop would pair up wrongly and hang.
+    """
+    box = [read_resume_state(out_dir) if env.is_main else None]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def reduce_sums(env: Dist, *values: float) -> list[float]:
+    """Sum a few scalars over all ranks, so every rank reports the same job-wide numbers."""
+    totals = torch.tensor(values, dtype=torch.float64, device=env.device)
+    dist.all_reduce(totals, op=dist.ReduceOp.SUM)
+    return totals.tolist()
+
+
+def train_epoch(
+    env: Dist, model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, epoch: int
+) -> float:
+    """Run one pass over this rank's share of the data; return the loss averaged over all ranks."""
+    model.train()
+    loader.sampler.set_epoch(epoch)
+    loss_sum, count = 0.0, 0
+    for images, labels in loader:
+        images, labels = images.to(env.device), labels.to(env.device)
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(images), labels)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.item() * len(labels)
+        count += len(labels)
+    total_loss, total_count = reduce_sums(env, loss_sum, count)
+    return total_loss / total_count
+
+
+@torch.no_grad()
+def evaluate(env: Dist, model: nn.Module, test: Split) -> tuple[float, float]:
+    """Score a disjoint slice of the test set per rank and combine, so every sample counts once."""
+    model.eval()
+    indices = torch.arange(env.rank, len(test.labels), env.world_size)
+    loss_sum, correct = 0.0, 0
+    for batch in indices.split(EVAL_BATCH_SIZE):
+        images, labels = test.images[batch].to(env.device), test.labels[batch].to(env.device)
+        logits = model(images)
+        loss_sum += nn.functional.cross_entropy(logits, labels, reduction="sum").item()
+        correct += (logits.argmax(dim=1) == labels).sum().item()
+    total_loss, total_correct = reduce_sums(env, loss_sum, correct)
+    return total_loss / len(test.labels), total_correct / len(test.labels)
+
+
+def save_epoch(
+    env: Dist, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, history: list[dict]
+) -> None:
+    """Persist metrics, then the checkpoint, so a checkpoint never exists without its metrics."""
+    metrics = {"world_size": env.world_size, "backend": env.backend, "epochs": history}
+    payload = (json.dumps(metrics, indent=2) + "\n").encode()
+    write_atomically(out_dir / "metrics.json", lambda handle: handle.write(payload))
+    epoch = history[-1]["epoch"]
+    state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    write_atomically(
+        out_dir / "checkpoints" / f"epoch-{epoch:04d}.pt", lambda handle: torch.save(state, handle)
+    )
+
+
+def make_loader(env: Dist, train: Split, batch_size: int, seed: int) -> DataLoader:
+    """Give each rank an equal-sized shuffled share, so all ranks run the same number of steps."""
+    dataset = TensorDataset(train.images, train.labels)
+    sampler = DistributedSampler(dataset, num_replicas=env.world_size, rank=env.rank, shuffle=True, seed=seed)
+    return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
+
+
+def fit(env: Dist, args: argparse.Namespace, train: Split, test: Split) -> None:
+    """Train from the last checkpoint (or from scratch) up to --epochs, saving after each epoch."""
+    out_dir = Path(args.out)
+    torch.manual_seed(args.seed)
+    model = build_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    resume = share_resume_state(env, out_dir)
+    history = resume["history"] if resume else []
+    if resume:
+        model.load_state_dict(resume["model"])
+        optimizer.load_state_dict(resume["optimizer"])
+    model.to(env.device)
+    ddp = DistributedDataParallel(model, device_ids=[env.local_rank] if env.backend == "nccl" else None)
+    start = resume["epoch"] + 1 if resume else 1
+    if env.is_main:
+        print(f"start world_size={env.world_size} backend={env.backend} start_epoch={start}", flush=True)
+    loader = make_loader(env, train, args.batch_size, args.seed)
+    for epoch in range(start, args.epochs + 1):
+        began = time.perf_counter()
+        train_loss = train_epoch(env, ddp, loader, optimizer, epoch)
+        test_loss, test_accuracy = evaluate(env, model, test)
+        seconds = time.perf_counter() - began
+        history.append(
+            {
+                "epoch": epoch,
+                "train_loss": train_loss,
+                "test_loss": test_loss,
+                "test_accuracy": test_accuracy,
+                "seconds": round(seconds, 3),
+            }
+        )
+        if env.is_main:
+            print(
+                f"epoch {epoch}/{args.epochs} train_loss={train_loss:.4f} test_loss={test_loss:.4f} "
+                f"test_accuracy={test_accuracy:.4f} seconds={seconds:.2f}",
+                flush=True,
+            )
+            save_epoch(env, out_dir, model, optimizer, history)
+    if env.is_main:
+        write_atomically(out_dir / "model.pt", lambda handle: torch.save(model.state_dict(), handle))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: validate data first, then train inside a process group that is always torn down."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    train, test = load_dataset(Path(args.data))
+    env = init_distributed()
+    try:
+        fit(env, args, train, test)
+    finally:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
