@@ -59,6 +59,7 @@ class TrainingJobOperator(BaseOperator):
         self.output_root = output_root
         self.deferrable = deferrable
         self.poll_interval = poll_interval
+        self._waiting_for: JobHandle | None = None
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class TrainingJobOperator(BaseOperator):
 
     def on_kill(self) -> None:
         """Blocking mode: the task was killed on the worker, so stop the job it is waiting for."""
-        handle = getattr(self, "_waiting_for", None)
+        handle = self._waiting_for
         if handle is not None:
             self.log.info("Task killed: stopping job %s", handle.job_id)
             get_backend(handle.backend, self.backend_config).stop(handle)
