@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import socket
@@ -70,7 +71,7 @@ def check_disk(source_uri: str, target_root: str) -> Finding:
         check="disk",
         verdict=Verdict.FAIL,
         found=found,
-        fix=f"free {(needed - free) / 1e6:.0f} MB or point the staging target at a larger filesystem",
+        fix=f"free {math.ceil((needed - free) / 1e6)} MB or point the staging target at a larger filesystem",
     )
 
 

@@ -151,7 +151,7 @@ def _check_space(root: Path, objects: list[SourceObject]) -> None:
     free = shutil.disk_usage(root).free
     if free < needed:
         raise StagingError(
-            f"not enough free space on {root}: {free / 1e9:.2f} GB free, {needed / 1e9:.2f} GB needed "
+            f"not enough free space on {root}: {free / 1e6:.1f} MB free, {needed / 1e6:.1f} MB needed "
             f"(dataset x {SPACE_HEADROOM}); free space or stage to a larger filesystem"
         )
 

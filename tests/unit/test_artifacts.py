@@ -1,0 +1,304 @@
+"""Publishing a finished job's checkpoints, metrics and run report as one artifact set."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.artifacts import ArtifactError, publish_artifacts, summarize_metrics
+from aliyun_training.report import loss_chart_svg, render_report
+from aliyun_training.spec import BuiltImage, JobResult, StagedDataset
+
+EPOCHS = [
+    {"epoch": 1, "train_loss": 2.31, "test_loss": 2.05, "test_accuracy": 0.21, "seconds": 12.5},
+    {"epoch": 2, "train_loss": 1.64, "test_loss": 1.52, "test_accuracy": 0.47, "seconds": 11.9},
+    {"epoch": 3, "train_loss": 1.12, "test_loss": 1.20, "test_accuracy": 0.63, "seconds": 12.1},
+]
+CHECKPOINT = b"\x80\x04fake checkpoint bytes" * 40
+MODEL = b"\x80\x04fake model bytes" * 64
+
+
+def _job_output(root: Path, epochs: list[dict] = EPOCHS) -> Path:
+    output = root / "job-output"
+    (output / "checkpoints").mkdir(parents=True)
+    (output / "checkpoints" / "epoch-0001.pt").write_bytes(CHECKPOINT)
+    (output / "model.pt").write_bytes(MODEL)
+    (output / "metrics.json").write_text(json.dumps({"world_size": 2, "backend": "gloo", "epochs": epochs}))
+    (output / "stdout.log").write_text("not collected")
+    return output
+
+
+def _job(output: Path | None, display_name: str = "train-cifar10-run-1a2b3c4d5e") -> JobResult:
+    return JobResult(
+        backend="local",
+        job_id="local-1234",
+        display_name=display_name,
+        status="Succeeded",
+        wall_seconds=41.5,
+        node_hours=0.023,
+        gpu_hours=0.0,
+        output_uri=str(output) if output is not None else None,
+    )
+
+
+DATASET = StagedDataset(
+    uri="/mnt/cpfs/cifar10/v1",
+    version="v1",
+    files=6,
+    bytes=184_320_000,
+    manifest_uri="/mnt/cpfs/cifar10/v1/_manifest.json",
+    checksum="0" * 64,
+    transferred_files=6,
+    seconds=3.25,
+)
+RUNTIME = BuiltImage(uri="local", digest="python:3.11.7", python="3.11.7", torch="2.3.0+cpu")
+
+
+def _publish(tmp_path: Path, job: JobResult, model: str = "cifar10-resnet"):
+    return publish_artifacts(
+        model=model, artifact_root=str(tmp_path / "artifacts"), job=job, dataset=DATASET, runtime=RUNTIME
+    )
+
+
+def _manifest(artifacts) -> dict:
+    return json.loads(Path(artifacts.manifest_uri).read_text())
+
+
+def test_artifact_set_lands_under_model_dataset_version_and_job(tmp_path):
+    job = _job(_job_output(tmp_path))
+
+    artifacts = _publish(tmp_path, job)
+
+    target = tmp_path / "artifacts" / "cifar10-resnet" / "v1" / job.display_name
+    assert artifacts.uri == str(target)
+    assert artifacts.manifest_uri == str(target / "manifest.json")
+    assert artifacts.report_uri == str(target / "report.html")
+    assert (target / "model.pt").read_bytes() == MODEL
+    assert (target / "checkpoints" / "epoch-0001.pt").read_bytes() == CHECKPOINT
+    assert not (target / "stdout.log").exists()
+
+
+def test_manifest_describes_model_dataset_job_and_runtime(tmp_path):
+    job = _job(_job_output(tmp_path))
+
+    manifest = _manifest(_publish(tmp_path, job))
+
+    assert manifest["model"] == "cifar10-resnet"
+    assert manifest["version"] == f"v1/{job.display_name}"
+    assert manifest["dataset"] == DATASET.model_dump(mode="json")
+    assert manifest["job"] == job.model_dump(mode="json")
+    assert manifest["runtime"] == RUNTIME.model_dump(mode="json")
+    assert manifest["report"] == "report.html"
+
+
+def test_manifest_metrics_are_per_epoch_lists(tmp_path):
+    manifest = _manifest(_publish(tmp_path, _job(_job_output(tmp_path))))
+
+    metrics = manifest["metrics"]
+    assert metrics["epochs"] == len(EPOCHS)
+    assert metrics["train_loss"] == [e["train_loss"] for e in EPOCHS]
+    assert metrics["test_loss"] == [e["test_loss"] for e in EPOCHS]
+    assert metrics["test_accuracy"] == [e["test_accuracy"] for e in EPOCHS]
+    assert metrics["epoch_seconds"] == [e["seconds"] for e in EPOCHS]
+    assert metrics["final_train_loss"] == EPOCHS[-1]["train_loss"]
+    assert metrics["final_test_accuracy"] == EPOCHS[-1]["test_accuracy"]
+
+
+def test_manifest_timings_come_from_staging_and_the_job(tmp_path):
+    job = _job(_job_output(tmp_path))
+
+    timings = _manifest(_publish(tmp_path, job))["timings"]
+
+    assert timings["staging_seconds"] == DATASET.seconds
+    assert timings["training_wall_seconds"] == job.wall_seconds
+    assert timings["node_hours"] == job.node_hours
+    assert timings["gpu_hours"] == job.gpu_hours
+    assert timings["collect_seconds"] >= 0
+
+
+def test_manifest_files_have_sha256_of_the_copied_files(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+
+    target = Path(artifacts.uri)
+    files = {entry["path"]: entry for entry in _manifest(artifacts)["files"]}
+    assert set(files) == {"checkpoints/epoch-0001.pt", "metrics.json", "model.pt"}
+    for path, entry in files.items():
+        content = (target / path).read_bytes()
+        assert entry["size"] == len(content)
+        assert entry["sha256"] == hashlib.sha256(content).hexdigest()
+    assert files["model.pt"]["sha256"] == hashlib.sha256(MODEL).hexdigest()
+
+
+def test_artifact_set_record_carries_the_summary_metrics(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+
+    assert artifacts.metrics == {
+        "epochs": len(EPOCHS),
+        "train_loss": [e["train_loss"] for e in EPOCHS],
+        "final_train_loss": EPOCHS[-1]["train_loss"],
+        "final_test_accuracy": EPOCHS[-1]["test_accuracy"],
+    }
+
+
+def _polylines(html: str) -> list[list[str]]:
+    return [points.split() for points in re.findall(r'<polyline[^>]*points="([^"]*)"', html)]
+
+
+def test_report_has_a_loss_chart_with_one_point_per_epoch(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+
+    html = Path(artifacts.report_uri).read_text()
+    assert "<svg" in html
+    assert "</svg>" in html
+    lines = _polylines(html)
+    assert len(lines) == 2
+    assert all(len(points) == len(EPOCHS) for points in lines)
+
+
+def test_report_lists_every_epoch_and_the_final_accuracy(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+
+    html = Path(artifacts.report_uri).read_text()
+    for epoch in EPOCHS:
+        assert f"<td>{epoch['train_loss']:.4f}</td>" in html
+    assert "63.00%" in html
+    assert "local-1234" in html
+    assert "<script" not in html
+
+
+def test_republishing_the_same_run_replaces_the_set(tmp_path):
+    output = _job_output(tmp_path)
+    job = _job(output)
+    first = _publish(tmp_path, job)
+    Path(first.uri, "stale-file.txt").write_text("left over from an earlier publish")
+    (output / "model.pt").write_bytes(b"retrained model")
+
+    second = _publish(tmp_path, job)
+
+    target = Path(second.uri)
+    assert second.uri == first.uri
+    assert (target / "model.pt").read_bytes() == b"retrained model"
+    assert not (target / "stale-file.txt").exists()
+    model_entry = next(e for e in _manifest(second)["files"] if e["path"] == "model.pt")
+    assert model_entry["sha256"] == hashlib.sha256(b"retrained model").hexdigest()
+    assert sorted(p.name for p in target.parent.iterdir()) == [job.display_name]
+
+
+def test_job_without_output_dir_is_an_error_and_publishes_nothing(tmp_path):
+    with pytest.raises(ArtifactError) as excinfo:
+        _publish(tmp_path, _job(tmp_path / "never-written"))
+
+    message = str(excinfo.value)
+    assert "job local-1234 has no output directory" in message
+    assert "never-written" in message
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_job_without_output_uri_is_an_error(tmp_path):
+    with pytest.raises(ArtifactError, match="has no output directory"):
+        _publish(tmp_path, _job(None))
+
+
+def test_metrics_without_epochs_is_an_error_and_publishes_nothing(tmp_path):
+    output = _job_output(tmp_path, epochs=[])
+
+    with pytest.raises(ArtifactError) as excinfo:
+        _publish(tmp_path, _job(output))
+
+    assert "metrics.json lists no epochs" in str(excinfo.value)
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_missing_metrics_file_names_the_file_and_job(tmp_path):
+    output = _job_output(tmp_path)
+    (output / "metrics.json").unlink()
+
+    with pytest.raises(ArtifactError) as excinfo:
+        _publish(tmp_path, _job(output))
+
+    message = str(excinfo.value)
+    assert f"cannot read metrics.json of job local-1234 in {output}" in message
+    assert not (tmp_path / "artifacts").exists()
+
+
+def test_unparseable_metrics_file_is_an_error(tmp_path):
+    output = _job_output(tmp_path)
+    (output / "metrics.json").write_text('{"epochs": [')
+
+    with pytest.raises(ArtifactError, match=r"cannot read metrics\.json"):
+        _publish(tmp_path, _job(output))
+
+
+def test_epoch_missing_a_series_is_an_error(tmp_path):
+    output = _job_output(tmp_path, epochs=[{"epoch": 1, "train_loss": 1.0, "seconds": 1.0}])
+
+    with pytest.raises(ArtifactError) as excinfo:
+        _publish(tmp_path, _job(output))
+
+    assert "test_loss" in str(excinfo.value)
+
+
+def test_failed_publish_keeps_the_earlier_set(tmp_path):
+    output = _job_output(tmp_path)
+    job = _job(output)
+    first = _publish(tmp_path, job)
+    (output / "metrics.json").write_text(json.dumps({"epochs": []}))
+
+    with pytest.raises(ArtifactError):
+        _publish(tmp_path, job)
+
+    assert _manifest(first)["metrics"]["epochs"] == len(EPOCHS)
+    assert (Path(first.uri) / "model.pt").read_bytes() == MODEL
+
+
+def test_summarize_metrics_rejects_missing_epochs_key():
+    with pytest.raises(ArtifactError, match="lists no epochs"):
+        summarize_metrics({"world_size": 1})
+
+
+def test_loss_chart_with_empty_series_says_no_epochs():
+    assert loss_chart_svg({"train_loss": [], "test_loss": []}) == "<p>No epochs recorded.</p>"
+    assert loss_chart_svg({}) == "<p>No epochs recorded.</p>"
+
+
+def test_loss_chart_with_one_epoch_draws_one_point_per_series():
+    svg = loss_chart_svg({"train_loss": [0.5], "test_loss": [0.7]})
+
+    assert svg.startswith("<svg")
+    assert [len(points) for points in _polylines(svg)] == [1, 1]
+
+
+def test_loss_chart_with_all_zero_losses_stays_finite():
+    svg = loss_chart_svg({"train_loss": [0.0, 0.0]})
+
+    assert "nan" not in svg.lower()
+    assert "inf" not in svg.lower()
+    assert [len(points) for points in _polylines(svg)] == [2]
+
+
+def test_loss_chart_puts_lower_losses_lower_on_the_page():
+    svg = loss_chart_svg({"train_loss": [2.0, 1.0, 0.5]})
+
+    ys = [float(point.split(",")[1]) for point in _polylines(svg)[0]]
+    assert ys[0] < ys[1] < ys[2]
+
+
+def test_loss_chart_escapes_series_names():
+    svg = loss_chart_svg({"<b>loss</b>": [1.0]})
+
+    assert "&lt;b&gt;loss&lt;/b&gt;" in svg
+    assert "<b>" not in svg
+
+
+def test_render_report_escapes_the_model_name(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+    manifest = {**_manifest(artifacts), "model": "<script>alert(1)</script>"}
+
+    html = render_report(manifest)
+
+    assert "<script>" not in html
+    assert "&lt;script&gt;" in html

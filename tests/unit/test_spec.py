@@ -1,0 +1,274 @@
+"""TrainingJobSpec validation, record validation and deterministic job names."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from aliyun_training.spec import (
+    Backend,
+    BuiltImage,
+    Framework,
+    JobResult,
+    SpecError,
+    StagedDataset,
+    TrainingJobSpec,
+    job_name,
+    validate_record,
+)
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+
+
+def _spec(**fields):
+    return {"command": "torchrun train.py", **fields}
+
+
+def _error(data) -> str:
+    with pytest.raises(SpecError) as excinfo:
+        TrainingJobSpec.parse(data)
+    return str(excinfo.value)
+
+
+def test_minimal_spec_uses_local_pytorch_defaults():
+    spec = TrainingJobSpec.parse(_spec())
+
+    assert spec.backend is Backend.LOCAL
+    assert spec.framework is Framework.PYTORCH
+    assert spec.nodes == 1
+    assert spec.gpus_per_node == 0
+    assert spec.env == {}
+
+
+def test_parse_returns_an_existing_spec_unchanged():
+    spec = TrainingJobSpec.parse(_spec(nodes=2))
+
+    assert TrainingJobSpec.parse(spec) is spec
+
+
+def test_zero_nodes_names_the_field_and_the_allowed_range():
+    message = _error(_spec(nodes=0))
+
+    assert message.startswith("Invalid TrainingJobSpec:")
+    assert "nodes:" in message
+    assert "fix: use between 1 and 128 nodes" in message
+
+
+def test_negative_gpus_names_the_field_and_the_fix():
+    message = _error(_spec(gpus_per_node=-1))
+
+    assert "gpus_per_node:" in message
+    assert "fix: use 0 (CPU only) up to 16 GPUs per node" in message
+
+
+def test_env_with_rendezvous_variables_is_rejected_with_the_reason():
+    message = _error(_spec(env={"RANK": "0", "MASTER_ADDR": "10.0.0.1", "OK_VAR": "1"}))
+
+    assert "env:" in message
+    assert "'MASTER_ADDR'" in message
+    assert "'RANK'" in message
+    assert "injected by the platform on every node" in message
+    assert "remove them from env" in message
+    assert "OK_VAR" not in message
+
+
+@pytest.mark.parametrize("name", ["WORLD_SIZE", "MASTER_PORT"])
+def test_every_injected_variable_is_rejected(name):
+    message = _error(_spec(env={name: "1"}))
+
+    assert f"'{name}'" in message
+
+
+def test_invalid_env_variable_names_are_listed():
+    message = _error(_spec(env={"1STARTS_WITH_DIGIT": "x", "HAS-DASH": "y", "GOOD_NAME": "z"}))
+
+    assert "env: invalid variable names" in message
+    assert "'1STARTS_WITH_DIGIT'" in message
+    assert "'HAS-DASH'" in message
+    assert "GOOD_NAME" not in message
+    assert "fix: use NAME=value pairs" in message
+
+
+def test_valid_env_is_kept():
+    spec = TrainingJobSpec.parse(_spec(env={"OMP_NUM_THREADS": "1", "_PRIVATE": "x"}))
+
+    assert spec.env == {"OMP_NUM_THREADS": "1", "_PRIVATE": "x"}
+
+
+def test_relative_working_dir_is_rejected_with_the_fix():
+    message = _error(_spec(working_dir="code/train"))
+
+    assert "working_dir:" in message
+    assert "fix: use an absolute path or leave it unset" in message
+
+
+def test_local_backend_rejects_the_mpi_framework():
+    message = _error(_spec(backend="local", framework="mpi"))
+
+    assert "framework: the local backend runs torchrun only, not mpi" in message
+    assert "use pytorch or a cloud backend" in message
+
+
+def test_local_backend_accepts_elastic():
+    spec = TrainingJobSpec.parse(_spec(framework="elastic"))
+
+    assert spec.framework is Framework.ELASTIC
+
+
+def test_dlc_backend_without_image_is_rejected():
+    message = _error(_spec(backend="dlc"))
+
+    assert "image: the dlc backend needs a container image; set image" in message
+
+
+def test_dlc_backend_with_image_and_mpi_is_accepted():
+    spec = TrainingJobSpec.parse(_spec(backend="dlc", framework="mpi", image="registry/repo:tag"))
+
+    assert spec.backend is Backend.DLC
+    assert spec.framework is Framework.MPI
+
+
+def test_unknown_backend_lists_the_choices():
+    message = _error(_spec(backend="gcp"))
+
+    assert "backend:" in message
+    assert "fix: choose one of: local, dlc, arena" in message
+
+
+def test_unknown_field_is_rejected_by_name():
+    message = _error(_spec(gpu=1))
+
+    assert "gpu:" in message
+
+
+def test_several_errors_are_reported_at_once():
+    message = _error({"command": "", "nodes": 0, "gpus_per_node": 99, "working_dir": "rel"})
+    lines = message.splitlines()
+
+    assert lines[0] == "Invalid TrainingJobSpec:"
+    bad_fields = {line.strip().removeprefix("- ").split(":")[0] for line in lines[1:]}
+    assert bad_fields == {"command", "nodes", "gpus_per_node", "working_dir"}
+    assert all("(fix: " in line for line in lines[1:])
+
+
+def test_dataset_mount_errors_name_the_nested_field():
+    message = _error(_spec(datasets=[{"uri": "/data/v1", "mount_path": "mnt/data"}]))
+
+    assert "datasets.0.mount_path:" in message
+
+
+@pytest.mark.parametrize(("gpus", "expected"), [(0, 1), (1, 1), (4, 4), (8, 8)])
+def test_procs_per_node_is_one_per_gpu_or_one_for_cpu(gpus, expected):
+    spec = TrainingJobSpec.parse(_spec(gpus_per_node=gpus))
+
+    assert spec.procs_per_node == expected
+
+
+def test_job_name_is_deterministic():
+    assert job_name("train_dag", "manual__2024-01-01", "train", 3) == job_name(
+        "train_dag", "manual__2024-01-01", "train", 3
+    )
+
+
+@pytest.mark.parametrize(
+    "other",
+    [
+        ("train_dag", "manual__2024-01-02", "train", -1),
+        ("train_dag", "manual__2024-01-01", "evaluate", -1),
+        ("train_dag", "manual__2024-01-01", "train", 0),
+        ("other_dag", "manual__2024-01-01", "train", -1),
+    ],
+)
+def test_job_name_differs_for_a_different_task_instance(other):
+    assert job_name("train_dag", "manual__2024-01-01", "train", -1) != job_name(*other)
+
+
+def test_job_name_keeps_a_readable_prefix():
+    name = job_name("Train_CIFAR10", "run", "Submit.Job")
+
+    assert name.startswith("train-cifar10-submit-job-")
+
+
+def test_job_names_that_share_a_truncated_prefix_still_differ():
+    long_dag = "d" * 200
+
+    first = job_name(long_dag, "run", "task_a")
+    second = job_name(long_dag, "run", "task_b")
+
+    assert first != second
+    assert len(first) <= 63
+    assert len(second) <= 63
+
+
+AWKWARD_DAG_IDS = [
+    "simple",
+    "UPPER_case_Dag",
+    "___leading_and_trailing___",
+    "-dash-",
+    "dots.and.more.dots",
+    "ünïcödé_dåg",
+    "数据集",
+    "a" * 62,
+    "b" * 63,
+    "c" * 64,
+    "x-" * 80,
+    "a" * 52 + "-" + "b" * 30,
+    "a" * 51 + "__" + "b" * 30,
+    "9starts_with_digit",
+    "!!!",
+    "",
+]
+
+
+@pytest.mark.parametrize("dag_id", AWKWARD_DAG_IDS)
+def test_job_name_is_a_dns_label_for_awkward_dag_ids(dag_id):
+    for task_id in ("t", "TASK__ID", "-", "t" * 100):
+        for map_index in (-1, 0, 17):
+            name = job_name(dag_id, "scheduled__2024-01-01T00:00:00+00:00", task_id, map_index)
+
+            assert len(name) <= 63, name
+            assert DNS_LABEL.match(name), name
+
+
+def test_validate_record_passes_an_instance_through():
+    image = BuiltImage(uri="local", digest="sha256:abc", python="3.11.7")
+
+    assert validate_record(BuiltImage, image) is image
+
+
+def test_validate_record_builds_a_record_from_a_dict():
+    record = {"backend": "local", "job_id": "j1", "display_name": "n", "status": "ok"}
+
+    result = validate_record(JobResult, record)
+
+    assert isinstance(result, JobResult)
+    assert result.backend is Backend.LOCAL
+
+
+def test_validate_record_explains_an_unsafe_dataset_version():
+    record = {
+        "uri": "/mnt/data/../x",
+        "version": "../x",
+        "files": 1,
+        "bytes": 10,
+        "manifest_uri": "/mnt/data/../x/_manifest.json",
+        "checksum": "abc",
+    }
+
+    with pytest.raises(SpecError) as excinfo:
+        validate_record(StagedDataset, record)
+
+    message = str(excinfo.value)
+    assert message.startswith("Invalid StagedDataset:")
+    assert "version:" in message
+    assert "should match pattern" in message
+
+
+def test_validate_record_reports_every_missing_field():
+    with pytest.raises(SpecError) as excinfo:
+        validate_record(StagedDataset, {"version": "v1"})
+
+    message = str(excinfo.value)
+    for field in ("uri", "files", "bytes", "manifest_uri", "checksum"):
+        assert f"{field}: Field required" in message
