@@ -1,0 +1,264 @@
+"""How much each DAG file in dags/ costs to parse, against a baseline Airflow itself costs.
+
+Every file is measured in its own fresh Python subprocess, so modules imported while measuring one
+file cannot make the next one look cheap. Each subprocess first imports what a dag-processor has
+already paid for once, not per file: ``airflow``, ``airflow.sdk``, the ``DagBag`` module, and the
+``airflow.*`` modules the file itself imports (the dag-processor pre-imports those, see
+``[dag_processor] parsing_pre_import_modules``). Files are parsed with
+``DagBag(dag_folder=<file>, load_op_links=False)``, the call the dag-processor makes for every file
+(as ``BundleDagBag``, which only adds the bundle to ``sys.path``), rather than a bare importlib exec:
+it pays the same module exec plus DAG validation, cycle check and cluster policies.
+
+- cold: the first parse; it pays the project's own imports (``aliyun_training.*``). Airflow 3 parses
+  every file in a child forked from a manager that has imported only ``airflow.*`` modules, so this
+  is what the dag-processor pays on every parse of the file, not only the first.
+- hot: median re-parse in the same process, with the project's modules in ``sys.modules``: the
+  cost of the DAG file alone.
+- twin: a generated file with the same number of tasks, all ``EmptyOperator``, and the same
+  trigger-form ``Param`` definitions, parsed the same way after the real file; its hot parse is the
+  floor Airflow itself costs for that DAG definition (Airflow validates every Param's JSON schema
+  and copies the params into every task, about 2 ms for seven params and five tasks here, which
+  no operator code can avoid). Hot parses of the file and its twin alternate, so drift in machine
+  load hits both alike. The bare twin (no params) is reported as well, for comparison.
+
+Timings are noisy and machine-dependent, so the headline is the ratio hot / twin hot, both measured
+in the same process. Targets: cold <= 500 ms, hot <= 2 x twin hot, and parsing imports none of the
+heavy or cloud-SDK modules that belong in task execution. Exits 1 when any target fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from airflow.dag_processing.dagbag import DagBag
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DAGS_DIR = PROJECT_ROOT / "dags"
+
+COLD_LIMIT_MS = 500.0
+HOT_RATIO_LIMIT = 2.0
+#: Top-level packages a DAG file must not import at parse time: each costs seconds or needs cloud
+#: credentials, and belongs inside the task that uses it.
+FORBIDDEN_ROOTS = frozenset({"torch", "numpy", "pandas", "oss2", "kubernetes"})
+FORBIDDEN_PREFIX = "alibabacloud_"
+#: Imported once by every dag-processor rather than per file, so imported before any timing starts.
+PER_PROCESS_MODULES = ("airflow", "airflow.sdk", "airflow.dag_processing.dagbag")
+
+TWIN_TEMPLATE = '''"""Generated twin of {dag_id}: the same number of tasks, all EmptyOperator."""
+
+import pendulum
+from airflow.providers.standard.operators.empty import EmptyOperator
+from airflow.sdk import DAG, Param, chain
+
+PARAMS = {params!r}
+
+with DAG(
+    dag_id="{dag_id}_twin",
+    schedule="@weekly",
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    params={{
+        name: Param(spec["value"], description=spec["description"], **spec["schema"])
+        for name, spec in PARAMS.items()
+    }},
+):
+    chain(*[EmptyOperator(task_id=f"task_{{index}}") for index in range({task_count})])
+'''
+
+
+def child_env() -> dict[str, str]:
+    """The environment `make` gives Airflow, defaulted from the project root when run without make."""
+    env = dict(os.environ)
+    defaults = {
+        "AIRFLOW_HOME": PROJECT_ROOT / ".airflow",
+        "AIRFLOW__CORE__DAGS_FOLDER": DAGS_DIR,
+        "AIRFLOW__CORE__PLUGINS_FOLDER": PROJECT_ROOT / "plugins",
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "ALIYUN_TRAINING_LOCAL_ROOT": PROJECT_ROOT / ".demo",
+        "PYTHONPATH": PROJECT_ROOT / "plugins",
+    }
+    for name, value in defaults.items():
+        env.setdefault(name, str(value))
+    # DagBag logs every file it fills from; at ERROR only real problems reach the terminal.
+    env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "ERROR"
+    return env
+
+
+def forbidden_modules(names: set[str]) -> list[str]:
+    """Top-level forbidden packages among `names`, one entry per package rather than per submodule."""
+    roots = {name.partition(".")[0] for name in names}
+    return sorted(root for root in roots if root in FORBIDDEN_ROOTS or root.startswith(FORBIDDEN_PREFIX))
+
+
+def pre_import_airflow_modules(path: Path) -> None:
+    """Import the file's ``airflow.*`` imports up front, as the dag-processor manager does before forking."""
+    from airflow.utils.file import iter_airflow_imports
+
+    for name in iter_airflow_imports(str(path)):
+        importlib.import_module(name)
+
+
+def timed_parse(path: Path) -> tuple[float, DagBag]:
+    """Parse `path` into a fresh DagBag; returns milliseconds and the bag.
+
+    Garbage from earlier parses is collected first so that it is not charged to this one.
+    """
+    from airflow.dag_processing.dagbag import DagBag
+
+    gc.collect()
+    start = time.perf_counter()
+    bag = DagBag(dag_folder=str(path), load_op_links=False)
+    elapsed_ms = (time.perf_counter() - start) * 1000
+    if bag.import_errors or not bag.dags:
+        raise SystemExit(f"{path.name} did not parse: {bag.import_errors or 'no DAGs found'}")
+    return elapsed_ms, bag
+
+
+def write_twin(directory: Path, dag_id: str, task_count: int, params: dict[str, Any]) -> Path:
+    """Write the EmptyOperator twin of a DAG; its parse cost is the floor Airflow sets."""
+    path = directory / f"{dag_id}_twin{'_params' if params else ''}.py"
+    path.write_text(TWIN_TEMPLATE.format(dag_id=dag_id, task_count=task_count, params=params))
+    return path
+
+
+def alternating_hot_parses(paths: list[Path], repeats: int) -> list[float]:
+    """Median hot parse of each file, alternated so drift in machine load hits all alike."""
+    samples: list[list[float]] = [[] for _ in paths]
+    for _ in range(repeats):
+        for path, times in zip(paths, samples, strict=True):
+            times.append(timed_parse(path)[0])
+    return [statistics.median(times) for times in samples]
+
+
+def measure(path: Path, repeats: int) -> dict[str, Any]:
+    """All measurements for one DAG file; runs inside the fresh subprocess.
+
+    Forbidden imports are looked for among the modules the cold parse added to ``sys.modules``, so
+    whatever Airflow had imported on its own is not charged to the file.
+    """
+    pre_import_airflow_modules(path)
+    modules_before = set(sys.modules)
+    cold_ms, bag = timed_parse(path)
+    forbidden = forbidden_modules(set(sys.modules) - modules_before)
+    dag_ids = sorted(bag.dags)
+    task_count = sum(len(dag.tasks) for dag in bag.dags.values())
+    dag = bag.dags[dag_ids[0]]
+    params = {name: dag.params.get_param(name).dump() for name in dag.params}
+    with tempfile.TemporaryDirectory(prefix="parse-time-twin-") as tmp:
+        twin = write_twin(Path(tmp), dag_ids[0], task_count, params)
+        bare_twin = write_twin(Path(tmp), dag_ids[0], task_count, {})
+        pre_import_airflow_modules(twin)
+        twin_cold_ms = timed_parse(twin)[0]
+        timed_parse(bare_twin)
+        hot_ms, twin_hot_ms, bare_twin_hot_ms = alternating_hot_parses([path, twin, bare_twin], repeats)
+    return {
+        "dag_ids": dag_ids,
+        "tasks": task_count,
+        "cold_ms": cold_ms,
+        "hot_ms": hot_ms,
+        "twin_cold_ms": twin_cold_ms,
+        "twin_hot_ms": twin_hot_ms,
+        "hot_ratio": hot_ms / twin_hot_ms,
+        "bare_twin_hot_ms": bare_twin_hot_ms,
+        "hot_ratio_bare_twin": hot_ms / bare_twin_hot_ms,
+        "forbidden_imports": forbidden,
+    }
+
+
+def run_child(path: Path, repeats: int, result_path: Path) -> None:
+    """Subprocess entry point: pay the per-process imports, then measure one file."""
+    for name in PER_PROCESS_MODULES:
+        importlib.import_module(name)
+    result_path.write_text(json.dumps(measure(path, repeats)))
+
+
+def measure_in_subprocess(path: Path, repeats: int) -> dict[str, Any]:
+    """Measure one file in a fresh interpreter; the result comes back through a file, not stdout,
+    so anything the DAG prints cannot corrupt it."""
+    with tempfile.TemporaryDirectory(prefix="parse-time-") as tmp:
+        result_path = Path(tmp) / "result.json"
+        command = [sys.executable, __file__, "--measure", str(path), "--result", str(result_path)]
+        command += ["--repeats", str(repeats)]
+        relative = path.relative_to(PROJECT_ROOT).as_posix()
+        completed = subprocess.run(command, env=child_env(), cwd=PROJECT_ROOT, check=False)
+        if completed.returncode != 0:
+            raise SystemExit(f"measuring {relative} failed (exit {completed.returncode}), see above")
+        return {"file": relative, **json.loads(result_path.read_text())}
+
+
+def add_verdicts(result: dict[str, Any]) -> dict[str, Any]:
+    """Attach PASS/FAIL for each target, so the JSON output carries the same verdicts as the table."""
+    checks = {
+        f"cold <= {COLD_LIMIT_MS:.0f} ms": result["cold_ms"] <= COLD_LIMIT_MS,
+        f"hot <= {HOT_RATIO_LIMIT:g} x twin hot": result["hot_ratio"] <= HOT_RATIO_LIMIT,
+        "no forbidden imports": not result["forbidden_imports"],
+    }
+    return {**result, "checks": checks, "passed": all(checks.values())}
+
+
+def format_table(results: list[dict[str, Any]]) -> str:
+    """One row per DAG file, ratio column next to the two timings it comes from."""
+    header = (
+        f"{'DAG file':<32} {'tasks':>5} {'cold ms':>8} {'hot ms':>7} {'twin cold ms':>12} "
+        f"{'twin hot ms':>11} {'hot/twin':>8} {'hot/bare twin':>13}  forbidden imports"
+    )
+    rows = [
+        f"{result['file']:<32} {result['tasks']:>5} {result['cold_ms']:>8.1f} {result['hot_ms']:>7.2f} "
+        f"{result['twin_cold_ms']:>12.1f} {result['twin_hot_ms']:>11.2f} {result['hot_ratio']:>8.2f} "
+        f"{result['hot_ratio_bare_twin']:>13.2f}  {', '.join(result['forbidden_imports']) or 'none'}"
+        for result in results
+    ]
+    return "\n".join([header, "-" * len(header), *rows])
+
+
+def format_verdicts(results: list[dict[str, Any]]) -> str:
+    """PASS/FAIL per target per file, so a failure names the file and the target it missed."""
+    lines = []
+    for result in results:
+        lines.append(f"{result['file']}: {'PASS' if result['passed'] else 'FAIL'}")
+        lines.extend(f"  {'PASS' if ok else 'FAIL'}  {name}" for name, ok in result["checks"].items())
+    return "\n".join(lines)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command line; --measure and --result are the subprocess's own arguments, hidden from --help."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=20, help="hot parses per file (default 20)")
+    parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    parser.add_argument("--measure", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure every DAG file, print the table and verdicts; 1 when any target fails."""
+    args = parse_args(argv)
+    if args.measure is not None:
+        run_child(args.measure, args.repeats, args.result)
+        return 0
+    dag_files = sorted(DAGS_DIR.glob("*.py"))
+    results = [add_verdicts(measure_in_subprocess(path, args.repeats)) for path in dag_files]
+    print(format_table(results))
+    print()
+    print(format_verdicts(results))
+    if args.json is not None:
+        args.json.write_text(json.dumps({"repeats": args.repeats, "results": results}, indent=2) + "\n")
+    return 0 if all(result["passed"] for result in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
