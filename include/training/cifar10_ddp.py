@@ -18,14 +18,14 @@ import json
 import os
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
 import numpy as np
 import torch
 import torch.distributed as dist
+from atomic_io import write_atomically
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -197,18 +197,6 @@ def build_model() -> nn.Module:
         nn.ReLU(),
         nn.Linear(64, NUM_CLASSES),
     )
-
-
-def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write through a temporary sibling and rename it, so a crash never leaves a truncated file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def latest_checkpoint(out_dir: Path) -> Path | None:

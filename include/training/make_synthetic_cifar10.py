@@ -13,12 +13,10 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import numpy as np
+from atomic_io import write_atomically
 
 CLASSES = [
     "airplane",
@@ -96,17 +94,6 @@ def make_samples(
     noise = rng.normal(0.0, NOISE_STD, size=images.shape).astype(np.float32)
     images = (images - 128.0) * contrast + 128.0 + brightness + noise
     return np.clip(np.rint(images), 0, 255).astype(np.uint8), labels
-
-
-def write_atomically(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write through a temporary sibling and rename it, so readers never see a partial file."""
-    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    try:
-        with tmp.open("wb") as handle:
-            write(handle)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def write_npz(path: Path, images: np.ndarray, labels: np.ndarray) -> None:
