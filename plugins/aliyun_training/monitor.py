@@ -1,8 +1,8 @@
 """One polling step of a running job, shared by the trigger (deferred) and the operator (blocking).
 
 Both paths must report the same things: every status transition once, every new log line once,
-and on a failure the failing node's last lines. Keeping that here means the deferred and the
-blocking mode cannot drift apart.
+and on a failure the failing node's last lines plus the platform's evidence. The reporting lives
+here once; ``poll``/``apoll`` and ``outcome``/``aoutcome`` only differ in how they wait for I/O.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50
@@ -35,7 +35,37 @@ class JobMonitor:
 
     def poll(self) -> JobStatus:
         """Read the status once, log what changed and the new log lines, and return the status."""
-        status = self.backend.status(self.handle)
+        status = self._record(self.backend.status(self.handle))
+        while self._emit(self.backend.logs(self.handle, self.cursor)):
+            pass
+        return status
+
+    async def apoll(self) -> JobStatus:
+        status = self._record(await self.backend.astatus(self.handle))
+        while self._emit(await self.backend.alogs(self.handle, self.cursor)):
+            pass
+        return status
+
+    def outcome(self, status: JobStatus) -> dict[str, Any]:
+        """The JSON payload describing a finished job: what the operator turns into a result or error."""
+        if status.state is not JobState.FAILED:
+            return self._payload(status)
+        node = self._failed_node(status)
+        return self._payload(
+            status,
+            node,
+            self.backend.tail(self.handle, node, FAILURE_TAIL_LINES),
+            self.backend.failure_details(self.handle),
+        )
+
+    async def aoutcome(self, status: JobStatus) -> dict[str, Any]:
+        if status.state is not JobState.FAILED:
+            return self._payload(status)
+        node = self._failed_node(status)
+        tail = await self.backend.atail(self.handle, node, FAILURE_TAIL_LINES)
+        return self._payload(status, node, tail, await self.backend.afailure_details(self.handle))
+
+    def _record(self, status: JobStatus) -> JobStatus:
         if status.raw != self.last_raw_status:
             reason = f" ({status.reason})" if status.reason else ""
             self.log.info(
@@ -46,27 +76,31 @@ class JobMonitor:
                 reason,
             )
             self.last_raw_status = status.raw
-        self._forward_logs()
         return status
 
-    def _forward_logs(self) -> None:
-        while True:
-            chunk = self.backend.logs(self.handle, self.cursor)
-            self.cursor = chunk.cursor
-            for line in chunk.lines:
-                self.log.info("%s", line)
-            if not chunk.lines:
-                return
+    def _emit(self, chunk: LogChunk) -> bool:
+        """Log new lines and advance the cursor; False once there is nothing more to read."""
+        self.cursor = chunk.cursor
+        for line in chunk.lines:
+            self.log.info("%s", line)
+        return bool(chunk.lines)
 
-    def outcome(self, status: JobStatus) -> dict[str, Any]:
-        """The JSON payload describing a finished job: what the operator turns into a result or error."""
+    @staticmethod
+    def _failed_node(status: JobStatus) -> int:
+        return status.failed_node if status.failed_node is not None else 0
+
+    def _payload(
+        self,
+        status: JobStatus,
+        failed_node: int | None = None,
+        tail: list[str] | None = None,
+        details: list[str] | None = None,
+    ) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "status": "success" if status.state is JobState.SUCCEEDED else status.state.value,
             "handle": self.handle.model_dump(),
             "job_status": status.model_dump(mode="json"),
         }
-        if status.state is JobState.FAILED:
-            node = status.failed_node if status.failed_node is not None else 0
-            payload["failed_node"] = node
-            payload["tail"] = self.backend.tail(self.handle, node, FAILURE_TAIL_LINES)
+        if failed_node is not None:
+            payload.update(failed_node=failed_node, tail=tail or [], details=details or [])
         return payload

@@ -19,6 +19,10 @@ DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
 INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
+#: Set by DLC on Lingjun nodes to match the RDMA fabric; hand-set values select the wrong NICs.
+DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
+#: GPUs in one Lingjun node (8 x GPU bare-metal servers).
+LINGJUN_GPUS_PER_NODE = 8
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _DNS_LABEL_MAX = 63
@@ -43,6 +47,13 @@ class Framework(StrEnum):
     ELASTIC = "elastic"
 
 
+class ResourceType(StrEnum):
+    """Which DLC resources run the job: Lingjun (always through a quota) or ECS."""
+
+    LINGJUN = "lingjun"
+    ECS = "ecs"
+
+
 class SpecError(ValueError):
     """A spec or record failed validation; the message names every bad field and how to fix it."""
 
@@ -53,15 +64,25 @@ def _fix(text: str) -> dict[str, Any]:
 
 
 class DatasetMount(BaseModel):
-    """A staged dataset made visible to every node at ``mount_path``."""
+    """A staged dataset made visible to every node at ``mount_path``: a PAI dataset id or a URI."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    uri: Annotated[str, Field(min_length=1, json_schema_extra=_fix("give the staged dataset's URI or path"))]
+    uri: Annotated[str | None, Field(json_schema_extra=_fix("give the staged dataset's URI or path"))] = None
+    dataset_id: Annotated[str | None, Field(json_schema_extra=_fix("give a PAI dataset id, e.g. d-xxxx"))] = (
+        None
+    )
+    dataset_version: str | None = None
     mount_path: Annotated[
         str, Field(pattern=r"^/", json_schema_extra=_fix("use an absolute path such as /mnt/data"))
     ]
     read_only: bool = True
+
+    @model_validator(mode="after")
+    def _names_its_data(self) -> DatasetMount:
+        if not (self.uri or self.dataset_id):
+            raise ValueError("a dataset mount needs uri or dataset_id")
+        return self
 
 
 class TrainingJobSpec(BaseModel):
@@ -109,6 +130,20 @@ class TrainingJobSpec(BaseModel):
     timeout_minutes: Annotated[
         int, Field(ge=1, le=60 * 24 * 30, json_schema_extra=_fix("use 1 minute up to 30 days"))
     ] = 24 * 60
+    gpu_type: Annotated[
+        str | None, Field(json_schema_extra=_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
+    ] = None
+    resource_type: Annotated[ResourceType, Field(json_schema_extra=_fix("use lingjun or ecs"))] = (
+        ResourceType.ECS
+    )
+    quota_id: Annotated[
+        str | None, Field(json_schema_extra=_fix("give the resource quota id (ResourceId), e.g. quota1xxxx"))
+    ] = None
+    ecs_spec: Annotated[
+        str | None, Field(json_schema_extra=_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge"))
+    ] = None
+    rdma: bool = False
+    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=_fix("use a priority from 1 to 9"))] = 1
 
     @field_validator("env")
     @classmethod
@@ -133,7 +168,35 @@ class TrainingJobSpec(BaseModel):
             )
         if self.backend is not Backend.LOCAL and not self.image:
             raise ValueError(f"image: the {self.backend.value} backend needs a container image; set image")
+        if self.backend is Backend.DLC:
+            self._check_dlc()
         return self
+
+    def _check_dlc(self) -> None:
+        """Rules PAI-DLC enforces only after minutes in a queue, checked before anything is sent."""
+        network = sorted(name for name in self.env if name.startswith(DLC_NETWORK_ENV_PREFIXES))
+        if network:
+            raise ValueError(
+                f"env: {network} are set by DLC on every node to match the RDMA network; remove them "
+                "(hand-set values pick the wrong NICs and NCCL falls back to TCP)"
+            )
+        if self.resource_type is ResourceType.LINGJUN and not self.quota_id:
+            raise ValueError(
+                "quota_id: Lingjun resources are only usable through a resource quota; set quota_id "
+                "to the quota's id (PAI console, Resource Quota)"
+            )
+        if self.resource_type is ResourceType.LINGJUN and self.gpus_per_node > LINGJUN_GPUS_PER_NODE:
+            raise ValueError(
+                f"gpus_per_node: a Lingjun node has {LINGJUN_GPUS_PER_NODE} GPUs, not {self.gpus_per_node}; "
+                "use more nodes instead"
+            )
+        if not self.quota_id and not self.ecs_spec:
+            raise ValueError("ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec")
+        if self.quota_id and self.gpus_per_node and not self.gpu_type:
+            raise ValueError(
+                f"gpu_type: {self.gpus_per_node} GPUs per node requested from quota {self.quota_id} without "
+                "a GPU type; set gpu_type to the quota's GPU model"
+            )
 
     @property
     def procs_per_node(self) -> int:
@@ -192,6 +255,10 @@ class JobResult(BaseModel):
     gpu_hours: float = 0.0
     console_url: str | None = None
     output_uri: str | None = None
+    #: Platform phases the job went through ({"status", "phase", "start", "end", "seconds"}).
+    status_history: list[dict[str, Any]] = Field(default_factory=list)
+    #: Seconds spent per phase: queuing, preparing, running, ...
+    phase_seconds: dict[str, float] = Field(default_factory=dict)
 
 
 class ArtifactSet(BaseModel):

@@ -8,7 +8,7 @@ from aliyun_training.backends.base import TrainingBackend
 from aliyun_training.spec import Backend, SpecError
 
 #: Backends that are implemented; the DAG's trigger form offers exactly these.
-IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL,)
+IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL, Backend.DLC)
 
 
 def get_backend(name: str, config: dict[str, Any] | None = None) -> TrainingBackend:
@@ -17,5 +17,9 @@ def get_backend(name: str, config: dict[str, Any] | None = None) -> TrainingBack
         from aliyun_training.backends.local import LocalBackend
 
         return LocalBackend(**(config or {}))
+    if name == Backend.DLC:
+        from aliyun_training.backends.dlc import DlcBackend
+
+        return DlcBackend(**(config or {}))
     offered = ", ".join(b.value for b in IMPLEMENTED_BACKENDS)
     raise SpecError(f"backend: {name!r} is not available in this installation (fix: use one of: {offered})")

@@ -7,6 +7,7 @@ boundaries: task_state_store, trigger kwargs and XCom.
 
 from __future__ import annotations
 
+import asyncio
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -55,6 +56,8 @@ class JobStatus(BaseModel):
     finished: str | None = None
     failed_node: int | None = None
     exit_code: int | None = None
+    #: Phases the job went through: [{"status", "start", "end", "seconds"}], oldest first.
+    history: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class LogChunk(BaseModel):
@@ -67,7 +70,7 @@ class LogChunk(BaseModel):
 
 
 class TrainingBackend(Protocol):
-    """Where a job runs. Implementations are synchronous; triggers call them off the event loop."""
+    """Where a job runs. Each call has an ``a``-prefixed async twin that the trigger awaits."""
 
     name: str
 
@@ -93,8 +96,40 @@ class TrainingBackend(Protocol):
     def stop(self, handle: JobHandle) -> None:
         """Stop the job and every process or pod it started; a no-op on a finished job."""
 
+    def failure_details(self, handle: JobHandle) -> list[str]:
+        """Platform evidence for a failed job (events, health checks), for the task error."""
+
+    async def astatus(self, handle: JobHandle) -> JobStatus: ...
+
+    async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk: ...
+
+    async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]: ...
+
+    async def astop(self, handle: JobHandle) -> None: ...
+
+    async def afailure_details(self, handle: JobHandle) -> list[str]: ...
+
     def output_uri(self, handle: JobHandle) -> str | None:
         """Where the job wrote its checkpoints and metrics, if the backend knows."""
 
     def console_url(self, handle: JobHandle) -> str | None:
         """A link to the job in the platform's console, if it has one."""
+
+
+class OffloadedAsyncMixin:
+    """Async twins for a backend whose calls block (files, processes): run them in a worker thread."""
+
+    async def astatus(self, handle: JobHandle) -> JobStatus:
+        return await asyncio.to_thread(self.status, handle)  # type: ignore[attr-defined]
+
+    async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        return await asyncio.to_thread(self.logs, handle, cursor)  # type: ignore[attr-defined]
+
+    async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        return await asyncio.to_thread(self.tail, handle, node, lines)  # type: ignore[attr-defined]
+
+    async def astop(self, handle: JobHandle) -> None:
+        await asyncio.to_thread(self.stop, handle)  # type: ignore[attr-defined]
+
+    async def afailure_details(self, handle: JobHandle) -> list[str]:
+        return await asyncio.to_thread(self.failure_details, handle)  # type: ignore[attr-defined]

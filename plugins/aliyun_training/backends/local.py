@@ -38,7 +38,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, OffloadedAsyncMixin
 from aliyun_training.backends.local_node import (
     HEARTBEAT_SECONDS,
     JOB_MARKER_VAR,
@@ -92,7 +92,7 @@ def _describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
-class LocalBackend:
+class LocalBackend(OffloadedAsyncMixin):
     """Jobs as process trees on this machine, with their state kept in a run directory."""
 
     name = "local"
@@ -354,3 +354,7 @@ class LocalBackend:
 
     def console_url(self, handle: JobHandle) -> str | None:
         return None
+
+    def failure_details(self, handle: JobHandle) -> list[str]:
+        """Local jobs have no platform events: the failing node's log tail says it all."""
+        return []

@@ -17,6 +17,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import JobMonitor
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobResult, SpecError, TrainingJobSpec, job_name
@@ -42,6 +43,7 @@ class TrainingJobOperator(BaseOperator):
 
     template_fields = ("spec", "backend_config", "output_root")
     ui_color = "#ff6a00"
+    operator_extra_links = (TrainingJobConsoleLink(),)
 
     def __init__(
         self,
@@ -67,6 +69,7 @@ class TrainingJobOperator(BaseOperator):
         spec, backend, name = self._prepare(context)
         handle = self._attach_or_submit(backend, spec, name, context)
         context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
+        TrainingJobConsoleLink().persist(context, backend.console_url(handle))
         monitor = JobMonitor(backend, handle, self.log)
         status = monitor.poll()
         remaining = self._remaining(spec, status)
@@ -198,8 +201,9 @@ class TrainingJobOperator(BaseOperator):
         status = JobStatus.model_validate(event["job_status"])
         if event["status"] == "failed":
             tail = "\n".join(f"    {line}" for line in event.get("tail", []))
+            details = "".join(f"\n  {line}" for line in event.get("details", []))
             raise AirflowException(
-                f"Training job {handle.job_id} failed: {status.reason}.\n"
+                f"Training job {handle.job_id} failed: {status.reason}.{details}\n"
                 f"Last log lines of node {event['failed_node']}:\n{tail}"
             )
         if event["status"] != "success":
@@ -210,6 +214,12 @@ class TrainingJobOperator(BaseOperator):
         self, spec: TrainingJobSpec, backend: TrainingBackend, handle: JobHandle, status: JobStatus
     ) -> JobResult:
         wall = 0.0
+        phase_seconds: dict[str, float] = {}
+        for item in status.history:
+            if item.get("seconds") is not None:
+                phase_seconds[item["phase"]] = round(
+                    phase_seconds.get(item["phase"], 0.0) + item["seconds"], 3
+                )
         if status.started and status.finished:
             wall = (
                 datetime.fromisoformat(status.finished) - datetime.fromisoformat(status.started)
@@ -227,4 +237,6 @@ class TrainingJobOperator(BaseOperator):
             gpu_hours=round(spec.nodes * spec.gpus_per_node * wall / 3600, 6),
             console_url=backend.console_url(handle),
             output_uri=backend.output_uri(handle),
+            status_history=status.history,
+            phase_seconds=phase_seconds,
         )

@@ -65,10 +65,9 @@ class TrainingJobTrigger(BaseTrigger):
                 last_raw_status=self.last_raw_status,
             )
             while True:
-                status = await asyncio.to_thread(monitor.poll)
+                status = await monitor.apoll()
                 if status.state.is_terminal:
-                    outcome = await asyncio.to_thread(monitor.outcome, status)
-                    yield TriggerEvent(outcome)
+                    yield TriggerEvent(await monitor.aoutcome(status))
                     return
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
@@ -81,4 +80,4 @@ class TrainingJobTrigger(BaseTrigger):
         """The user killed the deferred task: stop the job and every process or pod it started."""
         handle = self._job_handle()
         self.log.info("Task was killed while deferred: stopping job %s", handle.job_id)
-        await asyncio.to_thread(get_backend(self.backend, self.backend_config).stop, handle)
+        await get_backend(self.backend, self.backend_config).astop(handle)

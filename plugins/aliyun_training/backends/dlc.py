@@ -1,0 +1,455 @@
+"""Run a ``TrainingJobSpec`` as a PAI-DLC job (Lingjun or ECS resources) through the real SDK.
+
+The spec's command is the torchrun line the local backend runs: DLC injects MASTER_ADDR,
+MASTER_PORT, WORLD_SIZE (nodes) and RANK (node index), and on Lingjun the NCCL_IB_* variables.
+The deterministic job name is the DisplayName (and a tag), so ``find`` reattaches through ListJobs;
+CreateJob has no idempotency token, so a CreateJob retried after a lost response first looks the
+job up by name instead of creating a second one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.hooks.dlc import DlcHook
+from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
+
+log = logging.getLogger(__name__)
+
+#: Every job status DLC documents, mapped onto the backend-independent states. ``*Reserving`` jobs
+#: have finished; DLC only keeps their nodes for debugging, so the task need not wait for that.
+DLC_STATES: dict[str, JobState] = {
+    "Creating": JobState.PENDING,
+    "Queuing": JobState.PENDING,
+    "Bidding": JobState.PENDING,
+    "EnvPreparing": JobState.PENDING,
+    "SanityChecking": JobState.PENDING,
+    "Running": JobState.RUNNING,
+    "Restarting": JobState.RUNNING,
+    "Stopping": JobState.RUNNING,
+    "SucceededReserving": JobState.SUCCEEDED,
+    "Succeeded": JobState.SUCCEEDED,
+    "FailedReserving": JobState.FAILED,
+    "Failed": JobState.FAILED,
+    "Stopped": JobState.STOPPED,
+}
+JOB_TYPES = {
+    Framework.PYTORCH: "PyTorchJob",
+    Framework.TENSORFLOW: "TFJob",
+    Framework.MPI: "MPIJob",
+    Framework.ELASTIC: "ElasticBatchJob",
+}
+NAME_TAG = "airflow-job-name"
+#: How DLC statuses add up to the phases a run report shows.
+PHASES = {
+    "Creating": "queuing",
+    "Queuing": "queuing",
+    "Bidding": "queuing",
+    "EnvPreparing": "preparing",
+    "SanityChecking": "preparing",
+    "Running": "running",
+    "Restarting": "running",
+}
+#: How many recent platform events a failure message shows.
+FAILURE_EVENTS = 20
+#: Statuses in which the job's pods exist and have written logs.
+LOGGING_STATUSES = frozenset(
+    {
+        "Running",
+        "Restarting",
+        "Stopping",
+        "SucceededReserving",
+        "FailedReserving",
+        "Succeeded",
+        "Failed",
+        "Stopped",
+    }
+)
+#: Each log poll re-reads this many seconds before the previous one (clock skew between us and DLC);
+#: the re-read lines are recognised against the last lines seen and dropped.
+LOG_OVERLAP_SECONDS = 2.0
+#: Lines kept in the cursor to recognise re-read lines.
+LOG_MEMORY_LINES = 100
+
+
+def roles(spec: TrainingJobSpec) -> list[tuple[str, int, bool]]:
+    """(JobSpecs Type, PodCount, gets GPUs) per role: how ``nodes`` become DLC replicas."""
+    if spec.framework is Framework.PYTORCH:
+        workers = [("Worker", spec.nodes - 1, True)] if spec.nodes > 1 else []
+        return [("Master", 1, True), *workers]
+    if spec.framework is Framework.MPI:
+        return [("Launcher", 1, False), ("Worker", spec.nodes, True)]
+    return [("Worker", spec.nodes, True)]
+
+
+class DlcBackend:
+    """Jobs on PAI-DLC. Sync calls serve the worker; ``a*`` calls use the SDK's ``*_async`` methods."""
+
+    name = "dlc"
+
+    def __init__(
+        self,
+        conn_id: str = "alibaba_cloud_default",
+        workspace_id: str | None = None,
+        vpc: dict[str, str] | None = None,
+        image_registry_conn_id: str | None = None,
+        region: str | None = None,
+        log_lines_per_poll: int = 500,
+    ) -> None:
+        self.conn_id = conn_id
+        self.workspace_id = workspace_id
+        self.vpc = vpc
+        self.image_registry_conn_id = image_registry_conn_id
+        self.region = region
+        self.log_lines_per_poll = log_lines_per_poll
+        self.hook = DlcHook(conn_id, region=region)
+        self._pods: dict[str, list[str]] = {}
+        self._started: dict[str, str | None] = {}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {
+            "conn_id": self.conn_id,
+            "workspace_id": self.workspace_id,
+            "vpc": self.vpc,
+            "image_registry_conn_id": self.image_registry_conn_id,
+            "region": self.region,
+            "log_lines_per_poll": self.log_lines_per_poll,
+        }
+
+    # -- request ---------------------------------------------------------------------------------
+
+    def create_request(self, spec: TrainingJobSpec, name: str) -> Any:
+        """The CreateJob request for ``spec``; built with the SDK's own models."""
+        from alibabacloud_pai_dlc20201203 import models
+
+        image_config = self._image_config()
+        job_specs = []
+        for role, pods, gpus in roles(spec):
+            resources = (
+                models.ResourceConfig(
+                    cpu=str(spec.cpu),
+                    gpu=str(spec.gpus_per_node if gpus else 0),
+                    gputype=spec.gpu_type if gpus and spec.gpus_per_node else None,
+                    memory=f"{spec.memory_gib}Gi",
+                    shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib else None,
+                )
+                if spec.quota_id
+                else None
+            )
+            job_specs.append(
+                models.JobSpec(
+                    type=role,
+                    image=spec.image,
+                    pod_count=pods,
+                    resource_config=resources,
+                    ecs_spec=None if spec.quota_id else spec.ecs_spec,
+                    image_config=image_config,
+                )
+            )
+        envs = {**spec.env, **({"OUTPUT_DIR": spec.output_dir} if spec.output_dir else {})}
+        command = f"cd {spec.working_dir} && {spec.command}" if spec.working_dir else spec.command
+        return models.CreateJobRequest(
+            display_name=name,
+            job_type=JOB_TYPES[spec.framework],
+            job_specs=job_specs,
+            user_command=command,
+            resource_id=spec.quota_id,
+            workspace_id=self.workspace_id,
+            envs=envs or None,
+            data_sources=[
+                models.CreateJobRequestDataSources(
+                    data_source_id=mount.dataset_id,
+                    data_source_version=mount.dataset_version,
+                    uri=None if mount.dataset_id else mount.uri,
+                    mount_path=mount.mount_path,
+                    mount_access="RO" if mount.read_only else "RW",
+                )
+                for mount in spec.datasets
+            ]
+            or None,
+            user_vpc=models.CreateJobRequestUserVpc(
+                vpc_id=self.vpc["vpc_id"],
+                switch_id=self.vpc["switch_id"],
+                security_group_id=self.vpc["security_group_id"],
+            )
+            if self.vpc
+            else None,
+            settings=models.JobSettings(enable_rdma=spec.rdma or None, tags={NAME_TAG: name}),
+            job_max_running_time_minutes=spec.timeout_minutes,
+            priority=spec.priority,
+        )
+
+    def _image_config(self) -> Any:
+        """Private-registry credentials from an Airflow connection (host, login, password)."""
+        if not self.image_registry_conn_id:
+            return None
+        from airflow.sdk.log import mask_secret
+        from alibabacloud_pai_dlc20201203 import models
+
+        registry = self.hook.get_connection(self.image_registry_conn_id)
+        if not (registry.host and registry.login and registry.password):
+            raise SpecError(
+                f"image_registry_conn_id: connection {self.image_registry_conn_id} needs host "
+                "(the registry), login and password"
+            )
+        mask_secret(registry.password, "registry_password")
+        return models.ImageConfig(
+            docker_registry=registry.host, username=registry.login, password=registry.password
+        )
+
+    # -- submit and find -------------------------------------------------------------------------
+
+    def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
+        """CreateJob once: a retry after a lost response first looks for the job it may have made."""
+        request = self.create_request(spec, name)
+        attempts = 0
+
+        def create() -> str:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1 and (made := self._find_active(name)) is not None:
+                log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
+                return made.job_id
+            return self.hook.dlc.create_job(request).body.job_id
+
+        return JobHandle(backend=self.name, job_id=self.hook.call("CreateJob", create), name=name)
+
+    def find(self, name: str) -> JobHandle | None:
+        from alibabacloud_pai_dlc20201203 import models
+
+        request = models.ListJobsRequest(
+            display_name=name,
+            workspace_id=self.workspace_id,
+            sort_by="GmtCreateTime",
+            order="desc",
+            page_size=20,
+        )
+        jobs = self.hook.call("ListJobs", lambda: self.hook.dlc.list_jobs(request)).body.jobs or []
+        newest = next((job for job in jobs if job.display_name == name), None)
+        return JobHandle(backend=self.name, job_id=newest.job_id, name=name) if newest else None
+
+    def _find_active(self, name: str) -> JobHandle | None:
+        found = self.find(name)
+        if found is None or self.status(found).state.is_terminal:
+            return None
+        return found
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        return self._interpret(
+            handle, self.hook.call("GetJob", lambda: self.hook.dlc.get_job(handle.job_id, _get_job()))
+        )
+
+    async def astatus(self, handle: JobHandle) -> JobStatus:
+        await self.hook.aload()
+        response = await self.hook.acall(
+            "GetJob", lambda: self.hook.dlc.get_job_async(handle.job_id, _get_job())
+        )
+        return self._interpret(handle, response)
+
+    def _interpret(self, handle: JobHandle, response: Any) -> JobStatus:
+        job = response.body
+        state = DLC_STATES.get(job.status)
+        if state is None:
+            log.warning(
+                "Job %s reports status %r, unknown to this backend: treating it as running",
+                handle.job_id,
+                job.status,
+            )
+            state = JobState.RUNNING
+        pods = sorted(
+            job.pods or [], key=lambda pod: (pod.type != "Master", pod.type == "Worker", pod.pod_id)
+        )
+        self._pods[handle.job_id] = [pod.pod_id for pod in pods] if job.status in LOGGING_STATUSES else []
+        self._started[handle.job_id] = job.gmt_running_time
+        failed = next((rank for rank, pod in enumerate(pods) if pod.status == "Failed"), None)
+        reason = ": ".join(part for part in (job.reason_code, job.reason_message) if part)
+        return JobStatus(
+            state=state,
+            raw=job.status,
+            reason=reason if state in (JobState.FAILED, JobState.STOPPED) else "",
+            started=_iso(job.gmt_running_time or job.gmt_create_time),
+            finished=_iso(job.gmt_finish_time) if state.is_terminal else None,
+            failed_node=failed,
+            history=[_phase(item) for item in job.status_history or []],
+        )
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        """New lines of the master pod since ``cursor``: none twice, at most ``log_lines_per_poll``.
+
+        DLC returns log lines without times, filtered by StartTime. Each poll asks from a little
+        before the previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already seen.
+        """
+        plan = self._log_plan(handle, cursor)
+        if plan is None:
+            return LogChunk(cursor=cursor or {})
+        pod, request, asked_at = plan
+        return self._log_chunk(handle, cursor, self._pod_logs(handle, pod, request), asked_at)
+
+    async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        plan = self._log_plan(handle, cursor)
+        if plan is None:
+            return LogChunk(cursor=cursor or {})
+        pod, request, asked_at = plan
+        return self._log_chunk(handle, cursor, await self._apod_logs(handle, pod, request), asked_at)
+
+    def _log_plan(self, handle: JobHandle, cursor: dict[str, Any] | None) -> tuple[str, Any, float] | None:
+        """The master pod and this poll's GetPodLogs request; None while no pod has logs yet."""
+        pod = self._pod(handle, 0)
+        if pod is None:
+            return None
+        since = (cursor or {}).get("since") or self._started.get(handle.job_id)
+        return pod, _logs_request(max_lines=self.log_lines_per_poll, start_time=since), time.time()
+
+    def _log_chunk(
+        self, handle: JobHandle, cursor: dict[str, Any] | None, fetched: list[str], asked_at: float
+    ) -> LogChunk:
+        seen = list((cursor or {}).get("recent", []))
+        new = _unseen(seen, fetched)
+        if len(fetched) >= self.log_lines_per_poll:
+            log.warning(
+                "Job %s wrote more than %d log lines since the last poll; some may be missing here "
+                "(the console has the full log)",
+                handle.job_id,
+                self.log_lines_per_poll,
+            )
+        since = datetime.fromtimestamp(asked_at - LOG_OVERLAP_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return LogChunk(lines=new, cursor={"since": since, "recent": (seen + new)[-LOG_MEMORY_LINES:]})
+
+    def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        pod = self._pod(handle, node)
+        if pod is None:
+            return []
+        return self._pod_logs(handle, pod, _logs_request(max_lines=lines))
+
+    async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        pod = self._pod(handle, node)
+        if pod is None:
+            return []
+        return await self._apod_logs(handle, pod, _logs_request(max_lines=lines))
+
+    def _pod(self, handle: JobHandle, node: int) -> str | None:
+        pods = self._pods.get(handle.job_id) or []
+        return pods[node] if node < len(pods) else None
+
+    def _pod_logs(self, handle: JobHandle, pod: str, request: Any) -> list[str]:
+        response = self.hook.call(
+            "GetPodLogs", lambda: self.hook.dlc.get_pod_logs(handle.job_id, pod, request)
+        )
+        return list(response.body.logs or [])
+
+    async def _apod_logs(self, handle: JobHandle, pod: str, request: Any) -> list[str]:
+        await self.hook.aload()
+        response = await self.hook.acall(
+            "GetPodLogs", lambda: self.hook.dlc.get_pod_logs_async(handle.job_id, pod, request)
+        )
+        return list(response.body.logs or [])
+
+    # -- failure evidence ------------------------------------------------------------------------
+
+    def failure_details(self, handle: JobHandle) -> list[str]:
+        from alibabacloud_pai_dlc20201203 import models
+
+        events = self.hook.call(
+            "GetJobEvents",
+            lambda: self.hook.dlc.get_job_events(
+                handle.job_id, models.GetJobEventsRequest(max_events_num=FAILURE_EVENTS)
+            ),
+        )
+        checks = self.hook.call(
+            "ListJobSanityCheckResults",
+            lambda: self.hook.dlc.list_job_sanity_check_results(
+                handle.job_id, models.ListJobSanityCheckResultsRequest()
+            ),
+        )
+        return _describe_failure(events.body, checks.body)
+
+    async def afailure_details(self, handle: JobHandle) -> list[str]:
+        from alibabacloud_pai_dlc20201203 import models
+
+        await self.hook.aload()
+        events = await self.hook.acall(
+            "GetJobEvents",
+            lambda: self.hook.dlc.get_job_events_async(
+                handle.job_id, models.GetJobEventsRequest(max_events_num=FAILURE_EVENTS)
+            ),
+        )
+        checks = await self.hook.acall(
+            "ListJobSanityCheckResults",
+            lambda: self.hook.dlc.list_job_sanity_check_results_async(
+                handle.job_id, models.ListJobSanityCheckResultsRequest()
+            ),
+        )
+        return _describe_failure(events.body, checks.body)
+
+    # -- stop and links --------------------------------------------------------------------------
+
+    def stop(self, handle: JobHandle) -> None:
+        self.hook.call("StopJob", lambda: self.hook.dlc.stop_job(handle.job_id))
+
+    async def astop(self, handle: JobHandle) -> None:
+        await self.hook.aload()
+        await self.hook.acall("StopJob", lambda: self.hook.dlc.stop_job_async(handle.job_id))
+
+    def output_uri(self, handle: JobHandle) -> str | None:
+        job = self.hook.call("GetJob", lambda: self.hook.dlc.get_job(handle.job_id, _get_job())).body
+        return (job.envs or {}).get("OUTPUT_DIR")
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return self.hook.console_url(handle.job_id, self.workspace_id)
+
+
+def _get_job() -> Any:
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.GetJobRequest(need_detail=True)
+
+
+def _logs_request(**fields: Any) -> Any:
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.GetPodLogsRequest(**fields)
+
+
+def _unseen(seen: list[str], fetched: list[str]) -> list[str]:
+    """``fetched`` without its leading lines that repeat the end of ``seen`` (the overlap re-read)."""
+    for overlap in range(min(len(seen), len(fetched)), 0, -1):
+        if seen[-overlap:] == fetched[:overlap]:
+            return fetched[overlap:]
+    return fetched
+
+
+def _iso(value: str | None) -> str | None:
+    """DLC times (``2026-11-30T12:00:00Z``) as ISO 8601 with an explicit offset."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).isoformat() if value else None
+
+
+def _phase(item: Any) -> dict[str, Any]:
+    start, end = _iso(item.start_time), _iso(item.end_time)
+    seconds = (
+        (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds()
+        if start and end
+        else None
+    )
+    phase = PHASES.get(item.status, item.status.lower())
+    return {"status": item.status, "phase": phase, "start": start, "end": end, "seconds": seconds}
+
+
+def _describe_failure(events: Any, checks: Any) -> list[str]:
+    """Job events, then failed sanity checks, as lines for the task error."""
+    lines = [f"event: {event}" for event in (events.events or [])[-FAILURE_EVENTS:]]
+    for round_ in checks.sanity_check_results or []:
+        for check in round_:
+            if check.status not in ("Succeeded", "Passed"):
+                lines.append(
+                    f"sanity check #{check.check_number} {check.phase}: {check.status} {check.message}"
+                )
+    return lines

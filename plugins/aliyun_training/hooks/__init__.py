@@ -1,0 +1,1 @@
+"""One hook per Alibaba Cloud client: credentials, endpoints, retries and state sets."""

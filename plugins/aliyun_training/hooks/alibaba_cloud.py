@@ -1,0 +1,223 @@
+"""The ``alibaba_cloud`` connection: credentials, endpoints and the one client factory for every SDK.
+
+Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``access_key_secret``):
+
+- ``access_key_id``, ``access_key_secret``: an AccessKey pair (a RAM user's, ideally);
+- ``security_token``: with the pair, a fixed STS token (it cannot be renewed; prefer ``role_arn``);
+- ``role_arn`` (+ ``role_session_name``, ``role_duration_seconds``): assume this RAM role through STS
+  with the pair, or with the default chain when there is no pair; renewed during long waits;
+- ``region``: e.g. ``cn-wulanchabu``;
+- ``protocol``: ``https`` (default) or ``http``;
+- ``endpoints``: service -> ``host[:port]`` for VPC endpoints or emulators; services are ``dlc``,
+  ``paistudio``, ``aiworkspace``, ``vpc``, ``ecs``, ``nas``, ``cr``, ``oss``, ``sts``, ``ram``;
+- ``retry``: ``{"max_attempts": 8, "base_delay": 0.5, "max_delay": 20}``;
+- ``connect_timeout_ms``, ``read_timeout_ms``.
+
+Without a key pair the alibabacloud-credentials default chain applies (environment variables,
+ECS instance RAM role, OIDC role on ACK). Secrets are registered with Airflow's secret masker as
+soon as they are read or issued, so they never reach task logs, XCom or error messages.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Any
+
+from airflow.sdk import BaseHook
+
+from aliyun_training.hooks.retry import RetryPolicy
+
+SERVICES = ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "oss", "sts", "ram")
+_SECRET_EXTRAS = ("access_key_secret", "security_token")
+
+
+class AlibabaCloudConnectionError(ValueError):
+    """The connection's extras are unusable; the message names the extra and the fix."""
+
+
+class AlibabaCloudHook(BaseHook):
+    """Credentials and SDK clients for one ``alibaba_cloud`` connection."""
+
+    conn_name_attr = "alibaba_cloud_conn_id"
+    default_conn_name = "alibaba_cloud_default"
+    conn_type = "alibaba_cloud"
+    hook_name = "Alibaba Cloud"
+
+    def __init__(self, alibaba_cloud_conn_id: str = default_conn_name, region: str | None = None) -> None:
+        super().__init__()
+        self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
+        self._region_override = region
+        self._extras: dict[str, Any] | None = None
+        self._credential_client: Any = None
+        self._provider: Any = None
+        self._clients: dict[str, Any] = {}
+
+    @classmethod
+    def get_ui_field_behaviour(cls) -> dict[str, Any]:
+        return {
+            "hidden_fields": ["host", "schema", "port", "login", "password"],
+            "relabeling": {},
+            "placeholders": {
+                "extra": '{"access_key_id": "...", "access_key_secret": "...", "region": "cn-wulanchabu", '
+                '"role_arn": "acs:ram::<uid>:role/<role>", '
+                '"endpoints": {"dlc": "pai-dlc-vpc.cn-wulanchabu.aliyuncs.com"}}'
+            },
+        }
+
+    # -- connection ------------------------------------------------------------------------------
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        if self._extras is None:
+            self.load_extras(self.get_connection(self.alibaba_cloud_conn_id).extra_dejson)
+        return self._extras  # type: ignore[return-value]
+
+    async def aload(self) -> None:
+        """Read the connection without blocking the event loop (triggers call this first)."""
+        if self._extras is None:
+            connection = await self.aget_connection(self.alibaba_cloud_conn_id)
+            self.load_extras(connection.extra_dejson)
+
+    def load_extras(self, extras: dict[str, Any]) -> None:
+        """Validate and keep the extras; register their secrets with the masker first."""
+        from airflow.sdk.log import mask_secret
+
+        for name in _SECRET_EXTRAS:
+            if extras.get(name):
+                mask_secret(extras[name], name)
+        if bool(extras.get("access_key_id")) != bool(extras.get("access_key_secret")):
+            raise AlibabaCloudConnectionError(
+                f"connection {self.alibaba_cloud_conn_id}: access_key_id and access_key_secret go together "
+                "(fix: set both, or neither to use the default credential chain)"
+            )
+        if extras.get("security_token") and not extras.get("access_key_id"):
+            raise AlibabaCloudConnectionError(
+                f"connection {self.alibaba_cloud_conn_id}: security_token needs access_key_id and "
+                "access_key_secret (fix: set the STS AccessKey pair that was issued with the token)"
+            )
+        unknown = sorted(set(extras.get("endpoints") or {}) - set(SERVICES))
+        if unknown:
+            raise AlibabaCloudConnectionError(
+                f"connection {self.alibaba_cloud_conn_id}: endpoints has unknown services {unknown} "
+                f"(fix: use any of {', '.join(SERVICES)})"
+            )
+        if extras.get("protocol", "https") not in ("http", "https"):
+            raise AlibabaCloudConnectionError(
+                f"connection {self.alibaba_cloud_conn_id}: protocol must be http or https"
+            )
+        self._extras = extras
+
+    @property
+    def region(self) -> str:
+        region = self._region_override or self.extras.get("region")
+        if not region:
+            raise AlibabaCloudConnectionError(
+                f"connection {self.alibaba_cloud_conn_id}: no region (fix: set the extra region, "
+                "e.g. cn-wulanchabu)"
+            )
+        return region
+
+    @cached_property
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy.from_extras(self.extras)
+
+    # -- credentials -----------------------------------------------------------------------------
+
+    def credential_client(self) -> Any:
+        """One credentials client per hook, shared by all its SDK clients (so one refresh serves all)."""
+        if self._credential_client is None:
+            from alibabacloud_credentials.client import Client as CredentialClient
+
+            self._provider = self._credentials_provider()
+            self._credential_client = CredentialClient(provider=self._provider)
+        return self._credential_client
+
+    def _credentials_provider(self) -> Any:
+        from alibabacloud_credentials.provider import (
+            DefaultCredentialsProvider,
+            StaticAKCredentialsProvider,
+            StaticSTSCredentialsProvider,
+        )
+
+        extras = self.extras
+        if extras.get("security_token"):
+            base: Any = StaticSTSCredentialsProvider(
+                access_key_id=extras["access_key_id"],
+                access_key_secret=extras["access_key_secret"],
+                security_token=extras["security_token"],
+            )
+        elif extras.get("access_key_id"):
+            base = StaticAKCredentialsProvider(
+                access_key_id=extras["access_key_id"], access_key_secret=extras["access_key_secret"]
+            )
+        else:
+            base = DefaultCredentialsProvider()
+        if not extras.get("role_arn"):
+            return base
+        from alibabacloud_credentials.client import Client as CredentialClient
+
+        from aliyun_training.hooks.credentials import AssumeRoleCredentialsProvider
+
+        base_client = CredentialClient(provider=base)
+        return AssumeRoleCredentialsProvider(
+            sts_client_factory=lambda: self._build_client("sts", base_client),
+            role_arn=extras["role_arn"],
+            session_name=extras.get("role_session_name", "airflow-aliyun-training"),
+            duration_seconds=int(extras.get("role_duration_seconds", 3600)),
+            on_new_credentials=_mask_issued,
+        )
+
+    def refresh_credentials(self) -> None:
+        """Drop a cached STS token after a service rejected it; the next call fetches a new one.
+
+        Only an assumed role can be renewed; a fixed ``security_token`` extra cannot, and its expiry
+        surfaces as the API error with a hint in ``AlibabaCloudApiError``.
+        """
+        if hasattr(self._provider, "invalidate"):
+            self._provider.invalidate()
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def client(self, service: str) -> Any:
+        """The SDK client for ``service``, created once per hook with this connection's settings."""
+        if service not in self._clients:
+            self._clients[service] = self._build_client(service, self.credential_client())
+        return self._clients[service]
+
+    def _build_client(self, service: str, credential: Any) -> Any:
+        from alibabacloud_tea_openapi.utils_models import Config
+
+        config = Config(
+            credential=credential,
+            region_id=self.region,
+            protocol=self.extras.get("protocol", "https"),
+            endpoint=(self.extras.get("endpoints") or {}).get(service),
+            connect_timeout=int(self.extras.get("connect_timeout_ms", 5000)),
+            read_timeout=int(self.extras.get("read_timeout_ms", 10000)),
+        )
+        return _client_class(service)(config)
+
+    def call(self, action: str, fn: Any) -> Any:
+        """Run one SDK call under the retry policy (refreshing an expired STS token once)."""
+        return self.retry_policy.call(action, fn, refresh=self.refresh_credentials)
+
+    async def acall(self, action: str, fn: Any) -> Any:
+        return await self.retry_policy.acall(action, fn, refresh=self.refresh_credentials)
+
+
+def _client_class(service: str) -> Any:
+    """SDK client classes, imported only when a service is used (never at DAG parse time)."""
+    if service == "dlc":
+        from alibabacloud_pai_dlc20201203.client import Client
+    elif service == "sts":
+        from alibabacloud_sts20150401.client import Client
+    else:
+        raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
+    return Client
+
+
+def _mask_issued(credentials: Any) -> None:
+    from airflow.sdk.log import mask_secret
+
+    mask_secret(credentials.get_access_key_secret(), "access_key_secret")
+    mask_secret(credentials.get_security_token(), "security_token")

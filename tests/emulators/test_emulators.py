@@ -1,0 +1,441 @@
+"""The emulators speak the SDKs' language: every test drives the real Alibaba Cloud SDK clients.
+
+If the SDK could not sign for, reach, or parse an emulator, or would raise a different exception
+class than the cloud makes it raise, these tests fail; tests built on the emulators can then trust
+that what passes against them is what the SDK does against the service.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from alibabacloud_pai_dlc20201203 import models as dlc_models
+from alibabacloud_pai_dlc20201203.client import Client as DlcClient
+from alibabacloud_sts20150401 import models as sts_models
+from alibabacloud_sts20150401.client import Client as StsClient
+from alibabacloud_tea_openapi.exceptions import ClientException, ServerException
+from alibabacloud_tea_openapi.utils_models import Config
+from darabonba.exceptions import UnretryableException
+
+from tests.emulators.base import FaultPlan, ManualClock, iso_utc
+from tests.emulators.dlc import DlcEmulator, JobScript
+from tests.emulators.sts import StsEmulator
+
+AK, SK = "test-ak", "test-sk"
+REGION = "cn-wulanchabu"
+ROLE_ARN = "acs:ram::1234567890123456:role/dlc-runner"
+
+
+def _config(endpoint: str, **overrides: Any) -> Config:
+    return Config(
+        access_key_id=AK,
+        access_key_secret=SK,
+        endpoint=endpoint,
+        protocol="http",
+        region_id=REGION,
+        **overrides,
+    )
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def dlc(clock: ManualClock) -> Iterator[DlcEmulator]:
+    with DlcEmulator({AK: SK}) as emulator:
+        emulator.clock = clock
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+@pytest.fixture
+def client(dlc: DlcEmulator) -> DlcClient:
+    return DlcClient(_config(dlc.endpoint))
+
+
+def _pytorch_job(display_name: str = "train-resnet", **overrides: Any) -> dlc_models.CreateJobRequest:
+    """A Lingjun PyTorchJob as the backend would submit it: 1 master + 2 workers on a quota."""
+
+    def spec(role: str, count: int) -> dlc_models.JobSpec:
+        return dlc_models.JobSpec(
+            type=role,
+            image="registry.cn-wulanchabu.aliyuncs.com/pai/pytorch:2.3",
+            pod_count=count,
+            resource_config=dlc_models.ResourceConfig(
+                cpu="96", gpu="8", memory="800Gi", shared_memory="400Gi"
+            ),
+        )
+
+    fields: dict[str, Any] = {
+        "display_name": display_name,
+        "job_type": "PyTorchJob",
+        "job_specs": [spec("Master", 1), spec("Worker", 2)],
+        "user_command": "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py",
+        "resource_id": "quota12345",
+        "workspace_id": "ws-1",
+        "user_vpc": dlc_models.CreateJobRequestUserVpc(
+            vpc_id="vpc-1", switch_id="vsw-1", security_group_id="sg-1", extended_cidrs=["10.8.0.0/16"]
+        ),
+        "settings": dlc_models.JobSettings(enable_rdma=True),
+        "envs": {"NCCL_DEBUG": "INFO"},
+        "data_sources": [
+            dlc_models.CreateJobRequestDataSources(data_source_id="d-cifar", mount_path="/mnt/data")
+        ],
+        "job_max_running_time_minutes": 120,
+        "priority": 5,
+    }
+    return dlc_models.CreateJobRequest(**{**fields, **overrides})
+
+
+def _status(client: DlcClient, job_id: str) -> str:
+    return client.get_job(job_id, dlc_models.GetJobRequest()).body.status
+
+
+def _raw_post(endpoint: str, path: str, body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+    """POST JSON without the SDK: a body its request model would never produce."""
+    request = urllib.request.Request(
+        f"http://{endpoint}{path}",
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={
+            "Content-Type": "application/json; charset=utf-8",
+            "Authorization": "ACS3-HMAC-SHA256 Credential=raw-ak,SignedHeaders=host,Signature=00",
+            "x-acs-action": "CreateJob",
+            "x-acs-version": "2020-12-03",
+        },
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as error:
+        return error.code, json.load(error)
+
+
+# --------------------------------------------------------------------------------- lifecycle
+
+
+def test_job_walks_its_script_and_reports_history_and_pods(
+    dlc: DlcEmulator, client: DlcClient, clock: ManualClock
+) -> None:
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    assert job_id.startswith("dlc")
+    seen = [_status(client, job_id)]
+    for _ in range(10):
+        clock.advance(0.1)
+        if seen[-1] != (status := _status(client, job_id)):
+            seen.append(status)
+    assert seen == ["Creating", "Queuing", "EnvPreparing", "Running", "Succeeded"]
+
+    body = client.get_job(job_id, dlc_models.GetJobRequest()).body
+    assert [h.status for h in body.status_history] == seen
+    assert all(h.end_time for h in body.status_history[:-1])
+    assert body.status_history[0].start_time == body.gmt_create_time
+    assert body.gmt_running_time and body.gmt_finish_time and body.duration >= 0
+    assert [(p.pod_id, p.type, p.status) for p in body.pods] == [
+        (f"{job_id}-master-0", "Master", "Succeeded"),
+        (f"{job_id}-worker-0", "Worker", "Succeeded"),
+        (f"{job_id}-worker-1", "Worker", "Succeeded"),
+    ]
+    assert body.request_gpu == 24
+    assert (body.resource_id, body.resource_type, body.display_name) == (
+        "quota12345",
+        "Lingjun",
+        "train-resnet",
+    )
+    assert body.settings.enable_rdma is True and body.envs == {"NCCL_DEBUG": "INFO"}
+    assert body.user_vpc.extended_cidrs == ["10.8.0.0/16"]
+    assert dlc.jobs[job_id].body["JobSpecs"][1]["PodCount"] == 2
+
+
+def test_get_job_answer_round_trips_through_the_sdk_model(dlc: DlcEmulator, client: DlcClient) -> None:
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    response = client.get_job(job_id, dlc_models.GetJobRequest())
+    wire = response.body.to_map()
+    assert dlc_models.GetJobResponseBody().from_map(wire).to_map() == wire
+    assert response.headers["x-acs-request-id"] == response.body.request_id
+
+
+def test_pods_appear_only_after_scheduling(client: DlcClient, clock: ManualClock) -> None:
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    assert client.get_job(job_id, dlc_models.GetJobRequest()).body.pods == []
+    clock.advance(0.2)
+    pods = client.get_job(job_id, dlc_models.GetJobRequest()).body.pods
+    assert {p.status for p in pods} == {"Pending"}
+
+
+def test_failed_script_reports_reason(dlc: DlcEmulator, client: DlcClient, clock: ManualClock) -> None:
+    dlc.script_for("oom-", JobScript(final="Failed", reason_code="JobFailed", reason_message="exit code 137"))
+    job_id = client.create_job(_pytorch_job("oom-run")).body.job_id
+    clock.advance(5)
+    body = client.get_job(job_id, dlc_models.GetJobRequest()).body
+    assert (body.status, body.reason_code, body.reason_message) == ("Failed", "JobFailed", "exit code 137")
+    assert body.status_history[-1].reason_code == "JobFailed"
+    assert body.gmt_failed_time == body.gmt_finish_time
+
+
+def test_list_jobs_filters_by_display_name_newest_first(client: DlcClient, clock: ManualClock) -> None:
+    older = client.create_job(_pytorch_job("nightly-a")).body.job_id
+    clock.advance(1)
+    newer = client.create_job(_pytorch_job("nightly-b")).body.job_id
+    client.create_job(_pytorch_job("other"))
+
+    found = client.list_jobs(dlc_models.ListJobsRequest(display_name="nightly-a")).body
+    assert (found.total_count, [j.job_id for j in found.jobs]) == (1, [older])
+    assert found.jobs[0].job_max_running_time_minutes == 120
+
+    both = client.list_jobs(dlc_models.ListJobsRequest(display_name="NIGHTLY", workspace_id="ws-1")).body
+    assert [j.job_id for j in both.jobs] == [newer, older]
+    page = client.list_jobs(dlc_models.ListJobsRequest(page_number=2, page_size=2, order="asc")).body
+    assert (page.total_count, len(page.jobs)) == (3, 1)
+    succeeded = client.list_jobs(dlc_models.ListJobsRequest(status="Succeeded")).body
+    assert [j.job_id for j in succeeded.jobs] == [older]
+
+
+def test_pod_logs_grow_while_running_and_filter_by_time(client: DlcClient, clock: ManualClock) -> None:
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    pod = f"{job_id}-master-0"
+
+    def logs(**query: Any) -> list[str]:
+        return client.get_pod_logs(job_id, pod, dlc_models.GetPodLogsRequest(**query)).body.logs
+
+    running_at = clock.advance(0.25)  # Creating 0.05 + Queuing 0.1 + EnvPreparing 0.1
+    assert logs() == []
+    clock.advance(0.25)  # half of the 0.5 s Running phase: 2 of 5 lines
+    assert logs() == ["Starting training: WORLD_SIZE=2 RANK=0", "epoch 1/3 loss=2.3026"]
+    clock.advance(1)
+    assert len(logs()) == 5
+    assert logs(max_lines=2) == ["epoch 3/3 loss=1.5107", "Training finished"]
+    third_line_at = running_at + 0.5 * 3 / 5
+    assert logs(start_time=_iso_fraction(third_line_at)) == [
+        "epoch 2/3 loss=1.8412",
+        "epoch 3/3 loss=1.5107",
+        "Training finished",
+    ]
+    assert logs(start_time=_iso_fraction(third_line_at), max_lines=1) == ["epoch 2/3 loss=1.8412"]
+    assert logs(end_time=_iso_fraction(running_at + 0.15)) == ["Starting training: WORLD_SIZE=2 RANK=0"]
+
+
+def _iso_fraction(epoch: float) -> str:
+    """An ISO 8601 UTC time with milliseconds, to aim between lines emitted in the same second."""
+    return f"{iso_utc(epoch)[:-1]}.{int(epoch * 1000) % 1000:03d}Z"
+
+
+def test_stop_job_goes_through_stopping_to_stopped(
+    dlc: DlcEmulator, client: DlcClient, clock: ManualClock
+) -> None:
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    clock.advance(0.35)
+    assert client.stop_job(job_id).body.job_id == job_id
+    assert _status(client, job_id) == "Stopping"
+    clock.advance(0.1)
+    body = client.get_job(job_id, dlc_models.GetJobRequest()).body
+    assert body.status == "Stopped" and body.gmt_stopped_time
+    assert [h.status for h in body.status_history][-3:] == ["Running", "Stopping", "Stopped"]
+    clock.advance(5)
+    assert _status(client, job_id) == "Stopped"
+    client.stop_job(job_id)  # a finished job: accepted, nothing changes
+    assert dlc.count("StopJob") == 2 and _status(client, job_id) == "Stopped"
+
+
+def test_events_and_sanity_check_results(dlc: DlcEmulator, client: DlcClient) -> None:
+    check = {"CheckNumber": 1, "Phase": "Before", "Status": "Succeeded", "Message": "nccl ok"}
+    dlc.default_script = JobScript(sanity_check_results=[[check]])
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    events = client.get_job_events(job_id, dlc_models.GetJobEventsRequest(max_events_num=2)).body
+    assert events.events == ["Job is created", "Job is queuing for resources"]
+    results = client.list_job_sanity_check_results(job_id, dlc_models.ListJobSanityCheckResultsRequest()).body
+    assert results.request_id and results.total_count == 1
+    assert results.sanity_check_results[0][0].message == "nccl ok"
+
+
+async def test_async_sdk_methods_work(client: DlcClient) -> None:
+    job_id = (await client.create_job_async(_pytorch_job())).body.job_id
+    body = (await client.get_job_async(job_id, dlc_models.GetJobRequest())).body
+    assert (body.job_id, body.status) == (job_id, "Creating")
+
+
+# --------------------------------------------------------------------------------- validation
+
+
+def test_body_the_sdk_model_would_not_produce_is_rejected(dlc: DlcEmulator) -> None:
+    dlc.accept_access_key("raw-ak")
+    body = {**dlc_models.CreateJobRequest().from_map({}).to_map(), **_pytorch_job().to_map(), "GpuCount": 8}
+    status, answer = _raw_post(dlc.endpoint, "/api/v1/jobs", body)
+    assert (status, answer["Code"]) == (400, "InvalidParameter")
+    assert "GpuCount" in answer["Message"] and answer["RequestId"]
+    assert dlc.jobs == {} and dlc.requests_for("CreateJob")[0].status == 400
+
+
+def test_missing_user_command_is_named(dlc: DlcEmulator, client: DlcClient) -> None:
+    with pytest.raises(ClientException) as caught:
+        client.create_job(_pytorch_job(user_command=None))
+    assert caught.value.code == "InvalidParameter" and "UserCommand" in caught.value.message
+    assert dlc.jobs == {}
+
+
+def test_unknown_job_is_not_found(client: DlcClient) -> None:
+    with pytest.raises(ClientException) as caught:
+        client.get_job("dlc-missing", dlc_models.GetJobRequest())
+    assert (caught.value.status_code, caught.value.code) == (404, "JobNotFound")
+
+
+# --------------------------------------------------------------------------------- faults
+
+
+def test_throttled_create_job_raises_client_exception_and_creates_nothing(
+    dlc: DlcEmulator, client: DlcClient
+) -> None:
+    dlc.faults = FaultPlan(throttle_rate=1.0, actions=frozenset({"CreateJob"}))
+    with pytest.raises(ClientException) as caught:
+        client.create_job(_pytorch_job())
+    error = caught.value
+    assert (error.code, error.status_code) == ("Throttling.User", 400)
+    assert "Request was denied due to user flow control." in error.message
+    recorded = dlc.requests_for("CreateJob")[0]
+    assert error.request_id == error.data["RequestId"] == recorded.request_id
+    assert (recorded.status, recorded.fault, dlc.faults_injected) == (400, "throttle", 1)
+    assert dlc.jobs == {}
+    client.list_jobs(dlc_models.ListJobsRequest())  # not a targeted action: answered normally
+
+
+def test_unavailable_raises_server_exception(dlc: DlcEmulator, client: DlcClient) -> None:
+    dlc.faults = FaultPlan(unavailable_rate=1.0)
+    with pytest.raises(ServerException) as caught:
+        client.list_jobs(dlc_models.ListJobsRequest())
+    assert (caught.value.code, caught.value.status_code) == ("ServiceUnavailable", 503)
+
+
+def test_dropped_connection_raises_unretryable_exception(dlc: DlcEmulator, client: DlcClient) -> None:
+    dlc.faults = FaultPlan(drop_rate=1.0)
+    with pytest.raises(UnretryableException) as caught:
+        client.create_job(_pytorch_job())
+    assert "RemoteDisconnected" in str(caught.value)
+    assert [(r.status, r.fault) for r in dlc.requests] == [(0, "drop")] and dlc.jobs == {}
+
+
+async def test_dropped_connection_raises_unretryable_exception_async(
+    dlc: DlcEmulator, client: DlcClient
+) -> None:
+    dlc.faults = FaultPlan(drop_rate=1.0)
+    with pytest.raises(UnretryableException) as caught:
+        await client.create_job_async(_pytorch_job())
+    assert "Server disconnected" in str(caught.value)
+    assert dlc.count("CreateJob") == 1
+    with pytest.raises(UnretryableException):
+        await client.get_job_async("dlc-any", dlc_models.GetJobRequest())
+    assert dlc.count("GetJob") == 2  # aiohttp itself resends an idempotent request once after a drop
+
+
+def test_slow_answer_times_out_the_client_but_the_job_exists(dlc: DlcEmulator) -> None:
+    impatient = DlcClient(_config(dlc.endpoint, read_timeout=100))
+    dlc.faults = FaultPlan(slow_rate=1.0, slow_seconds=0.4)
+    with pytest.raises(UnretryableException):
+        impatient.create_job(_pytorch_job())
+    dlc.faults = FaultPlan()
+    deadline = time.monotonic() + 5
+    while not dlc.jobs and time.monotonic() < deadline:  # the server is still sleeping on its answer
+        time.sleep(0.02)
+    assert len(impatient.list_jobs(dlc_models.ListJobsRequest()).body.jobs) == 1  # no idempotency token
+
+
+def test_fault_plan_is_deterministic_per_seed(dlc: DlcEmulator, client: DlcClient) -> None:
+    def outcomes() -> list[str]:
+        start = len(dlc.requests)
+        dlc.faults = FaultPlan(throttle_rate=0.3, unavailable_rate=0.2, seed=7)
+        for _ in range(12):
+            with contextlib.suppress(ClientException, ServerException):
+                client.list_jobs(dlc_models.ListJobsRequest())
+        return [r.fault for r in dlc.requests[start:]]
+
+    first = outcomes()
+    assert first == outcomes()
+    assert {"throttle", "unavailable", ""} == set(first)
+
+
+# --------------------------------------------------------------------------------- credentials
+
+
+def test_unknown_access_key_and_wrong_secret_are_rejected(dlc: DlcEmulator) -> None:
+    stranger = DlcClient(
+        Config(access_key_id="nobody", access_key_secret=SK, endpoint=dlc.endpoint, protocol="http")
+    )
+    with pytest.raises(ClientException) as unknown:
+        stranger.list_jobs(dlc_models.ListJobsRequest())
+    assert unknown.value.code == "InvalidAccessKeyId.NotFound"
+    forger = DlcClient(
+        Config(access_key_id=AK, access_key_secret="wrong", endpoint=dlc.endpoint, protocol="http")
+    )
+    with pytest.raises(ClientException) as forged:
+        forger.list_jobs(dlc_models.ListJobsRequest())
+    assert forged.value.code == "SignatureDoesNotMatch"
+
+
+def test_sts_credentials_work_until_they_expire(dlc: DlcEmulator, clock: ManualClock) -> None:
+    with StsEmulator({AK: SK}, token_ttl_seconds=2) as sts:
+        sts.clock = clock
+        sts.link(dlc)
+        issued = StsClient(_config(sts.endpoint)).assume_role(
+            sts_models.AssumeRoleRequest(role_arn=ROLE_ARN, role_session_name="airflow", duration_seconds=900)
+        )
+    credentials = issued.body.credentials
+    assert credentials.access_key_id.startswith("STS.") and credentials.security_token == "token-1"
+    assert credentials.expiration == iso_utc(sts.issued["token-1"].expires_at)
+    assert 2 <= sts.issued["token-1"].expires_at - clock() < 3
+    assert issued.body.assumed_role_user.arn == "acs:ram::1234567890123456:assumed-role/dlc-runner/airflow"
+    assert sts.assumed == 1 and sts.requests_for("AssumeRole")[0].query["RoleSessionName"] == "airflow"
+
+    session = DlcClient(
+        Config(
+            access_key_id=credentials.access_key_id,
+            access_key_secret=credentials.access_key_secret,
+            security_token=credentials.security_token,
+            endpoint=dlc.endpoint,
+            protocol="http",
+            region_id=REGION,
+        )
+    )
+    session.list_jobs(dlc_models.ListJobsRequest())
+    assert dlc.requests[-1].headers["x-acs-security-token"] == "token-1"
+    clock.advance(3)
+    with pytest.raises(ClientException) as caught:
+        session.list_jobs(dlc_models.ListJobsRequest())
+    assert (caught.value.code, caught.value.status_code) == ("InvalidSecurityToken.Expired", 400)
+
+
+def test_expire_security_token_takes_effect_at_once(dlc: DlcEmulator) -> None:
+    with StsEmulator({AK: SK}) as sts:
+        sts.link(dlc)
+        credentials = (
+            StsClient(_config(sts.endpoint))
+            .assume_role(sts_models.AssumeRoleRequest(role_arn=ROLE_ARN, role_session_name="s"))
+            .body.credentials
+        )
+    session_config = Config(
+        access_key_id=credentials.access_key_id,
+        access_key_secret=credentials.access_key_secret,
+        security_token=credentials.security_token,
+        endpoint=dlc.endpoint,
+        protocol="http",
+    )
+    DlcClient(session_config).list_jobs(dlc_models.ListJobsRequest())
+    dlc.expire_security_token(credentials.security_token)
+    with pytest.raises(ClientException) as caught:
+        DlcClient(session_config).list_jobs(dlc_models.ListJobsRequest())
+    assert caught.value.code == "InvalidSecurityToken.Expired"
+
+
+def test_assume_role_enforces_the_minimum_duration() -> None:
+    with StsEmulator({AK: SK}) as sts, pytest.raises(ClientException) as caught:
+        StsClient(_config(sts.endpoint)).assume_role(
+            sts_models.AssumeRoleRequest(role_arn=ROLE_ARN, role_session_name="s", duration_seconds=60)
+        )
+    assert caught.value.code == "InvalidParameter.DurationSeconds"

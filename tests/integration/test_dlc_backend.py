@@ -1,0 +1,402 @@
+"""The PAI-DLC backend, operator and trigger through the real SDK against the DLC (and STS) emulator."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+
+from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
+from aliyun_training.spec import TrainingJobSpec, job_name
+from aliyun_training.triggers.training import TrainingJobTrigger
+from tests.emulators.base import FaultPlan
+from tests.emulators.dlc import DlcEmulator, JobScript
+from tests.emulators.sts import StsEmulator
+
+AK, SK = "LTAI-test-access-key", "dlc-secret-access-key-value"
+REGISTRY_PASSWORD = "registry-password-value"
+ROLE_ARN = "acs:ram::1234567890123456:role/pai-dlc-runner"
+VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}
+
+
+@dataclass
+class TaskInstanceIds:
+    dag_id: str = "retrain"
+    run_id: str = "manual__2026-11-30T00:00:00+00:00"
+    task_id: str = "train"
+    map_index: int = -1
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.pushed = {**getattr(self, "pushed", {}), key: value}
+
+
+class MemoryTaskStateStore(dict):
+    def set(self, key: str, value: Any, *, retention: timedelta | None = None) -> None:
+        self[key] = value
+
+
+@pytest.fixture
+def dlc() -> Iterator[DlcEmulator]:
+    with DlcEmulator({AK: SK}) as emulator:
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+def connect(monkeypatch: pytest.MonkeyPatch, endpoints: dict[str, str], **extra: Any) -> None:
+    extras = {
+        "access_key_id": AK,
+        "access_key_secret": SK,
+        "region": "cn-wulanchabu",
+        "protocol": "http",
+        "endpoints": endpoints,
+        "retry": {"max_attempts": 10, "base_delay": 0.01, "max_delay": 0.05},
+        **extra,
+    }
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
+    )
+    registry = {
+        "conn_type": "docker",
+        "host": "registry.example.com",
+        "login": "puller",
+        "password": REGISTRY_PASSWORD,
+    }
+    monkeypatch.setenv("AIRFLOW_CONN_TRAINING_REGISTRY", json.dumps(registry))
+
+
+@pytest.fixture
+def connected(dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch) -> DlcEmulator:
+    connect(monkeypatch, {"dlc": dlc.endpoint})
+    return dlc
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return {
+        "backend": "dlc",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "gpu_type": "GU8TF",
+        "cpu": 96,
+        "memory_gib": 800,
+        "shared_memory_gib": 64,
+        "resource_type": "lingjun",
+        "quota_id": "quota12345",
+        "rdma": True,
+        "priority": 3,
+        "image": "registry.example.com/train/pytorch:2.13-rdma",
+        "command": (
+            "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
+            "--master_port=$MASTER_PORT --nproc_per_node=8 train.py"
+        ),
+        "env": {"EPOCHS": "3"},
+        "datasets": [{"dataset_id": "d-cifar10", "dataset_version": "v3", "mount_path": "/mnt/data"}],
+        "output_dir": "/mnt/output/run-1",
+        "timeout_minutes": 120,
+        **overrides,
+    }
+
+
+def operator(**overrides: Any) -> TrainingJobOperator:
+    return TrainingJobOperator(
+        task_id="train",
+        spec=spec(**overrides),
+        backend_config={"workspace_id": "ws-1", "vpc": VPC, "image_registry_conn_id": "training_registry"},
+        poll_interval=0.05,
+    )
+
+
+def context() -> dict[str, Any]:
+    return {"ti": TaskInstanceIds(), "task_state_store": MemoryTaskStateStore()}
+
+
+def defer(op: TrainingJobOperator, ctx: dict[str, Any]) -> TrainingJobTrigger:
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    return deferred.value.trigger
+
+
+async def fire(trigger: TrainingJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")
+
+
+def test_the_spec_becomes_a_create_job_request_the_sdk_model_accepts(connected: DlcEmulator) -> None:
+    ctx = context()
+    defer(operator(), ctx)
+
+    (create,) = connected.requests_for("CreateJob")
+    body = create.body
+    assert body["DisplayName"] == job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
+    assert body["JobType"] == "PyTorchJob"
+    assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Master", 1), ("Worker", 1)]
+    assert body["JobSpecs"][0]["ResourceConfig"] == {
+        "CPU": "96",
+        "GPU": "8",
+        "GPUType": "GU8TF",
+        "Memory": "800Gi",
+        "SharedMemory": "64Gi",
+    }
+    assert body["JobSpecs"][0]["ImageConfig"] == {
+        "DockerRegistry": "registry.example.com",
+        "Username": "puller",
+        "Password": REGISTRY_PASSWORD,
+    }
+    assert body["ResourceId"] == "quota12345" and body["WorkspaceId"] == "ws-1"
+    assert body["UserVpc"] == {"VpcId": "vpc-0abc", "SwitchId": "vsw-0abc", "SecurityGroupId": "sg-0abc"}
+    assert body["Settings"]["EnableRDMA"] is True
+    assert body["Settings"]["Tags"] == {"airflow-job-name": body["DisplayName"]}
+    assert body["Envs"] == {"EPOCHS": "3", "OUTPUT_DIR": "/mnt/output/run-1"}
+    assert body["DataSources"] == [
+        {
+            "DataSourceId": "d-cifar10",
+            "DataSourceVersion": "v3",
+            "MountPath": "/mnt/data",
+            "MountAccess": "RO",
+        }
+    ]
+    assert body["JobMaxRunningTimeMinutes"] == 120 and body["Priority"] == 3
+    assert body["UserCommand"].startswith("torchrun --nnodes=$WORLD_SIZE")
+    assert (
+        ctx["ti"]
+        .pushed["training_job_console_url"]
+        .endswith(f"#/dlc/jobs/{create_job_id(connected)}/overview")
+    )
+
+
+def create_job_id(dlc: DlcEmulator) -> str:
+    (job_id,) = dlc.jobs
+    return job_id
+
+
+@pytest.mark.parametrize(
+    ("framework", "roles"),
+    [
+        ("tensorflow", [("Worker", 2)]),
+        ("mpi", [("Launcher", 1), ("Worker", 2)]),
+        ("elastic", [("Worker", 2)]),
+    ],
+)
+def test_each_framework_maps_to_its_dlc_job_type_and_roles(
+    connected: DlcEmulator, framework: str, roles: list[tuple[str, int]]
+) -> None:
+    defer(operator(framework=framework), context())
+
+    body = connected.requests_for("CreateJob")[0].body
+    expected_type = {"tensorflow": "TFJob", "mpi": "MPIJob", "elastic": "ElasticBatchJob"}[framework]
+    assert body["JobType"] == expected_type
+    assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == roles
+
+
+def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
+    connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    connected.default_script = JobScript(
+        phases=[("Creating", 0.05), ("Queuing", 0.2), ("EnvPreparing", 0.1), ("Running", 1.5)],
+        log_lines=[f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)],
+    )
+    op, ctx = operator(), context()
+    trigger = defer(op, ctx)
+    task = asyncio.new_event_loop()
+    seen_while_running = ""
+    future = task.create_task(fire(trigger))
+    deadline = time.monotonic() + 10
+    while "epoch 1 loss" not in seen_while_running and time.monotonic() < deadline:
+        task.run_until_complete(asyncio.sleep(0.05))
+        seen_while_running += capfd.readouterr().out
+    assert "epoch 1 loss=2.50" in seen_while_running and not future.done()
+
+    event = task.run_until_complete(future)
+    task.close()
+    result = op.execute_complete(ctx, event)
+    output = seen_while_running + capfd.readouterr().out
+
+    for line in (f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)):
+        assert output.count(line) == 1, f"{line!r} must be logged exactly once"
+    assert "Queuing -> EnvPreparing" in output and "Running -> Succeeded" in output
+    assert result["status"] == "Succeeded" and result["backend"] == "dlc"
+    assert set(result["phase_seconds"]) >= {"queuing", "preparing", "running"}
+    assert result["phase_seconds"]["running"] >= 1.0
+    assert result["gpu_hours"] == pytest.approx(16 * result["wall_seconds"] / 3600, rel=1e-3)
+    assert result["output_uri"] == "/mnt/output/run-1"
+    assert result["console_url"].startswith("https://pai.console.aliyun.com/?regionId=cn-wulanchabu")
+
+
+def test_a_failed_job_fails_the_task_with_reason_code_logs_events_and_sanity_checks(
+    connected: DlcEmulator,
+) -> None:
+    connected.default_script = JobScript(
+        phases=[("Creating", 0.05), ("Running", 0.2)],
+        final="Failed",
+        reason_code="JobFailed",
+        reason_message="Pod master-0 exited with code 1",
+        log_lines=[f"step {i}" for i in range(1, 80)] + ["RuntimeError: NCCL error: unhandled system error"],
+        sanity_check_results=[
+            [
+                {
+                    "CheckNumber": 1,
+                    "Phase": "GPUCheck",
+                    "Status": "Failed",
+                    "Message": "GPU 3 has XID 79",
+                    "StartedAt": "2026-11-30T00:00:00Z",
+                    "FinishedAt": "2026-11-30T00:00:05Z",
+                }
+            ]
+        ],
+    )
+    op, ctx = operator(), context()
+    event = asyncio.run(fire(defer(op, ctx)))
+
+    with pytest.raises(AirflowException) as failure:
+        op.execute_complete(ctx, event)
+
+    message = str(failure.value)
+    assert "failed: JobFailed: Pod master-0 exited with code 1" in message
+    assert "RuntimeError: NCCL error: unhandled system error" in message
+    assert "step 31" in message and "step 30\n" not in message
+    assert "event: Job is created" in message
+    assert "sanity check #1 GPUCheck: Failed GPU 3 has XID 79" in message
+
+
+def test_throttling_and_server_errors_on_30_percent_of_calls_do_not_fail_the_run(
+    connected: DlcEmulator,
+) -> None:
+    connected.faults = FaultPlan(throttle_rate=0.15, unavailable_rate=0.15, seed=7)
+    op, ctx = operator(), context()
+
+    result = op.execute_complete(ctx, asyncio.run(fire(defer(op, ctx))))
+
+    assert result["status"] == "Succeeded"
+    assert connected.faults_injected >= 3
+    assert len(connected.jobs) == 1, "a throttled CreateJob must not lead to a second job"
+
+
+def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_creating_another(
+    connected: DlcEmulator,
+) -> None:
+    backend = DlcBackend(workspace_id="ws-1")
+    job_spec = TrainingJobSpec.parse(spec(datasets=[]))
+    # A CreateJob reached DLC but its answer never came back: the job exists, the caller saw an error.
+    # The emulator plays the lost answer as a dropped connection on the submit's first CreateJob.
+    created = backend.hook.dlc.create_job(backend.create_request(job_spec, "lost-answer")).body.job_id
+    connected.faults = FaultPlan(drop_rate=1.0, actions=frozenset({"CreateJob"}))
+
+    handle = backend.submit(job_spec, "lost-answer")
+
+    assert handle.job_id == created
+    assert len(connected.jobs) == 1
+    assert connected.count("CreateJob") == 2, "one lost answer, then a lookup instead of a second create"
+    assert connected.count("ListJobs") >= 1
+
+
+def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
+    connected.default_script = JobScript(phases=[("Creating", 0.05), ("Running", 30.0)])
+    trigger = defer(operator(), context())
+
+    async def kill_while_running() -> None:
+        task = asyncio.create_task(fire(trigger))
+        await asyncio.sleep(0.3)
+        task.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(kill_while_running())
+
+    assert connected.count("StopJob") == 1
+    job_id = trigger.handle["job_id"]
+    assert connected.jobs[job_id].stop_requested_at is not None
+
+
+def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_name(
+    connected: DlcEmulator,
+) -> None:
+    name = job_name(**{k: v for k, v in vars(TaskInstanceIds()).items() if k != "pushed"})
+    died_after = DlcBackend(workspace_id="ws-1").submit(TrainingJobSpec.parse(spec(datasets=[])), name)
+    ctx = context()
+    assert HANDLE_KEY not in ctx["task_state_store"]
+
+    trigger = defer(operator(datasets=[]), ctx)
+
+    assert trigger.handle["job_id"] == died_after.job_id
+    assert connected.count("CreateJob") == 1
+    assert ctx["task_state_store"][HANDLE_KEY]["job_id"] == died_after.job_id
+
+
+def test_an_sts_token_expiring_mid_wait_is_refreshed_without_failing(
+    dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with StsEmulator({AK: SK}) as sts:
+        sts.link(dlc)
+        connect(monkeypatch, {"dlc": dlc.endpoint, "sts": sts.endpoint}, role_arn=ROLE_ARN)
+        dlc.default_script = JobScript(phases=[("Creating", 0.05), ("Running", 1.0)])
+        op, ctx = operator(), context()
+        trigger = defer(op, ctx)
+        first_token = dlc.requests_for("CreateJob")[0].headers["x-acs-security-token"]
+
+        async def expire_mid_wait() -> dict[str, Any]:
+            task = asyncio.create_task(fire(trigger))
+            await asyncio.sleep(0.3)
+            dlc.expire_security_token(first_token)
+            return await task
+
+        result = op.execute_complete(ctx, asyncio.run(expire_mid_wait()))
+
+    assert result["status"] == "Succeeded"
+    assert sts.assumed >= 2, "the expired token must have been replaced by a new AssumeRole"
+    tokens = {r.headers.get("x-acs-security-token") for r in dlc.requests}
+    assert len(tokens) >= 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ({"nodes": 0}, "nodes: Input should be greater than or equal to 1"),
+        ({"env": {"NCCL_IB_HCA": "mlx5_0"}}, "['NCCL_IB_HCA'] are set by DLC on every node"),
+        ({"quota_id": None}, "quota_id: Lingjun resources are only usable through a resource quota"),
+        ({"gpu_type": None}, "gpu_type: 8 GPUs per node requested from quota quota12345 without a GPU type"),
+        ({"gpus_per_node": 16}, "gpus_per_node: a Lingjun node has 8 GPUs, not 16"),
+    ],
+)
+def test_an_invalid_spec_fails_before_any_request(
+    connected: DlcEmulator, overrides: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(AirflowFailException, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        operator(**overrides).execute(context())
+
+    assert connected.requests == []
+
+
+def test_a_client_error_fails_at_once_with_code_message_and_request_id(connected: DlcEmulator) -> None:
+    backend = DlcBackend()
+
+    with pytest.raises(AlibabaCloudApiError) as failure:
+        backend.status(JobHandle(backend="dlc", job_id="dlc-missing", name="missing"))
+
+    assert connected.count("GetJob") == 1, "a 4xx other than throttling is not retried"
+    assert failure.value.code == "JobNotFound"
+    assert failure.value.request_id == connected.requests_for("GetJob")[0].request_id
+    assert f"RequestId: {failure.value.request_id}" in str(failure.value)
+
+
+def test_secrets_never_reach_task_logs_trigger_kwargs_or_xcom(
+    connected: DlcEmulator, capfd: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    op, ctx = operator(), context()
+    trigger = defer(op, ctx)
+    result = op.execute_complete(ctx, asyncio.run(fire(trigger)))
+
+    visible = capfd.readouterr().out + json.dumps(trigger.serialize()) + json.dumps(result)
+    visible += json.dumps(ctx["ti"].pushed) + json.dumps(dict(ctx["task_state_store"]))
+    for secret in (SK, REGISTRY_PASSWORD):
+        assert secret not in visible
+    assert "registry.example.com" in json.dumps(connected.requests_for("CreateJob")[0].body)
