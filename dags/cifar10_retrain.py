@@ -3,11 +3,15 @@
 
 Takes one dataset version from "it exists in the object store" to "a verified model is published":
 
-1. **preflight** — can the chosen backend run this job (CPUs/GPUs, disk, rendezvous port)?
-2. **stage_dataset** — copy the version onto the training filesystem, verified, published atomically.
-3. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
-4. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
-5. **publish_artifacts** — checkpoints, metrics and an HTML run report with a manifest; emits the
+1. **configure** — resolve the run (dataset version, training spec, backend settings) and reject
+   bad values before anything happens.
+2. **preflight** — can the chosen backend run this job? (local: CPUs/GPUs, disk, port; DLC: access)
+3. **route** — local runs stage and probe here; DLC runs read the dataset from the PAI dataset
+   configured in `include/config/dlc.json` and go straight to training.
+4. **stage_dataset** — copy the version onto the training filesystem, verified, published atomically.
+5. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
+6. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
+7. **publish_artifacts** — checkpoints, metrics and an HTML run report with a manifest; emits the
    `cifar10_model` Asset.
 
 Each weekly logical date maps to the dataset version named after it (`YYYY-MM-DD`), so
@@ -22,45 +26,24 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset, Param, task
 
 from aliyun_training.backends import IMPLEMENTED_BACKENDS
 from aliyun_training.operators.artifacts import ArtifactsOperator
-from aliyun_training.operators.preflight import LocalPreflightOperator
+from aliyun_training.operators.preflight import PreflightOperator
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.settings import local_paths
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 
 #: The project root: training scripts are referenced relative to it, as they would be in an image.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DLC_ENVIRONMENT = os.path.join(PROJECT_DIR, "include", "config", "dlc.json")
 MODEL_ASSET = Asset(name="cifar10_model", uri="model://cifar10")
-
-DATASET_VERSION = "{{ params.dataset_version or (logical_date or dag_run.run_after) | ds }}"
-SOURCE_URI = "file://{{ local_paths().object_store }}/cifar10/" + DATASET_VERSION + "/"
-STAGING_ROOT = "{{ local_paths().cpfs }}/datasets/cifar10"
-
-
-def training_spec(data_dir: str | None = None) -> dict[str, Any]:
-    """The job every backend runs; the torchrun line relies only on what DLC injects per node."""
-    return {
-        "backend": "{{ params.backend }}",
-        "nodes": "{{ params.nodes }}",
-        "gpus_per_node": "{{ params.gpus_per_node }}",
-        "cpu": 1,
-        "memory_gib": 4,
-        "working_dir": PROJECT_DIR,
-        "command": (
-            "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
-            "--master_port=$MASTER_PORT --nproc_per_node={{ [params.gpus_per_node, 1] | max }} "
-            "include/training/cifar10_ddp.py "
-            "--epochs {{ params.epochs }} --batch-size {{ params.batch_size }}"
-        ),
-        "env": {"DATA_DIR": data_dir} if data_dir is not None else {},
-        "timeout_minutes": "{{ params.timeout_minutes }}",
-    }
-
+BACKEND_LABELS = {
+    "local": "local — torchrun processes on the Airflow worker",
+    "dlc": "dlc — PAI-DLC job (settings in include/config/dlc.json)",
+}
 
 with DAG(
     dag_id="cifar10_retrain",
@@ -72,7 +55,6 @@ with DAG(
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=12),
     tags=["training", "cifar10", "aliyun"],
-    user_defined_macros={"local_paths": local_paths},
     default_args={
         "owner": "ml-platform",
         "retries": 2,
@@ -84,7 +66,7 @@ with DAG(
             "local",
             type="string",
             enum=[backend.value for backend in IMPLEMENTED_BACKENDS],
-            values_display={"local": "local — torchrun processes on the Airflow worker"},
+            values_display={b.value: BACKEND_LABELS[b.value] for b in IMPLEMENTED_BACKENDS},
             title="Backend",
             description="Where the training job runs.",
         ),
@@ -130,28 +112,69 @@ with DAG(
             title="Timeout (minutes)",
             description="The job is stopped and the task fails when training runs longer than this.",
         ),
+        "dlc_overrides": Param(
+            {},
+            type="object",
+            title="DLC overrides",
+            description='Keys of include/config/dlc.json to change for this run, e.g. {"quota_id": "q1"}.',
+        ),
     },
 ) as dag:
-    preflight = LocalPreflightOperator(
-        task_id="preflight", spec=training_spec(), source_uri=SOURCE_URI, target_root=STAGING_ROOT
+
+    @task(multiple_outputs=True)
+    def configure(params: dict[str, Any], logical_date: Any = None, dag_run: Any = None) -> dict[str, Any]:
+        """Resolve and validate the whole run once; a bad value fails here, naming the field."""
+        from pathlib import Path
+
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from aliyun_training.pipeline import resolve_run
+        from aliyun_training.settings import local_paths
+        from aliyun_training.spec import SpecError
+
+        run_date = (logical_date or dag_run.run_after).strftime("%Y-%m-%d")
+        try:
+            return resolve_run(dict(params), run_date, PROJECT_DIR, local_paths(), Path(DLC_ENVIRONMENT))
+        except SpecError as exc:
+            raise AirflowFailException(str(exc)) from None
+
+    @task.branch
+    def route(backend: str) -> list[str]:
+        """Local runs stage the dataset and probe the runtime here; DLC runs mount the PAI dataset."""
+        return ["stage_dataset", "training_runtime"] if backend == "local" else ["train"]
+
+    run = configure()
+    preflight = PreflightOperator(
+        task_id="preflight",
+        spec=run["spec"],
+        backend_config=run["backend_config"],
+        source_uri=run["source_uri"],
+        target_root=run["staging_root"],
     )
     stage = DatasetStagingOperator(
-        task_id="stage_dataset", source_uri=SOURCE_URI, target_root=STAGING_ROOT, version=DATASET_VERSION
+        task_id="stage_dataset",
+        source_uri=run["source_uri"],
+        target_root=run["staging_root"],
+        version=run["dataset_version"],
     )
     runtime = LocalRuntimeOperator(task_id="training_runtime")
     train = TrainingJobOperator(
         task_id="train",
-        spec=training_spec(data_dir="{{ ti.xcom_pull(task_ids='stage_dataset')['uri'] }}"),
+        spec=run["spec"],
+        backend_config=run["backend_config"],
+        output_root=run["output_root"],
         poll_interval=5,
         retries=1,
+        trigger_rule="none_failed_min_one_success",
     )
     publish = ArtifactsOperator(
         task_id="publish_artifacts",
         model="cifar10",
-        artifact_root="{{ local_paths().artifacts }}",
+        artifact_root=run["artifact_root"],
         job_result=train.output,
         dataset=stage.output,
         runtime=runtime.output,
         outlets=[MODEL_ASSET],
     )
-    preflight >> [stage, runtime] >> train >> publish
+    preflight >> route(run["backend"]) >> [stage, runtime, train]
+    [stage, runtime] >> train

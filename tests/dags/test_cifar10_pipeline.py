@@ -11,6 +11,8 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
+from tests.emulators.dlc import DlcEmulator
+
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
 VERSION = "2026-11-22"
 
@@ -69,3 +71,41 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
 
     assert field in str(rejected.value)
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
+
+
+def test_a_dlc_run_submits_the_job_to_dlc_and_skips_the_local_only_stages(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with DlcEmulator({"dag-test-ak": "dag-test-sk"}) as dlc:
+        extras = {
+            "access_key_id": "dag-test-ak",
+            "access_key_secret": "dag-test-sk",
+            "region": "cn-wulanchabu",
+            "protocol": "http",
+            "endpoints": {"dlc": dlc.endpoint},
+            "retry": {"base_delay": 0.01, "max_delay": 0.05},
+        }
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
+        )
+        overrides = {"quota_id": "quota1ab2", "gpu_type": "GU8TF", "image": "registry.example.com/train:1"}
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "dlc_overrides": overrides},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        (create,) = dlc.requests_for("CreateJob")
+    assert states == {
+        "configure": "success",
+        "preflight": "success",
+        "route": "success",
+        "train": "success",
+        "stage_dataset": "skipped",
+        "training_runtime": "skipped",
+        "publish_artifacts": "skipped",
+    }
+    assert create.body["ResourceId"] == "quota1ab2" and create.body["JobType"] == "PyTorchJob"
+    assert create.body["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
+    assert dlc.count("ListJobs") >= 1, "preflight checks access and the operator looks for an earlier job"

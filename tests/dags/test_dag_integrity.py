@@ -39,8 +39,15 @@ def test_the_trigger_form_documents_every_param_and_offers_only_implemented_back
     params.validate()
 
 
-def test_each_scheduled_date_maps_to_its_own_dataset_version(dagbag: DagBag) -> None:
+def test_the_pipeline_runs_configure_then_preflight_then_routes_by_backend(dagbag: DagBag) -> None:
     dag = dagbag.dags["cifar10_retrain"]
-    stage = dag.get_task("stage_dataset")
     assert dag.catchup is True
-    assert "params.dataset_version or (logical_date or dag_run.run_after) | ds" in stage.version
+    assert dag.get_task("preflight").upstream_task_ids == {"configure"}
+    assert dag.get_task("route").downstream_task_ids == {"stage_dataset", "training_runtime", "train"}
+    assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
+    assert dag.get_task("publish_artifacts").upstream_task_ids == {
+        "configure",
+        "train",
+        "stage_dataset",
+        "training_runtime",
+    }

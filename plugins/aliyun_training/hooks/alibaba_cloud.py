@@ -103,7 +103,8 @@ class AlibabaCloudHook(BaseHook):
             )
         if extras.get("protocol", "https") not in ("http", "https"):
             raise AlibabaCloudConnectionError(
-                f"connection {self.alibaba_cloud_conn_id}: protocol must be http or https"
+                f"connection {self.alibaba_cloud_conn_id}: protocol must be http or https "
+                "(fix: use https, or http only for a local emulator or a trusted VPC endpoint)"
             )
         self._extras = extras
 

@@ -118,7 +118,7 @@ class RetryPolicy:
     def _should_refresh(self, action: str, exc: Exception, attempt: int, can_refresh: bool) -> bool:
         """True: refresh credentials and call again. False: back off and retry. Else raise."""
         info = classify(exc)
-        if info.expired_token and can_refresh:
+        if info.expired_token and can_refresh and attempt < self.max_attempts:
             log.warning("%s: security token expired; refreshing credentials and retrying", action)
             return True
         if not info.retryable or attempt >= self.max_attempts:

@@ -1,0 +1,130 @@
+"""Turn a run's trigger-form parameters into everything its stages need, validated up front.
+
+The first task of a retraining DAG calls ``resolve_run``: one place decides the dataset version,
+the training spec for the chosen backend, the backend's settings and where outputs go. A bad
+value fails that task, naming the field and its fix, before anything is copied or submitted.
+
+Cloud settings (workspace, quota, VPC, image, registry connection) come from an environment file
+such as ``include/config/dlc.json``; a run may override any of its keys through the form's
+``dlc_overrides``. Empty strings in the file mean "not configured".
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from aliyun_training.settings import LocalPaths
+from aliyun_training.spec import Backend, SpecError, TrainingJobSpec
+
+#: The training command every backend runs; only the per-node process count differs.
+TORCHRUN = (
+    "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
+    "--master_port=$MASTER_PORT --nproc_per_node={procs} include/training/cifar10_ddp.py "
+    "--epochs {epochs} --batch-size {batch_size}"
+)
+
+
+def load_environment(path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Read an environment file and apply a run's overrides; unknown override keys are errors."""
+    try:
+        environment = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SpecError(
+            f"environment file {path} does not exist (fix: create it from the README example)"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"environment file {path} is not valid JSON: {exc}") from None
+    unknown = sorted(set(overrides or {}) - set(environment))
+    if unknown:
+        raise SpecError(
+            f"dlc_overrides: unknown keys {unknown} "
+            f"(fix: use keys of {path.name}: {', '.join(sorted(environment))})"
+        )
+    return _blank_to_none({**environment, **(overrides or {})})
+
+
+def _blank_to_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _blank_to_none(item) for key, item in value.items()}
+    return None if value == "" else value
+
+
+def resolve_run(
+    params: dict[str, Any],
+    run_date: str,
+    project_dir: str,
+    paths: LocalPaths,
+    dlc_environment: Path,
+    dataset: str = "cifar10",
+) -> dict[str, Any]:
+    """Everything the stages of one run need, as JSON; raises SpecError on any bad value."""
+    version = params.get("dataset_version") or run_date
+    command = TORCHRUN.format(
+        procs=max(params["gpus_per_node"], 1), epochs=params["epochs"], batch_size=params["batch_size"]
+    )
+    common = {
+        "backend": params["backend"],
+        "nodes": params["nodes"],
+        "gpus_per_node": params["gpus_per_node"],
+        "command": command,
+        "timeout_minutes": params["timeout_minutes"],
+    }
+    staging_root = paths.cpfs / "datasets" / dataset
+    if params["backend"] == Backend.DLC:
+        env = load_environment(dlc_environment, params.get("dlc_overrides"))
+        spec, backend_config, output_root = _dlc_run(common, env, version)
+    else:
+        spec = {
+            **common,
+            "working_dir": project_dir,
+            "env": {"DATA_DIR": str(staging_root / version)},
+        }
+        backend_config, output_root = {}, str(paths.outputs)
+    TrainingJobSpec.parse(spec)
+    return {
+        "backend": params["backend"],
+        "dataset_version": version,
+        "source_uri": f"file://{paths.object_store / dataset / version}/",
+        "staging_root": str(staging_root),
+        "artifact_root": str(paths.artifacts),
+        "output_root": output_root,
+        "spec": spec,
+        "backend_config": backend_config,
+    }
+
+
+def _dlc_run(
+    common: dict[str, Any], env: dict[str, Any], version: str
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    dataset = env.get("dataset") or {}
+    mount_path = dataset.get("mount_path") or "/mnt/data"
+    datasets = (
+        [{"dataset_id": dataset.get("dataset_id"), "uri": dataset.get("uri"), "mount_path": mount_path}]
+        if dataset.get("dataset_id") or dataset.get("uri")
+        else []
+    )
+    spec = {
+        **common,
+        "image": env.get("image"),
+        "resource_type": env.get("resource_type") or "lingjun",
+        "quota_id": env.get("quota_id"),
+        "gpu_type": env.get("gpu_type"),
+        "cpu": env.get("cpu_per_node") or 8,
+        "memory_gib": env.get("memory_gib_per_node") or 32,
+        "shared_memory_gib": env.get("shared_memory_gib_per_node") or 0,
+        "rdma": bool(env.get("rdma")),
+        "working_dir": env.get("code_dir"),
+        "datasets": datasets,
+        "env": {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+    }
+    vpc = env.get("vpc") or {}
+    backend_config = {
+        "conn_id": env.get("connection_id") or "alibaba_cloud_default",
+        "region": env.get("region"),
+        "workspace_id": env.get("workspace_id"),
+        "vpc": vpc if all(vpc.get(k) for k in ("vpc_id", "switch_id", "security_group_id")) else None,
+        "image_registry_conn_id": env.get("image_registry_conn_id"),
+    }
+    return spec, backend_config, env.get("output_root") or "/mnt/output"

@@ -1,0 +1,106 @@
+"""resolve_run: one validated description of a run, per backend, from the form and the environment file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aliyun_training.pipeline import load_environment, resolve_run
+from aliyun_training.settings import LocalPaths
+from aliyun_training.spec import SpecError, TrainingJobSpec
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+SHIPPED_ENVIRONMENT = PROJECT_DIR / "include" / "config" / "dlc.json"
+CONFIGURED = {
+    "quota_id": "quota1ab2",
+    "gpu_type": "GU8TF",
+    "image": "registry.example.com/train:1",
+    "workspace_id": "ws-9",
+    "dataset": {"dataset_id": "d-cifar", "uri": "", "mount_path": "/mnt/data/cifar10"},
+}
+
+
+def params(**overrides: Any) -> dict[str, Any]:
+    return {
+        "backend": "local",
+        "nodes": 2,
+        "gpus_per_node": 0,
+        "dataset_version": None,
+        "epochs": 1,
+        "batch_size": 32,
+        "timeout_minutes": 30,
+        "dlc_overrides": {},
+        **overrides,
+    }
+
+
+def resolve(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
+    return resolve_run(
+        params(**overrides), "2026-11-22", str(PROJECT_DIR), LocalPaths(tmp_path), SHIPPED_ENVIRONMENT
+    )
+
+
+def test_a_local_run_trains_on_the_version_named_after_its_date(tmp_path: Path) -> None:
+    run = resolve(tmp_path)
+
+    assert run["dataset_version"] == "2026-11-22"
+    assert run["source_uri"] == f"file://{tmp_path}/object-store/cifar10/2026-11-22/"
+    assert run["spec"]["env"]["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
+    assert run["spec"]["working_dir"] == str(PROJECT_DIR)
+    assert (
+        "--nproc_per_node=1 " in run["spec"]["command"]
+        and "--epochs 1 --batch-size 32" in run["spec"]["command"]
+    )
+    assert run["output_root"] == str(tmp_path / "outputs")
+    TrainingJobSpec.parse(run["spec"])
+
+
+def test_a_named_version_wins_over_the_run_date(tmp_path: Path) -> None:
+    assert resolve(tmp_path, dataset_version="v7")["dataset_version"] == "v7"
+
+
+def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_overrides(tmp_path: Path) -> None:
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, dlc_overrides=CONFIGURED)
+
+    spec = TrainingJobSpec.parse(run["spec"])
+    assert spec.quota_id == "quota1ab2" and spec.gpu_type == "GU8TF" and spec.rdma is True
+    assert spec.resource_type.value == "lingjun" and spec.image == "registry.example.com/train:1"
+    assert spec.env["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
+    assert spec.datasets[0].dataset_id == "d-cifar" and spec.datasets[0].uri is None
+    assert "--nproc_per_node=8 " in spec.command
+    assert run["backend_config"]["workspace_id"] == "ws-9"
+    assert run["backend_config"]["vpc"] is None, "an unconfigured VPC is left out, not sent half-empty"
+    assert run["output_root"] == "/mnt/output/cifar10"
+
+
+def test_a_dlc_run_without_a_quota_fails_naming_the_field(tmp_path: Path) -> None:
+    overrides = {k: v for k, v in CONFIGURED.items() if k != "quota_id"}
+
+    with pytest.raises(
+        SpecError, match="quota_id: Lingjun resources are only usable through a resource quota"
+    ):
+        resolve(tmp_path, backend="dlc", gpus_per_node=8, dlc_overrides=overrides)
+
+
+def test_an_unknown_override_key_lists_the_valid_ones(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match=r"dlc_overrides: unknown keys \['quota'\].*quota_id"):
+        resolve(tmp_path, backend="dlc", dlc_overrides={"quota": "x"})
+
+
+def test_environment_files_report_missing_and_broken_files(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="does not exist"):
+        load_environment(tmp_path / "missing.json")
+    broken = tmp_path / "broken.json"
+    broken.write_text("{not json")
+    with pytest.raises(SpecError, match="is not valid JSON"):
+        load_environment(broken)
+
+
+def test_blank_values_in_the_environment_mean_not_configured(tmp_path: Path) -> None:
+    environment = tmp_path / "dlc.json"
+    environment.write_text(json.dumps({"quota_id": "", "vpc": {"vpc_id": ""}, "rdma": True}))
+
+    assert load_environment(environment) == {"quota_id": None, "vpc": {"vpc_id": None}, "rdma": True}
