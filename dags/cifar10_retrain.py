@@ -5,9 +5,10 @@ Takes one dataset version from "it exists in the object store" to "a verified mo
 
 1. **configure** — resolve the run (dataset version, training spec, backend settings) and reject
    bad values before anything happens.
-2. **preflight** — can the chosen backend run this job? (local: CPUs/GPUs, disk, port; DLC: access)
-3. **route** — local runs stage and probe here; DLC runs read the dataset from the PAI dataset
-   configured in `include/config/dlc.json` and go straight to training.
+2. **preflight** — can the chosen backend run this job? (local: CPUs/GPUs, disk, port; DLC: access;
+   ACK: the namespace and PVC exist)
+3. **route** — local runs stage and probe here; cloud runs mount the dataset configured in
+   `include/config/<backend>.json` (a PAI dataset on DLC, a CPFS PVC on ACK) and go to training.
 4. **stage_dataset** — copy the version onto the training filesystem, verified, published atomically.
 5. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
 6. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
@@ -38,11 +39,14 @@ from aliyun_training.spec import DATASET_VERSION_PATTERN
 
 #: The project root: training scripts are referenced relative to it, as they would be in an image.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DLC_ENVIRONMENT = os.path.join(PROJECT_DIR, "include", "config", "dlc.json")
+ENVIRONMENTS = {
+    backend: os.path.join(PROJECT_DIR, "include", "config", f"{backend}.json") for backend in ("dlc", "arena")
+}
 MODEL_ASSET = Asset(name="cifar10_model", uri="model://cifar10")
 BACKEND_LABELS = {
     "local": "local — torchrun processes on the Airflow worker",
     "dlc": "dlc — PAI-DLC job (settings in include/config/dlc.json)",
+    "arena": "arena — Kubeflow job on ACK, as arena submits it (settings in include/config/arena.json)",
 }
 
 with DAG(
@@ -112,11 +116,11 @@ with DAG(
             title="Timeout (minutes)",
             description="The job is stopped and the task fails when training runs longer than this.",
         ),
-        "dlc_overrides": Param(
+        "backend_overrides": Param(
             {},
             type="object",
-            title="DLC overrides",
-            description='Keys of include/config/dlc.json to change for this run, e.g. {"quota_id": "q1"}.',
+            title="Backend overrides",
+            description='Keys of include/config/<backend>.json to change for one run, e.g. {"image": "x"}.',
         ),
     },
 ) as dag:
@@ -134,13 +138,14 @@ with DAG(
 
         run_date = (logical_date or dag_run.run_after).strftime("%Y-%m-%d")
         try:
-            return resolve_run(dict(params), run_date, PROJECT_DIR, local_paths(), Path(DLC_ENVIRONMENT))
+            environments = {backend: Path(path) for backend, path in ENVIRONMENTS.items()}
+            return resolve_run(dict(params), run_date, PROJECT_DIR, local_paths(), environments)
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None
 
     @task.branch
     def route(backend: str) -> list[str]:
-        """Local runs stage the dataset and probe the runtime here; DLC runs mount the PAI dataset."""
+        """Local runs stage the dataset and probe the runtime here; cloud runs mount their dataset."""
         return ["stage_dataset", "training_runtime"] if backend == "local" else ["train"]
 
     run = configure()

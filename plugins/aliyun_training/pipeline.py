@@ -4,9 +4,10 @@ The first task of a retraining DAG calls ``resolve_run``: one place decides the 
 the training spec for the chosen backend, the backend's settings and where outputs go. A bad
 value fails that task, naming the field and its fix, before anything is copied or submitted.
 
-Cloud settings (workspace, quota, VPC, image, registry connection) come from an environment file
-such as ``include/config/dlc.json``; a run may override any of its keys through the form's
-``dlc_overrides``. Empty strings in the file mean "not configured".
+Cloud settings come from one environment file per backend (``include/config/dlc.json``: workspace,
+quota, VPC, image, registry connection; ``include/config/arena.json``: kubernetes connection,
+namespace, PVC, RDMA resource, NCCL env); a run may override any key of its backend's file through
+the form's ``backend_overrides``. Empty strings in a file mean "not configured".
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def load_environment(path: Path, overrides: dict[str, Any] | None = None) -> dic
     unknown = sorted(set(overrides or {}) - set(environment))
     if unknown:
         raise SpecError(
-            f"dlc_overrides: unknown keys {unknown} "
+            f"backend_overrides: unknown keys {unknown} "
             f"(fix: use keys of {path.name}: {', '.join(sorted(environment))})"
         )
     return _blank_to_none({**environment, **(overrides or {})})
@@ -56,7 +57,7 @@ def resolve_run(
     run_date: str,
     project_dir: str,
     paths: LocalPaths,
-    dlc_environment: Path,
+    environments: dict[str, Path],
     dataset: str = "cifar10",
 ) -> dict[str, Any]:
     """Everything the stages of one run need, as JSON; raises SpecError on any bad value."""
@@ -73,8 +74,11 @@ def resolve_run(
     }
     staging_root = paths.cpfs / "datasets" / dataset
     if params["backend"] == Backend.DLC:
-        env = load_environment(dlc_environment, params.get("dlc_overrides"))
+        env = load_environment(environments["dlc"], params.get("backend_overrides"))
         spec, backend_config, output_root = _dlc_run(common, env, version)
+    elif params["backend"] == Backend.ARENA:
+        env = load_environment(environments["arena"], params.get("backend_overrides"))
+        spec, backend_config, output_root = _arena_run(common, env, version)
     else:
         spec = {
             **common,
@@ -107,15 +111,10 @@ def _dlc_run(
     )
     spec = {
         **common,
-        "image": env.get("image"),
+        **_cluster_resources(env),
         "resource_type": env.get("resource_type") or "lingjun",
         "quota_id": env.get("quota_id"),
         "gpu_type": env.get("gpu_type"),
-        "cpu": env.get("cpu_per_node") or 8,
-        "memory_gib": env.get("memory_gib_per_node") or 32,
-        "shared_memory_gib": env.get("shared_memory_gib_per_node") or 0,
-        "rdma": bool(env.get("rdma")),
-        "working_dir": env.get("code_dir"),
         "datasets": datasets,
         "env": {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
     }
@@ -128,3 +127,45 @@ def _dlc_run(
         "image_registry_conn_id": env.get("image_registry_conn_id"),
     }
     return spec, backend_config, env.get("output_root") or "/mnt/output"
+
+
+def _cluster_resources(env: dict[str, Any]) -> dict[str, Any]:
+    """Per-node resources and image, named the same in every cloud environment file."""
+    return {
+        "image": env.get("image"),
+        "cpu": env.get("cpu_per_node") or 8,
+        "memory_gib": env.get("memory_gib_per_node") or 32,
+        "shared_memory_gib": env.get("shared_memory_gib_per_node") or 0,
+        "rdma": bool(env.get("rdma")),
+        "working_dir": env.get("code_dir"),
+    }
+
+
+def _arena_run(
+    common: dict[str, Any], env: dict[str, Any], version: str
+) -> tuple[dict[str, Any], dict[str, Any], str]:
+    mount_path = env.get("mount_path") or "/mnt/data"
+    pvc = env.get("data_pvc")
+    if not pvc:
+        raise SpecError(
+            "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in "
+            'include/config/arena.json or pass {"data_pvc": "<claim>"} in backend_overrides)'
+        )
+    spec = {
+        **common,
+        **_cluster_resources(env),
+        "datasets": [{"uri": f"pvc://{pvc}", "mount_path": mount_path}],
+        "env": {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+    }
+    backend_config = {
+        "conn_id": env.get("connection_id") or "kubernetes_default",
+        "namespace": env.get("namespace") or "default",
+        "rdma_resource": env.get("rdma_resource") or "rdma/hca",
+        "host_network": bool(env.get("host_network")),
+        "nccl_env": env.get("nccl_env") or {},
+        "image_pull_secrets": env.get("image_pull_secrets") or [],
+        "mpi_api_version": env.get("mpi_api_version") or "v2beta1",
+        "max_gpus_per_node": env.get("max_gpus_per_node") or 8,
+        "username": env.get("username") or "airflow",
+    }
+    return spec, backend_config, env.get("output_root") or "/mnt/data/outputs"

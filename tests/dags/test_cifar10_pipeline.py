@@ -92,7 +92,7 @@ def test_a_dlc_run_submits_the_job_to_dlc_and_skips_the_local_only_stages(
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
-            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "dlc_overrides": overrides},
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}

@@ -13,7 +13,7 @@ from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import SpecError, TrainingJobSpec
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-SHIPPED_ENVIRONMENT = PROJECT_DIR / "include" / "config" / "dlc.json"
+ENVIRONMENTS = {name: PROJECT_DIR / "include" / "config" / f"{name}.json" for name in ("dlc", "arena")}
 CONFIGURED = {
     "quota_id": "quota1ab2",
     "gpu_type": "GU8TF",
@@ -32,14 +32,14 @@ def params(**overrides: Any) -> dict[str, Any]:
         "epochs": 1,
         "batch_size": 32,
         "timeout_minutes": 30,
-        "dlc_overrides": {},
+        "backend_overrides": {},
         **overrides,
     }
 
 
 def resolve(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     return resolve_run(
-        params(**overrides), "2026-11-22", str(PROJECT_DIR), LocalPaths(tmp_path), SHIPPED_ENVIRONMENT
+        params(**overrides), "2026-11-22", str(PROJECT_DIR), LocalPaths(tmp_path), ENVIRONMENTS
     )
 
 
@@ -63,7 +63,7 @@ def test_a_named_version_wins_over_the_run_date(tmp_path: Path) -> None:
 
 
 def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_overrides(tmp_path: Path) -> None:
-    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, dlc_overrides=CONFIGURED)
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=CONFIGURED)
 
     spec = TrainingJobSpec.parse(run["spec"])
     assert spec.quota_id == "quota1ab2" and spec.gpu_type == "GU8TF" and spec.rdma is True
@@ -82,12 +82,12 @@ def test_a_dlc_run_without_a_quota_fails_naming_the_field(tmp_path: Path) -> Non
     with pytest.raises(
         SpecError, match="quota_id: Lingjun resources are only usable through a resource quota"
     ):
-        resolve(tmp_path, backend="dlc", gpus_per_node=8, dlc_overrides=overrides)
+        resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
 
 
 def test_an_unknown_override_key_lists_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match=r"dlc_overrides: unknown keys \['quota'\].*quota_id"):
-        resolve(tmp_path, backend="dlc", dlc_overrides={"quota": "x"})
+    with pytest.raises(SpecError, match=r"backend_overrides: unknown keys \['quota'\].*quota_id"):
+        resolve(tmp_path, backend="dlc", backend_overrides={"quota": "x"})
 
 
 def test_environment_files_report_missing_and_broken_files(tmp_path: Path) -> None:
@@ -104,3 +104,22 @@ def test_blank_values_in_the_environment_mean_not_configured(tmp_path: Path) -> 
     environment.write_text(json.dumps({"quota_id": "", "vpc": {"vpc_id": ""}, "rdma": True}))
 
     assert load_environment(environment) == {"quota_id": None, "vpc": {"vpc_id": None}, "rdma": True}
+
+
+def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_path: Path) -> None:
+    overrides = {"data_pvc": "cpfs-train", "image": "registry.example.com/train:1", "namespace": "ml"}
+
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+
+    spec = TrainingJobSpec.parse(run["spec"])
+    assert spec.datasets[0].uri == "pvc://cpfs-train" and spec.datasets[0].mount_path == "/mnt/data/cifar10"
+    assert spec.env["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
+    assert run["backend_config"]["namespace"] == "ml"
+    assert (
+        run["backend_config"]["rdma_resource"] == "rdma/hca" and run["backend_config"]["host_network"] is True
+    )
+
+
+def test_an_arena_run_without_a_pvc_fails_naming_data_pvc(tmp_path: Path) -> None:
+    with pytest.raises(SpecError, match="data_pvc: the arena environment names no PVC"):
+        resolve(tmp_path, backend="arena", backend_overrides={"image": "registry.example.com/train:1"})

@@ -8,7 +8,7 @@ from aliyun_training.backends.base import TrainingBackend
 from aliyun_training.spec import Backend, SpecError
 
 #: Backends that are implemented; the DAG's trigger form offers exactly these.
-IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL, Backend.DLC)
+IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL, Backend.DLC, Backend.ARENA)
 
 
 def get_backend(name: str, config: dict[str, Any] | None = None) -> TrainingBackend:
@@ -21,5 +21,9 @@ def get_backend(name: str, config: dict[str, Any] | None = None) -> TrainingBack
         from aliyun_training.backends.dlc import DlcBackend
 
         return DlcBackend(**(config or {}))
+    if name == Backend.ARENA:
+        from aliyun_training.backends.arena import ArenaBackend
+
+        return ArenaBackend(**(config or {}))
     offered = ", ".join(b.value for b in IMPLEMENTED_BACKENDS)
     raise SpecError(f"backend: {name!r} is not available in this installation (fix: use one of: {offered})")

@@ -65,6 +65,13 @@ class PreflightOperator(BaseOperator):
 
             backend = get_backend(spec.backend, self.backend_config)
             return [_run("dlc_access", lambda: check_dlc_access(backend))]  # type: ignore[arg-type]
+        if spec.backend is Backend.ARENA:
+            from aliyun_training.preflight.arena import check_dataset_pvcs
+
+            try:
+                return check_dataset_pvcs(get_backend(spec.backend, self.backend_config), spec)  # type: ignore[arg-type]
+            except SpecError as exc:
+                return [_failed("pvc", exc)]
         master_port = self.backend_config.get("master_port")
         return [
             _run("cpus", lambda: checks.check_processors(spec)),
@@ -79,5 +86,9 @@ def _run(name: str, check: Callable[[], Finding]) -> Finding:
     try:
         return check()
     except SpecError as exc:
-        found, _, fix = str(exc).partition(" (fix: ")
-        return Finding(check=name, verdict=Verdict.FAIL, found=found, fix=fix.rstrip(")"))
+        return _failed(name, exc)
+
+
+def _failed(name: str, exc: SpecError) -> Finding:
+    found, _, fix = str(exc).partition(" (fix: ")
+    return Finding(check=name, verdict=Verdict.FAIL, found=found, fix=fix.rstrip(")"))

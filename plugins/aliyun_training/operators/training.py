@@ -146,14 +146,19 @@ class TrainingJobOperator(BaseOperator):
             if handle is None:
                 continue
             status = self._status_or_none(backend, handle)
-            if status is not None and status.state in (
-                JobState.PENDING,
-                JobState.RUNNING,
-                JobState.SUCCEEDED,
-            ):
+            # A job found only by name is reused while it runs; a finished one may be an earlier
+            # run's (a cleared task reuses its run id), so only a saved handle vouches for success.
+            reusable = {JobState.PENDING, JobState.RUNNING}
+            if origin == "saved by an earlier try":
+                reusable.add(JobState.SUCCEEDED)
+            if status is not None and status.state in reusable:
                 self.log.info("Reattaching to job %s (%s), %s", handle.job_id, origin, status.raw)
                 return handle
-        handle = backend.submit(spec, name)
+        try:
+            handle = backend.submit(spec, name)
+        except SpecError as exc:
+            # Backend-specific rules (e.g. the cluster's GPUs per node) are checked before creating.
+            raise AirflowFailException(str(exc)) from None
         self.log.info(
             "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
         )

@@ -1,0 +1,474 @@
+"""Run a ``TrainingJobSpec`` on ACK as a Kubeflow training job, created the way ``arena submit`` does.
+
+The worker talks to the cluster through the cncf.kubernetes provider's ``KubernetesHook``; the
+trigger through ``AsyncKubernetesHook`` (kubernetes_asyncio). Everything read from the cluster is
+turned into plain dicts first, so one set of functions interprets what either client returned.
+
+A job's handle carries the CR's uid: a CR recreated under the same name (a later attempt) is a
+different job. Stopping deletes the CR and the ConfigMap, as ``arena delete`` does.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from aliyun_training.backends.arena_manifests import (
+    GROUP,
+    OUTPUT_DIR_ANNOTATION,
+    ArenaSettings,
+    JobKind,
+    build_configmap,
+    build_job,
+    check,
+    configmap_name,
+    job_kind,
+)
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.spec import TrainingJobSpec
+
+log = logging.getLogger(__name__)
+
+#: Newest true condition -> state, as ``arena list`` reports jobs (anything else is pending).
+CONDITION_STATES = {
+    "Succeeded": JobState.SUCCEEDED,
+    "Failed": JobState.FAILED,
+    "Running": JobState.RUNNING,
+    "Restarting": JobState.RUNNING,
+}
+#: Replica whose pod's log is the job's log, in order of preference.
+LOG_REPLICAS = ("master", "launcher", "chief", "worker")
+#: Bytes of new log read per poll at most; the rest comes with the next poll.
+LOG_BYTES_PER_POLL = 256 * 1024
+_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+class ArenaBackend:
+    """Kubeflow training jobs on ACK that ``arena list/logs/delete`` treat as their own."""
+
+    name = "arena"
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = ArenaSettings(**settings)
+        self._kinds: dict[str, JobKind] = {}
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.settings.model_dump()
+
+    # -- clients ---------------------------------------------------------------------------------
+
+    def _hook(self) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+        return KubernetesHook(conn_id=self.settings.conn_id)
+
+    def _async_hook(self) -> Any:
+        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+        return AsyncKubernetesHook(conn_id=self.settings.conn_id)
+
+    def _kind(self, handle: JobHandle) -> JobKind:
+        return self._kinds.get(handle.name) or _kind_from_job_id(handle.job_id)
+
+    # -- submit and find -------------------------------------------------------------------------
+
+    def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
+        """Create the CR, then the ConfigMap that makes it arena's (owned by the CR)."""
+        check(spec, name, self.settings)
+        kind = job_kind(spec, self.settings)
+        hook = self._hook()
+        namespace = self.settings.namespace
+        existing = self._get_job(hook, kind, name)
+        if existing is not None:
+            # An earlier attempt's finished job (the operator reattaches to active ones before
+            # calling submit): remove it as `arena delete` would, then create afresh.
+            log.info("Deleting finished job %s/%s of an earlier attempt before resubmitting", namespace, name)
+            self._delete(hook, kind, name)
+        created = hook.custom_object_client.create_namespaced_custom_object(
+            GROUP, kind.version, namespace, kind.plural, build_job(spec, name, self.settings)
+        )
+        uid = created["metadata"]["uid"]
+        hook.core_v1_client.create_namespaced_config_map(
+            namespace, build_configmap(spec, name, self.settings, uid)
+        )
+        self._kinds[name] = kind
+        return JobHandle(backend=self.name, job_id=_job_id(kind, uid), name=name)
+
+    def find(self, name: str) -> JobHandle | None:
+        hook = self._hook()
+        for kind in _candidate_kinds(self.settings):
+            job = self._get_job(hook, kind, name)
+            if job is not None:
+                self._kinds[name] = kind
+                return JobHandle(backend=self.name, job_id=_job_id(kind, job["metadata"]["uid"]), name=name)
+        return None
+
+    def _get_job(self, hook: Any, kind: JobKind, name: str) -> dict[str, Any] | None:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return hook.custom_object_client.get_namespaced_custom_object(
+                GROUP, kind.version, self.settings.namespace, kind.plural, name
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _delete(self, hook: Any, kind: JobKind, name: str) -> None:
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = self.settings.namespace
+        for delete in (
+            lambda: hook.custom_object_client.delete_namespaced_custom_object(
+                GROUP, kind.version, namespace, kind.plural, name
+            ),
+            lambda: hook.core_v1_client.delete_namespaced_config_map(configmap_name(name, kind), namespace),
+        ):
+            try:
+                delete()
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+        deadline = time.monotonic() + 30
+        while self._get_job(hook, kind, name) is not None and time.monotonic() < deadline:
+            time.sleep(0.2)
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        hook = self._hook()
+        job = self._get_job(hook, self._kind(handle), handle.name)
+        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+        return _status(handle, job, pods)
+
+    async def astatus(self, handle: JobHandle) -> JobStatus:
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        kind = self._kind(handle)
+        async with self._async_hook().get_conn() as api:
+            try:
+                job = await client.CustomObjectsApi(api).get_namespaced_custom_object(
+                    GROUP, kind.version, self.settings.namespace, kind.plural, handle.name
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                job = None
+            pods = _pods(api, await client.CoreV1Api(api).list_namespaced_pod(**self._pod_query(handle)))
+        return _status(handle, job, pods)
+
+    def _pod_query(self, handle: JobHandle) -> dict[str, Any]:
+        return {"namespace": self.settings.namespace, "label_selector": f"{_JOB_NAME_LABEL}={handle.name}"}
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        """New lines of the master pod: read with timestamps since the last one seen, none twice."""
+        hook = self._hook()
+        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+        pod = _log_pod(pods)
+        if pod is None:
+            return LogChunk(cursor=cursor or {})
+        text = hook.core_v1_client.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
+        return _log_chunk(pod, cursor, text)
+
+    async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        from kubernetes_asyncio import client
+
+        async with self._async_hook().get_conn() as api:
+            core = client.CoreV1Api(api)
+            pod = _log_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))))
+            if pod is None:
+                return LogChunk(cursor=cursor or {})
+            text = await core.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
+        return _log_chunk(pod, cursor, text)
+
+    def _log_args(self, pod: dict[str, Any], cursor: dict[str, Any] | None) -> dict[str, Any]:
+        args: dict[str, Any] = {
+            "name": pod["metadata"]["name"],
+            "namespace": self.settings.namespace,
+            "container": pod["spec"]["containers"][0]["name"],
+            "timestamps": True,
+            "limit_bytes": LOG_BYTES_PER_POLL,
+        }
+        last = (cursor or {}).get("last") if (cursor or {}).get("pod") == pod["metadata"]["name"] else None
+        if last:
+            # The API takes seconds, not a time: ask a little further back, then drop what was seen.
+            args["since_seconds"] = max(1, math.ceil(time.time() - _parse_time(last).timestamp()) + 1)
+        return args
+
+    def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        hook = self._hook()
+        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+        pod = _node_pod(pods, node)
+        if pod is None:
+            return []
+        args = {
+            "name": pod["metadata"]["name"],
+            "namespace": self.settings.namespace,
+            "container": pod["spec"]["containers"][0]["name"],
+            "tail_lines": lines,
+        }
+        return (hook.core_v1_client.read_namespaced_pod_log(**args) or "").splitlines()
+
+    async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        from kubernetes_asyncio import client
+
+        async with self._async_hook().get_conn() as api:
+            core = client.CoreV1Api(api)
+            pod = _node_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))), node)
+            if pod is None:
+                return []
+            args = {
+                "name": pod["metadata"]["name"],
+                "namespace": self.settings.namespace,
+                "container": pod["spec"]["containers"][0]["name"],
+                "tail_lines": lines,
+            }
+            return (await core.read_namespaced_pod_log(**args) or "").splitlines()
+
+    # -- failure evidence ------------------------------------------------------------------------
+
+    def failure_details(self, handle: JobHandle) -> list[str]:
+        hook = self._hook()
+        core = hook.core_v1_client
+        pods = _pods(hook.api_client, core.list_namespaced_pod(**self._pod_query(handle)))
+        events = {
+            pod["metadata"]["name"]: _items(
+                hook.api_client,
+                core.list_namespaced_event(
+                    self.settings.namespace, field_selector=f"involvedObject.name={pod['metadata']['name']}"
+                ),
+            )
+            for pod in pods
+        }
+        return _describe_pods(pods, events)
+
+    async def afailure_details(self, handle: JobHandle) -> list[str]:
+        from kubernetes_asyncio import client
+
+        async with self._async_hook().get_conn() as api:
+            core = client.CoreV1Api(api)
+            pods = _pods(api, await core.list_namespaced_pod(**self._pod_query(handle)))
+            events = {}
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                listed = await core.list_namespaced_event(
+                    self.settings.namespace, field_selector=f"involvedObject.name={name}"
+                )
+                events[name] = _items(api, listed)
+        return _describe_pods(pods, events)
+
+    # -- stop and links --------------------------------------------------------------------------
+
+    def stop(self, handle: JobHandle) -> None:
+        """Delete the CR and its ConfigMap, as ``arena delete`` does (pods go with the CR)."""
+        self._delete(self._hook(), self._kind(handle), handle.name)
+
+    async def astop(self, handle: JobHandle) -> None:
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        kind = self._kind(handle)
+        namespace = self.settings.namespace
+        async with self._async_hook().get_conn() as api:
+            deletions = (
+                client.CustomObjectsApi(api).delete_namespaced_custom_object(
+                    GROUP, kind.version, namespace, kind.plural, handle.name
+                ),
+                client.CoreV1Api(api).delete_namespaced_config_map(
+                    configmap_name(handle.name, kind), namespace
+                ),
+            )
+            for deletion in deletions:
+                try:
+                    await deletion
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+
+    def output_uri(self, handle: JobHandle) -> str | None:
+        job = self._get_job(self._hook(), self._kind(handle), handle.name) or {}
+        return (job.get("metadata", {}).get("annotations") or {}).get(OUTPUT_DIR_ANNOTATION)
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return None
+
+
+# -- interpreting what the cluster returned -------------------------------------------------------
+
+
+def _job_id(kind: JobKind, uid: str) -> str:
+    """``<kind>/<version>/<uid>``: enough to address the CR again and to tell attempts apart."""
+    return f"{kind.plural}/{kind.version}/{uid}"
+
+
+def _kind_from_job_id(job_id: str) -> JobKind:
+    from aliyun_training.backends import arena_manifests as m
+
+    plural, version, _uid = job_id.split("/")
+    for kind in (m.PYTORCH_JOB, m.TF_JOB, m.MPI_JOB_V2, m.MPI_JOB_V1ALPHA1):
+        if (kind.plural, kind.version) == (plural, version):
+            return kind
+    raise LookupError(f"job id {job_id!r} names no known training job kind")
+
+
+def _candidate_kinds(settings: ArenaSettings) -> list[JobKind]:
+    from aliyun_training.backends import arena_manifests as m
+
+    mpi = m.MPI_JOB_V1ALPHA1 if settings.mpi_api_version == "v1alpha1" else m.MPI_JOB_V2
+    return [m.PYTORCH_JOB, m.TF_JOB, mpi]
+
+
+def _items(api_client: Any, listed: Any) -> list[dict[str, Any]]:
+    return api_client.sanitize_for_serialization(listed).get("items", [])
+
+
+def _pods(api_client: Any, listed: Any) -> list[dict[str, Any]]:
+    """Pods of a job, master first, then by replica type and index (the node order of RANK)."""
+    order = {replica: rank for rank, replica in enumerate(LOG_REPLICAS)}
+
+    def key(pod: dict[str, Any]) -> tuple[int, int]:
+        labels = pod["metadata"].get("labels", {})
+        replica = labels.get("training.kubeflow.org/replica-type", "worker")
+        return order.get(replica, len(order)), int(labels.get("training.kubeflow.org/replica-index", 0))
+
+    return sorted(_items(api_client, listed), key=key)
+
+
+def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
+    if job is None:
+        return JobStatus(state=JobState.STOPPED, raw="Deleted", reason="the job was deleted (arena delete?)")
+    if handle.job_id.rsplit("/", 1)[-1] != job["metadata"]["uid"]:
+        raise LookupError(f"job {handle.name} was replaced by a newer attempt")
+    status = job.get("status") or {}
+    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
+    newest = max(true, key=lambda c: c.get("lastTransitionTime") or "", default={"type": "Pending"})
+    state = CONDITION_STATES.get(newest["type"], JobState.PENDING)
+    replicas = ", ".join(
+        f"{role}: " + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
+        for role, counts in sorted((status.get("replicaStatuses") or {}).items())
+    )
+    problems = _pod_problems(pods) if state in (JobState.PENDING, JobState.FAILED) else []
+    reason = "; ".join(
+        part
+        for part in (
+            ": ".join(p for p in (newest.get("reason"), newest.get("message")) if p),
+            *problems,
+            replicas and f"replicas {replicas}",
+        )
+        if part
+    )
+    failed = next(
+        (rank for rank, pod in enumerate(pods) if pod.get("status", {}).get("phase") == "Failed"), None
+    )
+    return JobStatus(
+        state=state,
+        raw=newest["type"],
+        reason=reason,
+        started=_iso(status.get("startTime")),
+        finished=_iso(status.get("completionTime")) if state.is_terminal else None,
+        failed_node=failed,
+        exit_code=_exit_code(pods[failed]) if failed is not None else None,
+    )
+
+
+def _pod_problems(pods: list[dict[str, Any]]) -> list[str]:
+    """What keeps pods from running or killed them: unschedulable, image pulls, OOM, exit codes."""
+    problems = []
+    for pod in pods:
+        name, status = pod["metadata"]["name"], pod.get("status") or {}
+        for condition in status.get("conditions") or []:
+            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
+                problems.append(
+                    f"pod {name}: {condition.get('reason')} {condition.get('message') or ''}".strip()
+                )
+        for container in status.get("containerStatuses") or []:
+            state = container.get("state") or {}
+            waiting, terminated = state.get("waiting"), state.get("terminated")
+            if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+                problems.append(f"pod {name}: {waiting['reason']} {waiting.get('message') or ''}".strip())
+            if terminated and terminated.get("exitCode"):
+                problems.append(
+                    f"pod {name}: container {container['name']} {terminated.get('reason') or 'Error'} "
+                    f"(exit code {terminated['exitCode']})"
+                )
+    return problems
+
+
+def _describe_pods(pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]]) -> list[str]:
+    lines = _pod_problems(pods)
+    for name, pod_events in events.items():
+        for event in pod_events:
+            if event.get("type") == "Warning":
+                lines.append(f"event {name}: {event.get('reason')}: {event.get('message')}")
+    return lines
+
+
+def _exit_code(pod: dict[str, Any]) -> int | None:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (container.get("state") or {}).get("terminated")
+        if terminated:
+            return terminated.get("exitCode")
+    return None
+
+
+def _log_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The pod whose log is the job's log, once it has started."""
+    pod = pods[0] if pods else None
+    if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
+        return None
+    return pod
+
+
+def _node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:
+    started = [p for p in pods if (p.get("status") or {}).get("phase") not in (None, "Pending")]
+    return started[node] if node < len(started) else None
+
+
+def _log_chunk(pod: dict[str, Any], cursor: dict[str, Any] | None, text: str) -> LogChunk:
+    """Lines after the last one seen; lines sharing its timestamp are told apart by counting."""
+    name = pod["metadata"]["name"]
+    same_pod = (cursor or {}).get("pod") == name
+    last = (cursor or {}).get("last") if same_pod else None
+    seen_at_last = (cursor or {}).get("seen_at_last", 0) if same_pod else 0
+    last_key = _stamp_key(last) if last else None
+    # A read cut at LOG_BYTES_PER_POLL may end mid-line: keep whole lines, the rest comes next poll.
+    complete = text[: text.rfind("\n") + 1] if len(text.encode()) >= LOG_BYTES_PER_POLL else text
+    lines: list[str] = []
+    skipped = 0
+    for raw in complete.splitlines():
+        stamp, _, line = raw.partition(" ")
+        key = _stamp_key(stamp)
+        if last_key is not None and key < last_key:
+            continue
+        if last_key is not None and key == last_key and skipped < seen_at_last:
+            skipped += 1
+            continue
+        lines.append(line)
+        if last is not None and key == _stamp_key(last):
+            seen_at_last += 1
+        else:
+            last, seen_at_last = stamp, 1
+    return LogChunk(lines=lines, cursor={"pod": name, "last": last, "seen_at_last": seen_at_last})
+
+
+def _stamp_key(stamp: str) -> tuple[str, int]:
+    """Order RFC 3339 UTC timestamps with up to nanoseconds (Python parses only microseconds)."""
+    whole, _, fraction = stamp.rstrip("Z").partition(".")
+    return whole, int((fraction or "0").ljust(9, "0")[:9])
+
+
+def _parse_time(value: str) -> datetime:
+    whole, nanos = _stamp_key(value)
+    return datetime.fromisoformat(whole).replace(tzinfo=UTC, microsecond=nanos // 1000)
+
+
+def _iso(value: str | None) -> str | None:
+    return _parse_time(value).astimezone(UTC).isoformat() if value else None

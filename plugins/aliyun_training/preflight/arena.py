@@ -1,0 +1,37 @@
+"""Checks for the ACK backend: every dataset PVC exists in the namespace and is bound."""
+
+from __future__ import annotations
+
+from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.arena_manifests import claim_name
+from aliyun_training.preflight.report import Finding, Verdict
+from aliyun_training.spec import TrainingJobSpec
+
+
+def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Finding]:
+    """A missing or unbound PVC leaves every pod Pending; say so before the job is created."""
+    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+    from kubernetes.client.exceptions import ApiException
+
+    namespace = backend.settings.namespace
+    core = KubernetesHook(conn_id=backend.settings.conn_id).core_v1_client
+    findings = []
+    for mount in spec.datasets:
+        claim = claim_name(mount.uri, backend.settings)
+        where = f"PVC {namespace}/{claim}"
+        try:
+            phase = core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase
+        except ApiException as exc:
+            fix = (
+                "create the CPFS PV and PVC (see the ACK + CPFS guide) or fix data_pvc"
+                if exc.status == 404
+                else "let the kubernetes connection's identity read PVCs in the namespace"
+            )
+            findings.append(
+                Finding(check="pvc", verdict=Verdict.FAIL, found=f"{where}: {exc.reason}", fix=fix)
+            )
+            continue
+        verdict = Verdict.PASS if phase == "Bound" else Verdict.FAIL
+        fix = "" if phase == "Bound" else "bind the PVC to its CPFS PV (check the PV's selector label)"
+        findings.append(Finding(check="pvc", verdict=verdict, found=f"{where} is {phase}", fix=fix))
+    return findings
