@@ -32,6 +32,7 @@ class JobMonitor:
         self.log = log
         self.cursor = cursor
         self.last_raw_status = last_raw_status
+        self.last_reason = ""
 
     def poll(self) -> JobStatus:
         """Read the status once, log what changed and the new log lines, and return the status."""
@@ -66,6 +67,7 @@ class JobMonitor:
         return self._payload(status, node, tail, await self.backend.afailure_details(self.handle))
 
     def _record(self, status: JobStatus) -> JobStatus:
+        """Log a transition, or a new reason within the same status (e.g. why pods stay pending)."""
         if status.raw != self.last_raw_status:
             reason = f" ({status.reason})" if status.reason else ""
             self.log.info(
@@ -76,6 +78,9 @@ class JobMonitor:
                 reason,
             )
             self.last_raw_status = status.raw
+        elif status.reason and status.reason != self.last_reason:
+            self.log.info("Job %s: %s (%s)", self.handle.job_id, status.raw, status.reason)
+        self.last_reason = status.reason
         return status
 
     def _emit(self, chunk: LogChunk) -> bool:

@@ -12,6 +12,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
 from tests.emulators.dlc import DlcEmulator
+from tests.emulators.kubernetes_fake import KubernetesFake
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
 VERSION = "2026-11-22"
@@ -109,3 +110,83 @@ def test_a_dlc_run_submits_the_job_to_dlc_and_skips_the_local_only_stages(
     assert create.body["ResourceId"] == "quota1ab2" and create.body["JobType"] == "PyTorchJob"
     assert create.body["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
     assert dlc.count("ListJobs") >= 1, "preflight checks access and the operator looks for an earlier job"
+
+
+def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_stages(
+    dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes import client
+
+    with KubernetesFake() as cluster:
+        kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
+        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+        core = client.CoreV1Api(client.ApiClient(_configuration(kubeconfig)))
+        core.create_persistent_volume(_cpfs_volume("cpfs-train"))
+        core.create_namespaced_persistent_volume_claim("training", _bound_claim("cpfs-train"))
+        overrides = {
+            "image": "registry.example.com/train:1",
+            "data_pvc": "cpfs-train",
+            "namespace": "training",
+        }
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 8, tz="UTC"),
+            run_conf={"backend": "arena", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        created = [r for r in cluster.requests if r.method == "POST" and r.path.endswith("/pytorchjobs")]
+    assert states["train"] == "success" and states["preflight"] == "success"
+    assert states["stage_dataset"] == states["publish_artifacts"] == "skipped"
+    (job,) = [r.body for r in created]
+    assert job["metadata"]["labels"]["createdBy"] == "PyTorchJob"
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert {"name": "DATA_DIR", "value": "/mnt/data/cifar10/2026-11-08"} in container["env"]
+
+
+def _configuration(kubeconfig: Path):
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return configuration
+
+
+def _cpfs_volume(name: str) -> dict:
+    """A static CPFS (general-purpose) PV as the ACK + CPFS guide creates it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadWriteMany"],
+            "csi": {
+                "driver": "nasplugin.csi.alibabacloud.com",
+                "volumeHandle": name,
+                "volumeAttributes": {
+                    "mountProtocol": "cpfs-nfs",
+                    "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
+                    "path": "/share",
+                    "volumeAs": "subpath",
+                },
+            },
+        },
+    }
+
+
+def _bound_claim(name: str) -> dict:
+    """A PVC that binds to the CPFS PV of the same name through its alicloud-pvname label."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "1Ti"}},
+            "selector": {"matchLabels": {"alicloud-pvname": name}},
+            "storageClassName": "",
+        },
+    }

@@ -43,7 +43,11 @@ CONDITION_STATES = {
 LOG_REPLICAS = ("master", "launcher", "chief", "worker")
 #: Bytes of new log read per poll at most; the rest comes with the next poll.
 LOG_BYTES_PER_POLL = 256 * 1024
-_JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+#: Replica-type labels of today's training-operator and of arena's old mpi-operator (v1alpha1).
+_REPLICA_LABELS = (
+    ("training.kubeflow.org/replica-type", "training.kubeflow.org/replica-index"),
+    ("mpi_role_type", ""),
+)
 
 
 class ArenaBackend:
@@ -164,7 +168,8 @@ class ArenaBackend:
         return _status(handle, job, pods)
 
     def _pod_query(self, handle: JobHandle) -> dict[str, Any]:
-        return {"namespace": self.settings.namespace, "label_selector": f"{_JOB_NAME_LABEL}={handle.name}"}
+        """Pods by arena's own selector (``release``), which every operator version keeps."""
+        return {"namespace": self.settings.namespace, "label_selector": f"release={handle.name}"}
 
     # -- logs ------------------------------------------------------------------------------------
 
@@ -175,8 +180,7 @@ class ArenaBackend:
         pod = _log_pod(pods)
         if pod is None:
             return LogChunk(cursor=cursor or {})
-        text = hook.core_v1_client.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
-        return _log_chunk(pod, cursor, text)
+        return _log_chunk(pod, cursor, _read_log(hook, self._log_args(pod, cursor)))
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         from kubernetes_asyncio import client
@@ -215,7 +219,7 @@ class ArenaBackend:
             "container": pod["spec"]["containers"][0]["name"],
             "tail_lines": lines,
         }
-        return (hook.core_v1_client.read_namespaced_pod_log(**args) or "").splitlines()
+        return _read_log(hook, args).splitlines()
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         from kubernetes_asyncio import client
@@ -334,10 +338,17 @@ def _pods(api_client: Any, listed: Any) -> list[dict[str, Any]]:
     """Pods of a job, master first, then by replica type and index (the node order of RANK)."""
     order = {replica: rank for rank, replica in enumerate(LOG_REPLICAS)}
 
-    def key(pod: dict[str, Any]) -> tuple[int, int]:
+    def key(pod: dict[str, Any]) -> tuple[int, int, str]:
         labels = pod["metadata"].get("labels", {})
-        replica = labels.get("training.kubeflow.org/replica-type", "worker")
-        return order.get(replica, len(order)), int(labels.get("training.kubeflow.org/replica-index", 0))
+        for type_label, index_label in _REPLICA_LABELS:
+            if type_label in labels:
+                replica = labels[type_label].lower()
+                return (
+                    order.get(replica, len(order)),
+                    int(labels.get(index_label, 0)),
+                    pod["metadata"]["name"],
+                )
+        return len(order), 0, pod["metadata"]["name"]
 
     return sorted(_items(api_client, listed), key=key)
 
@@ -348,8 +359,12 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
     if handle.job_id.rsplit("/", 1)[-1] != job["metadata"]["uid"]:
         raise LookupError(f"job {handle.name} was replaced by a newer attempt")
     status = job.get("status") or {}
-    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"]
-    newest = max(true, key=lambda c: c.get("lastTransitionTime") or "", default={"type": "Pending"})
+    # Conditions are appended as the job moves on, and timestamps have whole seconds: the newest
+    # true condition is the last true one in the list (arena reads them the same way).
+    true = [c for c in status.get("conditions") or [] if c.get("status") == "True"] or _v1alpha1_conditions(
+        status
+    )
+    newest = true[-1] if true else {"type": "Pending"}
     state = CONDITION_STATES.get(newest["type"], JobState.PENDING)
     replicas = ", ".join(
         f"{role}: " + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
@@ -377,6 +392,12 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
         failed_node=failed,
         exit_code=_exit_code(pods[failed]) if failed is not None else None,
     )
+
+
+def _v1alpha1_conditions(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """arena's old mpi-operator (v1alpha1) reports ``launcherStatus`` instead of conditions."""
+    launcher = status.get("launcherStatus")
+    return [{"type": launcher, "status": "True"}] if launcher else []
 
 
 def _pod_problems(pods: list[dict[str, Any]]) -> list[str]:
@@ -425,6 +446,12 @@ def _log_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
         return None
     return pod
+
+
+def _read_log(hook: Any, args: dict[str, Any]) -> str:
+    """The sync client mangles log text into a bytes repr when it decodes it: read it raw."""
+    response = hook.core_v1_client.read_namespaced_pod_log(**args, _preload_content=False)
+    return response.data.decode(errors="replace")
 
 
 def _node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:

@@ -138,6 +138,17 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
         for role, count, restart, gpus in _replica_roles(spec, kind)
         if count > 0
     }
+    if kind == MPI_JOB_V1ALPHA1:
+        # arena's old mpi-operator: one pod template for every replica, no replica specs.
+        worker = replicas["Worker"]["template"]
+        job_spec: dict[str, Any] = {
+            "replicas": spec.nodes,
+            "template": worker,
+            "backoffLimit": settings.backoff_limit,
+            "activeDeadlineSeconds": spec.timeout_minutes * 60,
+        }
+    else:
+        job_spec = {"runPolicy": _run_policy(spec, settings), kind.replica_specs_key: replicas}
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{kind.version}",
         "kind": kind.kind,
@@ -150,9 +161,9 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
                 **({OUTPUT_DIR_ANNOTATION: spec.output_dir} if spec.output_dir else {}),
             },
         },
-        "spec": {"runPolicy": _run_policy(spec, settings), kind.replica_specs_key: replicas},
+        "spec": job_spec,
     }
-    if kind.kind == "MPIJob":
+    if kind == MPI_JOB_V2:
         body["spec"]["slotsPerWorker"] = spec.procs_per_node
     return body
 

@@ -190,11 +190,16 @@ class TrainingJobOperator(BaseOperator):
                 self._stop_after_timeout(backend, monitor.handle, spec)
 
     def _stop_after_timeout(self, backend: TrainingBackend, handle: JobHandle, spec: TrainingJobSpec) -> None:
+        """Stop the job; the error says where it was stuck (a job pending for ever names the cause)."""
         self.log.error("Job %s exceeded timeout_minutes=%d: stopping it", handle.job_id, spec.timeout_minutes)
+        last = backend.status(handle)
+        evidence = [f"last status: {last.raw}" + (f" ({last.reason})" if last.reason else "")]
+        evidence += backend.failure_details(handle)
         backend.stop(handle)
+        details = "".join(f"\n  {line}" for line in evidence)
         raise AirflowException(
             f"Training job {handle.job_id} did not finish within timeout_minutes={spec.timeout_minutes} "
-            "and was stopped; raise timeout_minutes or shorten the run"
+            f"and was stopped; raise timeout_minutes or shorten the run{details}"
         )
 
     def _finish(

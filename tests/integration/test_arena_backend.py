@@ -1,0 +1,302 @@
+"""The ACK backend through the cncf.kubernetes hooks (sync and async) against the Kubernetes API fake."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from kubernetes import client
+
+from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
+from aliyun_training.spec import TrainingJobSpec, job_name
+from aliyun_training.triggers.training import TrainingJobTrigger
+from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+
+NS = "training"
+CONN_ID = "ack_cluster"
+
+
+@dataclass
+class TaskInstanceIds:
+    dag_id: str = "retrain"
+    run_id: str = "manual__2026-11-30T00:00:00+00:00"
+    task_id: str = "train"
+    map_index: int = -1
+
+
+class MemoryTaskStateStore(dict):
+    def set(self, key: str, value: Any, *, retention: timedelta | None = None) -> None:
+        self[key] = value
+
+
+NAME = job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
+
+
+@pytest.fixture
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesFake]:
+    with KubernetesFake() as server:
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
+        monkeypatch.setenv(
+            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
+        )
+        # The sync hook loads the kubeconfig into the client's process-wide default configuration.
+        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+        yield server
+        assert server.internal_errors == []
+
+
+def settings(**overrides: Any) -> dict[str, Any]:
+    return {
+        "conn_id": CONN_ID,
+        "namespace": NS,
+        "nccl_env": {"NCCL_DEBUG": "INFO"},
+        "host_network": True,
+        **overrides,
+    }
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return {
+        "backend": "arena",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "cpu": 16,
+        "memory_gib": 64,
+        "image": "registry.example.com/train/pytorch:2.13-rdma",
+        "command": "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py",
+        "rdma": True,
+        "datasets": [{"uri": "pvc://cpfs-train", "mount_path": "/mnt/data"}],
+        "output_dir": "/mnt/data/outputs/run-1",
+        **overrides,
+    }
+
+
+def operator(backend_settings: dict[str, Any] | None = None, **overrides: Any) -> TrainingJobOperator:
+    return TrainingJobOperator(
+        task_id="train",
+        spec=spec(**overrides),
+        backend_config=backend_settings or settings(),
+        poll_interval=0.05,
+    )
+
+
+def context() -> dict[str, Any]:
+    return {"ti": TaskInstanceIds(), "task_state_store": MemoryTaskStateStore()}
+
+
+def defer(op: TrainingJobOperator, ctx: dict[str, Any]) -> TrainingJobTrigger:
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    return deferred.value.trigger
+
+
+async def fire(trigger: TrainingJobTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")
+
+
+def custom_objects(
+    fake: KubernetesFake, plural: str = "pytorchjobs", version: str = "v1"
+) -> list[dict[str, Any]]:
+    backend = ArenaBackend(**settings())
+    hook = backend._hook()
+    return hook.custom_object_client.list_namespaced_custom_object("kubeflow.org", version, NS, plural)[
+        "items"
+    ]
+
+
+def configmaps() -> list[str]:
+    hook = ArenaBackend(**settings())._hook()
+    return [cm.metadata.name for cm in hook.core_v1_client.list_namespaced_config_map(NS).items]
+
+
+def test_a_job_runs_to_success_with_the_master_log_streamed_while_deferred(
+    fake: KubernetesFake, capfd: pytest.CaptureFixture[str]
+) -> None:
+    fake.default_script = TrainingScript(
+        phases=[("Created", 0.1), ("Running", 1.5)],
+        log_lines=[f"epoch {i} loss={3 - i / 2}" for i in range(1, 5)],
+    )
+    op, ctx = operator(), context()
+    trigger = defer(op, ctx)
+    (job,) = custom_objects(fake)
+    assert job["metadata"]["labels"]["release"] == NAME and f"{NAME}-pytorchjob" in configmaps()
+
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(fire(trigger))
+    seen = ""
+    deadline = time.monotonic() + 15
+    while "epoch 1 loss" not in seen and time.monotonic() < deadline:
+        loop.run_until_complete(asyncio.sleep(0.05))
+        seen += capfd.readouterr().out
+    assert "epoch 1 loss=2.5" in seen and not task.done()
+    event = loop.run_until_complete(task)
+    loop.close()
+    result = op.execute_complete(ctx, event)
+    output = seen + capfd.readouterr().out
+
+    for i in range(1, 5):
+        assert output.count(f"epoch {i} loss={3 - i / 2}") == 1
+    assert "-> Running" in output and "Running -> Succeeded" in output
+    assert result["status"] == "Succeeded" and result["backend"] == "arena"
+    assert result["output_uri"] == "/mnt/data/outputs/run-1"
+
+
+@pytest.mark.parametrize(
+    ("script", "expected"),
+    [
+        (TrainingScript(outcome="OOMKilled", failing_replica="worker"), "OOMKilled (exit code 137)"),
+        (TrainingScript(outcome="ExitCode", exit_code=3, failing_replica="master"), "exit code 3"),
+    ],
+)
+def test_a_failed_job_fails_the_task_naming_the_pod_and_reason(
+    fake: KubernetesFake, script: TrainingScript, expected: str
+) -> None:
+    fake.default_script = script
+    op, ctx = operator(), context()
+    event = asyncio.run(fire(defer(op, ctx)))
+
+    with pytest.raises(AirflowException) as failure:
+        op.execute_complete(ctx, event)
+
+    message = str(failure.value)
+    assert "failed:" in message and expected in message
+    assert "Last log lines of node" in message
+
+
+@pytest.mark.parametrize(
+    ("outcome", "expected"),
+    [("Unschedulable", "Insufficient nvidia.com/gpu"), ("ImagePullBackOff", "ImagePullBackOff")],
+)
+def test_a_job_stuck_pending_names_why_when_the_timeout_stops_it(
+    fake: KubernetesFake, outcome: str, expected: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+    fake.default_script = TrainingScript(outcome=outcome)
+    op, ctx = operator(timeout_minutes=1), context()
+    trigger = defer(op, ctx)
+
+    async def wait_a_little() -> None:
+        task = asyncio.create_task(fire(trigger))
+        await asyncio.sleep(0.8)
+        task.cancel()
+
+    asyncio.run(wait_a_little())
+    with pytest.raises(AirflowException) as failure:
+        op.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, ctx)
+
+    assert expected in capfd.readouterr().out, "the pending reason is logged while the task waits"
+    assert expected in str(failure.value)
+    assert custom_objects(fake) == [] and f"{NAME}-pytorchjob" not in configmaps()
+
+
+def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: KubernetesFake) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
+    trigger = defer(operator(), context())
+
+    async def kill() -> None:
+        task = asyncio.create_task(fire(trigger))
+        await asyncio.sleep(0.4)
+        task.cancel()
+        await trigger.on_kill()
+
+    asyncio.run(kill())
+
+    assert custom_objects(fake) == []
+    assert f"{NAME}-pytorchjob" not in configmaps()
+
+
+def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: KubernetesFake) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
+    died_after = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    ctx = context()
+
+    trigger = defer(operator(), ctx)
+
+    assert trigger.handle["job_id"] == died_after.job_id
+    assert fake.count("POST", "/pytorchjobs") == 1 and fake.count("POST", "/configmaps") == 1
+    assert ctx["task_state_store"][HANDLE_KEY]["job_id"] == died_after.job_id
+    ArenaBackend(**settings()).stop(died_after)
+
+
+def test_a_finished_job_under_the_same_name_is_replaced_not_reattached(fake: KubernetesFake) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)])
+    earlier = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    deadline = time.monotonic() + 10
+    while (
+        ArenaBackend(**settings()).status(earlier).state.value != "succeeded" and time.monotonic() < deadline
+    ):
+        time.sleep(0.05)
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
+
+    trigger = defer(operator(), context())
+
+    assert trigger.handle["job_id"] != earlier.job_id
+    assert fake.count("POST", "/pytorchjobs") == 2
+    (job,) = custom_objects(fake)
+    assert job["metadata"]["uid"] == trigger.handle["job_id"].rsplit("/", 1)[-1]
+    with pytest.raises(LookupError, match="replaced by a newer attempt"):
+        ArenaBackend(**settings()).status(earlier)
+
+
+@pytest.mark.parametrize(
+    ("framework", "plural", "version", "backend_settings"),
+    [
+        ("tensorflow", "tfjobs", "v1", {}),
+        ("mpi", "mpijobs", "v2beta1", {}),
+        ("mpi", "mpijobs", "v1alpha1", {"mpi_api_version": "v1alpha1"}),
+    ],
+)
+def test_tfjob_and_mpijob_submit_and_succeed(
+    fake: KubernetesFake, framework: str, plural: str, version: str, backend_settings: dict[str, Any]
+) -> None:
+    op, ctx = operator(settings(**backend_settings), framework=framework), context()
+
+    result = op.execute_complete(ctx, asyncio.run(fire(defer(op, ctx))))
+
+    assert result["status"] == "Succeeded"
+    (job,) = custom_objects(fake, plural, version)
+    assert job["metadata"]["labels"]["app"] == job["kind"].lower()
+
+
+@pytest.mark.parametrize("framework", ["tensorflow", "mpi"])
+def test_tfjob_and_mpijob_failures_carry_the_reason(fake: KubernetesFake, framework: str) -> None:
+    fake.default_script = TrainingScript(outcome="ExitCode", exit_code=2)
+    op, ctx = operator(framework=framework), context()
+    event = asyncio.run(fire(defer(op, ctx)))
+
+    with pytest.raises(AirflowException, match="exit code 2"):
+        op.execute_complete(ctx, event)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "backend_settings", "expected"),
+    [
+        ({"nodes": 0}, {}, "nodes: Input should be greater than or equal to 1"),
+        ({"gpus_per_node": 16}, {}, "gpus_per_node: 16 GPUs per node, but the cluster's GPU nodes have 8"),
+        (
+            {"datasets": [{"uri": "/mnt/cpfs", "mount_path": "/mnt/data"}]},
+            {},
+            "datasets: mount '/mnt/cpfs' names no PVC",
+        ),
+    ],
+)
+def test_an_invalid_spec_fails_before_anything_is_created(
+    fake: KubernetesFake, overrides: dict[str, Any], backend_settings: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(AirflowFailException, match=expected):
+        operator(settings(**backend_settings), **overrides).execute(context())
+
+    assert fake.count("POST") == 0
