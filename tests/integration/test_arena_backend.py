@@ -6,36 +6,21 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from kubernetes import client
 
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
-from aliyun_training.triggers.training import TrainingJobTrigger
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.operator_harness import defer, fire, task_context
 
 NS = "training"
 CONN_ID = "ack_cluster"
-
-
-@dataclass
-class TaskInstanceIds:
-    dag_id: str = "retrain"
-    run_id: str = "manual__2026-11-30T00:00:00+00:00"
-    task_id: str = "train"
-    map_index: int = -1
-
-
-class MemoryTaskStateStore(dict):
-    def set(self, key: str, value: Any, *, retention: timedelta | None = None) -> None:
-        self[key] = value
 
 
 NAME = job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
@@ -90,22 +75,6 @@ def operator(backend_settings: dict[str, Any] | None = None, **overrides: Any) -
     )
 
 
-def context() -> dict[str, Any]:
-    return {"ti": TaskInstanceIds(), "task_state_store": MemoryTaskStateStore()}
-
-
-def defer(op: TrainingJobOperator, ctx: dict[str, Any]) -> TrainingJobTrigger:
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-async def fire(trigger: TrainingJobTrigger) -> dict[str, Any]:
-    async for event in trigger.run():
-        return event.payload
-    raise AssertionError("no event")
-
-
 def custom_objects(
     fake: KubernetesFake, plural: str = "pytorchjobs", version: str = "v1"
 ) -> list[dict[str, Any]]:
@@ -128,7 +97,7 @@ def test_a_job_runs_to_success_with_the_master_log_streamed_while_deferred(
         phases=[("Created", 0.1), ("Running", 1.5)],
         log_lines=[f"epoch {i} loss={3 - i / 2}" for i in range(1, 5)],
     )
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
     trigger = defer(op, ctx)
     (job,) = custom_objects(fake)
     assert job["metadata"]["labels"]["release"] == NAME and f"{NAME}-pytorchjob" in configmaps()
@@ -164,7 +133,7 @@ def test_a_failed_job_fails_the_task_naming_the_pod_and_reason(
     fake: KubernetesFake, script: TrainingScript, expected: str
 ) -> None:
     fake.default_script = script
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
     event = asyncio.run(fire(defer(op, ctx)))
 
     with pytest.raises(AirflowException) as failure:
@@ -185,7 +154,7 @@ def test_a_job_stuck_pending_names_why_when_the_timeout_stops_it(
     from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
     fake.default_script = TrainingScript(outcome=outcome)
-    op, ctx = operator(timeout_minutes=1), context()
+    op, ctx = operator(timeout_minutes=1), task_context()
     trigger = defer(op, ctx)
 
     async def wait_a_little() -> None:
@@ -204,7 +173,7 @@ def test_a_job_stuck_pending_names_why_when_the_timeout_stops_it(
 
 def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
-    trigger = defer(operator(), context())
+    trigger = defer(operator(), task_context())
 
     async def kill() -> None:
         task = asyncio.create_task(fire(trigger))
@@ -221,7 +190,7 @@ def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: Kubernetes
 def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
     died_after = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
-    ctx = context()
+    ctx = task_context()
 
     trigger = defer(operator(), ctx)
 
@@ -241,7 +210,7 @@ def test_a_finished_job_under_the_same_name_is_replaced_not_reattached(fake: Kub
         time.sleep(0.05)
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
 
-    trigger = defer(operator(), context())
+    trigger = defer(operator(), task_context())
 
     assert trigger.handle["job_id"] != earlier.job_id
     assert fake.count("POST", "/pytorchjobs") == 2
@@ -262,7 +231,7 @@ def test_a_finished_job_under_the_same_name_is_replaced_not_reattached(fake: Kub
 def test_tfjob_and_mpijob_submit_and_succeed(
     fake: KubernetesFake, framework: str, plural: str, version: str, backend_settings: dict[str, Any]
 ) -> None:
-    op, ctx = operator(settings(**backend_settings), framework=framework), context()
+    op, ctx = operator(settings(**backend_settings), framework=framework), task_context()
 
     result = op.execute_complete(ctx, asyncio.run(fire(defer(op, ctx))))
 
@@ -274,7 +243,7 @@ def test_tfjob_and_mpijob_submit_and_succeed(
 @pytest.mark.parametrize("framework", ["tensorflow", "mpi"])
 def test_tfjob_and_mpijob_failures_carry_the_reason(fake: KubernetesFake, framework: str) -> None:
     fake.default_script = TrainingScript(outcome="ExitCode", exit_code=2)
-    op, ctx = operator(framework=framework), context()
+    op, ctx = operator(framework=framework), task_context()
     event = asyncio.run(fire(defer(op, ctx)))
 
     with pytest.raises(AirflowException, match="exit code 2"):
@@ -297,6 +266,6 @@ def test_an_invalid_spec_fails_before_anything_is_created(
     fake: KubernetesFake, overrides: dict[str, Any], backend_settings: dict[str, Any], expected: str
 ) -> None:
     with pytest.raises(AirflowFailException, match=expected):
-        operator(settings(**backend_settings), **overrides).execute(context())
+        operator(settings(**backend_settings), **overrides).execute(task_context())
 
     assert fake.count("POST") == 0

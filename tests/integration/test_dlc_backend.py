@@ -6,44 +6,26 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends.base import JobHandle
 from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
-from aliyun_training.triggers.training import TrainingJobTrigger
 from tests.emulators.base import FaultPlan
 from tests.emulators.dlc import DlcEmulator, JobScript
 from tests.emulators.sts import StsEmulator
+from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
 
 AK, SK = "LTAI-test-access-key", "dlc-secret-access-key-value"
 REGISTRY_PASSWORD = "registry-password-value"
 ROLE_ARN = "acs:ram::1234567890123456:role/pai-dlc-runner"
 VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}
-
-
-@dataclass
-class TaskInstanceIds:
-    dag_id: str = "retrain"
-    run_id: str = "manual__2026-11-30T00:00:00+00:00"
-    task_id: str = "train"
-    map_index: int = -1
-
-    def xcom_push(self, key: str, value: Any) -> None:
-        self.pushed = {**getattr(self, "pushed", {}), key: value}
-
-
-class MemoryTaskStateStore(dict):
-    def set(self, key: str, value: Any, *, retention: timedelta | None = None) -> None:
-        self[key] = value
 
 
 @pytest.fixture
@@ -116,24 +98,8 @@ def operator(**overrides: Any) -> TrainingJobOperator:
     )
 
 
-def context() -> dict[str, Any]:
-    return {"ti": TaskInstanceIds(), "task_state_store": MemoryTaskStateStore()}
-
-
-def defer(op: TrainingJobOperator, ctx: dict[str, Any]) -> TrainingJobTrigger:
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)
-    return deferred.value.trigger
-
-
-async def fire(trigger: TrainingJobTrigger) -> dict[str, Any]:
-    async for event in trigger.run():
-        return event.payload
-    raise AssertionError("no event")
-
-
 def test_the_spec_becomes_a_create_job_request_the_sdk_model_accepts(connected: DlcEmulator) -> None:
-    ctx = context()
+    ctx = task_context()
     defer(operator(), ctx)
 
     (create,) = connected.requests_for("CreateJob")
@@ -191,7 +157,7 @@ def create_job_id(dlc: DlcEmulator) -> str:
 def test_each_framework_maps_to_its_dlc_job_type_and_roles(
     connected: DlcEmulator, framework: str, roles: list[tuple[str, int]]
 ) -> None:
-    defer(operator(framework=framework), context())
+    defer(operator(framework=framework), task_context())
 
     body = connected.requests_for("CreateJob")[0].body
     expected_type = {"tensorflow": "TFJob", "mpi": "MPIJob", "elastic": "ElasticBatchJob"}[framework]
@@ -206,7 +172,7 @@ def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
         phases=[("Creating", 0.05), ("Queuing", 0.2), ("EnvPreparing", 0.1), ("Running", 1.5)],
         log_lines=[f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)],
     )
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
     trigger = defer(op, ctx)
     task = asyncio.new_event_loop()
     seen_while_running = ""
@@ -255,7 +221,7 @@ def test_a_failed_job_fails_the_task_with_reason_code_logs_events_and_sanity_che
             ]
         ],
     )
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
     event = asyncio.run(fire(defer(op, ctx)))
 
     with pytest.raises(AirflowException) as failure:
@@ -273,7 +239,7 @@ def test_throttling_and_server_errors_on_30_percent_of_calls_do_not_fail_the_run
     connected: DlcEmulator,
 ) -> None:
     connected.faults = FaultPlan(throttle_rate=0.15, unavailable_rate=0.15, seed=7)
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
 
     result = op.execute_complete(ctx, asyncio.run(fire(defer(op, ctx))))
 
@@ -302,7 +268,7 @@ def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_cre
 
 def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
     connected.default_script = JobScript(phases=[("Creating", 0.05), ("Running", 30.0)])
-    trigger = defer(operator(), context())
+    trigger = defer(operator(), task_context())
 
     async def kill_while_running() -> None:
         task = asyncio.create_task(fire(trigger))
@@ -320,9 +286,9 @@ def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
 def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_name(
     connected: DlcEmulator,
 ) -> None:
-    name = job_name(**{k: v for k, v in vars(TaskInstanceIds()).items() if k != "pushed"})
+    name = TaskInstanceIds().job_name
     died_after = DlcBackend(workspace_id="ws-1").submit(TrainingJobSpec.parse(spec(datasets=[])), name)
-    ctx = context()
+    ctx = task_context()
     assert HANDLE_KEY not in ctx["task_state_store"]
 
     trigger = defer(operator(datasets=[]), ctx)
@@ -339,7 +305,7 @@ def test_an_sts_token_expiring_mid_wait_is_refreshed_without_failing(
         sts.link(dlc)
         connect(monkeypatch, {"dlc": dlc.endpoint, "sts": sts.endpoint}, role_arn=ROLE_ARN)
         dlc.default_script = JobScript(phases=[("Creating", 0.05), ("Running", 1.0)])
-        op, ctx = operator(), context()
+        op, ctx = operator(), task_context()
         trigger = defer(op, ctx)
         first_token = dlc.requests_for("CreateJob")[0].headers["x-acs-security-token"]
 
@@ -371,7 +337,7 @@ def test_an_invalid_spec_fails_before_any_request(
     connected: DlcEmulator, overrides: dict[str, Any], expected: str
 ) -> None:
     with pytest.raises(AirflowFailException, match=expected.replace("[", r"\[").replace("]", r"\]")):
-        operator(**overrides).execute(context())
+        operator(**overrides).execute(task_context())
 
     assert connected.requests == []
 
@@ -391,7 +357,7 @@ def test_a_client_error_fails_at_once_with_code_message_and_request_id(connected
 def test_secrets_never_reach_task_logs_trigger_kwargs_or_xcom(
     connected: DlcEmulator, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    op, ctx = operator(), context()
+    op, ctx = operator(), task_context()
     trigger = defer(op, ctx)
     result = op.execute_complete(ctx, asyncio.run(fire(trigger)))
 

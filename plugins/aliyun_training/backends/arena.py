@@ -211,15 +211,7 @@ class ArenaBackend:
         hook = self._hook()
         pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
         pod = _node_pod(pods, node)
-        if pod is None:
-            return []
-        args = {
-            "name": pod["metadata"]["name"],
-            "namespace": self.settings.namespace,
-            "container": pod["spec"]["containers"][0]["name"],
-            "tail_lines": lines,
-        }
-        return _read_log(hook, args).splitlines()
+        return _read_log(hook, self._tail_args(pod, lines)).splitlines() if pod else []
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         from kubernetes_asyncio import client
@@ -229,13 +221,15 @@ class ArenaBackend:
             pod = _node_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))), node)
             if pod is None:
                 return []
-            args = {
-                "name": pod["metadata"]["name"],
-                "namespace": self.settings.namespace,
-                "container": pod["spec"]["containers"][0]["name"],
-                "tail_lines": lines,
-            }
-            return (await core.read_namespaced_pod_log(**args) or "").splitlines()
+            return (await core.read_namespaced_pod_log(**self._tail_args(pod, lines)) or "").splitlines()
+
+    def _tail_args(self, pod: dict[str, Any], lines: int) -> dict[str, Any]:
+        return {
+            "name": pod["metadata"]["name"],
+            "namespace": self.settings.namespace,
+            "container": pod["spec"]["containers"][0]["name"],
+            "tail_lines": lines,
+        }
 
     # -- failure evidence ------------------------------------------------------------------------
 
