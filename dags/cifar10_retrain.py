@@ -5,10 +5,12 @@ Takes one dataset version from "it exists in the object store" to "a verified mo
 
 1. **configure** — resolve the run (dataset version, training spec, backend settings) and reject
    bad values before anything happens.
-2. **preflight** — can the chosen backend run this job? (local: CPUs/GPUs, disk, port; DLC: access;
-   ACK: the namespace and PVC exist)
-3. **route** — local runs stage and probe here; cloud runs mount the dataset configured in
-   `include/config/<backend>.json` (a PAI dataset on DLC, a CPFS PVC on ACK) and go to training.
+2. **preflight** — parallel checks for the chosen backend (local: CPUs/GPUs, disk, port; DLC:
+   region, VPC/vSwitch/security group/NAT/SNAT, quota type/GPU model/capacity, RAM role actions,
+   DLC access; ACK: the dataset PVC is bound), then one report with a fix for every finding.
+3. **route** — local runs stage and probe here; DLC runs wait for quota capacity; cloud runs
+   mount the dataset configured in `include/config/<backend>.json` (a PAI dataset on DLC, a CPFS
+   PVC on ACK).
 4. **stage_dataset** — copy the version onto the training filesystem, verified, published atomically.
 5. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
 6. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
@@ -27,14 +29,15 @@ from datetime import timedelta
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, Param, task
+from airflow.sdk import DAG, Asset, Param, TaskGroup, task
 
 from aliyun_training.backends import IMPLEMENTED_BACKENDS
 from aliyun_training.operators.artifacts import ArtifactsOperator
-from aliyun_training.operators.preflight import PreflightOperator
+from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 
 #: The project root: training scripts are referenced relative to it, as they would be in an image.
@@ -116,6 +119,12 @@ with DAG(
             title="Timeout (minutes)",
             description="The job is stopped and the task fails when training runs longer than this.",
         ),
+        "skip_preflight": Param(
+            False,
+            type="boolean",
+            title="Skip preflight",
+            description="Run without the preflight checks (logged as a warning); only for emergencies.",
+        ),
         "backend_overrides": Param(
             {},
             type="object",
@@ -145,16 +154,33 @@ with DAG(
 
     @task.branch
     def route(backend: str) -> list[str]:
-        """Local runs stage the dataset and probe the runtime here; cloud runs mount their dataset."""
-        return ["stage_dataset", "training_runtime"] if backend == "local" else ["train"]
+        """Local runs stage the dataset and probe the runtime; DLC runs wait for quota room first."""
+        return {"local": ["stage_dataset", "training_runtime"], "dlc": ["wait_for_capacity"]}.get(
+            backend, ["train"]
+        )
 
     run = configure()
-    preflight = PreflightOperator(
-        task_id="preflight",
+    with TaskGroup("preflight") as preflight:
+        checks = [
+            PreflightCheckOperator(
+                task_id=f"check_{group}",
+                group=group,
+                spec=run["spec"],
+                backend_config=run["backend_config"],
+                settings=run["preflight"],
+                skip="{{ params.skip_preflight }}",
+            )
+            for group in CHECK_GROUPS
+        ]
+        checks >> PreflightReportOperator(
+            task_id="report", check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS]
+        )
+    wait_for_capacity = QuotaCapacitySensor(
+        task_id="wait_for_capacity",
         spec=run["spec"],
         backend_config=run["backend_config"],
-        source_uri=run["source_uri"],
-        target_root=run["staging_root"],
+        poke_interval=30,
+        timeout=6 * 3600,
     )
     stage = DatasetStagingOperator(
         task_id="stage_dataset",
@@ -181,5 +207,5 @@ with DAG(
         runtime=runtime.output,
         outlets=[MODEL_ASSET],
     )
-    preflight >> route(run["backend"]) >> [stage, runtime, train]
-    [stage, runtime] >> train
+    preflight >> route(run["backend"]) >> [stage, runtime, wait_for_capacity, train]
+    [stage, runtime, wait_for_capacity] >> train

@@ -73,9 +73,17 @@ def resolve_run(
         "timeout_minutes": params["timeout_minutes"],
     }
     staging_root = paths.cpfs / "datasets" / dataset
+    source_uri = f"file://{paths.object_store / dataset / version}/"
+    preflight: dict[str, Any] = {"source_uri": source_uri, "target_root": str(staging_root)}
     if params["backend"] == Backend.DLC:
         env = load_environment(environments["dlc"], params.get("backend_overrides"))
         spec, backend_config, output_root = _dlc_run(common, env, version)
+        preflight.update(
+            lingjun_regions=env.get("lingjun_regions") or [],
+            zone_id=env.get("zone_id"),
+            role_name=env.get("role_name"),
+            policy_file=str(Path(project_dir, "include", "config", "dlc_role_policy.json")),
+        )
     elif params["backend"] == Backend.ARENA:
         env = load_environment(environments["arena"], params.get("backend_overrides"))
         spec, backend_config, output_root = _arena_run(common, env, version)
@@ -90,12 +98,13 @@ def resolve_run(
     return {
         "backend": params["backend"],
         "dataset_version": version,
-        "source_uri": f"file://{paths.object_store / dataset / version}/",
+        "source_uri": source_uri,
         "staging_root": str(staging_root),
         "artifact_root": str(paths.artifacts),
         "output_root": output_root,
         "spec": spec,
         "backend_config": backend_config,
+        "preflight": preflight,
     }
 
 

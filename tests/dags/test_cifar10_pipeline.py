@@ -11,7 +11,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
-from tests.emulators.dlc import DlcEmulator
+from tests.cloud_harness import QUOTA, ROLE, emulated_cloud
 from tests.emulators.kubernetes_fake import KubernetesFake
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
@@ -74,22 +74,23 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
-def test_a_dlc_run_submits_the_job_to_dlc_and_skips_the_local_only_stages(
+def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_dlc(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with DlcEmulator({"dag-test-ak": "dag-test-sk"}) as dlc:
-        extras = {
-            "access_key_id": "dag-test-ak",
-            "access_key_secret": "dag-test-sk",
-            "region": "cn-wulanchabu",
-            "protocol": "http",
-            "endpoints": {"dlc": dlc.endpoint},
-            "retry": {"base_delay": 0.01, "max_delay": 0.05},
+    with emulated_cloud(monkeypatch) as cloud:
+        ids = cloud.ids
+        overrides = {
+            "quota_id": QUOTA,
+            "gpu_type": "GU8TF",
+            "image": "registry.example.com/train:1",
+            "zone_id": ids.zone_id,
+            "role_name": ROLE,
+            "vpc": {
+                "vpc_id": ids.vpc_id,
+                "switch_id": ids.vswitch_id,
+                "security_group_id": ids.security_group_id,
+            },
         }
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
-        )
-        overrides = {"quota_id": "quota1ab2", "gpu_type": "GU8TF", "image": "registry.example.com/train:1"}
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
@@ -97,19 +98,50 @@ def test_a_dlc_run_submits_the_job_to_dlc_and_skips_the_local_only_stages(
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
-        (create,) = dlc.requests_for("CreateJob")
+        report = run.get_task_instance("preflight.report").xcom_pull(task_ids="preflight.report")
+        (create,) = cloud.dlc.requests_for("CreateJob")
     assert states == {
         "configure": "success",
-        "preflight": "success",
+        "preflight.check_machine": "success",
+        "preflight.check_network": "success",
+        "preflight.check_quota": "success",
+        "preflight.check_permissions": "success",
+        "preflight.check_cluster": "success",
+        "preflight.report": "success",
         "route": "success",
+        "wait_for_capacity": "success",
         "train": "success",
         "stage_dataset": "skipped",
         "training_runtime": "skipped",
         "publish_artifacts": "skipped",
     }
-    assert create.body["ResourceId"] == "quota1ab2" and create.body["JobType"] == "PyTorchJob"
+    assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
+    assert all(f["verdict"] == "PASS" for f in report["findings"])
+    assert create.body["ResourceId"] == QUOTA and create.body["JobType"] == "PyTorchJob"
+    assert create.body["UserVpc"]["VpcId"] == ids.vpc_id
     assert create.body["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
-    assert dlc.count("ListJobs") >= 1, "preflight checks access and the operator looks for an earlier job"
+
+
+def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with emulated_cloud(monkeypatch) as cloud:
+        overrides = {
+            "quota_id": "quota-missing",
+            "gpu_type": "GU8TF",
+            "image": "registry.example.com/train:1",
+        }
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        created = cloud.dlc.count("CreateJob")
+    assert states["preflight.report"] == "failed"
+    assert states["preflight.check_quota"] == states["preflight.check_network"] == "success"
+    assert states["train"] == "upstream_failed" and created == 0
 
 
 def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_stages(
@@ -138,7 +170,8 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_st
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
         created = [r for r in cluster.requests if r.method == "POST" and r.path.endswith("/pytorchjobs")]
-    assert states["train"] == "success" and states["preflight"] == "success"
+    assert states["train"] == "success" and states["preflight.check_cluster"] == "success"
+    assert states["preflight.report"] == "success"
     assert states["stage_dataset"] == states["publish_artifacts"] == "skipped"
     (job,) = [r.body for r in created]
     assert job["metadata"]["labels"]["createdBy"] == "PyTorchJob"

@@ -39,11 +39,27 @@ def test_the_trigger_form_documents_every_param_and_offers_only_implemented_back
     params.validate()
 
 
-def test_the_pipeline_runs_configure_then_preflight_then_routes_by_backend(dagbag: DagBag) -> None:
+def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_by_backend(
+    dagbag: DagBag,
+) -> None:
     dag = dagbag.dags["cifar10_retrain"]
+    checks = {
+        f"preflight.check_{group}" for group in ("machine", "network", "quota", "permissions", "cluster")
+    }
     assert dag.catchup is True
-    assert dag.get_task("preflight").upstream_task_ids == {"configure"}
-    assert dag.get_task("route").downstream_task_ids == {"stage_dataset", "training_runtime", "train"}
+    for check in checks:
+        assert dag.get_task(check).upstream_task_ids == {"configure"}, (
+            "checks run in parallel after configure"
+        )
+    report = dag.get_task("preflight.report")
+    assert report.upstream_task_ids == checks and report.trigger_rule == "all_done"
+    assert dag.get_task("route").upstream_task_ids == {"preflight.report", "configure"}
+    assert dag.get_task("route").downstream_task_ids == {
+        "stage_dataset",
+        "training_runtime",
+        "wait_for_capacity",
+        "train",
+    }
     assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
     assert dag.get_task("publish_artifacts").upstream_task_ids == {
         "configure",

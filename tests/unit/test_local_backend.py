@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,14 @@ PROJECT_DIR = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def backend(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=2)
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    """A backend whose jobs are all stopped after the test, also when the test failed midway."""
+    backend = LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=2)
+    yield backend
+    for job_dir in backend.root.glob("*/job.json"):
+        handle = backend.find(job_dir.parent.name)
+        if handle is not None:
+            backend.stop(handle)
 
 
 def wait_terminal(backend: LocalBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,8 +23,14 @@ TORCHRUN = (
 
 
 @pytest.fixture
-def backend(tmp_path: Path) -> LocalBackend:
-    return LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=3)
+def backend(tmp_path: Path) -> Iterator[LocalBackend]:
+    """A backend whose jobs are all stopped after the test, also when the test failed midway."""
+    backend = LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=3)
+    yield backend
+    for job_dir in backend.root.glob("*/job.json"):
+        handle = backend.find(job_dir.parent.name)
+        if handle is not None:
+            backend.stop(handle)
 
 
 def make_trigger(backend: LocalBackend, spec: TrainingJobSpec, name: str) -> TrainingJobTrigger:

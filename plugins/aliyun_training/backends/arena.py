@@ -180,17 +180,26 @@ class ArenaBackend:
         pod = _log_pod(pods)
         if pod is None:
             return LogChunk(cursor=cursor or {})
-        return _log_chunk(pod, cursor, _read_log(hook, self._log_args(pod, cursor)))
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return _log_chunk(pod, cursor, _read_log(hook, self._log_args(pod, cursor)))
+        except ApiException as exc:
+            return _gone_pod(exc, cursor)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
 
         async with self._async_hook().get_conn() as api:
             core = client.CoreV1Api(api)
             pod = _log_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))))
             if pod is None:
                 return LogChunk(cursor=cursor or {})
-            text = await core.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
+            try:
+                text = await core.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
+            except ApiException as exc:
+                return _gone_pod(exc, cursor)
         return _log_chunk(pod, cursor, text)
 
     def _log_args(self, pod: dict[str, Any], cursor: dict[str, Any] | None) -> dict[str, Any]:
@@ -446,6 +455,13 @@ def _read_log(hook: Any, args: dict[str, Any]) -> str:
     """The sync client mangles log text into a bytes repr when it decodes it: read it raw."""
     response = hook.core_v1_client.read_namespaced_pod_log(**args, _preload_content=False)
     return response.data.decode(errors="replace")
+
+
+def _gone_pod(exc: Any, cursor: dict[str, Any] | None) -> LogChunk:
+    """A pod deleted between listing and reading (cleanPodPolicy, a restart) has no more lines."""
+    if exc.status in (400, 404):
+        return LogChunk(cursor=cursor or {})
+    raise exc
 
 
 def _node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:

@@ -212,6 +212,14 @@ def _client_class(service: str) -> Any:
         from alibabacloud_pai_dlc20201203.client import Client
     elif service == "sts":
         from alibabacloud_sts20150401.client import Client
+    elif service == "vpc":
+        from alibabacloud_vpc20160428.client import Client
+    elif service == "ecs":
+        from alibabacloud_ecs20140526.client import Client
+    elif service == "paistudio":
+        from alibabacloud_paistudio20220112.client import Client
+    elif service == "ram":
+        from alibabacloud_ram20150501.client import Client
     else:
         raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
     return Client

@@ -1,57 +1,130 @@
-"""Preflight: every check for the run's backend runs, then one report lists every finding with its fix."""
+"""Preflight as parallel checks plus one report: every check runs, then every finding is shown at once.
+
+Each ``PreflightCheckOperator`` runs one group of checks that applies to the run's backend and
+returns its findings without failing, so a mistake in one group never hides the others. The
+``PreflightReportOperator`` (trigger rule all_done) gathers them, logs one report with a fix for
+every finding, fails the run if anything failed, and returns the report as XCom for the run report.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training.backends import get_backend
-from aliyun_training.preflight import local as checks
 from aliyun_training.preflight.report import Finding, PreflightReport, Verdict
 from aliyun_training.spec import Backend, SpecError, TrainingJobSpec
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+#: Check groups, and the backends each applies to.
+CHECK_GROUPS: dict[str, tuple[Backend, ...]] = {
+    "machine": (Backend.LOCAL,),
+    "network": (Backend.DLC,),
+    "quota": (Backend.DLC,),
+    "permissions": (Backend.DLC,),
+    "cluster": (Backend.ARENA,),
+}
 
-class PreflightOperator(BaseOperator):
-    """Fail fast, before staging or launching, when the chosen backend cannot run the job.
 
-    Local runs check this machine (CPUs/GPUs, disk for the dataset, the rendezvous port); DLC runs
-    check that the connection reaches DLC and may list jobs in the workspace.
+class PreflightCheckOperator(BaseOperator):
+    """Run one group of preflight checks for the run's backend; return findings, never fail on them.
 
+    :param group: one of ``CHECK_GROUPS``.
     :param spec: the training job (templated).
     :param backend_config: the backend's settings (templated).
-    :param source_uri: the dataset version to be staged (templated), for the disk check.
-    :param target_root: where it will be staged (templated).
+    :param settings: preflight settings (templated): lingjun_regions, zone_id, role_name,
+        policy_file, source_uri and target_root (local disk check).
+    :param skip: skip the checks (templated, e.g. from a ``skip_preflight`` param); logs a warning.
     """
 
-    template_fields = ("spec", "backend_config", "source_uri", "target_root")
+    template_fields = ("spec", "backend_config", "settings", "skip")
 
     def __init__(
         self,
         *,
-        spec: dict[str, Any],
-        source_uri: str,
-        target_root: str,
-        backend_config: dict[str, Any] | None = None,
+        group: str,
+        spec: Any,
+        backend_config: Any = None,
+        settings: Any = None,
+        skip: Any = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        if group not in CHECK_GROUPS:
+            raise ValueError(f"group must be one of {sorted(CHECK_GROUPS)}, not {group!r}")
+        self.group = group
         self.spec = spec
         self.backend_config = backend_config or {}
-        self.source_uri = source_uri
-        self.target_root = target_root
+        self.settings = settings or {}
+        self.skip = skip
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        spec = TrainingJobSpec.parse(self.spec)
+        if str(self.skip).lower() in ("true", "1"):
+            self.log.warning(
+                "!!! PREFLIGHT SKIPPED (skip_preflight) — %s checks were NOT run; a broken network, quota "
+                "or permission will surface only after the job has queued or failed !!!",
+                self.group,
+            )
+            return [Finding(check=self.group, verdict=Verdict.WARN, found="skipped on request").model_dump()]
+        if spec.backend not in CHECK_GROUPS[self.group]:
+            self.log.info("%s checks do not apply to backend %s", self.group, spec.backend.value)
+            return []
+        findings = self._checks(spec)
+        self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
+        return [finding.model_dump(mode="json") for finding in findings]
+
+    def _checks(self, spec: TrainingJobSpec) -> list[Finding]:
+        if self.group == "machine":
+            return _machine(spec, self.backend_config, self.settings)
+        backend = get_backend(spec.backend, self.backend_config)
+        if self.group == "cluster":
+            from aliyun_training.preflight.arena import check_dataset_pvcs
+
+            return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
+        hook = backend.hook  # type: ignore[attr-defined]
+        if self.group == "network":
+            return _network(hook, spec, backend.config, self.settings)
+        if self.group == "quota":
+            from aliyun_training.preflight.quota import check_quota
+
+            return _guard("quota", lambda: check_quota(hook, spec))
+        return _permissions(backend, hook, self.settings)
+
+
+class PreflightReportOperator(BaseOperator):
+    """Gather every check group's findings into one report; fail with it when anything failed."""
+
+    template_fields = ()
+
+    def __init__(self, *, check_task_ids: Sequence[str], **kwargs: Any) -> None:
+        kwargs.setdefault("trigger_rule", "all_done")
+        super().__init__(**kwargs)
+        self.check_task_ids = list(check_task_ids)
 
     def execute(self, context: Context) -> dict[str, Any]:
-        try:
-            spec = TrainingJobSpec.parse(self.spec)
-        except SpecError as exc:
-            raise AirflowFailException(str(exc)) from None
-        report = PreflightReport(findings=self._findings(spec))
+        findings: list[Finding] = []
+        for task_id in self.check_task_ids:
+            found = context["ti"].xcom_pull(task_ids=task_id)
+            if found is None:
+                findings.append(
+                    Finding(
+                        check=task_id,
+                        verdict=Verdict.FAIL,
+                        found=f"the {task_id} checks did not finish",
+                        fix=f"read the log of task {task_id}",
+                    )
+                )
+            findings.extend(Finding.model_validate(f) for f in found or [])
+        report = PreflightReport(
+            findings=findings or [Finding(check="preflight", verdict=Verdict.PASS, found="-")]
+        )
         self.log.info("Preflight report:\n%s", report.render())
         if report.failed:
             raise AirflowFailException(
@@ -59,36 +132,80 @@ class PreflightOperator(BaseOperator):
             )
         return report.model_dump(mode="json")
 
-    def _findings(self, spec: TrainingJobSpec) -> list[Finding]:
-        if spec.backend is Backend.DLC:
-            from aliyun_training.preflight.dlc import check_dlc_access
 
-            backend = get_backend(spec.backend, self.backend_config)
-            return [_run("dlc_access", lambda: check_dlc_access(backend))]  # type: ignore[arg-type]
-        if spec.backend is Backend.ARENA:
-            from aliyun_training.preflight.arena import check_dataset_pvcs
+def _guard(name: str, checks: Callable[[], list[Finding]]) -> list[Finding]:
+    """A check that cannot run (bad input, an API error) is a failing finding, not a crash."""
+    from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
+    from aliyun_training.hooks.retry import AlibabaCloudApiError
 
-            try:
-                return check_dataset_pvcs(get_backend(spec.backend, self.backend_config), spec)  # type: ignore[arg-type]
-            except SpecError as exc:
-                return [_failed("pvc", exc)]
-        master_port = self.backend_config.get("master_port")
+    try:
+        return checks()
+    except (SpecError, AlibabaCloudConnectionError, AlibabaCloudApiError) as exc:
+        found, _, fix = str(exc).partition(" (fix: ")
         return [
-            _run("cpus", lambda: checks.check_processors(spec)),
-            _run("gpus", lambda: checks.check_gpus(spec)),
-            _run("disk", lambda: checks.check_disk(self.source_uri, self.target_root)),
-            _run("master_port", lambda: checks.check_master_port(master_port)),
+            Finding(check=name, verdict=Verdict.FAIL, found=found, fix=fix.rstrip(")") or "see the message")
         ]
 
 
-def _run(name: str, check: Callable[[], Finding]) -> Finding:
-    """A check that cannot even run (bad input) is itself a failing finding, not a crash of the report."""
-    try:
-        return check()
-    except SpecError as exc:
-        return _failed(name, exc)
+def _machine(
+    spec: TrainingJobSpec, backend_config: dict[str, Any], settings: dict[str, Any]
+) -> list[Finding]:
+    from aliyun_training.preflight import local
+
+    return [
+        *_guard("cpus", lambda: [local.check_processors(spec)]),
+        *_guard("gpus", lambda: [local.check_gpus(spec)]),
+        *_guard("disk", lambda: [local.check_disk(settings["source_uri"], settings["target_root"])]),
+        *_guard("master_port", lambda: [local.check_master_port(backend_config.get("master_port"))]),
+    ]
 
 
-def _failed(name: str, exc: SpecError) -> Finding:
-    found, _, fix = str(exc).partition(" (fix: ")
-    return Finding(check=name, verdict=Verdict.FAIL, found=found, fix=fix.rstrip(")"))
+def _network(
+    hook: Any, spec: TrainingJobSpec, config: dict[str, Any], settings: dict[str, Any]
+) -> list[Finding]:
+    from aliyun_training.preflight.network import NetworkSettings, check_network, check_region
+    from aliyun_training.spec import ResourceType
+
+    lingjun = spec.resource_type is ResourceType.LINGJUN
+    findings = _guard(
+        "region", lambda: [check_region(hook.region, lingjun, settings.get("lingjun_regions") or [])]
+    )
+    vpc = config.get("vpc")
+    if not vpc:
+        return [
+            *findings,
+            Finding(
+                check="vpc",
+                verdict=Verdict.FAIL if lingjun else Verdict.WARN,
+                found="no VPC configured for the job",
+                fix="set vpc (vpc_id, switch_id, security_group_id) in include/config/dlc.json",
+            ),
+        ]
+    network = NetworkSettings(
+        vpc_id=vpc["vpc_id"],
+        switch_id=vpc["switch_id"],
+        security_group_id=vpc["security_group_id"],
+        zone_id=settings.get("zone_id"),
+    )
+    pods = spec.nodes + (1 if spec.framework.value == "mpi" else 0)
+    return [*findings, *_guard("network", lambda: check_network(hook, network, pods))]
+
+
+def _permissions(backend: Any, hook: Any, settings: dict[str, Any]) -> list[Finding]:
+    from aliyun_training.preflight.dlc import check_dlc_access
+    from aliyun_training.preflight.permissions import check_role_permissions, required_actions
+
+    findings = _guard("dlc_access", lambda: [check_dlc_access(backend)])
+    role = settings.get("role_name")
+    if not role:
+        return [
+            *findings,
+            Finding(
+                check="ram_role",
+                verdict=Verdict.WARN,
+                found="no job RAM role configured; its permissions were not checked",
+                fix="set role_name in include/config/dlc.json to the role DLC jobs run as",
+            ),
+        ]
+    required = required_actions(Path(settings["policy_file"]))
+    return [*findings, *_guard("ram_role", lambda: [check_role_permissions(hook, role, required)])]

@@ -8,6 +8,8 @@ from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.preflight.report import Finding, Verdict
 
 _FIXES = {
+    "Forbidden": "grant the RAM identity the PAI-DLC actions (AliyunPAIDLCFullAccess, or the "
+    "policy in the Lingjun guide)",
     "Forbidden.RAM": "grant the RAM identity the PAI-DLC actions (AliyunPAIDLCFullAccess, or the "
     "policy in the Lingjun guide)",
     "InvalidAccessKeyId.NotFound": "fix access_key_id in the alibaba_cloud connection",

@@ -1,0 +1,212 @@
+"""Network prerequisites of a DLC job, checked through the VPC and ECS SDKs.
+
+The Lingjun guide asks for a VPC with a vSwitch and a security group, and a public NAT gateway
+whose SNAT table covers that vSwitch (otherwise pods cannot pull images or reach the internet);
+Lingjun itself is offered only in some regions. A mistake here shows up as a job stuck in Queuing
+or failing after minutes, so every part is checked before anything is submitted.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from typing import Any
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.preflight.report import Finding, Verdict
+
+VPC_CONSOLE = "the VPC console (https://vpc.console.aliyun.com)"
+
+
+@dataclass(frozen=True)
+class NetworkSettings:
+    vpc_id: str
+    switch_id: str
+    security_group_id: str
+    #: The zone the vSwitch must be in (the zone of the Lingjun resources), if known.
+    zone_id: str | None = None
+
+
+def _pass(check: str, found: str) -> Finding:
+    return Finding(check=check, verdict=Verdict.PASS, found=found)
+
+
+def _fail(check: str, found: str, fix: str) -> Finding:
+    return Finding(check=check, verdict=Verdict.FAIL, found=found, fix=fix)
+
+
+def check_region(region: str, lingjun: bool, lingjun_regions: list[str]) -> Finding:
+    """Lingjun resources exist only in some regions (the guide: cn-wulanchabu)."""
+    if not lingjun:
+        return _pass("region", f"{region}: ECS resources, no Lingjun region restriction")
+    if region in lingjun_regions:
+        return _pass("region", f"{region} offers Lingjun resources")
+    return _fail(
+        "region",
+        f"{region} does not offer Lingjun resources (offered in: {', '.join(lingjun_regions)})",
+        f"set the connection's region to one of {', '.join(lingjun_regions)} and use a VPC there",
+    )
+
+
+def check_network(hook: AlibabaCloudHook, network: NetworkSettings, pods: int) -> list[Finding]:
+    """VPC, vSwitch (VPC, zone, free IPs), security group, public NAT and its SNAT entry."""
+    from alibabacloud_ecs20140526 import models as ecs
+    from alibabacloud_vpc20160428 import models as vpc
+
+    region = hook.region
+    vpc_client, ecs_client = hook.client("vpc"), hook.client("ecs")
+    findings: list[Finding] = []
+
+    vpcs = hook.call(
+        "DescribeVpcs",
+        lambda: vpc_client.describe_vpcs(vpc.DescribeVpcsRequest(region_id=region, vpc_id=network.vpc_id)),
+    ).body.vpcs.vpc
+    found_vpc = next((v for v in vpcs or [] if v.vpc_id == network.vpc_id), None)
+    if found_vpc is None:
+        findings.append(
+            _fail("vpc", f"VPC {network.vpc_id} does not exist in {region}", f"create it in {VPC_CONSOLE}")
+        )
+    elif found_vpc.status != "Available":
+        findings.append(
+            _fail(
+                "vpc",
+                f"VPC {network.vpc_id} is {found_vpc.status}",
+                "wait until it is Available, or use another",
+            )
+        )
+    else:
+        findings.append(_pass("vpc", f"VPC {network.vpc_id} ({found_vpc.cidr_block}) is Available"))
+
+    switch = _vswitch(hook, network.switch_id)
+    findings.append(_check_vswitch(switch, network, pods))
+    findings.append(_check_security_group(hook, ecs_client, ecs, network))
+    findings.extend(_check_nat(hook, vpc_client, vpc, network, switch))
+    return findings
+
+
+def _vswitch(hook: AlibabaCloudHook, switch_id: str) -> Any:
+    from alibabacloud_vpc20160428 import models as vpc
+
+    request = vpc.DescribeVSwitchAttributesRequest(region_id=hook.region, v_switch_id=switch_id)
+    try:
+        return hook.call(
+            "DescribeVSwitchAttributes", lambda: hook.client("vpc").describe_vswitch_attributes(request)
+        ).body
+    except AlibabaCloudApiError as exc:
+        if exc.code.startswith("InvalidVSwitchId") or exc.code.endswith("NotFound"):
+            return None
+        raise
+
+
+def _check_vswitch(switch: Any, network: NetworkSettings, pods: int) -> Finding:
+    if switch is None:
+        return _fail("vswitch", f"vSwitch {network.switch_id} does not exist", f"create it in {VPC_CONSOLE}")
+    problems, fixes = [], []
+    if switch.vpc_id != network.vpc_id:
+        problems.append(f"belongs to VPC {switch.vpc_id}, not {network.vpc_id}")
+        fixes.append(f"use a vSwitch of VPC {network.vpc_id}")
+    if network.zone_id and switch.zone_id != network.zone_id:
+        problems.append(f"is in zone {switch.zone_id}, not {network.zone_id}")
+        fixes.append(f"use a vSwitch in {network.zone_id}, where the resources are")
+    free = int(switch.available_ip_address_count or 0)
+    if free < pods:
+        problems.append(f"has {free} free IPs for {pods} pods")
+        fixes.append("free IPs in the vSwitch or use a larger one (each pod takes one IP)")
+    if problems:
+        return _fail("vswitch", f"vSwitch {network.switch_id} " + "; ".join(problems), "; ".join(fixes))
+    return _pass(
+        "vswitch",
+        f"vSwitch {network.switch_id} in {switch.zone_id}, {switch.cidr_block}, "
+        f"{free} free IPs for {pods} pods",
+    )
+
+
+def _check_security_group(
+    hook: AlibabaCloudHook, ecs_client: Any, ecs: Any, network: NetworkSettings
+) -> Finding:
+    request = ecs.DescribeSecurityGroupAttributeRequest(
+        region_id=hook.region, security_group_id=network.security_group_id
+    )
+    try:
+        group = hook.call(
+            "DescribeSecurityGroupAttribute", lambda: ecs_client.describe_security_group_attribute(request)
+        ).body
+    except AlibabaCloudApiError as exc:
+        if "NotFound" in exc.code:
+            return _fail(
+                "security_group",
+                f"security group {network.security_group_id} does not exist",
+                f"create one in VPC {network.vpc_id} (ECS console, Security Groups)",
+            )
+        raise
+    if group.vpc_id != network.vpc_id:
+        return _fail(
+            "security_group",
+            f"security group {network.security_group_id} belongs to VPC {group.vpc_id}, not {network.vpc_id}",
+            f"use a security group of VPC {network.vpc_id}",
+        )
+    return _pass("security_group", f"security group {network.security_group_id} is in VPC {network.vpc_id}")
+
+
+def _check_nat(
+    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, network: NetworkSettings, switch: Any
+) -> list[Finding]:
+    """A public (internet) NAT gateway in the VPC, Available, with an SNAT entry for the vSwitch."""
+    request = vpc.DescribeNatGatewaysRequest(
+        region_id=hook.region, vpc_id=network.vpc_id, network_type="internet"
+    )
+    gateways = hook.call("DescribeNatGateways", lambda: vpc_client.describe_nat_gateways(request)).body
+    available = [g for g in gateways.nat_gateways.nat_gateway or [] if g.status == "Available"]
+    if not available:
+        found = (
+            "no public NAT gateway"
+            if not gateways.nat_gateways.nat_gateway
+            else "no Available public NAT gateway"
+        )
+        return [
+            _fail(
+                "nat_gateway",
+                f"{found} in VPC {network.vpc_id}",
+                f"create an internet NAT gateway in VPC {network.vpc_id} ({VPC_CONSOLE}, NAT Gateway) "
+                "and bind an EIP",
+            )
+        ]
+    findings = [_pass("nat_gateway", f"public NAT gateway {available[0].nat_gateway_id} is Available")]
+    entries = []
+    for gateway in available:
+        for table_id in gateway.snat_table_ids.snat_table_id or []:
+            listed = hook.call(
+                "DescribeSnatTableEntries",
+                lambda table_id=table_id: vpc_client.describe_snat_table_entries(
+                    vpc.DescribeSnatTableEntriesRequest(region_id=hook.region, snat_table_id=table_id)
+                ),
+            ).body
+            entries.extend(listed.snat_table_entries.snat_table_entry or [])
+    covering = next((e for e in entries if _covers(e, network.switch_id, switch)), None)
+    if covering is None:
+        findings.append(
+            _fail(
+                "snat_entry",
+                f"no SNAT entry covers vSwitch {network.switch_id}",
+                f"add an SNAT entry for vSwitch {network.switch_id} "
+                f"on NAT gateway {available[0].nat_gateway_id} "
+                "(NAT Gateway > SNAT Management, vSwitch granularity)",
+            )
+        )
+    else:
+        how = f"vSwitch {covering.source_vswitch_id}" if covering.source_vswitch_id else covering.source_cidr
+        findings.append(
+            _pass("snat_entry", f"SNAT entry {covering.snat_entry_id} ({how}) via {covering.snat_ip}")
+        )
+    return findings
+
+
+def _covers(entry: Any, switch_id: str, switch: Any) -> bool:
+    """An SNAT entry covers the vSwitch by id, or by a source CIDR that contains the vSwitch's CIDR."""
+    if entry.source_vswitch_id == switch_id:
+        return True
+    if not (entry.source_cidr and switch is not None and switch.cidr_block):
+        return False
+    inner = ipaddress.ip_network(switch.cidr_block, strict=False)
+    return inner.subnet_of(ipaddress.ip_network(entry.source_cidr, strict=False))

@@ -1,0 +1,91 @@
+"""Does the RAM role that runs DLC jobs hold every action of the DLC default role policy? (RAM SDK)
+
+The Lingjun guide lists the actions a role needs (``include/config/dlc_role_policy.json``); a role
+missing some fails jobs late (no network interface, no dataset mount). The check reads the role's
+attached policies and reports every required action none of them allows.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+from pathlib import Path
+from typing import Any
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.preflight.report import Finding, Verdict
+
+
+def required_actions(policy_file: Path) -> list[str]:
+    """The actions of the reference policy, in its order."""
+    document = json.loads(policy_file.read_text())["policy"]
+    return [action for statement in document["Statement"] for action in _actions(statement)]
+
+
+def _actions(statement: dict[str, Any]) -> list[str]:
+    actions = statement.get("Action", [])
+    return [actions] if isinstance(actions, str) else list(actions)
+
+
+def role_name(role_arn: str) -> str:
+    """``acs:ram::<uid>:role/<name>`` -> ``<name>``."""
+    return role_arn.rsplit("role/", 1)[-1]
+
+
+def allowed_patterns(hook: AlibabaCloudHook, role: str) -> tuple[list[str], list[str]]:
+    """(Allow, Deny) action patterns of every policy attached to ``role``."""
+    from alibabacloud_ram20150501 import models
+
+    ram = hook.client("ram")
+    attached = hook.call(
+        "ListPoliciesForRole",
+        lambda: ram.list_policies_for_role(models.ListPoliciesForRoleRequest(role_name=role)),
+    ).body.policies.policy
+    allow: list[str] = []
+    deny: list[str] = []
+    for policy in attached or []:
+        request = models.GetPolicyRequest(policy_name=policy.policy_name, policy_type=policy.policy_type)
+        body = hook.call("GetPolicy", lambda request=request: ram.get_policy(request)).body
+        document = json.loads(body.default_policy_version.policy_document)
+        for statement in document.get("Statement", []):
+            (allow if statement.get("Effect") == "Allow" else deny).extend(_actions(statement))
+    return allow, deny
+
+
+def check_role_permissions(hook: AlibabaCloudHook, role: str, required: list[str]) -> Finding:
+    from alibabacloud_ram20150501 import models
+
+    try:
+        hook.call("GetRole", lambda: hook.client("ram").get_role(models.GetRoleRequest(role_name=role)))
+    except AlibabaCloudApiError as exc:
+        if "NotExist" in exc.code or "NotFound" in exc.code:
+            return Finding(
+                check="ram_role",
+                verdict=Verdict.FAIL,
+                found=f"RAM role {role} does not exist",
+                fix="create it in the RAM console (trusted service: PAI) or fix role_arn",
+            )
+        raise
+    allow, deny = allowed_patterns(hook, role)
+    missing = [action for action in required if not _covered(action, allow, deny)]
+    if missing:
+        return Finding(
+            check="ram_role",
+            verdict=Verdict.FAIL,
+            found=f"RAM role {role} lacks {len(missing)} of {len(required)} actions: {', '.join(missing)}",
+            fix="attach a policy with these actions (see include/config/dlc_role_policy.json, the Lingjun "
+            "guide's AliyunPAIDLCDefaultRolePolicy)",
+        )
+    return Finding(
+        check="ram_role", verdict=Verdict.PASS, found=f"RAM role {role} allows all {len(required)} actions"
+    )
+
+
+def _covered(action: str, allow: list[str], deny: list[str]) -> bool:
+    """RAM action patterns are case-insensitive with ``*`` wildcards; an explicit Deny wins."""
+
+    def matches(patterns: list[str]) -> bool:
+        return any(fnmatch.fnmatchcase(action.lower(), pattern.lower()) for pattern in patterns)
+
+    return matches(allow) and not matches(deny)

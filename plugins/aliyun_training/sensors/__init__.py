@@ -1,0 +1,1 @@
+"""Sensors that wait, deferred, for a condition in the cloud."""

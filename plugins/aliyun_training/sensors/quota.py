@@ -1,0 +1,102 @@
+"""Wait until the job's PAI resource quota has enough free GPUs, without holding a worker slot."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseSensorOperator
+from airflow.sdk.exceptions import AirflowException
+
+from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.triggers.quota import QuotaCapacityTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class QuotaCapacitySensor(BaseSensorOperator):
+    """Succeeds once the quota of ``spec`` can hold nodes x gpus_per_node GPUs.
+
+    Deferrable by default: the wait runs in the triggerer, which logs the free count and the queue
+    length at each poll. ``timeout`` bounds the wait (``soft_fail=True`` skips instead of failing);
+    a spec without a quota (or not on DLC) passes at once.
+
+    :param spec: the training job (templated).
+    :param backend_config: the DLC backend settings (templated): connection id and region.
+    """
+
+    template_fields = ("spec", "backend_config")
+
+    def __init__(
+        self,
+        *,
+        spec: Any,
+        backend_config: Any = None,
+        deferrable: bool = True,
+        poke_interval: float = 60.0,
+        timeout: float = 6 * 3600,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
+        self.spec = spec
+        self.backend_config = backend_config or {}
+        self.deferrable = deferrable
+
+    def _needs(self) -> tuple[TrainingJobSpec, int]:
+        spec = TrainingJobSpec.parse(self.spec)
+        return spec, spec.nodes * spec.gpus_per_node
+
+    def _hook(self) -> Any:
+        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+
+        return AlibabaCloudHook(
+            self.backend_config.get("conn_id", "alibaba_cloud_default"), self.backend_config.get("region")
+        )
+
+    def poke(self, context: Context) -> bool:
+        from aliyun_training.preflight.quota import free_gpus, get_quota, queued_workloads
+
+        spec, gpus = self._needs()
+        if spec.backend is not Backend.DLC or not spec.quota_id or not gpus:
+            self.log.info("No quota to wait for (backend %s, quota %s)", spec.backend.value, spec.quota_id)
+            return True
+        hook = self._hook()
+        quota = get_quota(hook, spec.quota_id)
+        if quota is None:
+            raise AirflowException(f"quota {spec.quota_id} does not exist")
+        capacity = free_gpus(quota)
+        if capacity.free >= gpus:
+            self.log.info("Quota %s has room: %s for %d", spec.quota_id, capacity.describe(), gpus)
+            return True
+        self.log.info(
+            "Waiting for quota %s: %s, %d needed, %d workloads queued",
+            spec.quota_id,
+            capacity.describe(),
+            gpus,
+            queued_workloads(hook, spec.quota_id),
+        )
+        return False
+
+    def execute(self, context: Context) -> Any:
+        if not self.deferrable:
+            return super().execute(context)
+        if self.poke(context):
+            return None
+        spec, gpus = self._needs()
+        self.defer(
+            trigger=QuotaCapacityTrigger(
+                quota_id=spec.quota_id,  # type: ignore[arg-type]
+                gpus=gpus,
+                conn_id=self.backend_config.get("conn_id", "alibaba_cloud_default"),
+                region=self.backend_config.get("region"),
+                poll_interval=self.poke_interval,
+            ),
+            method_name="execute_complete",
+            timeout=timedelta(seconds=self.timeout),
+        )
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        if event["status"] != "success":
+            raise AirflowException(f"Waiting for quota capacity failed: {event['message']}")
+        return event

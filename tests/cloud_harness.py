@@ -1,0 +1,71 @@
+"""An emulated Alibaba Cloud account: DLC, VPC/ECS, PAI Studio and RAM emulators behind one connection.
+
+The ``alibaba_cloud_default`` connection points every service at its emulator over HTTP, and the
+account holds a complete Lingjun setup: a network every preflight check passes, a quota with room
+and a RAM role with the reference DLC policy. Tests then break one piece at a time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.emulators.dlc import DlcEmulator
+from tests.emulators.network import NetworkEmulator, StandardNetwork
+from tests.emulators.paistudio import PaiStudioEmulator
+from tests.emulators.ram import RamEmulator
+
+AK, SK = "LTAI-preflight", "preflight-secret-value"
+POLICY_FILE = Path(__file__).resolve().parents[1] / "include" / "config" / "dlc_role_policy.json"
+ROLE = "pai-dlc-runner"
+QUOTA = "quota1"
+
+
+@dataclass
+class Cloud:
+    network: NetworkEmulator
+    studio: PaiStudioEmulator
+    ram: RamEmulator
+    dlc: DlcEmulator
+    ids: StandardNetwork
+
+
+@contextlib.contextmanager
+def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    keys = {AK: SK}
+    with (
+        NetworkEmulator(keys) as network,
+        PaiStudioEmulator(keys) as studio,
+        RamEmulator(keys) as ram,
+        DlcEmulator(keys) as dlc,
+    ):
+        ids = network.standard()
+        studio.add_quota(QUOTA, resource_type="Lingjun", gpu_type="GU8TF", allocatable_gpus=64)
+        ram.add_role(ROLE)
+        ram.attach_policy(
+            ROLE, "AliyunPAIDLCDefaultRolePolicy", json.loads(POLICY_FILE.read_text())["policy"]
+        )
+        endpoints = {
+            "vpc": network.endpoint,
+            "ecs": network.endpoint,
+            "paistudio": studio.endpoint,
+            "ram": ram.endpoint,
+            "dlc": dlc.endpoint,
+        }
+        extras = {
+            "access_key_id": AK,
+            "access_key_secret": SK,
+            "region": "cn-wulanchabu",
+            "protocol": "http",
+            "endpoints": endpoints,
+            "retry": {"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02},
+        }
+        monkeypatch.setenv(
+            "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
+        )
+        yield Cloud(network, studio, ram, dlc, ids)

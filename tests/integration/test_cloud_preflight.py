@@ -1,0 +1,359 @@
+"""Cloud preflight through the real VPC, ECS, PAI Studio, RAM and DLC SDKs against their emulators.
+
+Each scenario asserts the finding and the fix a user reads in the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+
+from aliyun_training.operators.preflight import PreflightCheckOperator, PreflightReportOperator
+from aliyun_training.preflight.permissions import required_actions
+from aliyun_training.preflight.report import Verdict
+from aliyun_training.sensors.quota import QuotaCapacitySensor
+from aliyun_training.triggers.quota import QuotaCapacityTrigger
+from tests.cloud_harness import POLICY_FILE, ROLE, Cloud, emulated_cloud
+
+
+@pytest.fixture
+def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
+    with emulated_cloud(monkeypatch) as account:
+        yield account
+
+
+def spec(**overrides: Any) -> dict[str, Any]:
+    return {
+        "backend": "dlc",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "gpu_type": "GU8TF",
+        "resource_type": "lingjun",
+        "quota_id": "quota1",
+        "image": "registry.example.com/train:1",
+        "command": "torchrun train.py",
+        **overrides,
+    }
+
+
+def run_check(
+    cloud: Cloud, group: str, vpc: dict[str, str] | None = None, **spec_overrides: Any
+) -> list[dict]:
+    ids = cloud.ids
+    network = vpc or {
+        "vpc_id": ids.vpc_id,
+        "switch_id": ids.vswitch_id,
+        "security_group_id": ids.security_group_id,
+    }
+    operator = PreflightCheckOperator(
+        task_id=f"check_{group}",
+        group=group,
+        spec=spec(**spec_overrides),
+        backend_config={"workspace_id": "ws-1", "vpc": network},
+        settings={
+            "lingjun_regions": ["cn-wulanchabu"],
+            "zone_id": ids.zone_id,
+            "role_name": ROLE,
+            "policy_file": str(POLICY_FILE),
+        },
+    )
+    return operator.execute({})
+
+
+def finding(findings: list[dict], check: str) -> dict:
+    (found,) = [f for f in findings if f["check"] == check]
+    return found
+
+
+def test_a_complete_network_quota_and_role_pass_every_check(cloud: Cloud) -> None:
+    findings = run_check(cloud, "network") + run_check(cloud, "quota") + run_check(cloud, "permissions")
+
+    assert {f["check"] for f in findings} == {
+        "region",
+        "vpc",
+        "vswitch",
+        "security_group",
+        "nat_gateway",
+        "snat_entry",
+        "quota_capacity",
+        "dlc_access",
+        "ram_role",
+    }
+    assert all(f["verdict"] == "PASS" for f in findings), findings
+
+
+def test_a_missing_vpc_is_named_with_where_to_create_it(cloud: Cloud) -> None:
+    vpc = {
+        "vpc_id": "vpc-missing",
+        "switch_id": cloud.ids.vswitch_id,
+        "security_group_id": cloud.ids.security_group_id,
+    }
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "vpc")
+
+    assert found["verdict"] == "FAIL"
+    assert found["found"] == "VPC vpc-missing does not exist in cn-wulanchabu"
+    assert found["fix"] == "create it in the VPC console (https://vpc.console.aliyun.com)"
+
+
+def test_a_vswitch_of_another_vpc_in_another_zone_without_free_ips_lists_every_problem(cloud: Cloud) -> None:
+    cloud.network.add_vpc("vpc-other", "10.0.0.0/8")
+    cloud.network.add_vswitch("vsw-small", "vpc-other", "cn-wulanchabu-b", "10.0.0.0/29", free_ips=1)
+    vpc = {
+        "vpc_id": cloud.ids.vpc_id,
+        "switch_id": "vsw-small",
+        "security_group_id": cloud.ids.security_group_id,
+    }
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "vswitch")
+
+    assert found["verdict"] == "FAIL"
+    assert found["found"] == (
+        f"vSwitch vsw-small belongs to VPC vpc-other, not {cloud.ids.vpc_id}; is in zone cn-wulanchabu-b, "
+        f"not {cloud.ids.zone_id}; has 1 free IPs for 2 pods"
+    )
+    assert found["fix"] == (
+        f"use a vSwitch of VPC {cloud.ids.vpc_id}; "
+        f"use a vSwitch in {cloud.ids.zone_id}, where the resources are; "
+        "free IPs in the vSwitch or use a larger one (each pod takes one IP)"
+    )
+
+
+def test_a_security_group_of_another_vpc_is_rejected(cloud: Cloud) -> None:
+    cloud.network.add_vpc("vpc-other", "10.0.0.0/8")
+    cloud.network.add_security_group("sg-other", "vpc-other")
+    vpc = {"vpc_id": cloud.ids.vpc_id, "switch_id": cloud.ids.vswitch_id, "security_group_id": "sg-other"}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "security_group")
+
+    assert found["found"] == f"security group sg-other belongs to VPC vpc-other, not {cloud.ids.vpc_id}"
+    assert found["fix"] == f"use a security group of VPC {cloud.ids.vpc_id}"
+
+
+def test_a_vpc_without_a_public_nat_gateway_says_to_create_one(cloud: Cloud) -> None:
+    cloud.network.add_vpc("vpc-bare", "192.168.0.0/16")
+    cloud.network.add_vswitch("vsw-bare", "vpc-bare", cloud.ids.zone_id, "192.168.1.0/24", free_ips=100)
+    cloud.network.add_security_group("sg-bare", "vpc-bare")
+    vpc = {"vpc_id": "vpc-bare", "switch_id": "vsw-bare", "security_group_id": "sg-bare"}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "nat_gateway")
+
+    assert found["verdict"] == "FAIL"
+    assert found["found"] == "no public NAT gateway in VPC vpc-bare"
+    assert found["fix"].startswith("create an internet NAT gateway in VPC vpc-bare")
+
+
+def test_a_nat_gateway_without_an_snat_entry_for_the_vswitch_names_the_entry_to_add(cloud: Cloud) -> None:
+    cloud.network.add_vswitch("vsw-2", cloud.ids.vpc_id, cloud.ids.zone_id, "172.17.0.0/24", free_ips=100)
+    vpc = {"vpc_id": cloud.ids.vpc_id, "switch_id": "vsw-2", "security_group_id": cloud.ids.security_group_id}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "snat_entry")
+
+    assert found["verdict"] == "FAIL"
+    assert found["found"] == "no SNAT entry covers vSwitch vsw-2"
+    assert found["fix"] == (
+        f"add an SNAT entry for vSwitch vsw-2 on NAT gateway {cloud.ids.nat_gateway_id} "
+        "(NAT Gateway > SNAT Management, vSwitch granularity)"
+    )
+
+
+def test_an_snat_entry_for_an_enclosing_cidr_covers_the_vswitch(cloud: Cloud) -> None:
+    cloud.network.add_vswitch("vsw-3", cloud.ids.vpc_id, cloud.ids.zone_id, "172.18.4.0/24", free_ips=100)
+    cloud.network.add_snat_entry(cloud.ids.snat_table_id, source_cidr="172.18.0.0/16")
+    vpc = {"vpc_id": cloud.ids.vpc_id, "switch_id": "vsw-3", "security_group_id": cloud.ids.security_group_id}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "snat_entry")
+
+    assert found["verdict"] == "PASS" and "172.18.0.0/16" in found["found"]
+
+
+def test_lingjun_outside_its_regions_fails_naming_where_it_is_offered(cloud: Cloud) -> None:
+    operator = PreflightCheckOperator(
+        task_id="check_network",
+        group="network",
+        spec=spec(),
+        backend_config={"region": "cn-hangzhou", "vpc": None},
+        settings={"lingjun_regions": ["cn-wulanchabu"]},
+    )
+
+    found = finding(operator.execute({}), "region")
+
+    assert found["found"] == "cn-hangzhou does not offer Lingjun resources (offered in: cn-wulanchabu)"
+    assert found["fix"] == "set the connection's region to one of cn-wulanchabu and use a VPC there"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "check", "found_text", "fix_text"),
+    [
+        (
+            {"quota_id": "quota-nope"},
+            "quota",
+            "quota quota-nope does not exist in cn-wulanchabu",
+            "use a quota id from the PAI console (Resource Quota) of this region",
+        ),
+        (
+            {"gpu_type": "A100"},
+            "gpu_type",
+            "quota quota1 has GU8TF GPUs, the job asks for A100",
+            "set gpu_type to GU8TF or use a quota with A100",
+        ),
+        (
+            {"nodes": 9},
+            "quota_capacity",
+            "72 GPUs needed but quota quota1 holds at most 64",
+            "lower nodes or gpus_per_node, or enlarge the quota",
+        ),
+    ],
+)
+def test_quota_findings_name_the_mismatch_and_the_fix(
+    cloud: Cloud, overrides: dict[str, Any], check: str, found_text: str, fix_text: str
+) -> None:
+    found = finding(run_check(cloud, "quota", **overrides), check)
+
+    assert found["verdict"] == "FAIL" and found["found"] == found_text and found["fix"] == fix_text
+
+
+def test_a_quota_of_the_wrong_resource_type_is_rejected(cloud: Cloud) -> None:
+    cloud.studio.add_quota("quota-ecs", resource_type="ECS", gpu_type="GU8TF", allocatable_gpus=64)
+
+    found = finding(run_check(cloud, "quota", quota_id="quota-ecs"), "quota_type")
+
+    assert found["found"] == "quota quota-ecs holds ECS resources, the job asks for lingjun"
+    assert found["fix"] == "set resource_type to ecs or use a lingjun quota"
+
+
+def test_a_busy_quota_warns_that_the_job_will_wait(cloud: Cloud) -> None:
+    cloud.studio.set_allocated("quota1", 56)
+
+    found = finding(run_check(cloud, "quota"), "quota_capacity")
+
+    assert found["verdict"] == "WARN"
+    assert (
+        found["found"]
+        == "16 GPUs needed, 8 free GPUs (AllocatableQuota.GPU 64 - AllocatedQuota.GPU 56) right now"
+    )
+
+
+def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
+    cloud.ram.add_role("thin-role")
+    cloud.ram.attach_policy(
+        "thin-role",
+        "OnlyVpc",
+        {"Version": "1", "Statement": [{"Effect": "Allow", "Action": "vpc:*", "Resource": "*"}]},
+    )
+    operator = PreflightCheckOperator(
+        task_id="check_permissions",
+        group="permissions",
+        spec=spec(),
+        backend_config={"workspace_id": "ws-1"},
+        settings={"role_name": "thin-role", "policy_file": str(POLICY_FILE)},
+    )
+
+    found = finding(operator.execute({}), "ram_role")
+
+    assert found["verdict"] == "FAIL"
+    not_vpc = [action for action in required_actions(POLICY_FILE) if not action.startswith("vpc:")]
+    assert found["found"] == f"RAM role thin-role lacks {len(not_vpc)} of 71 actions: {', '.join(not_vpc)}"
+    assert "vpc:" not in found["found"]
+    assert found["fix"].startswith(
+        "attach a policy with these actions (see include/config/dlc_role_policy.json"
+    )
+
+
+def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
+    operator = PreflightCheckOperator(
+        task_id="check_permissions",
+        group="permissions",
+        spec=spec(),
+        backend_config={"workspace_id": "ws-1"},
+        settings={"role_name": "no-such-role", "policy_file": str(POLICY_FILE)},
+    )
+
+    found = finding(operator.execute({}), "ram_role")
+
+    assert found == {
+        "check": "ram_role",
+        "verdict": "FAIL",
+        "found": "RAM role no-such-role does not exist",
+        "fix": "create it in the RAM console (trusted service: PAI) or fix role_arn",
+    }
+
+
+def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(cloud: Cloud) -> None:
+    class TaskInstance:
+        def __init__(self, results: dict[str, list[dict]]) -> None:
+            self.results = results
+
+        def xcom_pull(self, task_ids: str) -> list[dict] | None:
+            return self.results.get(task_ids)
+
+    vpc = {
+        "vpc_id": "vpc-missing",
+        "switch_id": cloud.ids.vswitch_id,
+        "security_group_id": cloud.ids.security_group_id,
+    }
+    results = {
+        "preflight.check_network": run_check(cloud, "network", vpc=vpc),
+        "preflight.check_quota": run_check(cloud, "quota", gpu_type="A100"),
+    }
+    report = PreflightReportOperator(
+        task_id="report", check_task_ids=[*results, "preflight.check_permissions"]
+    )
+
+    with pytest.raises(AirflowFailException) as failure:
+        report.execute({"ti": TaskInstance(results)})
+
+    message = str(failure.value)
+    assert "FAIL  vpc" in message and "VPC vpc-missing does not exist" in message
+    assert "FAIL  gpu_type" in message and "fix: set gpu_type to GU8TF" in message
+    assert "the preflight.check_permissions checks did not finish" in message
+
+
+def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_room_appears(
+    cloud: Cloud,
+) -> None:
+    cloud.studio.set_allocated("quota1", 60)
+    cloud.studio.add_workload("quota1", "dlc-ahead")
+    sensor = QuotaCapacitySensor(
+        task_id="wait", spec=spec(), backend_config={}, poke_interval=0.05, timeout=30
+    )
+
+    with pytest.raises(TaskDeferred) as deferred:
+        sensor.execute({})
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, QuotaCapacityTrigger) and trigger.gpus == 16
+
+    async def free_capacity_later() -> dict[str, Any]:
+        task = asyncio.create_task(_first_event(trigger))
+        await asyncio.sleep(0.3)
+        assert not task.done(), "no room yet: the trigger keeps waiting"
+        cloud.studio.set_allocated("quota1", 40)
+        return await asyncio.wait_for(task, 10)
+
+    event = asyncio.run(free_capacity_later())
+
+    assert event == {"status": "success", "free": 24, "allocatable": 64}
+    assert sensor.execute_complete({}, event) == event
+    assert cloud.studio.count("ListQuotaWorkloads") >= 1
+
+
+def test_skip_preflight_runs_nothing_and_warns(cloud: Cloud, capfd: pytest.CaptureFixture[str]) -> None:
+    operator = PreflightCheckOperator(task_id="check_network", group="network", spec=spec(), skip="True")
+
+    findings = operator.execute({})
+
+    assert findings == [
+        {"check": "network", "verdict": Verdict.WARN, "found": "skipped on request", "fix": ""}
+    ]
+    assert "PREFLIGHT SKIPPED" in capfd.readouterr().out
+    assert cloud.network.requests == []
+
+
+async def _first_event(trigger: QuotaCapacityTrigger) -> dict[str, Any]:
+    async for event in trigger.run():
+        return event.payload
+    raise AssertionError("no event")
