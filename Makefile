@@ -42,6 +42,9 @@ lint: $(VENV)/.installed
 
 bench: $(VENV)/.installed
 	python bench/parse_time.py
+	PYTHONPATH=plugins:. python bench/preflight.py
+	PYTHONPATH=plugins:. python bench/trigger_scale.py
+	PYTHONPATH=plugins:. python bench/trigger_scale.py --running
 
 # Regenerate the transitive lock after changing requirements.txt or requirements-dev.txt.
 lock: $(VENV)/.installed

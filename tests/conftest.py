@@ -33,6 +33,16 @@ os.environ.update(
 )
 
 
+@pytest.fixture(autouse=True)
+def fresh_connections() -> Iterator[None]:
+    """Tests point the same connection id at different emulators: no hook may outlive its test."""
+    from aliyun_training.hooks.alibaba_cloud import forget_shared_hooks
+
+    forget_shared_hooks()
+    yield
+    forget_shared_hooks()
+
+
 @pytest.fixture(scope="session")
 def airflow_db() -> Path:
     """Migrate the session's SQLite metadata DB once; tests that run DAGs depend on it."""

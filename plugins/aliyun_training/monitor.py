@@ -84,11 +84,11 @@ class JobMonitor:
         return status
 
     def _emit(self, chunk: LogChunk) -> bool:
-        """Log new lines and advance the cursor; False once there is nothing more to read."""
+        """Log new lines and advance the cursor; True while the backend has more already written."""
         self.cursor = chunk.cursor
         for line in chunk.lines:
             self.log.info("%s", line)
-        return bool(chunk.lines)
+        return chunk.more
 
     @staticmethod
     def _failed_node(status: JobStatus) -> int:

@@ -477,7 +477,8 @@ def _log_chunk(pod: dict[str, Any], cursor: dict[str, Any] | None, text: str) ->
     seen_at_last = (cursor or {}).get("seen_at_last", 0) if same_pod else 0
     last_key = _stamp_key(last) if last else None
     # A read cut at LOG_BYTES_PER_POLL may end mid-line: keep whole lines, the rest comes next poll.
-    complete = text[: text.rfind("\n") + 1] if len(text.encode()) >= LOG_BYTES_PER_POLL else text
+    truncated = len(text.encode()) >= LOG_BYTES_PER_POLL
+    complete = text[: text.rfind("\n") + 1] if truncated else text
     lines: list[str] = []
     skipped = 0
     for raw in complete.splitlines():
@@ -493,7 +494,9 @@ def _log_chunk(pod: dict[str, Any], cursor: dict[str, Any] | None, text: str) ->
             seen_at_last += 1
         else:
             last, seen_at_last = stamp, 1
-    return LogChunk(lines=lines, cursor={"pod": name, "last": last, "seen_at_last": seen_at_last})
+    return LogChunk(
+        lines=lines, cursor={"pod": name, "last": last, "seen_at_last": seen_at_last}, more=truncated
+    )
 
 
 def _stamp_key(stamp: str) -> tuple[str, int]:

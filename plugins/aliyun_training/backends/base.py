@@ -67,6 +67,8 @@ class LogChunk(BaseModel):
 
     lines: list[str] = Field(default_factory=list)
     cursor: dict[str, Any] = Field(default_factory=dict)
+    #: The read stopped at its size bound with more already written: read again before waiting.
+    more: bool = False
 
 
 class TrainingBackend(Protocol):

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
 
@@ -106,7 +107,7 @@ class DlcBackend:
         self.image_registry_conn_id = image_registry_conn_id
         self.region = region
         self.log_lines_per_poll = log_lines_per_poll
-        self.hook = DlcHook(conn_id, region=region)
+        self.hook = shared_hook(DlcHook, conn_id, region)
         self._pods: dict[str, list[str]] = {}
         self._started: dict[str, str | None] = {}
 

@@ -308,6 +308,7 @@ class LocalBackend(OffloadedAsyncMixin):
         """New complete lines of every node's log, each prefixed with the node, since ``cursor``."""
         offsets = dict(cursor or {})
         lines: list[str] = []
+        more = False
         for rank in range(self._job(handle)["spec"]["nodes"]):
             key = f"node-{rank}"
             path = self.root / handle.name / key / "log"
@@ -317,9 +318,10 @@ class LocalBackend(OffloadedAsyncMixin):
                 log.seek(offsets.get(key, 0))
                 data = log.read(_MAX_LOG_BYTES_PER_CALL)
             complete = data[: data.rfind(b"\n") + 1]
+            more = more or (len(data) == _MAX_LOG_BYTES_PER_CALL and bool(complete))
             offsets[key] = offsets.get(key, 0) + len(complete)
             lines += [f"[{key}] {line}" for line in complete.decode(errors="replace").splitlines()]
-        return LogChunk(lines=lines, cursor=offsets)
+        return LogChunk(lines=lines, cursor=offsets, more=more)
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         path = self.root / handle.name / f"node-{node}" / "log"

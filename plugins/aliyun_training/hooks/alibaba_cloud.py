@@ -20,12 +20,17 @@ soon as they are read or issued, so they never reach task logs, XCom or error me
 
 from __future__ import annotations
 
+import threading
+import time
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from airflow.sdk import BaseHook
 
 from aliyun_training.hooks.retry import RetryPolicy
+
+#: How long a process keeps one hook per connection before reading the connection again.
+SHARED_HOOK_MAX_AGE_SECONDS = 300.0
 
 SERVICES = ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "oss", "sts", "ram")
 _SECRET_EXTRAS = ("access_key_secret", "security_token")
@@ -204,6 +209,33 @@ class AlibabaCloudHook(BaseHook):
 
     async def acall(self, action: str, fn: Any) -> Any:
         return await self.retry_policy.acall(action, fn, refresh=self.refresh_credentials)
+
+
+H = TypeVar("H", bound=AlibabaCloudHook)
+_shared: dict[tuple[type, str, str | None], tuple[float, AlibabaCloudHook]] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_hook(cls: type[H], conn_id: str, region: str | None = None) -> H:
+    """One hook per (hook class, connection, region) in a process, renewed every few minutes.
+
+    A triggerer monitors hundreds of jobs of the same connection: sharing the hook means one
+    connection lookup, one credentials client (one STS session) and one SDK client for all of them,
+    instead of one each. Renewal picks up edits to the connection.
+    """
+    key = (cls, conn_id, region)
+    with _shared_lock:
+        created, hook = _shared.get(key, (0.0, None))  # type: ignore[arg-type]
+        if hook is None or time.monotonic() - created > SHARED_HOOK_MAX_AGE_SECONDS:
+            hook = cls(conn_id, region=region)
+            _shared[key] = (time.monotonic(), hook)
+        return hook  # type: ignore[return-value]
+
+
+def forget_shared_hooks() -> None:
+    """Drop every shared hook, so the next use reads its connection again."""
+    with _shared_lock:
+        _shared.clear()
 
 
 def _client_class(service: str) -> Any:
