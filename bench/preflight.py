@@ -51,11 +51,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from project_env import prepare_environment
+
 if TYPE_CHECKING:
     from tests.cloud_harness import Cloud
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
-IMPORT_PATHS = (PROJECT_ROOT / "plugins", PROJECT_ROOT)
 
 RATIO_LIMIT = 0.6
 #: The check groups that apply to a DLC run, in the DAG's order.
@@ -65,25 +65,6 @@ SERVICES = ("network", "studio", "ram", "dlc")
 
 
 # -- environment -----------------------------------------------------------------------------------
-
-
-def prepare_environment() -> None:
-    """The environment ``make`` gives Airflow, defaulted so that running the script directly works.
-
-    ``plugins`` and the project root go on ``sys.path``: the checks import ``aliyun_training`` and the
-    emulated account comes from ``tests``.
-    """
-    defaults = {
-        "AIRFLOW_HOME": PROJECT_ROOT / ".airflow",
-        "AIRFLOW__CORE__DAGS_FOLDER": PROJECT_ROOT / "dags",
-        "AIRFLOW__CORE__PLUGINS_FOLDER": PROJECT_ROOT / "plugins",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "ALIYUN_TRAINING_LOCAL_ROOT": PROJECT_ROOT / ".demo",
-    }
-    for name, value in defaults.items():
-        os.environ.setdefault(name, str(value))
-    paths = [str(path) for path in IMPORT_PATHS]
-    sys.path[:0] = [path for path in paths if path not in sys.path]
 
 
 @contextlib.contextmanager

@@ -54,10 +54,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from project_env import PROJECT_ROOT, prepare_environment
+
 if TYPE_CHECKING:
     from tests.emulators.dlc import DlcEmulator, JobScript
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 CPU_RATIO_LIMIT = 1.3
 CONN_ID = "alibaba_cloud_default"
@@ -72,30 +73,6 @@ POLL_ACTIONS = ("GetJob", "GetPodLogs")
 
 
 # -- environment -----------------------------------------------------------------------------------
-
-
-IMPORT_PATHS = (PROJECT_ROOT / "plugins", PROJECT_ROOT)
-
-
-def prepare_environment() -> None:
-    """The environment ``make`` gives Airflow, defaulted so that running the script directly works.
-
-    ``plugins`` and the project root go on ``sys.path`` and ``PYTHONPATH``: the parent serves the
-    emulator from ``tests.emulators`` and the children import ``aliyun_training``.
-    """
-    defaults = {
-        "AIRFLOW_HOME": PROJECT_ROOT / ".airflow",
-        "AIRFLOW__CORE__DAGS_FOLDER": PROJECT_ROOT / "dags",
-        "AIRFLOW__CORE__PLUGINS_FOLDER": PROJECT_ROOT / "plugins",
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "ALIYUN_TRAINING_LOCAL_ROOT": PROJECT_ROOT / ".demo",
-    }
-    for name, value in defaults.items():
-        os.environ.setdefault(name, str(value))
-    paths = [str(path) for path in IMPORT_PATHS]
-    inherited = [path for path in os.environ.get("PYTHONPATH", "").split(os.pathsep) if path]
-    os.environ["PYTHONPATH"] = os.pathsep.join([*paths, *(path for path in inherited if path not in paths)])
-    sys.path[:0] = [path for path in paths if path not in sys.path]
 
 
 def connection_json(endpoint: str) -> str:

@@ -57,15 +57,28 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
             "ram": ram.endpoint,
             "dlc": dlc.endpoint,
         }
-        extras = {
-            "access_key_id": AK,
-            "access_key_secret": SK,
-            "region": "cn-wulanchabu",
-            "protocol": "http",
-            "endpoints": endpoints,
-            "retry": {"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02},
-        }
-        monkeypatch.setenv(
-            "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
+        use_alibaba_connection(
+            monkeypatch, endpoints, AK, SK, retry={"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
         )
         yield Cloud(network, studio, ram, dlc, ids)
+
+
+def use_alibaba_connection(
+    monkeypatch: pytest.MonkeyPatch,
+    endpoints: dict[str, str],
+    access_key_id: str,
+    secret: str,
+    **extra: object,
+) -> None:
+    """Point ``alibaba_cloud_default`` at emulators: plain HTTP, short backoff so retries are quick."""
+    extras = {
+        "access_key_id": access_key_id,
+        "access_key_secret": secret,
+        "region": "cn-wulanchabu",
+        "protocol": "http",
+        "endpoints": endpoints,
+        "retry": {"max_attempts": 10, "base_delay": 0.01, "max_delay": 0.05},
+        **extra,
+    }
+    connection = json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
+    monkeypatch.setenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", connection)

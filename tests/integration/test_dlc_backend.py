@@ -17,6 +17,7 @@ from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
+from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.base import FaultPlan
 from tests.emulators.dlc import DlcEmulator, JobScript
 from tests.emulators.sts import StsEmulator
@@ -36,18 +37,7 @@ def dlc() -> Iterator[DlcEmulator]:
 
 
 def connect(monkeypatch: pytest.MonkeyPatch, endpoints: dict[str, str], **extra: Any) -> None:
-    extras = {
-        "access_key_id": AK,
-        "access_key_secret": SK,
-        "region": "cn-wulanchabu",
-        "protocol": "http",
-        "endpoints": endpoints,
-        "retry": {"max_attempts": 10, "base_delay": 0.01, "max_delay": 0.05},
-        **extra,
-    }
-    monkeypatch.setenv(
-        "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
-    )
+    use_alibaba_connection(monkeypatch, endpoints, AK, SK, **extra)
     registry = {
         "conn_type": "docker",
         "host": "registry.example.com",
