@@ -10,7 +10,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from airflow.sdk.exceptions import AirflowFailException, TaskDeferred
+from airflow.sdk.exceptions import (
+    AirflowFailException,
+    AirflowSensorTimeout,
+    AirflowSkipException,
+    TaskDeferred,
+)
 
 from aliyun_training.operators.preflight import PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.preflight.permissions import required_actions
@@ -357,3 +362,17 @@ async def _first_event(trigger: QuotaCapacityTrigger) -> dict[str, Any]:
     async for event in trigger.run():
         return event.payload
     raise AssertionError("no event")
+
+
+@pytest.mark.parametrize(
+    ("soft_fail", "expected"), [(True, AirflowSkipException), (False, AirflowSensorTimeout)]
+)
+def test_the_capacity_sensor_times_out_by_failing_or_skipping_as_configured(
+    soft_fail: bool, expected: type[Exception]
+) -> None:
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+
+    sensor = QuotaCapacitySensor(task_id="wait", spec=spec(), timeout=60, soft_fail=soft_fail)
+
+    with pytest.raises(expected):
+        sensor.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, {})
