@@ -25,6 +25,9 @@ class TrainingJobConsoleLink(BaseOperatorLink):
         return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
 
     def persist(self, context: Any, url: str | None) -> None:
-        """Store the URL where the UI reads it, as soon as the job exists (not only on success)."""
-        if url:
-            context["ti"].xcom_push(key=self.xcom_key, value=url)
+        """Store the URL where the UI reads it, as soon as the job exists (not only on success).
+
+        Backends without a console (local) store an empty link, so resolving links after the task
+        finds a value instead of logging a missing XCom.
+        """
+        context["ti"].xcom_push(key=self.xcom_key, value=url or "")
