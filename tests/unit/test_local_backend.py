@@ -189,3 +189,13 @@ def test_a_new_attempt_archives_the_finished_one(backend: LocalBackend) -> None:
     assert (backend.root / ".archive" / failing.job_id / "job.json").exists()
     with pytest.raises(LookupError, match="was replaced by"):
         backend.status(failing)
+
+
+def test_a_finished_node_last_line_without_a_newline_is_not_lost(backend: LocalBackend) -> None:
+    handle = backend.submit(
+        TrainingJobSpec(nodes=1, command="echo first; printf 'final words'"), "no-newline"
+    )
+
+    wait_terminal(backend, handle)
+
+    assert backend.logs(handle).lines == ["[node-0] first", "[node-0] final words"]

@@ -317,7 +317,9 @@ class LocalBackend(OffloadedAsyncMixin):
             with path.open("rb") as log:
                 log.seek(offsets.get(key, 0))
                 data = log.read(_MAX_LOG_BYTES_PER_CALL)
-            complete = data[: data.rfind(b"\n") + 1]
+            # A running node may be mid-line; a finished node's last line counts even without "\n".
+            node_done = (path.parent / "exit.json").exists() and len(data) < _MAX_LOG_BYTES_PER_CALL
+            complete = data if node_done else data[: data.rfind(b"\n") + 1]
             more = more or (len(data) == _MAX_LOG_BYTES_PER_CALL and bool(complete))
             offsets[key] = offsets.get(key, 0) + len(complete)
             lines += [f"[{key}] {line}" for line in complete.decode(errors="replace").splitlines()]
