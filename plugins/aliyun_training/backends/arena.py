@@ -58,6 +58,10 @@ class ArenaBackend:
     def __init__(self, **settings: Any) -> None:
         self.settings = ArenaSettings(**settings)
         self._kinds: dict[str, JobKind] = {}
+        #: Pods seen by the latest status call, which each poll makes just before reading logs.
+        self._pods: dict[str, list[dict[str, Any]]] = {}
+        self._sync_hook: Any = None
+        self._async_hook_instance: Any = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -66,14 +70,27 @@ class ArenaBackend:
     # -- clients ---------------------------------------------------------------------------------
 
     def _hook(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        """One hook per backend: the connection is read and the kubeconfig loaded once, not per call."""
+        if self._sync_hook is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
-        return KubernetesHook(conn_id=self.settings.conn_id)
+            self._sync_hook = KubernetesHook(conn_id=self.settings.conn_id)
+        return self._sync_hook
 
     def _async_hook(self) -> Any:
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+        if self._async_hook_instance is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
 
-        return AsyncKubernetesHook(conn_id=self.settings.conn_id)
+            self._async_hook_instance = AsyncKubernetesHook(conn_id=self.settings.conn_id)
+        return self._async_hook_instance
+
+    def _list_pods(self, hook: Any, handle: JobHandle) -> list[dict[str, Any]]:
+        return _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+
+    async def _alist_pods(self, api: Any, handle: JobHandle) -> list[dict[str, Any]]:
+        from kubernetes_asyncio import client
+
+        return _pods(api, await client.CoreV1Api(api).list_namespaced_pod(**self._pod_query(handle)))
 
     def _kind(self, handle: JobHandle) -> JobKind:
         return self._kinds.get(handle.name) or _kind_from_job_id(handle.job_id)
@@ -147,7 +164,7 @@ class ArenaBackend:
     def status(self, handle: JobHandle) -> JobStatus:
         hook = self._hook()
         job = self._get_job(hook, self._kind(handle), handle.name)
-        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+        self._pods[handle.name] = pods = self._list_pods(hook, handle)
         return _status(handle, job, pods)
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
@@ -164,7 +181,7 @@ class ArenaBackend:
                 if exc.status != 404:
                     raise
                 job = None
-            pods = _pods(api, await client.CoreV1Api(api).list_namespaced_pod(**self._pod_query(handle)))
+            self._pods[handle.name] = pods = await self._alist_pods(api, handle)
         return _status(handle, job, pods)
 
     def _pod_query(self, handle: JobHandle) -> dict[str, Any]:
@@ -176,8 +193,8 @@ class ArenaBackend:
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         """New lines of the master pod: read with timestamps since the last one seen, none twice."""
         hook = self._hook()
-        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
-        pod = _log_pod(pods)
+        pods = self._pods.get(handle.name)
+        pod = _log_pod(self._list_pods(hook, handle) if pods is None else pods)
         if pod is None:
             return LogChunk(cursor=cursor or {})
         from kubernetes.client.exceptions import ApiException
@@ -193,7 +210,8 @@ class ArenaBackend:
 
         async with self._async_hook().get_conn() as api:
             core = client.CoreV1Api(api)
-            pod = _log_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))))
+            pods = self._pods.get(handle.name)
+            pod = _log_pod(await self._alist_pods(api, handle) if pods is None else pods)
             if pod is None:
                 return LogChunk(cursor=cursor or {})
             try:
@@ -218,8 +236,7 @@ class ArenaBackend:
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         hook = self._hook()
-        pods = _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
-        pod = _node_pod(pods, node)
+        pod = _node_pod(self._list_pods(hook, handle), node)
         return _read_log(hook, self._tail_args(pod, lines)).splitlines() if pod else []
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
@@ -227,7 +244,7 @@ class ArenaBackend:
 
         async with self._async_hook().get_conn() as api:
             core = client.CoreV1Api(api)
-            pod = _node_pod(_pods(api, await core.list_namespaced_pod(**self._pod_query(handle))), node)
+            pod = _node_pod(await self._alist_pods(api, handle), node)
             if pod is None:
                 return []
             return (await core.read_namespaced_pod_log(**self._tail_args(pod, lines)) or "").splitlines()
@@ -245,7 +262,7 @@ class ArenaBackend:
     def failure_details(self, handle: JobHandle) -> list[str]:
         hook = self._hook()
         core = hook.core_v1_client
-        pods = _pods(hook.api_client, core.list_namespaced_pod(**self._pod_query(handle)))
+        pods = self._list_pods(hook, handle)
         events = {
             pod["metadata"]["name"]: _items(
                 hook.api_client,
@@ -262,7 +279,7 @@ class ArenaBackend:
 
         async with self._async_hook().get_conn() as api:
             core = client.CoreV1Api(api)
-            pods = _pods(api, await core.list_namespaced_pod(**self._pod_query(handle)))
+            pods = await self._alist_pods(api, handle)
             events = {}
             for pod in pods:
                 name = pod["metadata"]["name"]
