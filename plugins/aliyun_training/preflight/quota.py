@@ -130,12 +130,29 @@ def _check_capacity(spec: TrainingJobSpec, capacity: Capacity) -> Finding:
     )
 
 
-def queued_workloads(hook: AlibabaCloudHook, quota_id: str) -> int:
-    """How many workloads wait in the quota's queue (ListQuotaWorkloads, queue status Enqueued)."""
+def queue_request() -> Any:
+    """ListQuotaWorkloads asking only for the count of workloads still in the queue.
+
+    ``Status`` filters on the queue status (Enqueued / Dequeued), not on the workload's own status.
+    """
     from alibabacloud_paistudio20220112 import models
 
-    request = models.ListQuotaWorkloadsRequest(status="Enqueued", page_size=1)
+    return models.ListQuotaWorkloadsRequest(status="Enqueued", page_size=1)
+
+
+def queued_workloads(hook: AlibabaCloudHook, quota_id: str) -> int:
+    """How many workloads wait in the quota's queue."""
+    request = queue_request()
     body = hook.call(
         "ListQuotaWorkloads", lambda: hook.client("paistudio").list_quota_workloads(quota_id, request)
     ).body
     return int(body.total_count or 0)
+
+
+def waiting_message(quota_id: str, capacity: Capacity, gpus: int, queued: int) -> str:
+    """What a capacity wait logs at each poll (the sensor's poke and its trigger alike)."""
+    return f"Waiting for quota {quota_id}: {capacity.describe()}, {gpus} needed, {queued} workloads queued"
+
+
+def room_message(quota_id: str, capacity: Capacity, gpus: int) -> str:
+    return f"Quota {quota_id} has room: {capacity.describe()} for {gpus}"

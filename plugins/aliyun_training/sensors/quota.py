@@ -55,7 +55,13 @@ class QuotaCapacitySensor(BaseSensorOperator):
         )
 
     def poke(self, context: Context) -> bool:
-        from aliyun_training.preflight.quota import free_gpus, get_quota, queued_workloads
+        from aliyun_training.preflight.quota import (
+            free_gpus,
+            get_quota,
+            queued_workloads,
+            room_message,
+            waiting_message,
+        )
 
         spec, gpus = self._needs()
         if spec.backend is not Backend.DLC or not spec.quota_id or not gpus:
@@ -67,14 +73,10 @@ class QuotaCapacitySensor(BaseSensorOperator):
             raise AirflowException(f"quota {spec.quota_id} does not exist")
         capacity = free_gpus(quota)
         if capacity.free >= gpus:
-            self.log.info("Quota %s has room: %s for %d", spec.quota_id, capacity.describe(), gpus)
+            self.log.info("%s", room_message(spec.quota_id, capacity, gpus))
             return True
         self.log.info(
-            "Waiting for quota %s: %s, %d needed, %d workloads queued",
-            spec.quota_id,
-            capacity.describe(),
-            gpus,
-            queued_workloads(hook, spec.quota_id),
+            "%s", waiting_message(spec.quota_id, capacity, gpus, queued_workloads(hook, spec.quota_id))
         )
         return False
 

@@ -43,7 +43,7 @@ class QuotaCapacityTrigger(BaseTrigger):
         from alibabacloud_paistudio20220112 import models
 
         from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-        from aliyun_training.preflight.quota import free_gpus
+        from aliyun_training.preflight.quota import free_gpus, queue_request, room_message, waiting_message
 
         hook = AlibabaCloudHook(self.conn_id, region=self.region)
         try:
@@ -57,27 +57,19 @@ class QuotaCapacityTrigger(BaseTrigger):
                 ).body
                 capacity = free_gpus(quota)
                 if capacity.free >= self.gpus:
-                    self.log.info(
-                        "Quota %s has room: %s for %d", self.quota_id, capacity.describe(), self.gpus
-                    )
+                    self.log.info("%s", room_message(self.quota_id, capacity, self.gpus))
                     yield TriggerEvent(
                         {"status": "success", "free": capacity.free, "allocatable": capacity.allocatable}
                     )
                     return
-                request = models.ListQuotaWorkloadsRequest(status="Enqueued", page_size=1)
+                request = queue_request()
                 queued = (
                     await hook.acall(
                         "ListQuotaWorkloads",
                         lambda request=request: client.list_quota_workloads_async(self.quota_id, request),
                     )
                 ).body.total_count
-                self.log.info(
-                    "Waiting for quota %s: %s, %d needed, %s workloads queued ahead",
-                    self.quota_id,
-                    capacity.describe(),
-                    self.gpus,
-                    queued or 0,
-                )
+                self.log.info("%s", waiting_message(self.quota_id, capacity, self.gpus, int(queued or 0)))
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})
