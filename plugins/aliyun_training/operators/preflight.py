@@ -187,7 +187,9 @@ def _network(
         security_group_id=vpc["security_group_id"],
         zone_id=settings.get("zone_id"),
     )
-    pods = spec.nodes + (1 if spec.framework.value == "mpi" else 0)
+    from aliyun_training.backends.dlc import roles
+
+    pods = sum(count for _role, count, _gpus in roles(spec))
     return [*findings, *_guard("network", lambda: check_network(hook, network, pods))]
 
 
