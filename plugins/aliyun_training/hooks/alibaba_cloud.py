@@ -252,6 +252,10 @@ def _client_class(service: str) -> Any:
         from alibabacloud_paistudio20220112.client import Client
     elif service == "ram":
         from alibabacloud_ram20150501.client import Client
+    elif service == "aiworkspace":
+        from alibabacloud_aiworkspace20210204.client import Client
+    elif service == "nas":
+        from alibabacloud_nas20170626.client import Client
     else:
         raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
     return Client
