@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -210,7 +210,12 @@ class TrainingJobSpec(BaseModel):
 
 
 class StagedDataset(BaseModel):
-    """A dataset version published on the training filesystem."""
+    """A dataset version published on the training filesystem, and how a training job mounts it.
+
+    ``uri`` is the version's directory as the stager saw it (the CPFS mount on a worker or in a
+    staging pod). A job on DLC mounts ``pai_dataset_id``/``pai_dataset_version``; a job on ACK
+    mounts the claim ``pvc``, whose volume is exactly this version's directory.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -218,10 +223,17 @@ class StagedDataset(BaseModel):
     version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
     files: Annotated[int, Field(ge=1)]
     bytes: Annotated[int, Field(ge=0)]
+    #: The manifest beside the data; empty for a CPFS data flow import, which writes none.
     manifest_uri: str
     checksum: str
     transferred_files: Annotated[int, Field(ge=0)] = 0
+    transferred_bytes: Annotated[int, Field(ge=0)] = 0
     seconds: float = 0.0
+    source_uri: str = ""
+    mode: Literal["direct", "pod", "dataflow"] = "direct"
+    pai_dataset_id: str | None = None
+    pai_dataset_version: str | None = None
+    pvc: str | None = None
 
 
 class BuiltImage(BaseModel):
