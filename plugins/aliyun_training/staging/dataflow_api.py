@@ -1,0 +1,300 @@
+"""Thin, typed calls of the NAS API that a CPFS data-flow stager needs (OSS -> CPFS import).
+
+A CPFS data flow links a fileset path of the file system (FileSystemPath) with an OSS location
+(SourceStorage ``oss://bucket`` + SourceStoragePath). An Import task copies a directory of it onto
+CPFS; it runs asynchronously (Pending -> Executing -> Completed, or Failed / Canceling ->
+Canceled) and is watched with DescribeDataFlowTasks. Only a data flow in the Running state accepts
+tasks, so :func:`find_data_flow` checks that first and says what to fix.
+
+Facts from the NAS SDK (alibabacloud_nas20170626) docstrings, relied on here:
+
+- File system ids start with ``cpfs-`` (general-purpose CPFS) or ``bmcpfs-`` (CPFS for Lingjun).
+- CreateDataFlowTask: Directory is relative to SourceStoragePath for Import, DstDirectory relative
+  to FileSystemPath; both start and end with ``/`` and may not contain ``/../``.
+- ConflictPolicy (SKIP_THE_FILE, KEEP_LATEST, OVERWRITE_EXISTING) "is required when the file system
+  type is CPFS for Lingjun". We always send OVERWRITE_EXISTING: a staged version must end up
+  exactly as the source, and a same-named file left by an earlier partial import must not
+  survive (KEEP_LATEST compares times, SKIP_THE_FILE keeps it).
+- CreateDirIfNotExist (Import only, CPFS for Lingjun 2.6.0+) creates a missing destination; it is
+  sent only for ``bmcpfs-`` file systems, as general-purpose CPFS does not document it.
+- ClientToken (<= 64 ASCII characters) makes the create idempotent: a retried call with the same
+  token answers the same task instead of starting a second import.
+- Id filters (Key DataFlowIds / TaskIds) match parts of ids, so results are compared exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.spec import SpecError
+
+TASK_STATUSES = ("Pending", "Executing", "Failed", "Completed", "Canceling", "Canceled")
+FINISHED_STATUSES = frozenset({"Completed", "Failed", "Canceled"})
+CONFLICT_POLICY = "OVERWRITE_EXISTING"
+DATA_TYPE = "MetaAndData"
+MAX_RESULTS = 100
+MAX_PATH = 1023
+
+
+class DataFlowTaskNotFoundError(LookupError):
+    """DescribeDataFlowTasks does not list the task (wrong file system, or not created)."""
+
+
+@dataclass(frozen=True)
+class DataFlowInfo:
+    """A data flow: where on CPFS (``file_system_path``) it maps which OSS location."""
+
+    id: str
+    status: str
+    file_system_path: str
+    source_storage: str
+    source_storage_path: str = "/"
+
+    @property
+    def source_uri(self) -> str:
+        """``oss://bucket/path/``: SourceStorage joined with SourceStoragePath."""
+        path = self.source_storage_path.strip("/")
+        return f"{self.source_storage.rstrip('/')}/{path}/" if path else f"{self.source_storage.rstrip('/')}/"
+
+
+@dataclass(frozen=True)
+class DataFlowTaskInfo:
+    """One task's state and progress (ProgressStats); speeds in bytes per second."""
+
+    task_id: str
+    status: str
+    error_message: str
+    files_done: int
+    files_total: int
+    bytes_done: int
+    bytes_total: int
+    average_speed: int
+    remain_time: int | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.status in FINISHED_STATUSES
+
+    @property
+    def succeeded(self) -> bool:
+        return self.status == "Completed"
+
+
+def find_data_flow(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str) -> DataFlowInfo:
+    """The data flow, which must exist on the file system and be Running (else a SpecError)."""
+    from alibabacloud_nas20170626 import models
+
+    client = hook.client("nas")
+
+    def lookup() -> Any:
+        for flow in _pages(
+            lambda token: client.describe_data_flows(
+                models.DescribeDataFlowsRequest(
+                    file_system_id=file_system_id,
+                    filters=[models.DescribeDataFlowsRequestFilters(key="DataFlowIds", value=data_flow_id)],
+                    max_results=MAX_RESULTS,
+                    next_token=token,
+                )
+            ).body,
+            lambda body: (body.data_flow_info.data_flow if body.data_flow_info else None) or [],
+        ):
+            if flow.data_flow_id == data_flow_id:
+                return flow
+        return None
+
+    try:
+        flow = hook.call("DescribeDataFlows", lookup)
+    except AlibabaCloudApiError as exc:
+        if exc.code.startswith("InvalidFileSystem"):
+            raise SpecError(
+                f"file_system_id: CPFS file system {file_system_id} does not exist in region {hook.region} "
+                "(fix: give the id of the file system, cpfs-... or bmcpfs-..., in the connection's region)"
+            ) from exc
+        raise
+    if flow is None:
+        raise SpecError(
+            f"data_flow_id: data flow {data_flow_id} does not exist on {file_system_id} "
+            "(fix: create a data flow from the OSS bucket to the file system in the CPFS console, "
+            "or set data_flow_id to an existing one)"
+        )
+    info = DataFlowInfo(
+        id=flow.data_flow_id,
+        status=flow.status or "",
+        file_system_path=flow.file_system_path or "/",
+        source_storage=flow.source_storage or "",
+        source_storage_path=flow.source_storage_path or "/",
+    )
+    if info.status != "Running":
+        raise SpecError(
+            f"data_flow_id: data flow {data_flow_id} on {file_system_id} is {info.status or 'in no state'}, "
+            "not Running: only a Running data flow accepts import tasks "
+            "(fix: start it with StartDataFlow or wait until it is Running; repair a Misconfigured one "
+            "in the CPFS console)"
+        )
+    return info
+
+
+def create_import_task(
+    hook: AlibabaCloudHook,
+    *,
+    file_system_id: str,
+    data_flow_id: str,
+    directory: str,
+    dst_directory: str,
+    client_token: str,
+) -> str:
+    """Start importing ``directory`` (of the flow's OSS path) into ``dst_directory``; the task id.
+
+    ``client_token`` must be the same on every retry of the same import (e.g. derived from the run
+    and the dataset version), so that however often the call is repeated one task exists.
+    """
+    from alibabacloud_nas20170626 import models
+
+    _check_directory("directory", directory)
+    _check_directory("dst_directory", dst_directory)
+    if not client_token or len(client_token) > 64 or not client_token.isascii():
+        raise SpecError(
+            f"client_token: {client_token!r} must be 1-64 ASCII characters "
+            "(fix: derive it from the run id and dataset version, e.g. a hash)"
+        )
+    request = models.CreateDataFlowTaskRequest(
+        file_system_id=file_system_id,
+        data_flow_id=data_flow_id,
+        task_action="Import",
+        data_type=DATA_TYPE,
+        directory=directory,
+        dst_directory=dst_directory,
+        conflict_policy=CONFLICT_POLICY,
+        create_dir_if_not_exist=True if file_system_id.startswith("bmcpfs-") else None,
+        client_token=client_token,
+    )
+    client = hook.client("nas")
+    return hook.call("CreateDataFlowTask", lambda: client.create_data_flow_task(request).body.task_id)
+
+
+def describe_task(hook: AlibabaCloudHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
+    """The task's status and progress."""
+    from alibabacloud_nas20170626 import models
+
+    client = hook.client("nas")
+
+    def lookup() -> Any:
+        for task in _pages(
+            lambda token: client.describe_data_flow_tasks(
+                _tasks_request(models, file_system_id, task_id, token)
+            ).body,
+            _tasks_of,
+        ):
+            if task.task_id == task_id:
+                return task
+        return None
+
+    return _task_info(hook.call("DescribeDataFlowTasks", lookup), file_system_id, task_id)
+
+
+async def describe_task_async(hook: AlibabaCloudHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
+    """The async twin of :func:`describe_task`, for triggers (no thread, no blocking)."""
+    from alibabacloud_nas20170626 import models
+
+    await hook.aload()
+    client = hook.client("nas")
+
+    async def lookup() -> Any:
+        token: str | None = None
+        while True:
+            body = (
+                await client.describe_data_flow_tasks_async(
+                    _tasks_request(models, file_system_id, task_id, token)
+                )
+            ).body
+            for task in _tasks_of(body):
+                if task.task_id == task_id:
+                    return task
+            token = body.next_token
+            if not token:
+                return None
+
+    return _task_info(await hook.acall("DescribeDataFlowTasks", lookup), file_system_id, task_id)
+
+
+def cancel_task(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str, task_id: str) -> None:
+    """Ask the service to cancel the task (it goes Canceling, then Canceled)."""
+    from alibabacloud_nas20170626 import models
+
+    client = hook.client("nas")
+    request = models.CancelDataFlowTaskRequest(
+        file_system_id=file_system_id, data_flow_id=data_flow_id, task_id=task_id
+    )
+    hook.call("CancelDataFlowTask", lambda: client.cancel_data_flow_task(request))
+
+
+async def cancel_task_async(
+    hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str, task_id: str
+) -> None:
+    """The async twin of :func:`cancel_task`, for a trigger's ``on_kill``."""
+    from alibabacloud_nas20170626 import models
+
+    await hook.aload()
+    client = hook.client("nas")
+    request = models.CancelDataFlowTaskRequest(
+        file_system_id=file_system_id, data_flow_id=data_flow_id, task_id=task_id
+    )
+    await hook.acall("CancelDataFlowTask", lambda: client.cancel_data_flow_task_async(request))
+
+
+def _check_directory(field: str, value: str) -> None:
+    """The SDK's rule for Directory/DstDirectory, checked before any call so the field is named."""
+    if not value.startswith("/") or not value.endswith("/") or not 1 <= len(value) <= MAX_PATH:
+        raise SpecError(
+            f"{field}: {value!r} must start and end with '/' and be at most {MAX_PATH} characters "
+            "(fix: e.g. /datasets/cifar10/2026-11-22/)"
+        )
+    if "/../" in value or "/./" in value:
+        raise SpecError(f"{field}: {value!r} must not contain /../ or /./ (fix: give the plain directory)")
+
+
+def _tasks_request(models: Any, file_system_id: str, task_id: str, token: str | None) -> Any:
+    return models.DescribeDataFlowTasksRequest(
+        file_system_id=file_system_id,
+        filters=[models.DescribeDataFlowTasksRequestFilters(key="TaskIds", value=task_id)],
+        max_results=MAX_RESULTS,
+        next_token=token,
+    )
+
+
+def _tasks_of(body: Any) -> list[Any]:
+    return (body.task_info.task if body.task_info else None) or []
+
+
+def _pages(fetch: Callable[[str | None], Any], items: Callable[[Any], list[Any]]) -> Iterator[Any]:
+    """Every item of a NextToken listing."""
+    token: str | None = None
+    while True:
+        body = fetch(token)
+        yield from items(body)
+        token = body.next_token
+        if not token:
+            return
+
+
+def _task_info(task: Any, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
+    if task is None:
+        raise DataFlowTaskNotFoundError(
+            f"data flow task {task_id} is not listed on file system {file_system_id}"
+        )
+    stats = task.progress_stats
+    return DataFlowTaskInfo(
+        task_id=task.task_id,
+        status=task.status or "",
+        error_message=task.error_msg or "",
+        files_done=(stats.files_done or 0) if stats else 0,
+        files_total=(stats.files_total or 0) if stats else 0,
+        bytes_done=(stats.bytes_done or 0) if stats else 0,
+        bytes_total=(stats.bytes_total or 0) if stats else 0,
+        average_speed=(stats.average_speed or 0) if stats else 0,
+        remain_time=stats.remain_time if stats else None,
+    )

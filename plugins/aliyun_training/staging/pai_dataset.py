@@ -1,0 +1,226 @@
+"""Register a staged dataset version as a PAI dataset version, so DLC jobs can mount it by id.
+
+A DLC job mounts ``DataSources[{DataSourceId, DataSourceVersion, MountPath}]``: the staging stage
+therefore needs a (dataset id, version name) for every staged version. One PAI dataset per
+logical dataset name and workspace; one version per staged location (its Uri).
+
+Registration must be idempotent, because a task may be retried after any call, including after a
+create whose answer was lost: the dataset is found by its exact Name (ListDatasets' Name filter is
+a fuzzy match), the version by its exact Uri, and creates are only made for what is missing.
+Neither CreateDataset nor CreateDatasetVersion has a client token, so a retried create first
+looks again for what the lost attempt may have made.
+
+Facts from the AIWorkspace SDK (alibabacloud_aiworkspace20210204) docstrings:
+
+- CreateDataset requires Name, DataSourceType, Property and Uri; its Uri, Property and Options are
+  those "of the initial version v1", i.e. creating a dataset creates its first version from them.
+  So a new dataset is created with the version's own Uri, and that v1 is the registered version.
+- CreateDatasetVersion requires DataSourceType (equal to the dataset's), Property and Uri; the
+  service names the version (v1, v2, ...) and answers VersionName.
+- Options is a JSON string whose ``mountPath`` is the default mount path DLC uses.
+- Uri forms: see :func:`dataset_uri`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.spec import SpecError
+
+#: ListDatasets / ListDatasetVersions page size; fewer round trips on workspaces with many datasets.
+PAGE_SIZE = 100
+URI_KINDS = ("cpfs", "bmcpfs")
+
+
+def dataset_uri(
+    kind: str, *, file_system_id: str, region: str, path: str, mount_target: str | None = None
+) -> str:
+    """The one place a CPFS dataset Uri is built, for ``kind`` ``"cpfs"`` or ``"bmcpfs"``.
+
+    Sources disagree on the form for CPFS, so both are kept here and chosen by configuration:
+
+    - ``cpfs``: ``nas://<fsid>.<region>/<path>/``, the form every AIWorkspace SDK docstring gives
+      for NAS and CPFS 1.0 (``nas://<cpfs-fsid>.region/subpath/to/dir/``; CPFS 2.0 uses
+      ``nas://<cpfs-fsid>.region/<protocolserviceid>/``, pass the protocol service id as ``path``).
+    - ``bmcpfs``: ``bmcpfs://<fsid>-<mount_target>.<region>.cpfs.aliyuncs.com/<path>/``, the form
+      the PAI Python SDK uses for Lingjun CPFS (CPFS for AI computing, DataSourceType BMCPFS),
+      whose dataset ImportInfo also carries a mount target.
+
+    ``path`` is the directory inside the file system; the Uri always ends with ``/`` because a
+    staged version is a directory (Property DIRECTORY).
+    """
+    if kind not in URI_KINDS:
+        raise SpecError(
+            f"dataset_uri_kind: {kind!r} is not a known CPFS Uri form (fix: use one of {URI_KINDS})"
+        )
+    for field, value in (("file_system_id", file_system_id), ("region", region)):
+        if not value or "/" in value or "." in value:
+            raise SpecError(
+                f"{field}: {value!r} is not a plain id (fix: give e.g. bmcpfs-0015xxxx / cn-wulanchabu)"
+            )
+    parts = [p for p in path.split("/") if p]
+    if any(p in (".", "..") for p in parts):
+        raise SpecError(f"path: {path!r} must not contain . or .. segments (fix: give an absolute directory)")
+    tail = "/".join(parts) + "/" if parts else ""
+    if kind == "cpfs":
+        return f"nas://{file_system_id}.{region}/{tail}"
+    if not mount_target:
+        raise SpecError(
+            "mount_target: a bmcpfs dataset Uri needs the Lingjun CPFS mount target "
+            "(fix: set mount_target, e.g. from the file system's mount target list)"
+        )
+    return f"bmcpfs://{file_system_id}-{mount_target}.{region}.cpfs.aliyuncs.com/{tail}"
+
+
+def register_dataset_version(
+    hook: AlibabaCloudHook,
+    *,
+    workspace_id: str,
+    name: str,
+    version_uri: str,
+    data_source_type: str,
+    provider_type: str | None,
+    mount_path: str,
+    version_description: str,
+    description: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    version_labels: Mapping[str, str] | None = None,
+) -> tuple[str, str]:
+    """(dataset id, version name) of the PAI dataset ``name`` whose version has Uri ``version_uri``.
+
+    Creates the dataset (its v1 being this Uri) when the workspace has none of that name, else
+    reuses the version with that Uri, else creates one. Running it again creates nothing.
+    ``labels`` go on the dataset, ``version_labels`` on a version this call creates.
+    """
+    from alibabacloud_aiworkspace20210204 import models
+
+    client = hook.client("aiworkspace")
+    options = json.dumps({"mountPath": mount_path})
+
+    def find_dataset() -> str | None:
+        return _find_dataset(client, models, workspace_id, name)
+
+    def create_dataset() -> str:
+        request = models.CreateDatasetRequest(
+            workspace_id=workspace_id,
+            name=name,
+            data_source_type=data_source_type,
+            property="DIRECTORY",
+            uri=version_uri,
+            options=options,
+            provider_type=provider_type,
+            description=description,
+            labels=_labels(models, labels),
+            version_description=version_description,
+            version_labels=_labels(models, version_labels),
+        )
+        return client.create_dataset(request).body.dataset_id
+
+    dataset_id = hook.call("ListDatasets", find_dataset) or _create_once(
+        hook, "CreateDataset", create_dataset, find_dataset
+    )
+
+    def find_version() -> str | None:
+        return _find_version(client, models, dataset_id, version_uri)
+
+    def create_version() -> str:
+        request = models.CreateDatasetVersionRequest(
+            data_source_type=data_source_type,
+            property="DIRECTORY",
+            uri=version_uri,
+            options=options,
+            description=version_description,
+            labels=_labels(models, version_labels),
+        )
+        return client.create_dataset_version(dataset_id, request).body.version_name
+
+    version = hook.call("ListDatasetVersions", find_version) or _create_once(
+        hook, "CreateDatasetVersion", create_version, find_version
+    )
+    return dataset_id, version
+
+
+def _create_once(
+    hook: AlibabaCloudHook, action: str, create: Callable[[], str], find: Callable[[], str | None]
+) -> str:
+    """Run ``create`` under the retry policy without ever making two of the same thing.
+
+    A retry first looks for what a lost earlier attempt may have made. When the create is refused
+    for good (e.g. a concurrent run made the dataset first, which the service refuses as a
+    duplicate name), a last look decides: found means someone else's create won, which is fine.
+    """
+    attempts = 0
+
+    def attempt() -> str:
+        nonlocal attempts
+        attempts += 1
+        if attempts > 1:
+            made = find()
+            if made:
+                return made
+        return create()
+
+    try:
+        return hook.call(action, attempt)
+    except AlibabaCloudApiError:
+        made = hook.call(f"{action} (look-up after refusal)", find)
+        if made:
+            return made
+        raise
+
+
+def _find_dataset(client: Any, models: Any, workspace_id: str, name: str) -> str | None:
+    """The id of the dataset named exactly ``name`` (the API's Name filter is fuzzy)."""
+
+    def pages() -> Iterator[tuple[list[Any], int]]:
+        number = 1
+        while True:
+            request = models.ListDatasetsRequest(
+                workspace_id=workspace_id, name=name, page_number=number, page_size=PAGE_SIZE
+            )
+            body = client.list_datasets(request).body
+            yield body.datasets or [], body.total_count or 0
+            number += 1
+
+    for dataset in _all(pages()):
+        if dataset.name == name and (dataset.workspace_id in (None, workspace_id)):
+            return dataset.dataset_id
+    return None
+
+
+def _find_version(client: Any, models: Any, dataset_id: str, uri: str) -> str | None:
+    """The name of the dataset's version whose Uri is ``uri`` (trailing ``/`` insensitive)."""
+
+    def pages() -> Iterator[tuple[list[Any], int]]:
+        number = 1
+        while True:
+            request = models.ListDatasetVersionsRequest(page_number=number, page_size=PAGE_SIZE)
+            body = client.list_dataset_versions(dataset_id, request).body
+            yield body.dataset_versions or [], body.total_count or 0
+            number += 1
+
+    wanted = uri.rstrip("/")
+    for version in _all(pages()):
+        if (version.uri or "").rstrip("/") == wanted:
+            return version.version_name
+    return None
+
+
+def _all(pages: Iterator[tuple[list[Any], int]]) -> Iterator[Any]:
+    """Every item of a PageNumber/PageSize listing, stopping at TotalCount or an empty page."""
+    seen = 0
+    for items, total in pages:
+        yield from items
+        seen += len(items)
+        if not items or seen >= total:
+            return
+
+
+def _labels(models: Any, labels: Mapping[str, str] | None) -> list[Any] | None:
+    if not labels:
+        return None
+    return [models.Label(key=key, value=value) for key, value in sorted(labels.items())]

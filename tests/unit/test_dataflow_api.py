@@ -1,0 +1,199 @@
+"""CPFS data-flow calls (staging/dataflow_api.py) through AlibabaCloudHook against the NAS emulator."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.spec import SpecError
+from aliyun_training.staging.dataflow_api import (
+    DataFlowInfo,
+    DataFlowTaskNotFoundError,
+    cancel_task,
+    cancel_task_async,
+    create_import_task,
+    describe_task,
+    describe_task_async,
+    find_data_flow,
+)
+from tests.cloud_harness import use_alibaba_connection
+from tests.emulators.base import FaultPlan, ManualClock
+from tests.emulators.nas import NasDataFlowEmulator
+
+AK, SK = "LTAI-dataflow-test", "dataflow-secret-value"
+FS = "bmcpfs-290w65p03ok64ya"
+DF = "df-194433a5be31aaaa"
+VERSION = "2026-11-22"
+FILES = {
+    f"cifar10/{VERSION}/train/part-0.bin": b"0" * 1000,
+    f"cifar10/{VERSION}/train/part-1.bin": b"1" * 3000,
+    f"cifar10/{VERSION}/manifest.json": b'{"files": 2}',
+}
+
+
+def read_source(bucket: str, prefix: str) -> dict[str, bytes]:
+    if bucket != "train-data":
+        raise KeyError(f"NoSuchBucket: {bucket}")
+    return {key[len(prefix) :]: data for key, data in FILES.items() if key.startswith(prefix)}
+
+
+@pytest.fixture
+def nas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NasDataFlowEmulator]:
+    with NasDataFlowEmulator(tmp_path / "cpfs", read_source, {AK: SK}, task_seconds=20) as emulator:
+        emulator.clock = ManualClock(1_800_000_000.0)
+        emulator.add_data_flow(
+            FS, DF, file_system_path="/datasets/", source_storage="oss://train-data/cifar10/"
+        )
+        use_alibaba_connection(
+            monkeypatch, {"nas": emulator.endpoint}, AK, SK, retry={"max_attempts": 8, "base_delay": 0.001}
+        )
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+def start_import(client_token: str = "stage-cifar10-2026-11-22") -> str:
+    return create_import_task(
+        AlibabaCloudHook(),
+        file_system_id=FS,
+        data_flow_id=DF,
+        directory=f"/{VERSION}/",
+        dst_directory=f"/cifar10/{VERSION}/",
+        client_token=client_token,
+    )
+
+
+def test_find_data_flow_reports_where_it_maps(nas):
+    nas.add_data_flow(FS, DF + "-2", status="Stopped")  # a longer id the API's partial match also finds
+    info = find_data_flow(AlibabaCloudHook(), FS, DF)
+    assert info == DataFlowInfo(
+        id=DF,
+        status="Running",
+        file_system_path="/datasets/",
+        source_storage="oss://train-data",
+        source_storage_path="/cifar10/",
+    )
+    assert info.source_uri == "oss://train-data/cifar10/"
+
+
+def test_missing_data_flow_is_a_spec_error_naming_the_field_and_fix(nas):
+    with pytest.raises(SpecError, match=r"^data_flow_id: data flow df-nope does not exist on .*\(fix: "):
+        find_data_flow(AlibabaCloudHook(), FS, "df-nope")
+
+
+def test_missing_file_system_is_a_spec_error(nas):
+    with pytest.raises(SpecError, match=r"^file_system_id: CPFS file system bmcpfs-nope does not exist"):
+        find_data_flow(AlibabaCloudHook(), "bmcpfs-nope", DF)
+
+
+def test_a_data_flow_that_is_not_running_is_a_spec_error(nas):
+    nas.set_data_flow_status(FS, DF, "Misconfigured")
+    with pytest.raises(SpecError, match=r"^data_flow_id: .* is Misconfigured, not Running: .*\(fix: "):
+        find_data_flow(AlibabaCloudHook(), FS, DF)
+
+
+def test_import_runs_to_completed_and_the_files_appear(nas):
+    task_id = start_import()
+    request = nas.requests_for("CreateDataFlowTask")[0].query
+    assert (request["TaskAction"], request["DataType"], request["ConflictPolicy"]) == (
+        "Import",
+        "MetaAndData",
+        "OVERWRITE_EXISTING",
+    )
+    assert request["CreateDirIfNotExist"].lower() == "true"  # a bmcpfs- file system
+    hook = AlibabaCloudHook()
+    assert describe_task(hook, FS, task_id).status == "Pending"
+    nas.clock.advance(1 + 10)
+    halfway = describe_task(hook, FS, task_id)
+    assert (halfway.status, halfway.finished) == ("Executing", False)
+    assert (halfway.files_total, halfway.bytes_total, halfway.bytes_done) == (3, 4012, 2006)
+    assert halfway.average_speed == 200 and halfway.remain_time == 10
+    nas.clock.advance(10)
+    done = describe_task(hook, FS, task_id)
+    assert (done.status, done.succeeded, done.finished, done.error_message) == ("Completed", True, True, "")
+    assert (done.files_done, done.bytes_done) == (3, 4012)
+    staged = nas.filesystem_root / "datasets" / "cifar10" / VERSION
+    assert (staged / "train" / "part-1.bin").read_bytes() == b"1" * 3000
+    assert (staged / "manifest.json").read_bytes() == b'{"files": 2}'
+
+
+async def test_describe_task_async_twin(nas):
+    task_id = start_import()
+    nas.clock.advance(60)
+    info = await describe_task_async(AlibabaCloudHook(), FS, task_id)
+    assert (info.status, info.files_done) == ("Completed", 3)
+
+
+def test_a_failed_task_surfaces_its_error_message(nas):
+    nas.fail_next_task("OSS access denied: the data flow role cannot read oss://train-data/cifar10/")
+    task_id = start_import()
+    nas.clock.advance(60)
+    info = describe_task(AlibabaCloudHook(), FS, task_id)
+    assert (info.status, info.finished, info.succeeded) == ("Failed", True, False)
+    assert info.error_message == "OSS access denied: the data flow role cannot read oss://train-data/cifar10/"
+
+
+def test_the_same_client_token_twice_makes_one_task(nas):
+    first = start_import()
+    assert start_import() == first
+    assert len(nas.tasks) == 1
+    assert start_import("stage-cifar10-other-run") != first
+
+
+def test_retried_creates_under_faults_make_one_task(nas):
+    nas.faults = FaultPlan(
+        throttle_rate=0.4, unavailable_rate=0.3, seed=3, actions=frozenset({"CreateDataFlowTask"})
+    )
+    task_id = start_import()
+    assert nas.faults_injected > 0
+    assert list(nas.tasks) == [task_id]
+
+
+def test_bad_directories_and_tokens_are_refused_before_any_call(nas):
+    hook = AlibabaCloudHook()
+    common = {"file_system_id": FS, "data_flow_id": DF, "client_token": "t"}
+    with pytest.raises(SpecError, match=r"^directory: .*\(fix: "):
+        create_import_task(hook, directory="2026-11-22", dst_directory="/x/", **common)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"^dst_directory: .*/\.\./"):
+        create_import_task(hook, directory="/a/", dst_directory="/a/../b/", **common)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match=r"^client_token: "):
+        create_import_task(
+            hook,
+            file_system_id=FS,
+            data_flow_id=DF,
+            directory="/a/",
+            dst_directory="/b/",
+            client_token="x" * 65,
+        )
+    assert nas.count("CreateDataFlowTask") == 0
+
+
+def test_api_refusals_surface_as_alibaba_cloud_api_errors(nas):
+    nas.set_data_flow_status(FS, DF, "Stopped")
+    with pytest.raises(AlibabaCloudApiError) as caught:
+        start_import()
+    assert caught.value.code == "InvalidStatus.DataFlow"
+
+
+def test_cancel_stops_the_task(nas):
+    task_id = start_import()
+    cancel_task(AlibabaCloudHook(), FS, DF, task_id)
+    assert describe_task(AlibabaCloudHook(), FS, task_id).status == "Canceling"
+    nas.clock.advance(60)
+    info = describe_task(AlibabaCloudHook(), FS, task_id)
+    assert (info.status, info.finished) == ("Canceled", True)
+    assert not (nas.filesystem_root / "datasets" / "cifar10").exists()
+
+
+async def test_cancel_task_async_twin(nas):
+    task_id = start_import()
+    await cancel_task_async(AlibabaCloudHook(), FS, DF, task_id)
+    assert nas.tasks[task_id].status == "Canceling"
+
+
+def test_an_unknown_task_is_a_lookup_error(nas):
+    with pytest.raises(DataFlowTaskNotFoundError, match="task-0000"):
+        describe_task(AlibabaCloudHook(), FS, "task-0000")

@@ -1,0 +1,196 @@
+"""PAI dataset registration (staging/pai_dataset.py) through AlibabaCloudHook, against the AIWorkspace
+emulator."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.spec import SpecError
+from aliyun_training.staging.pai_dataset import dataset_uri, register_dataset_version
+from tests.cloud_harness import use_alibaba_connection
+from tests.emulators.aiworkspace import AIWorkspaceEmulator
+from tests.emulators.base import FaultPlan, ManualClock
+
+AK, SK = "LTAI-dataset-test", "dataset-secret-value"
+WS = "ws-train"
+URI_A = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-22/"
+URI_B = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-29/"
+CREATES = ("CreateDataset", "CreateDatasetVersion")
+
+
+@pytest.fixture
+def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
+    with AIWorkspaceEmulator({AK: SK}) as emulator:
+        emulator.clock = ManualClock(1_800_000_000.0)
+        use_alibaba_connection(monkeypatch, {"aiworkspace": emulator.endpoint}, AK, SK)
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+def register(uri: str, name: str = "cifar10", **extra: object) -> tuple[str, str]:
+    arguments: dict[str, object] = {
+        "workspace_id": WS,
+        "name": name,
+        "version_uri": uri,
+        "data_source_type": "BMCPFS",
+        "provider_type": "Lingjun",
+        "mount_path": "/mnt/data/cifar10/",
+        "version_description": f"staged {uri}",
+        **extra,
+    }
+    return register_dataset_version(AlibabaCloudHook(), **arguments)  # type: ignore[arg-type]
+
+
+def creates(emulator: AIWorkspaceEmulator) -> int:
+    return sum(emulator.count(action) for action in CREATES)
+
+
+def test_first_registration_creates_the_dataset_whose_v1_is_the_version(workspace):
+    dataset_id, version = register(URI_A, labels={"pipeline": "cifar10"}, description="CIFAR-10")
+    assert version == "v1"
+    assert (workspace.count("CreateDataset"), workspace.count("CreateDatasetVersion")) == (1, 0)
+    dataset = workspace.datasets[dataset_id]
+    assert (dataset.name, dataset.workspace_id, dataset.provider_type) == ("cifar10", WS, "Lingjun")
+    assert dataset.labels == [{"Key": "pipeline", "Value": "cifar10"}]
+    (v1,) = dataset.versions
+    assert (v1.uri, v1.property, v1.description) == (URI_A, "DIRECTORY", f"staged {URI_A}")
+    assert json.loads(v1.options) == {"mountPath": "/mnt/data/cifar10/"}
+
+
+def test_registering_again_creates_nothing(workspace):
+    first = register(URI_A)
+    before = creates(workspace)
+    assert register(URI_A) == first
+    assert creates(workspace) == before == 1
+
+
+def test_an_existing_version_is_reused_by_uri(workspace):
+    dataset_id, _ = register(URI_A)
+    assert register(URI_B) == (dataset_id, "v2")
+    before = creates(workspace)
+    assert register(URI_A) == (dataset_id, "v1")
+    assert register(URI_B) == (dataset_id, "v2")
+    assert creates(workspace) == before
+
+
+def test_a_new_uri_makes_a_new_version(workspace):
+    dataset_id, _ = register(URI_A)
+    assert register(URI_B) == (dataset_id, "v2")
+    assert register(URI_B.replace("11-29", "12-06")) == (dataset_id, "v3")
+    assert workspace.count("CreateDataset") == 1
+    assert workspace.count("CreateDatasetVersion") == 2
+
+
+def test_names_are_matched_exactly_although_the_api_matches_fuzzily(workspace):
+    longer, _ = register(URI_A, name="cifar100")
+    exact, version = register(URI_A, name="cifar10")
+    assert exact != longer and version == "v1"
+    assert workspace.count("CreateDataset") == 2
+
+
+def test_datasets_of_other_workspaces_are_not_reused(workspace):
+    other, _ = register(URI_A, workspace_id="ws-other")
+    mine, _ = register(URI_A)
+    assert other != mine
+
+
+def test_versions_are_found_beyond_the_first_page(workspace):
+    dataset_id, _ = register(URI_A)
+    dataset = workspace.datasets[dataset_id]
+    for n in range(2, 106):
+        dataset.versions.append(
+            type(dataset.first)(f"v{n}", "BMCPFS", "DIRECTORY", f"{URI_A}{n}/", dataset.first.created_at + n)
+        )
+    assert register(f"{URI_A}105/") == (dataset_id, "v105")
+    assert workspace.count("CreateDatasetVersion") == 0
+
+
+def test_transient_faults_are_retried_without_duplicates(workspace):
+    workspace.faults = FaultPlan(unavailable_rate=0.3, throttle_rate=0.2, seed=7)
+    dataset_id, _ = register(URI_A)
+    assert register(URI_B) == (dataset_id, "v2")
+    assert workspace.faults_injected > 0
+    assert len(workspace.datasets) == 1 and len(workspace.datasets[dataset_id].versions) == 2
+
+
+def test_creates_whose_answers_were_lost_are_not_repeated(workspace):
+    """The service made the dataset / version but answered 503: the retry finds it, makes no other."""
+    workspace.lose_answer_after_commit("CreateDataset")
+    dataset_id, version = register(URI_A)
+    assert version == "v1"
+    assert workspace.count("CreateDataset") == 1 and len(workspace.datasets) == 1
+    workspace.lose_answer_after_commit("CreateDatasetVersion", times=2)
+    assert register(URI_B) == (dataset_id, "v2")
+    assert workspace.count("CreateDatasetVersion") == 1
+    assert [v.uri for v in workspace.datasets[dataset_id].versions] == [URI_A, URI_B]
+
+
+def test_a_concurrent_create_of_the_same_dataset_is_adopted(workspace, monkeypatch):
+    """Another run creates the dataset between our look-up and our create: its refusal is not an error."""
+    from aliyun_training.staging import pai_dataset
+
+    real_find = pai_dataset._find_dataset
+    calls = []
+
+    def find_then_race(*args: object) -> str | None:
+        calls.append(args)
+        if len(calls) == 1:
+            register_dataset_version(
+                AlibabaCloudHook(),
+                workspace_id=WS,
+                name="cifar10",
+                version_uri=URI_A,
+                data_source_type="BMCPFS",
+                provider_type="Lingjun",
+                mount_path="/mnt/data/cifar10/",
+                version_description="the other run",
+            )
+            return None
+        return real_find(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pai_dataset, "_find_dataset", find_then_race)
+    _, version = register(URI_A)
+    assert (version, len(workspace.datasets)) == ("v1", 1)
+    assert workspace.requests_for("CreateDataset")[-1].status == 409
+
+
+def test_api_errors_surface_as_alibaba_cloud_api_errors(workspace):
+    register(URI_A)  # a BMCPFS dataset
+    with pytest.raises(AlibabaCloudApiError) as caught:
+        register("oss://bucket.oss-cn-wulanchabu.aliyuncs.com/x/", data_source_type="OSS")
+    assert caught.value.code == "InvalidParameter" and "DataSourceType" in str(caught.value)
+    workspace.deny("ListDatasets")
+    with pytest.raises(AlibabaCloudApiError) as caught:
+        register(URI_A)
+    assert caught.value.code == "Forbidden.RAM"
+
+
+def test_dataset_uri_builds_both_documented_cpfs_forms():
+    common = {"file_system_id": "bmcpfs-0015abcd", "region": "cn-wulanchabu"}
+    assert dataset_uri("cpfs", path="/datasets/cifar10/2026-11-22", **common) == (
+        "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-22/"
+    )
+    assert dataset_uri("cpfs", path="/", **common) == "nas://bmcpfs-0015abcd.cn-wulanchabu/"
+    assert dataset_uri("bmcpfs", path="datasets/x/", mount_target="mt1", **common) == (
+        "bmcpfs://bmcpfs-0015abcd-mt1.cn-wulanchabu.cpfs.aliyuncs.com/datasets/x/"
+    )
+
+
+@pytest.mark.parametrize(
+    ("kind", "arguments", "field"),
+    [
+        ("s3", {}, "dataset_uri_kind"),
+        ("bmcpfs", {}, "mount_target"),
+        ("cpfs", {"path": "/a/../b/"}, "path"),
+        ("cpfs", {"region": ""}, "region"),
+    ],
+)
+def test_dataset_uri_names_the_bad_field(kind, arguments, field):
+    values = {"file_system_id": "bmcpfs-0015abcd", "region": "cn-wulanchabu", "path": "/d/", **arguments}
+    with pytest.raises(SpecError, match=rf"^{field}: .*\(fix: "):
+        dataset_uri(kind, **values)  # type: ignore[arg-type]
