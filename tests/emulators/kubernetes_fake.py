@@ -12,6 +12,9 @@ training-operator (PyTorchJob, TFJob), the mpi-operator (MPIJob v2beta1, and the
 arena's chart still submits), the scheduler, the kubelet, the PV binder and the garbage collector.
 Each job (and each bare pod) follows a :class:`TrainingScript` picked by name prefix.
 
+A container whose env takes a value from a missing Secret or key (``secretKeyRef``, not optional)
+waits in CreateContainerConfigError, as the kubelet leaves it, until the Secret has the key.
+
 Deliberately not emulated, so that code relying on them fails here rather than passing falsely:
 watches (answered 403 Forbidden, which the provider treats as "fall back to polling"), server-side
 apply (415), namespaces as objects (every namespace exists), container restarts and backoff limits,
@@ -1052,6 +1055,33 @@ def _pod_status(pod: dict[str, Any], run: _Run, now: float, failing: bool) -> di
     }
 
 
+def _config_error_status(
+    pod: dict[str, Any], status: dict[str, Any], errors: dict[str, str]
+) -> dict[str, Any]:
+    """``status`` with the containers the kubelet cannot configure waiting in CreateContainerConfigError.
+
+    As on a node, the pod stays Pending (and its log unreadable) until the Secret or key exists.
+    """
+    status = copy.deepcopy(status)
+    statuses = []
+    for container, current in zip(
+        pod["spec"].get("containers") or [], status.get("containerStatuses") or [], strict=True
+    ):
+        if container["name"] in errors:
+            waiting = {
+                "waiting": {"reason": "CreateContainerConfigError", "message": errors[container["name"]]}
+            }
+            current = _container_status(pod["metadata"]["uid"], container, waiting)
+        statuses.append(current)
+    status["containerStatuses"] = statuses
+    if status.get("phase") != "Pending":
+        status["phase"] = "Pending"
+        for condition in status.get("conditions") or []:
+            if condition["type"] in ("Ready", "ContainersReady"):
+                condition["status"] = "False"
+    return status
+
+
 def _log_container(pod: dict[str, Any], requested: str | None) -> dict[str, Any]:
     """The container a log request means, or the API server's 400 when it is ambiguous or wrong."""
     containers = pod["spec"].get("containers") or []
@@ -1850,10 +1880,44 @@ class KubernetesFake:
                 timeline.start,
                 "default-scheduler",
             )
-        self._set_status(PODS, pod, _pod_status(pod, run, now, failing))
-        if run.script.outcome != "Unschedulable" and now >= timeline.running:
+        status = _pod_status(pod, run, now, failing)
+        starting = run.script.outcome != "Unschedulable" and now >= timeline.running
+        config_errors = self._config_errors(pod, run) if starting else {}
+        if config_errors:
+            status = _config_error_status(pod, status, config_errors)
+        self._set_status(PODS, pod, status)
+        if starting:
             for container in pod["spec"].get("containers") or []:
-                self._container_events(pod, run, container)
+                error = config_errors.get(container["name"])
+                if error is None:
+                    self._container_events(pod, run, container)
+                    continue
+                key = f"{meta['uid']}:{container['name']}:config"
+                self._emit_event(
+                    run, key, pod, "Failed", f"Error: {error}", timeline.running, "kubelet", "Warning"
+                )
+
+    def _config_errors(self, pod: dict[str, Any], run: _Run) -> dict[str, str]:
+        """Unstarted containers whose env names a missing Secret or key (not optional), with the error."""
+        namespace, secrets = pod["metadata"]["namespace"], self._store(SECRETS)
+        errors = {}
+        for container in pod["spec"].get("containers") or []:
+            if f"{pod['metadata']['uid']}:{container['name']}:start" in run.emitted:
+                continue  # already started: a Secret deleted later changes nothing
+            for env in container.get("env") or []:
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef")
+                if not ref or ref.get("optional"):
+                    continue
+                secret = secrets.get((namespace, ref.get("name", "")))
+                if secret is None:
+                    errors[container["name"]] = f'secret "{ref.get("name")}" not found'
+                elif ref.get("key") not in (secret.get("data") or {}):
+                    errors[container["name"]] = (
+                        f"couldn't find key {ref.get('key')} in Secret {namespace}/{ref.get('name')}"
+                    )
+                if container["name"] in errors:
+                    break
+        return errors
 
     def _container_events(self, pod: dict[str, Any], run: _Run, container: dict[str, Any]) -> None:
         """The kubelet's events once it tried to start ``container``: Started, or the pull failure."""

@@ -779,6 +779,42 @@ def test_secret_string_data_is_encoded_and_bad_base64_refused(core: client.CoreV
     assert invalid.value.status == 422
 
 
+def test_a_missing_secret_key_keeps_a_bare_pod_waiting_in_create_container_config_error(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    fake.script_for("env-", TrainingScript(phases=[("Created", 1.0), ("Running", 1.0)], log_lines=["ok"]))
+
+    def pod(name: str, key: str, optional: bool = False) -> dict[str, Any]:
+        ref = {"name": "creds", "key": key, **({"optional": True} if optional else {})}
+        env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": ref}}]
+        return {
+            "metadata": {"name": name},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": IMAGE, "env": env}]},
+        }
+
+    for name, key, optional in (("env-no-secret", "token", False), ("env-optional", "token", True)):
+        core.create_namespaced_pod(NS, pod(name, key, optional))
+    clock.advance(10)
+    waiting = core.read_namespaced_pod("env-no-secret", NS).status.container_statuses[0].state.waiting
+    assert (waiting.reason, waiting.message) == ("CreateContainerConfigError", 'secret "creds" not found')
+    assert core.read_namespaced_pod("env-no-secret", NS).status.phase == "Pending"
+    assert core.read_namespaced_pod("env-optional", NS).status.phase == "Succeeded"
+    events = core.list_namespaced_event(NS, field_selector="involvedObject.name=env-no-secret").items
+    assert [(e.reason, e.message) for e in events][-1] == ("Failed", 'Error: secret "creds" not found')
+    with pytest.raises(ApiException) as not_started:
+        core.read_namespaced_pod_log("env-no-secret", NS)
+    assert _status_of(not_started)["message"].endswith("is waiting to start: CreateContainerConfigError")
+
+    core.create_namespaced_secret(NS, {"metadata": {"name": "creds"}, "stringData": {"other": "x"}})
+    waiting = core.read_namespaced_pod("env-no-secret", NS).status.container_statuses[0].state.waiting
+    assert waiting.message == f"couldn't find key token in Secret {NS}/creds"
+
+    core.patch_namespaced_secret("creds", NS, {"stringData": {"token": "abc"}})
+    assert core.read_namespaced_pod("env-no-secret", NS).status.phase == "Succeeded"
+    core.delete_namespaced_secret("creds", NS)  # a started container keeps its environment
+    assert core.read_namespaced_pod("env-no-secret", NS).status.phase == "Succeeded"
+
+
 def test_injected_faults_answer_before_touching_state(core: client.CoreV1Api, fake: KubernetesFake) -> None:
     fake.fail_next("POST", "/configmaps", status=503)
     with pytest.raises(ApiException) as unavailable:
