@@ -1,27 +1,34 @@
 """Publish a finished job's checkpoints, metrics and run report as one versioned, self-describing set.
 
 The set lands at ``<artifact_root>/<model>/<dataset version>/<job name>/`` through a partial
-directory and a rename, so a consumer triggered by the model Asset never sees half a set. Its
-manifest.json says what produced it: dataset version, job, runtime, metrics (the per-epoch losses as
-lists) and timings.
+directory and a rename, so a consumer triggered by the model Asset never sees half a set. An
+``oss://`` artifact root gets the same set uploaded with the staging engine's uploader, the
+manifest last: a reader that waits for manifest.json sees a complete set. The manifest says what
+produced it: dataset version, job, runtime, metrics (the per-epoch losses as lists) and timings.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.publish import publish_directory
 from aliyun_training.report import render_report
 from aliyun_training.spec import ArtifactSet, BuiltImage, JobResult, StagedDataset
 
+if TYPE_CHECKING:
+    from aliyun_training.staging.oss import OssClientConfig
+
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.html"
+log = logging.getLogger(__name__)
 #: What a job writes into its output directory that is worth keeping.
 COLLECTED = ("checkpoints", "metrics.json", "model.pt")
 
@@ -52,8 +59,14 @@ def publish_artifacts(
     job: JobResult,
     dataset: StagedDataset,
     runtime: BuiltImage,
+    oss: OssClientConfig | None = None,
 ) -> ArtifactSet:
-    """Copy the job's outputs, write manifest.json and report.html, publish atomically."""
+    """Copy the job's outputs, write manifest.json and report.html, publish atomically.
+
+    ``oss`` is required when ``artifact_root`` is an ``oss://`` URI.
+    """
+    if artifact_root.startswith("oss://"):
+        return _publish_to_oss(model, artifact_root, job, dataset, runtime, oss)
     started = time.monotonic()
     if not job.output_uri or not Path(job.output_uri).is_dir():
         raise ArtifactError(
@@ -102,6 +115,36 @@ def publish_artifacts(
         manifest_uri=str(target / MANIFEST_NAME),
         report_uri=str(target / REPORT_NAME),
         metrics={k: metrics[k] for k in ("epochs", "train_loss", "final_train_loss", "final_test_accuracy")},
+    )
+
+
+def _publish_to_oss(
+    model: str,
+    artifact_root: str,
+    job: JobResult,
+    dataset: StagedDataset,
+    runtime: BuiltImage,
+    oss: OssClientConfig | None,
+) -> ArtifactSet:
+    """Build the set in a scratch directory, then upload it with the manifest last."""
+    from aliyun_training.staging.oss import parse_oss_uri, upload_directory
+
+    if oss is None:
+        raise ArtifactError("artifact_root is an oss:// URI but no OSS connection settings were given")
+    root = parse_oss_uri(artifact_root, field="artifact_root")
+    with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
+        local = publish_artifacts(
+            model=model, artifact_root=scratch, job=job, dataset=dataset, runtime=runtime
+        )
+        relative = Path(local.uri).relative_to(scratch).as_posix()
+        target = f"{root.uri}{relative}/"
+        files, size = upload_directory(Path(local.uri), target, oss, last=[MANIFEST_NAME])
+    log.info("Uploaded %d artifact files (%.1f MB) to %s", files, size / 1e6, target)
+    return ArtifactSet(
+        uri=target,
+        manifest_uri=target + MANIFEST_NAME,
+        report_uri=target + REPORT_NAME,
+        metrics=local.metrics,
     )
 
 

@@ -277,7 +277,7 @@ def test_unsupported_scheme_suggests_file_uris(target_root):
         stage_dataset("s3://bucket/cifar10/v1/", target_root, "v1")
 
     assert "scheme 's3'" in str(excinfo.value)
-    assert "use file://" in str(excinfo.value)
+    assert "use oss://bucket/prefix/ or file://" in str(excinfo.value)
 
 
 def test_source_key_reserved_for_the_manifest_is_rejected(source, target_root):

@@ -13,6 +13,8 @@ from aliyun_training.spec import BuiltImage, JobResult, SpecError, StagedDataset
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from aliyun_training.staging.oss import OssClientConfig
+
 
 class ArtifactsOperator(BaseOperator):
     """Collect checkpoints, metrics and a run report into a versioned directory with a manifest.
@@ -25,6 +27,8 @@ class ArtifactsOperator(BaseOperator):
     :param job_result: the training task's JobResult (an XComArg or templated).
     :param dataset: the staging task's StagedDataset.
     :param runtime: the image/runtime task's BuiltImage.
+    :param alibaba_cloud_conn_id: connection whose OSS endpoint and credentials an ``oss://``
+        artifact root is written with.
     """
 
     template_fields = ("artifact_root", "job_result", "dataset", "runtime")
@@ -37,9 +41,11 @@ class ArtifactsOperator(BaseOperator):
         job_result: Any,
         dataset: Any,
         runtime: Any,
+        alibaba_cloud_conn_id: str = "alibaba_cloud_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
         self.model = model
         self.artifact_root = artifact_root
         self.job_result = job_result
@@ -52,7 +58,12 @@ class ArtifactsOperator(BaseOperator):
             dataset = validate_record(StagedDataset, self.dataset)
             runtime = validate_record(BuiltImage, self.runtime)
             artifacts = publish_artifacts(
-                model=self.model, artifact_root=self.artifact_root, job=job, dataset=dataset, runtime=runtime
+                model=self.model,
+                artifact_root=self.artifact_root,
+                job=job,
+                dataset=dataset,
+                runtime=runtime,
+                oss=self._oss_config(),
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -67,3 +78,10 @@ class ArtifactsOperator(BaseOperator):
                 "final_train_loss": artifacts.metrics["final_train_loss"],
             }
         return artifacts.model_dump(mode="json")
+
+    def _oss_config(self) -> OssClientConfig | None:
+        if not self.artifact_root.startswith("oss://"):
+            return None
+        from aliyun_training.staging.oss import OssClientConfig
+
+        return OssClientConfig.from_connection(self.alibaba_cloud_conn_id)

@@ -1,8 +1,12 @@
 """Stage a dataset version from the command line (the same engine the staging operator runs).
 
-    python -m aliyun_training.staging --source file:///data/v1/ --target /mnt/cpfs/cifar10 --version v1
+    python -m aliyun_training.staging --source oss://bucket/cifar10/v1/ --target /mnt/cpfs/cifar10 \
+        --version v1 --region cn-wulanchabu [--endpoint oss-cn-wulanchabu-internal.aliyuncs.com]
 
-Prints the StagedDataset record as JSON; exits 2 on bad input and 1 when staging fails.
+OSS credentials come from the default chain: ``ALIBABA_CLOUD_ACCESS_KEY_ID``,
+``ALIBABA_CLOUD_ACCESS_KEY_SECRET`` and ``ALIBABA_CLOUD_SECURITY_TOKEN`` (a staging pod gets them
+from a Secret), RRSA, or the instance's RAM role. Progress goes to stderr; the StagedDataset record
+is the last line on stdout, as JSON. Exits 2 on bad input and 1 when staging fails.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import sys
 
 from aliyun_training.spec import SpecError
 from aliyun_training.staging.engine import StagingError, stage_dataset
+from aliyun_training.staging.sources import open_source
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -23,11 +28,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", required=True, help="object store prefix, e.g. file:///data/cifar10/v1/")
     parser.add_argument("--target", required=True, help="filesystem directory that holds the versions")
     parser.add_argument("--version", required=True, help="dataset version; becomes <target>/<version>/")
-    parser.add_argument("--workers", type=int, default=8, help="objects copied in parallel")
+    parser.add_argument("--workers", type=int, default=16, help="objects or byte ranges copied in parallel")
+    parser.add_argument("--region", default="", help="OSS region, e.g. cn-wulanchabu (oss:// sources)")
+    parser.add_argument("--endpoint", default=None, help="OSS endpoint; default: the region's public one")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     try:
-        staged = stage_dataset(args.source, args.target, args.version, workers=args.workers)
+        options = {}
+        if args.source.startswith("oss://"):
+            from aliyun_training.staging.oss import OssClientConfig
+
+            options["config"] = OssClientConfig.from_environment(args.endpoint, args.region, args.workers)
+        source = open_source(args.source, **options)
+        staged = stage_dataset(source, args.target, args.version, workers=args.workers)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

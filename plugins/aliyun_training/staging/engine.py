@@ -4,10 +4,13 @@ Guarantees, because training jobs and backfills read these directories concurren
 
 - a reader never sees half a version: files land in ``.<version>.partial/`` and the directory is
   published by one rename;
-- every file is verified (size, sha256) and the manifest records path, size, sha256 and source ETag;
-- an interrupted run resumes: files already copied into the partial directory with a matching
-  size and journal entry are not copied again;
-- re-staging an unchanged, verified version transfers nothing;
+- every file is verified: its size, and the CRC64 OSS reports for the object (combined over the
+  parallel byte ranges of a large object), else a sha256; a corrupted transfer is fetched again;
+- the manifest beside the data records key, size, checksum and source ETag per file;
+- an interrupted run resumes: files already in the partial directory with a journal entry for
+  the same ETag are not copied again;
+- re-staging an unchanged version transfers nothing (listing, manifest and file stats compared);
+  re-staging a changed one copies only the objects whose ETag changed and hard-links the rest;
 - two runs staging the same version at once serialize on a lock file;
 - bad input (empty source, unsafe keys, no space, a source that changes mid-copy) fails before
   anything is published and never removes what was there.
@@ -23,9 +26,10 @@ import logging
 import os
 import re
 import shutil
+import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -33,24 +37,34 @@ from typing import Any
 
 from aliyun_training.publish import publish_directory
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset
-from aliyun_training.staging.sources import ObjectSource, SourceObject, open_source
+from aliyun_training.staging.sources import (
+    ObjectSource,
+    SourceObject,
+    StagingError,
+    open_source,
+    with_retries,
+)
+
+__all__ = ["JOURNAL_NAME", "MANIFEST_NAME", "StagingError", "stage_dataset"]
 
 MANIFEST_NAME = "_manifest.json"
 JOURNAL_NAME = "_journal.jsonl"
-#: Free space required beyond the dataset itself, for filesystem overhead and concurrent writers.
+#: Free space required beyond the data still to copy, for filesystem overhead and concurrent writers.
 SPACE_HEADROOM = 1.2
+#: Objects at least this large are read in parallel byte ranges of PART_SIZE (remote stores only).
+MULTIPART_THRESHOLD = 32 * 1024 * 1024
+PART_SIZE = 8 * 1024 * 1024
+#: Tries per read (transient errors) and per object (a checksum that does not match).
+READ_ATTEMPTS = 5
+VERIFY_ATTEMPTS = 3
 _CHUNK = 1024 * 1024
 
 log = logging.getLogger(__name__)
 
 
-class StagingError(RuntimeError):
-    """Staging failed; nothing was published and the previously published version is untouched."""
-
-
 @dataclass
 class _Progress:
-    """Logs files, bytes, MB/s and ETA at most every ``interval`` seconds."""
+    """Logs files, bytes, MB/s and ETA at most every ``interval`` seconds (thread-safe)."""
 
     total_files: int
     total_bytes: int
@@ -59,59 +73,70 @@ class _Progress:
     bytes: int = 0
     started: float = field(default_factory=time.monotonic)
     last_report: float = field(default_factory=time.monotonic)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def add(self, size: int) -> None:
-        self.files += 1
-        self.bytes += size
-        now = time.monotonic()
-        if now - self.last_report >= self.interval or self.files == self.total_files:
+    def add(self, size: int = 0, files: int = 0) -> None:
+        with self.lock:
+            self.files += files
+            self.bytes += size
+            now = time.monotonic()
+            if now - self.last_report < self.interval and self.files < self.total_files:
+                return
             self.last_report = now
-            elapsed = max(now - self.started, 1e-6)
-            rate = self.bytes / elapsed
-            eta = (self.total_bytes - self.bytes) / rate if rate else 0.0
-            log.info(
-                "Staged %d/%d files, %.1f/%.1f MB, %.1f MB/s, ETA %.0f s",
-                self.files,
-                self.total_files,
-                self.bytes / 1e6,
-                self.total_bytes / 1e6,
-                rate / 1e6,
-                eta,
-            )
+        elapsed = max(now - self.started, 1e-6)
+        rate = self.bytes / elapsed
+        eta = (self.total_bytes - self.bytes) / rate if rate else 0.0
+        log.info(
+            "Staged %d/%d files, %.1f/%.1f MB, %.1f MB/s, %.0f files/s, ETA %.0f s",
+            self.files,
+            self.total_files,
+            self.bytes / 1e6,
+            self.total_bytes / 1e6,
+            rate / 1e6,
+            self.files / elapsed,
+            eta,
+        )
 
 
 def stage_dataset(
-    source_uri: str,
+    source: str | ObjectSource,
     target_root: str | os.PathLike[str],
     version: str,
     *,
-    workers: int = 8,
+    workers: int = 16,
     progress_interval: float = 10.0,
 ) -> StagedDataset:
-    """Publish ``source_uri`` as ``<target_root>/<version>/`` and return what was staged."""
+    """Publish ``source`` as ``<target_root>/<version>/`` and return what was staged.
+
+    ``source`` is an opened object source (an OSS one carries its client settings) or a
+    ``file://`` URI.
+    """
     started = time.monotonic()
     if not re.match(DATASET_VERSION_PATTERN, version):
         raise SpecError(
             f"dataset_version: {version!r} is not a valid version name "
             "(fix: use letters, digits, '.', '_' or '-', starting with a letter or digit)"
         )
-    source = open_source(source_uri)
+    if isinstance(source, str):
+        source = open_source(source)
     objects = _checked_listing(source)
     root = Path(target_root)
     _check_target(root)
     target = root / version
     with _version_lock(root, version):
-        manifest = _verified_manifest(target, objects)
-        transferred = 0
+        published = _read_manifest(target)
+        transferred: tuple[int, int] = (0, 0)
+        manifest = published if published and _unchanged(published, target, objects) else None
         if manifest is None:
-            _check_space(root, objects)
             partial = root / f".{version}.partial"
-            transferred, entries = _copy_all(source, objects, partial, workers, progress_interval)
-            manifest = _write_manifest(partial, source_uri, version, entries)
+            transferred, entries = _copy_all(
+                source, objects, partial, published, target, workers, progress_interval
+            )
+            manifest = _write_manifest(partial, source.uri, version, entries)
             publish_directory(partial, target)
-            log.info("Published %s (%d files, %d copied)", target, len(objects), transferred)
+            log.info("Published %s (%d files, %d copied)", target, len(objects), transferred[0])
         else:
-            log.info("Version %s is already staged at %s and verified: nothing to copy", version, target)
+            log.info("Version %s is already staged at %s and unchanged: nothing to copy", version, target)
     return StagedDataset(
         uri=str(target),
         version=version,
@@ -119,8 +144,10 @@ def stage_dataset(
         bytes=manifest["total_bytes"],
         manifest_uri=str(target / MANIFEST_NAME),
         checksum=manifest["checksum"],
-        transferred_files=transferred,
+        transferred_files=transferred[0],
+        transferred_bytes=transferred[1],
         seconds=round(time.monotonic() - started, 3),
+        source_uri=source.uri,
     )
 
 
@@ -130,8 +157,11 @@ def _checked_listing(source: ObjectSource) -> list[SourceObject]:
         raise SpecError(f"source_uri: no objects under {source.uri} (fix: upload the dataset version first)")
     for obj in objects:
         parts = PurePosixPath(obj.key).parts
-        if obj.key.startswith("/") or ".." in parts or not parts:
-            raise SpecError(f"source_uri: object key {obj.key!r} would escape the target directory")
+        if obj.key.startswith("/") or ".." in parts or "//" in obj.key or not parts:
+            raise SpecError(
+                f"source_uri: object key {obj.key!r} would escape the target directory "
+                "(fix: rename the object; keys must be relative paths without '..')"
+            )
         if obj.key in (MANIFEST_NAME, JOURNAL_NAME):
             raise SpecError(f"source_uri: object key {obj.key!r} is reserved for the staging manifest")
     return objects
@@ -146,13 +176,13 @@ def _check_target(root: Path) -> None:
         raise StagingError(f"target {root} is not writable; check the mount and its permissions")
 
 
-def _check_space(root: Path, objects: list[SourceObject]) -> None:
-    needed = int(sum(o.size for o in objects) * SPACE_HEADROOM)
+def _check_space(root: Path, todo: list[SourceObject]) -> None:
+    needed = int(sum(o.size for o in todo) * SPACE_HEADROOM)
     free = shutil.disk_usage(root).free
     if free < needed:
         raise StagingError(
             f"not enough free space on {root}: {free / 1e6:.1f} MB free, {needed / 1e6:.1f} MB needed "
-            f"(dataset x {SPACE_HEADROOM}); free space or stage to a larger filesystem"
+            f"(data to copy x {SPACE_HEADROOM}); free space or stage to a larger filesystem"
         )
 
 
@@ -163,44 +193,70 @@ def _version_lock(root: Path, version: str) -> Iterator[None]:
         yield
 
 
-def _verified_manifest(target: Path, objects: list[SourceObject]) -> dict[str, Any] | None:
-    """The published manifest if it matches the source listing and every file verifies, else None."""
+def _read_manifest(target: Path) -> dict[str, Any] | None:
     try:
-        manifest = json.loads((target / MANIFEST_NAME).read_text())
+        return json.loads((target / MANIFEST_NAME).read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
+
+
+def _unchanged(manifest: dict[str, Any], target: Path, objects: list[SourceObject]) -> bool:
+    """Whether the published version matches the source listing and its files were not touched.
+
+    Files are compared by size and modification time as the manifest recorded them, not re-hashed:
+    a re-run of a staged version must cost a listing, not a read of the whole dataset.
+    """
     listed = {(o.key, o.size, o.etag) for o in objects}
     recorded = {(f["path"], f["size"], f["etag"]) for f in manifest["files"]}
     if listed != recorded:
-        log.info("Source of %s changed since it was staged: staging it again", target)
-        return None
-    for entry in manifest["files"]:
-        path = target / entry["path"]
-        if not path.is_file() or path.stat().st_size != entry["size"] or _sha256(path) != entry["sha256"]:
-            log.warning("Staged file %s does not verify: staging the version again", path)
-            return None
-    return manifest
+        log.info("Source of %s changed since it was staged: staging the changed objects", target)
+        return False
+    untouched = [path for path in manifest["files"] if _stat_matches(target, path, manifest.get("stat", {}))]
+    if len(untouched) != len(manifest["files"]):
+        log.warning("Staged files of %s were modified or removed: staging them again", target)
+        return False
+    return True
+
+
+def _stat_matches(directory: Path, entry: dict[str, Any], stats: dict[str, int]) -> bool:
+    try:
+        stat = (directory / entry["path"]).stat()
+    except OSError:
+        return False
+    return stat.st_size == entry["size"] and stat.st_mtime_ns == stats.get(entry["path"])
 
 
 def _copy_all(
-    source: ObjectSource, objects: list[SourceObject], partial: Path, workers: int, progress_interval: float
-) -> tuple[int, list[dict[str, Any]]]:
-    """Copy every object not already in the partial directory; return (copied count, manifest entries)."""
-    partial.mkdir(parents=True, exist_ok=True)
+    source: ObjectSource,
+    objects: list[SourceObject],
+    partial: Path,
+    published: dict[str, Any] | None,
+    target: Path,
+    workers: int,
+    progress_interval: float,
+) -> tuple[tuple[int, int], list[dict[str, Any]]]:
+    """Copy every object not already in the partial directory; return ((files, bytes) copied, entries)."""
     journal_path = partial / JOURNAL_NAME
     done = _read_journal(journal_path, partial, objects)
-    todo = [o for o in objects if o.key not in done]
     if done:
         log.info("Resuming: %d of %d files were copied by an earlier run", len(done), len(objects))
-    progress = _Progress(len(todo), sum(o.size for o in todo), progress_interval)
-    with journal_path.open("a") as journal, ThreadPoolExecutor(max_workers=workers) as pool:
-        for entry in pool.map(lambda obj: _copy_one(source, obj, partial), todo):
+    linkable = _unchanged_files(published, target, objects, done)
+    todo = [o for o in objects if o.key not in done and o.key not in linkable]
+    _check_space(partial.parent, todo)
+    partial.mkdir(parents=True, exist_ok=True)
+    with journal_path.open("a") as journal:
+        for key, entry in linkable.items():
+            _link(target / key, partial / key)
+            journal.write(json.dumps(entry) + "\n")
+            done[key] = entry
+        journal.flush()
+        progress = _Progress(len(todo), sum(o.size for o in todo), progress_interval)
+        for entry in _transfer(source, todo, partial, workers, progress):
             journal.write(json.dumps(entry) + "\n")
             journal.flush()
             done[entry["path"]] = entry
-            progress.add(entry["size"])
     journal_path.unlink()
-    return len(todo), [done[o.key] for o in objects]
+    return (len(todo), sum(o.size for o in todo)), [done[o.key] for o in objects]
 
 
 def _read_journal(
@@ -212,7 +268,7 @@ def _read_journal(
     current = {o.key: o for o in objects}
     done = {}
     for line in journal_path.read_text().splitlines():
-        with contextlib.suppress(json.JSONDecodeError):
+        with contextlib.suppress(json.JSONDecodeError, KeyError, TypeError):
             entry = json.loads(line)
             obj = current.get(entry["path"])
             path = partial / entry["path"]
@@ -221,32 +277,195 @@ def _read_journal(
     return done
 
 
-def _copy_one(source: ObjectSource, obj: SourceObject, partial: Path) -> dict[str, Any]:
+def _unchanged_files(
+    published: dict[str, Any] | None,
+    target: Path,
+    objects: list[SourceObject],
+    done: dict[str, dict[str, Any]],
+) -> dict[str, dict[str, Any]]:
+    """Manifest entries of published files whose object did not change: they are linked, not copied."""
+    if not published:
+        return {}
+    previous = {e["path"]: e for e in published["files"]}
+    stats = published.get("stat", {})
+    unchanged = {}
+    for obj in objects:
+        entry = previous.get(obj.key)
+        if obj.key in done or not entry or (entry["size"], entry["etag"]) != (obj.size, obj.etag):
+            continue
+        if _stat_matches(target, entry, stats):
+            unchanged[obj.key] = entry
+    if unchanged:
+        log.info(
+            "%d of %d files are unchanged since the last staging: linking them", len(unchanged), len(objects)
+        )
+    return unchanged
+
+
+def _link(existing: Path, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.unlink(missing_ok=True)
+    os.link(existing, dest)
+
+
+@dataclass
+class _ObjectCopy:
+    """One object being written into ``<partial>/.<name>.part`` by one or more range reads."""
+
+    obj: SourceObject
+    dest: Path
+    ranges: list[tuple[int, int]]
+    crcs: list[int | None] = field(default_factory=list)
+    digest: Any = None
+    reported_crc: str | None = None
+    remaining: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def tmp(self) -> Path:
+        return self.dest.with_name(f".{self.dest.name}.part")
+
+
+def _transfer(
+    source: ObjectSource, todo: list[SourceObject], partial: Path, workers: int, progress: _Progress
+) -> Iterator[dict[str, Any]]:
+    """Copy ``todo`` with a bounded pool, large objects as parallel ranges; yield finished entries.
+
+    The first hard failure cancels what has not started and propagates after running reads stop;
+    files finished before it stay journaled for the next run.
+    """
+    copies = [_plan(source, obj, partial) for obj in todo]
+    pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="stage")
+    try:
+        pending: set[Future[dict[str, Any] | None]] = {
+            pool.submit(_copy_range, source, copy, index, progress)
+            for copy in copies
+            for index in range(len(copy.ranges))
+        }
+        while pending:
+            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                entry = future.result()
+                if entry is not None:
+                    progress.add(files=1)
+                    yield entry
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _plan(source: ObjectSource, obj: SourceObject, partial: Path) -> _ObjectCopy:
     dest = partial / obj.key
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = dest.with_name(f".{dest.name}.part")
-    digest = hashlib.sha256()
-    with source.open(obj.key) as src, tmp.open("wb") as out:
-        while chunk := src.read(_CHUNK):
-            digest.update(chunk)
-            out.write(chunk)
-    size = tmp.stat().st_size
-    now = source.head(obj.key)
-    if size != obj.size or now.etag != obj.etag:
-        tmp.unlink()
-        raise StagingError(
-            f"source object {obj.key} changed during the copy (listed size {obj.size} ETag {obj.etag}, "
-            f"now size {now.size} ETag {now.etag}, copied {size} bytes); nothing was published — "
-            "retry once the dataset version is no longer being written"
+    if source.ranged_reads and obj.size >= MULTIPART_THRESHOLD:
+        ranges = [(start, min(start + PART_SIZE, obj.size)) for start in range(0, obj.size, PART_SIZE)]
+    else:
+        ranges = [(0, obj.size)]
+    copy = _ObjectCopy(obj, dest, ranges, crcs=[None] * len(ranges), remaining=len(ranges))
+    with copy.tmp.open("wb") as out:
+        out.truncate(obj.size)
+    return copy
+
+
+def _copy_range(
+    source: ObjectSource, copy: _ObjectCopy, index: int, progress: _Progress
+) -> dict[str, Any] | None:
+    """Write one range of an object; the thread writing the last range verifies and finishes it."""
+    start, end = copy.ranges[index]
+    crc, reported = _read_into(source, copy, start, end, progress)
+    with copy.lock:
+        copy.crcs[index] = crc
+        copy.reported_crc = copy.reported_crc or reported
+        copy.remaining -= 1
+        if copy.remaining:
+            return None
+    return _finish(source, copy, progress)
+
+
+def _read_into(
+    source: ObjectSource, copy: _ObjectCopy, start: int, end: int, progress: _Progress
+) -> tuple[int | None, str | None]:
+    """Read ``[start, end)`` into the part file at its offset; return (CRC64 of the range, store's CRC64)."""
+    crc64 = _new_crc64() if source.checksum == "crc64" else None
+
+    def attempt() -> tuple[int | None, str | None]:
+        crc = _new_crc64() if crc64 is not None else None
+        offset = start
+        fd = os.open(copy.tmp, os.O_WRONLY)
+        try:
+
+            def sink(chunk: bytes) -> None:
+                nonlocal offset
+                os.pwrite(fd, chunk, offset)
+                offset += len(chunk)
+                if crc is not None:
+                    crc.update(chunk)
+
+            reported = source.read(copy.obj, start, end, sink)
+        finally:
+            os.close(fd)
+        return (crc.crc if crc is not None else None), reported
+
+    result = with_retries(attempt, source.is_transient, READ_ATTEMPTS)
+    progress.add(size=end - start)
+    return result
+
+
+def _finish(source: ObjectSource, copy: _ObjectCopy, progress: _Progress) -> dict[str, Any]:
+    """Verify the assembled object (fetching it again if it is corrupt), then move it into place."""
+    obj = copy.obj
+    for attempt in range(1, VERIFY_ATTEMPTS + 1):
+        checksum = _checksum(source, copy)
+        if checksum is not None:
+            break
+        log.warning(
+            "Object %s failed CRC64 verification (attempt %d/%d): fetching it again",
+            obj.key,
+            attempt,
+            VERIFY_ATTEMPTS,
         )
-    os.replace(tmp, dest)
-    return {"path": obj.key, "size": size, "sha256": digest.hexdigest(), "etag": obj.etag}
+        if attempt == VERIFY_ATTEMPTS:
+            copy.tmp.unlink(missing_ok=True)
+            raise StagingError(
+                f"source object {obj.key} arrived corrupted {VERIFY_ATTEMPTS} times (CRC64 mismatch); "
+                "nothing was published — check the network path to the object store and retry"
+            )
+        copy.ranges, copy.crcs, copy.reported_crc = [(0, obj.size)], [None], None
+        copy.crcs[0], copy.reported_crc = _read_into(source, copy, 0, obj.size, progress)
+    os.replace(copy.tmp, copy.dest)
+    return {"path": obj.key, "size": obj.size, **checksum, "etag": obj.etag}
+
+
+def _checksum(source: ObjectSource, copy: _ObjectCopy) -> dict[str, str] | None:
+    """The verified checksum entry of an assembled object, or None when it does not match the store's."""
+    if source.checksum == "crc64" and copy.reported_crc is not None:
+        combined = _combine_crc64(copy.crcs, copy.ranges)
+        return {"crc64": str(combined)} if str(combined) == copy.reported_crc else None
+    if copy.tmp.stat().st_size != copy.obj.size:
+        return None
+    return {"sha256": _sha256(copy.tmp)}
+
+
+def _new_crc64() -> Any:
+    from oss2.utils import Crc64
+
+    return Crc64()
+
+
+def _combine_crc64(crcs: list[int | None], ranges: list[tuple[int, int]]) -> int:
+    combiner = _new_crc64()
+    combined = 0
+    for crc, (start, end) in zip(crcs, ranges, strict=True):
+        combined = combiner.combine(combined, crc, end - start) if start else crc or 0
+    return combined
 
 
 def _write_manifest(
     partial: Path, source_uri: str, version: str, entries: list[dict[str, Any]]
 ) -> dict[str, Any]:
-    checksum = hashlib.sha256("".join(f"{e['path']}\0{e['sha256']}\n" for e in entries).encode()).hexdigest()
+    def digest(entry: dict[str, Any]) -> str:
+        return entry.get("sha256") or f"crc64:{entry['crc64']}"
+
+    checksum = hashlib.sha256("".join(f"{e['path']}\0{digest(e)}\n" for e in entries).encode()).hexdigest()
     manifest = {
         "source_uri": source_uri,
         "version": version,
@@ -255,6 +474,8 @@ def _write_manifest(
         "total_bytes": sum(e["size"] for e in entries),
         "checksum": checksum,
         "staged_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        # Size and mtime as written, so a re-run can tell untouched files without reading them.
+        "stat": {e["path"]: (partial / e["path"]).stat().st_mtime_ns for e in entries},
     }
     (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=1))
     return manifest

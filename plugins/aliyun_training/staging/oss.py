@@ -1,0 +1,254 @@
+"""OSS through oss2: addresses, clients, the staging source, and uploads in the other direction.
+
+Credentials come from an ``alibabacloud_credentials`` client, the same one the ``alibaba_cloud``
+connection hands every SDK (AK/SK, a fixed STS token, an assumed role renewed before expiry) or,
+in a staging pod, the default chain (environment variables, RRSA, the instance role). oss2 asks
+for them on every request, so a renewed STS token is picked up without rebuilding the client.
+
+oss2 is imported inside the functions that use it: never at DAG parse time.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from aliyun_training.spec import SpecError
+from aliyun_training.staging.sources import ChunkSink, SourceChangedError, SourceObject, with_retries
+
+log = logging.getLogger(__name__)
+
+#: Files at least this large are uploaded in parallel parts.
+MULTIPART_THRESHOLD = 64 * 1024 * 1024
+PART_SIZE = 16 * 1024 * 1024
+_READ_CHUNK = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class OssLocation:
+    """``oss://bucket/prefix/``: the prefix always ends with ``/`` so ``v1`` never matches ``v10``."""
+
+    bucket: str
+    prefix: str
+
+    @property
+    def uri(self) -> str:
+        return f"oss://{self.bucket}/{self.prefix}"
+
+
+def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
+    """Split and check an ``oss://bucket/prefix/`` URI; ``field`` names it in errors."""
+    parsed = urlparse(uri)
+    prefix = parsed.path.lstrip("/")
+    if parsed.scheme != "oss" or not parsed.netloc:
+        raise SpecError(f"{field}: {uri!r} is not an OSS URI (fix: use oss://bucket/prefix/)")
+    if not prefix.strip("/"):
+        raise SpecError(
+            f"{field}: {uri!r} names a whole bucket (fix: point at the version's folder, "
+            "e.g. oss://bucket/cifar10/v1/)"
+        )
+    if ".." in PurePosixPath(prefix).parts:
+        raise SpecError(f"{field}: {uri!r} contains '..' (fix: use the folder's plain key prefix)")
+    return OssLocation(parsed.netloc, prefix.rstrip("/") + "/")
+
+
+@dataclass(frozen=True)
+class OssClientConfig:
+    """How to reach OSS: endpoint URL (with scheme), region (for V4 signing) and credentials.
+
+    ``credentials`` is anything with ``get_credential()`` returning an object with
+    ``access_key_id``, ``access_key_secret`` and ``security_token`` (an alibabacloud_credentials
+    client). It is never logged.
+    """
+
+    endpoint: str
+    region: str
+    credentials: Any
+    pool_size: int = 16
+
+    @classmethod
+    def from_connection(cls, conn_id: str, pool_size: int = 16) -> OssClientConfig:
+        """The ``alibaba_cloud`` connection's OSS endpoint (extra ``endpoints.oss``) and credentials."""
+        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+
+        hook = AlibabaCloudHook(conn_id)
+        host = (hook.extras.get("endpoints") or {}).get("oss") or f"oss-{hook.region}.aliyuncs.com"
+        endpoint = f"{hook.extras.get('protocol', 'https')}://{host}"
+        return cls(endpoint, hook.region, hook.credential_client(), pool_size)
+
+    @classmethod
+    def from_environment(cls, endpoint: str | None, region: str, pool_size: int = 16) -> OssClientConfig:
+        """The default credential chain (``ALIBABA_CLOUD_ACCESS_KEY_ID``/``_SECRET``/``SECURITY_TOKEN``,
+        RRSA, the instance role), as a staging pod has it; the public endpoint of ``region`` by default."""
+        from alibabacloud_credentials.client import Client as CredentialClient
+
+        if not region:
+            raise SpecError("region: OSS needs a region (fix: pass --region, e.g. cn-wulanchabu)")
+        url = endpoint or f"https://oss-{region}.aliyuncs.com"
+        if "://" not in url:
+            url = f"https://{url}"
+        return cls(url, region, CredentialClient(), pool_size)
+
+    def bucket(self, name: str, *, enable_crc: bool) -> Any:
+        """An oss2 Bucket signed with V4; ``enable_crc`` makes oss2 check CRC64 of uploads itself."""
+        import oss2
+
+        auth = oss2.ProviderAuthV4(_CredentialsAdapter(self.credentials))
+        return oss2.Bucket(
+            auth,
+            self.endpoint,
+            name,
+            region=self.region,
+            session=oss2.Session(pool_size=self.pool_size),
+            enable_crc=enable_crc,
+            connect_timeout=30,
+        )
+
+
+class _CredentialsAdapter:
+    """oss2's CredentialsProvider interface over an alibabacloud_credentials client."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def get_credentials(self) -> Any:
+        import oss2
+
+        credential = self._client.get_credential()
+        return oss2.credentials.Credentials(
+            credential.access_key_id, credential.access_key_secret, credential.security_token or ""
+        )
+
+
+def is_transient_oss_error(exc: BaseException) -> bool:
+    """Throttling, 5xx and broken connections are retried; 4xx answers are not."""
+    import oss2
+    import requests
+    import urllib3
+
+    if isinstance(
+        exc, oss2.exceptions.RequestError | requests.RequestException | urllib3.exceptions.HTTPError
+    ):
+        return True
+    if isinstance(exc, oss2.exceptions.OssError):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, ConnectionError | TimeoutError | _TruncatedRead)
+
+
+class _TruncatedRead(IOError):
+    """The connection ended before the requested bytes arrived."""
+
+
+class OssObjectSource:
+    """The objects under ``oss://bucket/prefix/``, read with ``If-Match`` on the listed ETag."""
+
+    checksum: Literal["crc64", "sha256"] = "crc64"
+    ranged_reads = True
+
+    def __init__(self, uri: str, *, config: OssClientConfig) -> None:
+        self.location = parse_oss_uri(uri)
+        self.uri = self.location.uri
+        self._bucket = config.bucket(self.location.bucket, enable_crc=False)
+
+    def list(self) -> list[SourceObject]:
+        import oss2
+
+        objects = []
+        try:
+            for info in oss2.ObjectIteratorV2(self._bucket, prefix=self.location.prefix, max_keys=1000):
+                key = info.key[len(self.location.prefix) :]
+                if key.endswith("/") and info.size == 0:
+                    continue  # a folder marker made by the console or ossutil, not data
+                objects.append(SourceObject(key=key, size=info.size, etag=info.etag))
+        except oss2.exceptions.NoSuchBucket:
+            raise SpecError(
+                f"source_uri: bucket {self.location.bucket} does not exist "
+                "(fix: correct the bucket name or the region of the OSS endpoint)"
+            ) from None
+        except oss2.exceptions.AccessDenied as exc:
+            raise SpecError(
+                f"source_uri: listing {self.uri} was denied ({exc.message}) "
+                "(fix: grant oss:ListObjects and oss:GetObject on the bucket to the staging identity)"
+            ) from None
+        return sorted(objects, key=lambda o: o.key)
+
+    def read(self, obj: SourceObject, start: int, end: int, sink: ChunkSink) -> str | None:
+        import oss2
+
+        headers = {"If-Match": f'"{obj.etag}"'}
+        byte_range = (start, end - 1) if (start, end) != (0, obj.size) else None
+        if byte_range:
+            headers["x-oss-range-behavior"] = "standard"
+        try:
+            result = self._bucket.get_object(self.location.prefix + obj.key, byte_range, headers=headers)
+        except (oss2.exceptions.PreconditionFailed, oss2.exceptions.NoSuchKey) as exc:
+            raise SourceChangedError(obj.key, f"ETag {obj.etag}", exc.code) from None
+        received = 0
+        while chunk := result.read(_READ_CHUNK):
+            sink(chunk)
+            received += len(chunk)
+        if received != end - start:
+            raise _TruncatedRead(f"{obj.key}: got {received} of {end - start} bytes")
+        return result.headers.get("x-oss-hash-crc64ecma")
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return is_transient_oss_error(exc)
+
+
+def upload_directory(
+    local_dir: Path,
+    target_uri: str,
+    config: OssClientConfig,
+    *,
+    last: Iterable[str] = (),
+    workers: int = 8,
+    attempts: int = 4,
+) -> tuple[int, int]:
+    """Upload every file of ``local_dir`` under ``target_uri``; return (files, bytes).
+
+    oss2 checks each upload's CRC64 against what OSS stored. The files named in ``last`` (a
+    manifest) go up only after everything else succeeded, so a reader that waits for the manifest
+    never sees a partial set.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    location = parse_oss_uri(target_uri, field="artifact_root")
+    bucket = config.bucket(location.bucket, enable_crc=True)
+    files = sorted(p.relative_to(local_dir).as_posix() for p in local_dir.rglob("*") if p.is_file())
+    final = [name for name in last if name in files]
+    first = [name for name in files if name not in final]
+
+    def put(name: str) -> int:
+        path = local_dir / name
+        with_retries(
+            lambda: _put_file(bucket, location.prefix + name, path), is_transient_oss_error, attempts
+        )
+        return path.stat().st_size
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        sizes = list(pool.map(put, first))
+    sizes += [put(name) for name in final]
+    return len(files), sum(sizes)
+
+
+def _put_file(bucket: Any, key: str, path: Path) -> None:
+    import oss2
+
+    if path.stat().st_size < MULTIPART_THRESHOLD:
+        bucket.put_object_from_file(key, str(path))
+        return
+    with tempfile.TemporaryDirectory() as checkpoints:
+        oss2.resumable_upload(
+            bucket,
+            key,
+            str(path),
+            store=oss2.ResumableStore(root=checkpoints),
+            multipart_threshold=MULTIPART_THRESHOLD,
+            part_size=PART_SIZE,
+            num_threads=4,
+        )
