@@ -169,8 +169,13 @@ def multipart_etag(part_etags: Iterable[str]) -> str:
 
 
 def generated_bytes(seed: int | str, key: str, size: int) -> bytes:
-    """The content the admin generator gives ``key``: reproducible from (seed, key, size) anywhere."""
-    return random.Random(f"{seed}:{key}").randbytes(size)
+    """The content the admin generator gives ``key``: reproducible from (seed, key, size) anywhere.
+
+    Drawn in 1 MiB pieces: ``randbytes`` of more than 256 MiB overflows a C int of bits.
+    """
+    rng = random.Random(f"{seed}:{key}")
+    piece = 1024 * 1024
+    return b"".join(rng.randbytes(min(piece, size - start)) for start in range(0, size, piece))
 
 
 def _http_date(epoch: float) -> str:

@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import hashlib
+import itertools
 import json
 import logging
 import os
@@ -49,6 +51,7 @@ __all__ = ["JOURNAL_NAME", "MANIFEST_NAME", "StagingError", "stage_dataset"]
 
 MANIFEST_NAME = "_manifest.json"
 JOURNAL_NAME = "_journal.jsonl"
+JOURNAL_FLUSH_SECONDS = 0.5
 #: Free space required beyond the data still to copy, for filesystem overhead and concurrent writers.
 SPACE_HEADROOM = 1.2
 #: Objects at least this large are read in parallel byte ranges of PART_SIZE (remote stores only).
@@ -251,10 +254,14 @@ def _copy_all(
             done[key] = entry
         journal.flush()
         progress = _Progress(len(todo), sum(o.size for o in todo), progress_interval)
+        flushed = time.monotonic()
         for entry in _transfer(source, todo, partial, workers, progress):
             journal.write(json.dumps(entry) + "\n")
-            journal.flush()
             done[entry["path"]] = entry
+            if time.monotonic() - flushed >= JOURNAL_FLUSH_SECONDS:
+                # A killed run loses at most this long of journal: those files are copied again.
+                journal.flush()
+                flushed = time.monotonic()
     journal_path.unlink()
     return (len(todo), sum(o.size for o in todo)), [done[o.key] for o in objects]
 
@@ -320,6 +327,8 @@ class _ObjectCopy:
     reported_crc: str | None = None
     remaining: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Directories this run already created, shared by all its copies.
+    made_dirs: set[Path] = field(default_factory=set)
 
     @property
     def tmp(self) -> Path:
@@ -331,18 +340,20 @@ def _transfer(
 ) -> Iterator[dict[str, Any]]:
     """Copy ``todo`` with a bounded pool, large objects as parallel ranges; yield finished entries.
 
-    The first hard failure cancels what has not started and propagates after running reads stop;
+    At most a few reads per worker are queued at a time, so waiting costs the same for 5 objects
+    or 5 million. The first hard failure stops queueing and propagates once running reads end;
     files finished before it stay journaled for the next run.
     """
-    copies = [_plan(source, obj, partial) for obj in todo]
+    work = _range_reads(source, todo, partial)
+    window = max(1, workers) * 4
     pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="stage")
+    pending: set[Future[dict[str, Any] | None]] = set()
     try:
-        pending: set[Future[dict[str, Any] | None]] = {
-            pool.submit(_copy_range, source, copy, index, progress)
-            for copy in copies
-            for index in range(len(copy.ranges))
-        }
-        while pending:
+        while True:
+            for copy, index in itertools.islice(work, window - len(pending)):
+                pending.add(pool.submit(_copy_range, source, copy, index, progress))
+            if not pending:
+                return
             finished, pending = wait(pending, return_when=FIRST_COMPLETED)
             for future in finished:
                 entry = future.result()
@@ -353,17 +364,26 @@ def _transfer(
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-def _plan(source: ObjectSource, obj: SourceObject, partial: Path) -> _ObjectCopy:
-    dest = partial / obj.key
-    dest.parent.mkdir(parents=True, exist_ok=True)
+def _range_reads(
+    source: ObjectSource, todo: list[SourceObject], partial: Path
+) -> Iterator[tuple[_ObjectCopy, int]]:
+    """(object copy, range index) for every range to read, planning each object when it is reached."""
+    made_dirs: set[Path] = set()
+    for obj in todo:
+        copy = _plan(source, obj, partial, made_dirs)
+        for index in range(len(copy.ranges)):
+            yield copy, index
+
+
+def _plan(source: ObjectSource, obj: SourceObject, partial: Path, made_dirs: set[Path]) -> _ObjectCopy:
+    """Split an object into ranges; no file is touched here (creating files is the workers' job)."""
     if source.ranged_reads and obj.size >= MULTIPART_THRESHOLD:
         ranges = [(start, min(start + PART_SIZE, obj.size)) for start in range(0, obj.size, PART_SIZE)]
     else:
         ranges = [(0, obj.size)]
-    copy = _ObjectCopy(obj, dest, ranges, crcs=[None] * len(ranges), remaining=len(ranges))
-    with copy.tmp.open("wb") as out:
-        out.truncate(obj.size)
-    return copy
+    return _ObjectCopy(
+        obj, partial / obj.key, ranges, crcs=[None] * len(ranges), remaining=len(ranges), made_dirs=made_dirs
+    )
 
 
 def _copy_range(
@@ -385,12 +405,16 @@ def _read_into(
     source: ObjectSource, copy: _ObjectCopy, start: int, end: int, progress: _Progress
 ) -> tuple[int | None, str | None]:
     """Read ``[start, end)`` into the part file at its offset; return (CRC64 of the range, store's CRC64)."""
-    crc64 = _new_crc64() if source.checksum == "crc64" else None
 
     def attempt() -> tuple[int | None, str | None]:
-        crc = _new_crc64() if crc64 is not None else None
+        crc = _Crc64() if source.checksum == "crc64" else None
         offset = start
-        fd = os.open(copy.tmp, os.O_WRONLY)
+        if copy.dest.parent not in copy.made_dirs:  # most objects share a few directories
+            copy.dest.parent.mkdir(parents=True, exist_ok=True)
+            copy.made_dirs.add(copy.dest.parent)
+        # Only a single-range object may truncate: other ranges share the file.
+        flags = os.O_WRONLY | os.O_CREAT | (os.O_TRUNC if len(copy.ranges) == 1 else 0)
+        fd = os.open(copy.tmp, flags, 0o644)
         try:
 
             def sink(chunk: bytes) -> None:
@@ -414,21 +438,23 @@ def _finish(source: ObjectSource, copy: _ObjectCopy, progress: _Progress) -> dic
     """Verify the assembled object (fetching it again if it is corrupt), then move it into place."""
     obj = copy.obj
     for attempt in range(1, VERIFY_ATTEMPTS + 1):
+        if len(copy.ranges) > 1:
+            os.truncate(copy.tmp, obj.size)  # a part file left by a killed run may be longer
         checksum = _checksum(source, copy)
         if checksum is not None:
             break
-        log.warning(
-            "Object %s failed CRC64 verification (attempt %d/%d): fetching it again",
-            obj.key,
-            attempt,
-            VERIFY_ATTEMPTS,
-        )
         if attempt == VERIFY_ATTEMPTS:
             copy.tmp.unlink(missing_ok=True)
             raise StagingError(
                 f"source object {obj.key} arrived corrupted {VERIFY_ATTEMPTS} times (CRC64 mismatch); "
                 "nothing was published — check the network path to the object store and retry"
             )
+        log.warning(
+            "Object %s failed CRC64 verification (attempt %d/%d): fetching it again",
+            obj.key,
+            attempt,
+            VERIFY_ATTEMPTS,
+        )
         copy.ranges, copy.crcs, copy.reported_crc = [(0, obj.size)], [None], None
         copy.crcs[0], copy.reported_crc = _read_into(source, copy, 0, obj.size, progress)
     os.replace(copy.tmp, copy.dest)
@@ -445,17 +471,29 @@ def _checksum(source: ObjectSource, copy: _ObjectCopy) -> dict[str, str] | None:
     return {"sha256": _sha256(copy.tmp)}
 
 
-def _new_crc64() -> Any:
-    from oss2.utils import Crc64
+class _Crc64:
+    """CRC-64/XZ, the ECMA-182 CRC64 OSS reports as ``x-oss-hash-crc64ecma``, updated chunk by chunk."""
 
-    return Crc64()
+    def __init__(self) -> None:
+        self.crc = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.crc = _crc64_model().calc(chunk, self.crc)
+
+
+@functools.cache
+def _crc64_model() -> Any:
+    import anycrc
+
+    return anycrc.Model("CRC64-XZ")
 
 
 def _combine_crc64(crcs: list[int | None], ranges: list[tuple[int, int]]) -> int:
-    combiner = _new_crc64()
+    """The whole object's CRC64 from its ranges' CRC64s, in order."""
+    model = _crc64_model()
     combined = 0
     for crc, (start, end) in zip(crcs, ranges, strict=True):
-        combined = combiner.combine(combined, crc, end - start) if start else crc or 0
+        combined = model.combine(combined, crc or 0, end - start) if start else crc or 0
     return combined
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import tempfile
+import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -99,12 +100,18 @@ class OssClientConfig:
         import oss2
 
         auth = oss2.ProviderAuthV4(_CredentialsAdapter(self.credentials))
+        session = oss2.Session(pool_size=self.pool_size)
+        if not urllib.request.getproxies():
+            # requests re-reads every proxy variable of the environment on every request, about a
+            # quarter of the client CPU of a small GET; with no proxy configured there is nothing
+            # to honour. With one configured, requests keeps honouring it (and no_proxy) per request.
+            session.session.trust_env = False
         return oss2.Bucket(
             auth,
             self.endpoint,
             name,
             region=self.region,
-            session=oss2.Session(pool_size=self.pool_size),
+            session=session,
             enable_crc=enable_crc,
             connect_timeout=30,
         )
