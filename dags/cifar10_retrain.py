@@ -8,10 +8,12 @@ Takes one dataset version from "it exists in the object store" to "a verified mo
 2. **preflight** — parallel checks for the chosen backend (local: CPUs/GPUs, disk, port; DLC:
    region, VPC/vSwitch/security group/NAT/SNAT, quota type/GPU model/capacity, RAM role actions,
    DLC access; ACK: the dataset PVC is bound), then one report with a fix for every finding.
-3. **route** — local runs stage and probe here; DLC runs wait for quota capacity; cloud runs
-   mount the dataset configured in `include/config/<backend>.json` (a PAI dataset on DLC, a CPFS
-   PVC on ACK).
-4. **stage_dataset** — copy the version onto the training filesystem, verified, published atomically.
+3. **route** — local runs stage and probe here; DLC runs wait for quota capacity; cloud runs stage
+   when the environment's `staging` block says how (else they mount the fixed dataset configured in
+   `include/config/<backend>.json`).
+4. **stage_dataset** — copy the version from OSS onto CPFS (or the local disk), verified, published
+   atomically, and register it for the job (a PAI dataset version on DLC, a PV and PVC on ACK); on a
+   worker, in a pod on ACK, or as a CPFS data flow import.
 5. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
 6. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
 7. **publish_artifacts** — checkpoints, metrics and an HTML run report with a manifest; emits the
@@ -153,11 +155,15 @@ with DAG(
             raise AirflowFailException(str(exc)) from None
 
     @task.branch
-    def route(backend: str) -> list[str]:
-        """Local runs stage the dataset and probe the runtime; DLC runs wait for quota room first."""
-        return {"local": ["stage_dataset", "training_runtime"], "dlc": ["wait_for_capacity"]}.get(
-            backend, ["train"]
-        )
+    def route(backend: str, staging_mode: str | None) -> list[str]:
+        """Local runs stage and probe the runtime; DLC runs wait for quota room; cloud runs stage when
+        their environment configures it, else mount its fixed dataset."""
+        stage = ["stage_dataset"] if staging_mode else []
+        if backend == "local":
+            return [*stage, "training_runtime"]
+        if backend == "dlc":
+            return [*stage, "wait_for_capacity"]
+        return stage or ["train"]
 
     run = configure()
     with TaskGroup("preflight") as preflight:
@@ -187,6 +193,9 @@ with DAG(
         source_uri=run["source_uri"],
         target_root=run["staging_root"],
         version=run["dataset_version"],
+        mode=run["staging_mode"],
+        remote=run["staging_remote"],
+        register=run["staging_register"],
     )
     runtime = LocalRuntimeOperator(task_id="training_runtime")
     train = TrainingJobOperator(
@@ -194,6 +203,8 @@ with DAG(
         spec=run["spec"],
         backend_config=run["backend_config"],
         output_root=run["output_root"],
+        dataset=stage.output,
+        dataset_mount_path=run["dataset_mount_path"],
         poll_interval=5,
         retries=1,
         trigger_rule="none_failed_min_one_success",
@@ -207,5 +218,5 @@ with DAG(
         runtime=runtime.output,
         outlets=[MODEL_ASSET],
     )
-    preflight >> route(run["backend"]) >> [stage, runtime, wait_for_capacity, train]
+    preflight >> route(run["backend"], run["staging_mode"]) >> [stage, runtime, wait_for_capacity, train]
     [stage, runtime, wait_for_capacity] >> train

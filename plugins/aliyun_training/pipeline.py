@@ -8,6 +8,13 @@ Cloud settings come from one environment file per backend (``include/config/dlc.
 quota, VPC, image, registry connection; ``include/config/arena.json``: kubernetes connection,
 namespace, PVC, RDMA resource, NCCL env); a run may override any key of its backend's file through
 the form's ``backend_overrides``. Empty strings in a file mean "not configured".
+
+A cloud environment's ``staging`` block turns on staging from OSS onto CPFS: ``mode`` is where the
+copy runs (``direct`` on a worker that mounts CPFS, ``pod`` in a pod on ACK, ``dataflow`` by a CPFS
+data flow import), ``source_uri`` is a template with ``{dataset}`` and ``{version}``. The staged
+version is then registered for the backend (a PAI dataset version on DLC, a PV and PVC on ACK) and
+the job mounts it instead of the environment's fixed dataset. An empty ``mode`` keeps the fixed
+dataset.
 """
 
 from __future__ import annotations
@@ -95,17 +102,132 @@ def resolve_run(
         }
         backend_config, output_root = {}, str(paths.outputs)
     TrainingJobSpec.parse(spec)
+    if params["backend"] == Backend.LOCAL:
+        staging = {
+            "mode": "direct",
+            "source_uri": source_uri,
+            "target_root": str(staging_root),
+            "remote": {},
+            "register": None,
+        }
+        mount_path = None
+    else:
+        staging = _cloud_staging(params["backend"], env, dataset, version)
+        mount_path = _mount_path(params["backend"], env)
     return {
         "backend": params["backend"],
         "dataset_version": version,
-        "source_uri": source_uri,
-        "staging_root": str(staging_root),
+        "source_uri": staging["source_uri"],
+        "staging_root": staging["target_root"],
+        "staging_mode": staging["mode"],
+        "staging_remote": staging["remote"],
+        "staging_register": staging["register"],
+        "dataset_mount_path": mount_path,
         "artifact_root": str(paths.artifacts),
         "output_root": output_root,
         "spec": spec,
         "backend_config": backend_config,
         "preflight": preflight,
     }
+
+
+def _mount_path(backend: str, env: dict[str, Any]) -> str:
+    if backend == Backend.DLC:
+        return (env.get("dataset") or {}).get("mount_path") or "/mnt/data"
+    return env.get("mount_path") or "/mnt/data"
+
+
+def _stages(env: dict[str, Any]) -> bool:
+    """Whether a cloud environment stages each version (else the job mounts its fixed dataset)."""
+    return bool((env.get("staging") or {}).get("mode"))
+
+
+def _cloud_staging(backend: str, env: dict[str, Any], dataset: str, version: str) -> dict[str, Any]:
+    """The staging task's settings for a cloud backend; mode None when the environment stages nothing."""
+    block = env.get("staging") or {}
+    mode = block.get("mode")
+    if not mode:
+        return {"mode": None, "source_uri": None, "target_root": None, "remote": {}, "register": None}
+    allowed = ("direct", "dataflow") if backend == Backend.DLC else ("direct", "pod")
+    if mode not in allowed:
+        raise SpecError(f"staging.mode: {mode!r} is not available on {backend} (fix: use one of {allowed})")
+    template = block.get("source_uri")
+    if not template or not template.startswith("oss://"):
+        raise SpecError(
+            "staging.source_uri: give the OSS location of each version "
+            "(fix: e.g. oss://my-bucket/datasets/{dataset}/{version}/)"
+        )
+    target_root = block.get("target_root")
+    if not target_root or not target_root.startswith("/"):
+        raise SpecError(
+            "staging.target_root: give where the versions go on CPFS "
+            "(fix: an absolute path, e.g. /mnt/cpfs/datasets/cifar10)"
+        )
+    source_uri = template.format(dataset=dataset, version=version)
+    cpfs_path = block.get("cpfs_path") or (target_root if mode == "dataflow" else None)
+    if backend == Backend.DLC:
+        remote = (
+            {k: block.get(k) for k in ("file_system_id", "data_flow_id")}
+            | {"alibaba_cloud_conn_id": env.get("connection_id") or "alibaba_cloud_default"}
+            if mode == "dataflow"
+            else {}
+        )
+        register = {
+            "kind": "pai_dataset",
+            "workspace_id": env.get("workspace_id"),
+            "name": dataset,
+            "uri_kind": block.get("uri_kind") or "bmcpfs",
+            "file_system_id": block.get("file_system_id"),
+            "mount_target": block.get("mount_target"),
+            "cpfs_path": cpfs_path,
+            "provider_type": "Lingjun" if (env.get("resource_type") or "lingjun") == "lingjun" else "Ecs",
+            "mount_path": _mount_path(backend, env),
+        }
+    else:
+        remote = (
+            {
+                "kubernetes_conn_id": env.get("connection_id") or "kubernetes_default",
+                "namespace": env.get("namespace") or "default",
+                "dataset": dataset,
+                **{
+                    k: block.get(k)
+                    for k in ("staging_pvc", "image", "credentials_secret", "region", "oss_endpoint")
+                },
+            }
+            if mode == "pod"
+            else {}
+        )
+        register = {
+            "kind": "pvc",
+            "kubernetes_conn_id": env.get("connection_id") or "kubernetes_default",
+            "namespace": env.get("namespace") or "default",
+            "dataset": dataset,
+            "cpfs_path": cpfs_path,
+            **{
+                k: block.get(k)
+                for k in ("volume_kind", "server", "file_system_id", "vpc_mount_target", "vsc_mount_target")
+            },
+        }
+    staging = {"mode": mode, "source_uri": source_uri, "target_root": target_root, "remote": remote}
+    _check_staging(mode, staging, register, version, env.get("region"))
+    return {**staging, "register": register}
+
+
+def _check_staging(
+    mode: str, staging: dict[str, Any], register: dict[str, Any], version: str, region: str | None
+) -> None:
+    """Fail now, naming the setting, rather than in the staging task or after the whole copy."""
+    from aliyun_training.staging.registration import check_registration
+    from aliyun_training.staging.stagers import remote_stager
+
+    if mode != "direct":
+        settings = {
+            **staging["remote"],
+            "source_uri": staging["source_uri"],
+            "target_root": staging["target_root"],
+        }
+        remote_stager(mode, {**settings, "version": version})
+    check_registration(register, version, region)
 
 
 def _dlc_run(
@@ -115,7 +237,7 @@ def _dlc_run(
     mount_path = dataset.get("mount_path") or "/mnt/data"
     datasets = (
         [{"dataset_id": dataset.get("dataset_id"), "uri": dataset.get("uri"), "mount_path": mount_path}]
-        if dataset.get("dataset_id") or dataset.get("uri")
+        if (dataset.get("dataset_id") or dataset.get("uri")) and not _stages(env)
         else []
     )
     spec = {
@@ -155,7 +277,7 @@ def _arena_run(
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
     mount_path = env.get("mount_path") or "/mnt/data"
     pvc = env.get("data_pvc")
-    if not pvc:
+    if not pvc and not _stages(env):
         raise SpecError(
             "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in "
             'include/config/arena.json or pass {"data_pvc": "<claim>"} in backend_overrides)'
@@ -163,7 +285,8 @@ def _arena_run(
     spec = {
         **common,
         **_cluster_resources(env),
-        "datasets": [{"uri": f"pvc://{pvc}", "mount_path": mount_path}],
+        # A staged version is mounted from its own claim instead (see mount_staged).
+        "datasets": [] if _stages(env) else [{"uri": f"pvc://{pvc}", "mount_path": mount_path}],
         "env": {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
     }
     backend_config = {

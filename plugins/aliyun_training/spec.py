@@ -323,3 +323,28 @@ def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str
     readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
     prefix = readable[: _DNS_LABEL_MAX - len(digest) - 1].rstrip("-") or "job"
     return f"{prefix}-{digest}"
+
+
+def mount_staged(spec: TrainingJobSpec, staged: StagedDataset, mount_path: str | None) -> TrainingJobSpec:
+    """The job ``spec`` reading the staged version: ``DATA_DIR`` points at it on every node.
+
+    A registered version is mounted at ``mount_path`` (a PAI dataset version on DLC, the version's
+    own PVC on ACK); an unregistered one is read where it was staged (the local backend).
+    """
+    if staged.pai_dataset_id or staged.pvc:
+        if not mount_path:
+            raise SpecError(
+                "dataset_mount_path: a registered dataset needs a mount path "
+                "(fix: set mount_path in the environment file, e.g. /mnt/data/cifar10)"
+            )
+        mount = (
+            DatasetMount(
+                dataset_id=staged.pai_dataset_id,
+                dataset_version=staged.pai_dataset_version,
+                mount_path=mount_path,
+            )
+            if staged.pai_dataset_id
+            else DatasetMount(uri=f"pvc://{staged.pvc}", mount_path=mount_path)
+        )
+        return spec.model_copy(update={"datasets": [mount], "env": {**spec.env, "DATA_DIR": mount_path}})
+    return spec.model_copy(update={"env": {**spec.env, "DATA_DIR": staged.uri}})

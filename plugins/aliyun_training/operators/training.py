@@ -20,7 +20,15 @@ from aliyun_training.backends.base import JobHandle, JobState, JobStatus, Traini
 from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import JobMonitor
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import JobResult, SpecError, TrainingJobSpec, job_name
+from aliyun_training.spec import (
+    JobResult,
+    SpecError,
+    StagedDataset,
+    TrainingJobSpec,
+    job_name,
+    mount_staged,
+    validate_record,
+)
 from aliyun_training.triggers.training import TrainingJobTrigger
 
 if TYPE_CHECKING:
@@ -37,11 +45,14 @@ class TrainingJobOperator(BaseOperator):
     :param backend_config: backend settings (templated); the local backend needs none.
     :param output_root: where a job without ``spec.output_dir`` writes, one directory per job name;
         the default is the local root's ``outputs/``.
+    :param dataset: the staging task's StagedDataset (templated): the job reads that version, mounted
+        at ``dataset_mount_path`` when it was registered for the backend.
+    :param dataset_mount_path: where a registered dataset version is mounted on every node.
     :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
     :param poll_interval: seconds between status polls.
     """
 
-    template_fields = ("spec", "backend_config", "output_root")
+    template_fields = ("spec", "backend_config", "output_root", "dataset", "dataset_mount_path")
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 
@@ -51,6 +62,8 @@ class TrainingJobOperator(BaseOperator):
         spec: TrainingJobSpec | dict[str, Any],
         backend_config: dict[str, Any] | None = None,
         output_root: str | None = None,
+        dataset: Any = None,
+        dataset_mount_path: str | None = None,
         deferrable: bool = True,
         poll_interval: float = 10.0,
         **kwargs: Any,
@@ -59,6 +72,8 @@ class TrainingJobOperator(BaseOperator):
         self.spec = spec.model_dump(mode="json") if isinstance(spec, TrainingJobSpec) else spec
         self.backend_config = backend_config or {}
         self.output_root = output_root
+        self.dataset = dataset
+        self.dataset_mount_path = dataset_mount_path
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._waiting_for: JobHandle | None = None
@@ -94,7 +109,7 @@ class TrainingJobOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: turn its event into a result or a precise error."""
-        spec = TrainingJobSpec.parse(self.spec)
+        spec = self._spec()
         return self._finish(spec, get_backend(spec.backend, self.backend_config), event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
@@ -107,7 +122,7 @@ class TrainingJobOperator(BaseOperator):
             stored = context["task_state_store"].get(HANDLE_KEY)
             if not stored:
                 raise
-            spec = TrainingJobSpec.parse(self.spec)
+            spec = self._spec()
             backend = get_backend(spec.backend, self.backend_config)
             self._stop_after_timeout(backend, JobHandle.model_validate(stored), spec)
 
@@ -120,11 +135,17 @@ class TrainingJobOperator(BaseOperator):
 
     # -- steps -----------------------------------------------------------------------------------
 
+    def _spec(self) -> TrainingJobSpec:
+        spec = TrainingJobSpec.parse(self.spec)
+        if self.dataset:
+            spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), self.dataset_mount_path)
+        return spec
+
     def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
         try:
-            spec = TrainingJobSpec.parse(self.spec)
+            spec = self._spec()
             if spec.output_dir is None:
                 output_root = self.output_root or str(local_paths().outputs)
                 spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
