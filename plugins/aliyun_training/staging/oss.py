@@ -11,6 +11,7 @@ oss2 is imported inside the functions that use it: never at DAG parse time.
 from __future__ import annotations
 
 import logging
+import os
 import tempfile
 import urllib.request
 from collections.abc import Iterable
@@ -87,13 +88,24 @@ class OssClientConfig:
         """The default credential chain (``ALIBABA_CLOUD_ACCESS_KEY_ID``/``_SECRET``/``SECURITY_TOKEN``,
         RRSA, the instance role), as a staging pod has it; the public endpoint of ``region`` by default."""
         from alibabacloud_credentials.client import Client as CredentialClient
+        from alibabacloud_credentials.provider import (
+            DefaultCredentialsProvider,
+            EnvironmentVariableCredentialsProvider,
+        )
 
         if not region:
             raise SpecError("region: OSS needs a region (fix: pass --region, e.g. cn-wulanchabu)")
         url = endpoint or f"https://oss-{region}.aliyuncs.com"
         if "://" not in url:
             url = f"https://{url}"
-        return cls(url, region, CredentialClient(), pool_size)
+        # With keys in the environment (a pod's Secret), skip the rest of the chain: its instance-role
+        # provider starts a refresh scheduler that a short-lived staging process has no use for.
+        provider = (
+            EnvironmentVariableCredentialsProvider()
+            if os.environ.get("ALIBABA_CLOUD_ACCESS_KEY_ID")
+            else DefaultCredentialsProvider()
+        )
+        return cls(url, region, CredentialClient(provider=provider), pool_size)
 
     def bucket(self, name: str, *, enable_crc: bool) -> Any:
         """An oss2 Bucket signed with V4; ``enable_crc`` makes oss2 check CRC64 of uploads itself."""
