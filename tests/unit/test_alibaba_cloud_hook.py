@@ -318,8 +318,8 @@ def test_endpoint_and_protocol_extras_reach_the_emulator_over_http(
 
 def test_unwired_service_has_no_client(monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator) -> None:
     hook = dlc_connection(monkeypatch, dlc, access_key_id=AK, access_key_secret=SK)
-    with pytest.raises(AlibabaCloudConnectionError, match="no SDK client is wired for service 'cr'"):
-        hook.client("cr")
+    with pytest.raises(AlibabaCloudConnectionError, match="no SDK client is wired for service 'oss'"):
+        hook.client("oss")
 
 
 def test_call_retries_throttled_get_job_through_the_sdk(

@@ -256,6 +256,8 @@ def _client_class(service: str) -> Any:
         from alibabacloud_aiworkspace20210204.client import Client
     elif service == "nas":
         from alibabacloud_nas20170626.client import Client
+    elif service == "cr":
+        from alibabacloud_cr20181201.client import Client
     else:
         raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
     return Client
