@@ -31,7 +31,7 @@ from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
 from aliyun_training.staging.stagers import remote_stager
 from aliyun_training.staging.volumes import CPFS_DRIVER, ensure_version_volume
-from aliyun_training.triggers.staging import StagingTrigger
+from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.aiworkspace import AIWorkspaceEmulator
 from tests.emulators.base import ManualClock
@@ -160,18 +160,18 @@ def core() -> client.CoreV1Api:
 # -- driving the operator --------------------------------------------------------------------------
 
 
-def deferred(op: DatasetStagingOperator, context: dict[str, Any]) -> StagingTrigger:
+def deferred(op: DatasetStagingOperator, context: dict[str, Any]) -> RemoteRunTrigger:
     with pytest.raises(TaskDeferred) as raised:
         op.execute(context)
     assert raised.value.method_name == "execute_complete"
     trigger = raised.value.trigger
-    assert isinstance(trigger, StagingTrigger)
+    assert isinstance(trigger, RemoteRunTrigger)
     assert context["task_state_store"][HANDLE_KEY] == trigger.handle
     return trigger
 
 
 def fire(
-    trigger: StagingTrigger, clock: ManualClock, polls: Callable[[], int], step: float = 0.5
+    trigger: RemoteRunTrigger, clock: ManualClock, polls: Callable[[], int], step: float = 0.5
 ) -> dict[str, Any]:
     """Run the trigger (rebuilt from its serialized form, as the triggerer does) to its event.
 
@@ -179,8 +179,8 @@ def fire(
     them), so the trigger sees every stage of the run whatever the speed of this machine.
     """
     path, kwargs = trigger.serialize()
-    assert path == "aliyun_training.triggers.staging.StagingTrigger"
-    rebuilt = StagingTrigger(**json.loads(json.dumps(kwargs)))
+    assert path == "aliyun_training.triggers.remote_run.RemoteRunTrigger"
+    rebuilt = RemoteRunTrigger(**json.loads(json.dumps(kwargs)))
 
     async def run() -> dict[str, Any]:
         async def first_event() -> dict[str, Any]:
@@ -203,7 +203,7 @@ def fire(
     return asyncio.run(run())
 
 
-def pod_polls(kube: KubernetesFake, trigger: StagingTrigger) -> Callable[[], int]:
+def pod_polls(kube: KubernetesFake, trigger: RemoteRunTrigger) -> Callable[[], int]:
     return lambda: kube.count("GET", f"/pods/{trigger.handle['pod']}")
 
 

@@ -82,7 +82,7 @@ class DatasetStagingOperator(BaseOperator):
             raise AirflowFailException(f"mode: {self.mode!r} is not a staging mode (fix: use one of {MODES})")
         if self.mode == "direct":
             return self._registered(self._stage_here())
-        from aliyun_training.triggers.staging import StagingTrigger
+        from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
         config = self._remote_config()
         try:
@@ -92,7 +92,7 @@ class DatasetStagingOperator(BaseOperator):
         self.log.info("Staging %s in mode %s: %s", self.version, self.mode, handle)
         context["task_state_store"].set(HANDLE_KEY, handle)
         self.defer(
-            trigger=StagingTrigger(self.mode, config, handle, self.poll_interval),
+            trigger=RemoteRunTrigger("staging", self.mode, config, handle, self.poll_interval),
             method_name="execute_complete",
             timeout=self.staging_timeout,
         )

@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
-from aliyun_training.staging.remote import RemoteStatus
 from aliyun_training.staging.sources import SourceObject, StagingError
 
 
@@ -52,7 +52,7 @@ class DataFlowStagerSettings(BaseModel):
 
 
 class DataFlowStager:
-    """RemoteStager over a CPFS data flow import task."""
+    """RemoteRun over a CPFS data flow import task."""
 
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(DataFlowStagerSettings, config)

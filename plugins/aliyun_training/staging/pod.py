@@ -1,4 +1,4 @@
-"""Stage a dataset version from a pod on ACK that mounts the CPFS root claim (RemoteStager, mode "pod").
+"""Stage a dataset version from a pod on ACK that mounts the CPFS root claim (RemoteRun, mode "pod").
 
 The pod runs this project's staging CLI in an image that contains the ``aliyun_training`` package::
 
@@ -39,8 +39,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
-from aliyun_training.staging.remote import RemoteStatus
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def build_pod(settings: PodStagerSettings | dict[str, Any]) -> dict[str, Any]:
 
 
 class PodStager:
-    """RemoteStager that runs the staging CLI in a pod on ACK mounting the CPFS root claim."""
+    """RemoteRun that runs the staging CLI in a pod on ACK mounting the CPFS root claim."""
 
     mode = "pod"
 
@@ -283,7 +283,7 @@ class PodStager:
             self._async_hook_instance = AsyncKubernetesHook(conn_id=self.settings.kubernetes_conn_id)
         return self._async_hook_instance
 
-    # -- RemoteStager ----------------------------------------------------------------------------
+    # -- RemoteRun ----------------------------------------------------------------------------
 
     def submit(self) -> dict[str, Any]:
         """Reattach to this version's pod, or create it (replacing a Failed one)."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from aliyun_training.remote import RemoteRun
 from aliyun_training.spec import SpecError
-from aliyun_training.staging.remote import RemoteStager
 
 
-def remote_stager(mode: str, config: dict[str, Any]) -> RemoteStager:
+def remote_stager(mode: str, config: dict[str, Any]) -> RemoteRun:
     """``pod``: the engine in a pod on ACK; ``dataflow``: a CPFS data flow import."""
     if mode == "pod":
         from aliyun_training.staging.pod import PodStager

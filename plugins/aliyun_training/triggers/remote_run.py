@@ -1,4 +1,4 @@
-"""Waits for a staging run outside the worker (a staging pod, a CPFS data flow import).
+"""Waits for work outside the worker (a staging pod, a CPFS import, an image build).
 
 Like the training trigger it may run more than once and move between triggerers, so it never
 stops the run in ``cleanup()``; ``on_kill()`` (the user marked the deferred task failed or cleared
@@ -13,16 +13,22 @@ from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from aliyun_training.staging.remote import RemoteStager
+from aliyun_training.remote import RemoteRun, remote_run
 
 
-class StagingTrigger(BaseTrigger):
-    """Polls a remote staging run until it succeeds or fails, logging its progress line."""
+class RemoteRunTrigger(BaseTrigger):
+    """Polls a remote run until it succeeds or fails, logging each new progress line."""
 
     def __init__(
-        self, mode: str, config: dict[str, Any], handle: dict[str, Any], poll_interval: float = 15.0
+        self,
+        kind: str,
+        mode: str,
+        config: dict[str, Any],
+        handle: dict[str, Any],
+        poll_interval: float = 15.0,
     ) -> None:
         super().__init__()
+        self.kind = kind
         self.mode = mode
         self.config = config
         self.handle = handle
@@ -32,6 +38,7 @@ class StagingTrigger(BaseTrigger):
         return (
             f"{type(self).__module__}.{type(self).__qualname__}",
             {
+                "kind": self.kind,
                 "mode": self.mode,
                 "config": self.config,
                 "handle": self.handle,
@@ -39,17 +46,15 @@ class StagingTrigger(BaseTrigger):
             },
         )
 
-    def _stager(self) -> RemoteStager:
-        from aliyun_training.staging.stagers import remote_stager
-
-        return remote_stager(self.mode, self.config)
+    def _run(self) -> RemoteRun:
+        return remote_run(self.kind, self.mode, self.config)
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         last_progress = ""
         try:
-            stager = self._stager()
+            run = self._run()
             while True:
-                status = await stager.apoll(self.handle)
+                status = await run.apoll(self.handle)
                 if status.progress and status.progress != last_progress:
                     self.log.info("%s", status.progress)
                     last_progress = status.progress
@@ -60,12 +65,12 @@ class StagingTrigger(BaseTrigger):
                     return
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
-            self.log.exception("Watching the %s staging run failed", self.mode)
+            self.log.exception("Watching the %s %s run failed", self.mode, self.kind)
             yield TriggerEvent(
                 {"status": "error", "handle": self.handle, "message": f"{type(exc).__name__}: {exc}"}
             )
 
     async def on_kill(self) -> None:
-        """The user killed the deferred task: stop the staging run so it copies nothing more."""
-        self.log.info("Task was killed while deferred: stopping the %s staging run", self.mode)
-        await asyncio.to_thread(self._stager().stop, self.handle)
+        """The user killed the deferred task: stop the run so it does no more work."""
+        self.log.info("Task was killed while deferred: stopping the %s %s run", self.mode, self.kind)
+        await asyncio.to_thread(self._run().stop, self.handle)
