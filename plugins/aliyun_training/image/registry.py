@@ -1,0 +1,335 @@
+"""Does an image exist in its registry? One HEAD request of the Docker Registry HTTP API v2.
+
+:func:`image_digest` answers the digest of ``host/namespace/repo:tag`` (or ``...@sha256:...``), or
+None when the registry does not have it, so a build can be skipped for a tag that already exists.
+
+Protocol (distribution spec / Docker token auth):
+
+- ``HEAD /v2/<name>/manifests/<tag>`` with ``Accept`` for the OCI image index, OCI manifest,
+  Docker manifest list and Docker v2 manifest; the answer's ``Docker-Content-Digest`` is the
+  digest (when a registry leaves it out, the manifest is fetched with GET and hashed). 404 means
+  the tag or the repository is unknown (MANIFEST_UNKNOWN / NAME_UNKNOWN): None.
+- The first request is anonymous. A 401 carries ``WWW-Authenticate``: for ``Bearer
+  realm=...,service=...,scope=...`` a token is fetched from the realm (GET with ``service`` and
+  ``scope``; HTTP Basic with the connection's login/password when there is one) and the HEAD is
+  repeated with ``Authorization: Bearer <token>``; for ``Basic`` the HEAD is repeated with HTTP
+  Basic. ACR (personal and Enterprise) uses the Bearer flow; its login/password are the registry
+  login credentials of the instance (a fixed password or a temporary token).
+
+The connection (``registry_conn_id``): ``host`` is the registry (``host[:port]``, no path; it must
+be the reference's registry, so credentials are never sent to another registry), ``login`` and
+``password`` its credentials, ``port`` optional. Scheme: ``https``, unless the connection's
+``schema`` (or its extra ``scheme``) says ``http``; a registry on ``localhost`` / ``127.0.0.1`` /
+``::1`` defaults to ``http`` (local test registries), and no other host ever does by default.
+
+The password is registered with Airflow's secret masker as soon as it is read, and never put into
+a log line or an exception message. Errors: :class:`RegistryUnavailableError` (unreachable, a
+timeout, a 5xx or 429 after ``attempts`` tries; ``retryable = True``) names the registry;
+:class:`RegistryAuthError` (401/403 after authenticating) names the connection and the fix.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import logging
+import re
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aliyun_training.spec import SpecError
+
+log = logging.getLogger(__name__)
+
+MANIFEST_MEDIA_TYPES = (
+    "application/vnd.oci.image.index.v1+json",
+    "application/vnd.oci.image.manifest.v1+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+)
+LOCAL_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_ATTEMPTS = 3
+_CHALLENGE_PARAM = re.compile(r'(\w+)\s*=\s*(?:"([^"]*)"|([^,\s]*))')
+_TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_DIGEST = re.compile(r"^[a-z0-9]+(?:[.+_-][a-z0-9]+)*:[A-Fa-f0-9]{32,}$")
+_NAME = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*$")
+
+
+class RegistryError(RuntimeError):
+    """The registry could not say whether the image exists."""
+
+    retryable = False
+
+    def __init__(self, registry: str, message: str) -> None:
+        self.registry = registry
+        super().__init__(message)
+
+
+class RegistryUnavailableError(RegistryError):
+    """Unreachable, timed out, or a 5xx/429: worth retrying later."""
+
+    retryable = True
+
+
+class RegistryAuthError(RegistryError):
+    """The registry refused the credentials (or the anonymous request)."""
+
+
+@dataclass(frozen=True)
+class ImageReference:
+    """``registry/name:tag`` or ``registry/name@digest``, split."""
+
+    registry: str
+    name: str
+    reference: str  # the tag or the digest
+
+    @classmethod
+    def parse(cls, reference: str) -> ImageReference:
+        head, at, digest = reference.partition("@")
+        registry, slash, rest = head.partition("/")
+        if not slash or not ("." in registry or ":" in registry or registry in LOCAL_HOSTS):
+            raise SpecError(
+                f"image: {reference!r} names no registry (fix: give host/namespace/repo:tag, e.g. "
+                "myinst-registry.cn-wulanchabu.cr.aliyuncs.com/ml/train:abc123)"
+            )
+        if at:
+            name, ref = rest, digest
+            valid = bool(_DIGEST.match(ref))
+        else:
+            name, colon, ref = rest.rpartition(":")
+            if not colon or "/" in ref:
+                name, ref = rest, ""
+            valid = bool(_TAG.match(ref))
+        if not valid or not _NAME.match(name):
+            raise SpecError(
+                f"image: {reference!r} is not a valid image reference "
+                "(fix: host/namespace/repo:tag with a lower-case repository and a tag of letters, "
+                "digits, _ . -)"
+            )
+        return cls(registry, name, ref)
+
+
+@dataclass(frozen=True)
+class _Credentials:
+    conn_id: str
+    login: str | None
+    password: str | None
+
+
+def image_digest(
+    reference: str,
+    registry_conn_id: str | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    attempts: int = DEFAULT_ATTEMPTS,
+) -> str | None:
+    """The manifest digest (``sha256:...``) of ``reference`` in its registry, or None if absent."""
+    import requests
+
+    ref = ImageReference.parse(reference)
+    credentials, scheme = _connection(ref.registry, registry_conn_id)
+    base = f"{scheme}://{ref.registry}"
+    url = f"{base}/v2/{ref.name}/manifests/{ref.reference}"
+    headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
+    with requests.Session() as session:
+        call = _Caller(session, ref.registry, timeout, attempts, credentials)
+        response = call("HEAD", url, headers=headers)
+        auth: str | None = None
+        if response.status_code == 401:
+            auth = _authorize(call, ref, response.headers.get("WWW-Authenticate", ""), credentials)
+            response = call("HEAD", url, authorization=auth, headers=headers)
+        status = response.status_code
+        if status == 404:
+            log.info("Registry %s has no %s:%s", ref.registry, ref.name, ref.reference)
+            return None
+        if status in (401, 403):
+            raise _auth_error(ref, credentials, status, authenticated=bool(auth))
+        if status != 200:
+            raise RegistryError(
+                ref.registry,
+                f"registry {ref.registry} answered HTTP {status} for {ref.name}:{ref.reference} "
+                "(fix: check that the connection's host is a Docker Registry v2 endpoint)",
+            )
+        digest = response.headers.get("Docker-Content-Digest")
+        if not digest:
+            body = call("GET", url, authorization=auth, headers=headers)
+            digest = "sha256:" + hashlib.sha256(body.content).hexdigest()
+        log.info("Registry %s has %s:%s at %s", ref.registry, ref.name, ref.reference, digest)
+        return digest
+
+
+class _Caller:
+    """One HTTP call with retries of transport failures, 5xx and 429; the password never leaks."""
+
+    def __init__(
+        self, session: Any, registry: str, timeout: float, attempts: int, credentials: _Credentials | None
+    ) -> None:
+        self.session = session
+        self.registry = registry
+        self.timeout = timeout
+        self.attempts = max(1, attempts)
+        self.credentials = credentials
+
+    def __call__(self, method: str, url: str, authorization: str | None = None, **kwargs: Any) -> Any:
+        """``authorization`` goes in as a requests auth object, so ``~/.netrc`` cannot replace it and
+        requests drops it on a redirect to another host."""
+        import requests
+
+        problem = ""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                response = self.session.request(
+                    method, url, timeout=self.timeout, auth=_HeaderAuth(authorization), **kwargs
+                )
+            except requests.RequestException as exc:
+                problem = f"{type(exc).__name__}: {self._scrub(str(exc))}"
+            else:
+                if response.status_code < 500 and response.status_code != 429:
+                    return response
+                problem = f"HTTP {response.status_code}"
+            log.warning(
+                "Registry %s: %s %s failed (%s); attempt %d of %d",
+                self.registry,
+                method,
+                _without_query(url),
+                problem,
+                attempt,
+                self.attempts,
+            )
+            if attempt < self.attempts:
+                time.sleep(min(2.0, 0.25 * 2 ** (attempt - 1)))
+        raise RegistryUnavailableError(
+            self.registry,
+            f"registry {self.registry} is unavailable: {method} {_without_query(url)} failed after "
+            f"{self.attempts} attempts ({problem}); retry later, or check the registry host and the "
+            "network path from the worker",
+        )
+
+    def _scrub(self, text: str) -> str:
+        password = self.credentials.password if self.credentials else None
+        return text.replace(password, "***") if password else text
+
+
+class _HeaderAuth:
+    """A requests auth hook that sets a precomputed Authorization header (or none)."""
+
+    def __init__(self, value: str | None) -> None:
+        self.value = value
+
+    def __call__(self, request: Any) -> Any:
+        if self.value:
+            request.headers["Authorization"] = self.value
+        return request
+
+
+def _authorize(call: _Caller, ref: ImageReference, challenge: str, credentials: _Credentials | None) -> str:
+    """The Authorization header the challenge asks for (a Bearer token, or Basic)."""
+    scheme, _, params_text = challenge.strip().partition(" ")
+    params = {
+        m.group(1).lower(): m.group(2) if m.group(2) is not None else m.group(3)
+        for m in _CHALLENGE_PARAM.finditer(params_text)
+    }
+    basic = _basic(credentials)
+    if scheme.lower() == "basic":
+        if basic is None:
+            raise _auth_error(ref, credentials, 401, authenticated=False)
+        return basic
+    if scheme.lower() != "bearer" or not params.get("realm"):
+        raise RegistryError(
+            ref.registry,
+            f"registry {ref.registry} asked for an unsupported authentication {scheme or '(none)'!r} "
+            "(fix: use a Docker Registry v2 with Basic or Bearer token authentication)",
+        )
+    query = {"scope": params.get("scope") or f"repository:{ref.name}:pull"}
+    if params.get("service"):
+        query["service"] = params["service"]
+    response = call("GET", params["realm"], authorization=basic, params=query)
+    if response.status_code in (401, 403):
+        raise _auth_error(ref, credentials, response.status_code, authenticated=basic is not None)
+    if response.status_code != 200:
+        raise RegistryError(
+            ref.registry,
+            f"token service {_without_query(params['realm'])} of registry {ref.registry} answered HTTP "
+            f"{response.status_code}",
+        )
+    try:
+        body = response.json()
+    except ValueError:
+        body = {}
+    token = body.get("token") or body.get("access_token") if isinstance(body, dict) else None
+    if not token:
+        raise RegistryError(
+            ref.registry,
+            f"token service {_without_query(params['realm'])} of registry {ref.registry} answered no token",
+        )
+    from airflow.sdk.log import mask_secret
+
+    mask_secret(token, "registry_token")
+    return f"Bearer {token}"
+
+
+def _basic(credentials: _Credentials | None) -> str | None:
+    """``Basic base64(login:password)`` for a connection with a login, else None (anonymous)."""
+    if credentials is None or not credentials.login:
+        return None
+    pair = f"{credentials.login}:{credentials.password or ''}".encode()
+    return "Basic " + base64.b64encode(pair).decode()
+
+
+def _auth_error(
+    ref: ImageReference, credentials: _Credentials | None, status: int, authenticated: bool
+) -> RegistryAuthError:
+    what = f"{ref.registry}/{ref.name}"
+    if credentials is None or not credentials.login:
+        where = f"connection {credentials.conn_id} has no login" if credentials else "no registry connection"
+        return RegistryAuthError(
+            ref.registry,
+            f"registry {ref.registry} refused anonymous access to {what} (HTTP {status}; {where}) "
+            "(fix: set registry_conn_id to a connection whose host is the registry and whose login "
+            "and password are its credentials)",
+        )
+    verb = "refused the credentials of" if authenticated else "did not accept"
+    return RegistryAuthError(
+        ref.registry,
+        f"registry {ref.registry} {verb} connection {credentials.conn_id} (login {credentials.login}) "
+        f"for {what} (HTTP {status}) (fix: check the connection's login and password — for ACR the "
+        "registry login password or a current temporary token — and that they may pull "
+        f"repository {ref.name}, i.e. the token's scope)",
+    )
+
+
+def _connection(registry: str, conn_id: str | None) -> tuple[_Credentials | None, str]:
+    """The credentials for ``registry`` from ``conn_id`` and the scheme to talk to it with."""
+    local = registry.rsplit(":", 1)[0] if not registry.startswith("[") else registry.split("]")[0] + "]"
+    default_scheme = "http" if local in LOCAL_HOSTS else "https"
+    if not conn_id:
+        return None, default_scheme
+    from airflow.sdk import BaseHook
+    from airflow.sdk.log import mask_secret
+
+    connection = BaseHook.get_connection(conn_id)
+    if connection.password:
+        mask_secret(connection.password, "registry_password")
+    host = (connection.host or "").strip()
+    host = re.sub(r"^[a-z]+://", "", host).rstrip("/")
+    if connection.port and ":" not in host:
+        host = f"{host}:{connection.port}"
+    if host != registry:
+        raise SpecError(
+            f"registry_conn_id: connection {conn_id} is for registry {host or '(no host)'}, but the image is "
+            f"in {registry} (fix: set the connection's host to {registry}, or use that registry's connection)"
+        )
+    extra = connection.extra_dejson or {}
+    scheme = str(extra.get("scheme") or connection.schema or default_scheme).lower()
+    if scheme not in ("http", "https"):
+        raise SpecError(
+            f"registry_conn_id: connection {conn_id} has scheme {scheme!r} (fix: leave schema empty for "
+            "https, or set it to http only for a local test registry)"
+        )
+    return _Credentials(conn_id, connection.login or None, connection.password or None), scheme
+
+
+def _without_query(url: str) -> str:
+    return url.split("?", 1)[0]
