@@ -13,7 +13,12 @@ arena's chart still submits), the scheduler, the kubelet, the PV binder and the 
 Each job (and each bare pod) follows a :class:`TrainingScript` picked by name prefix.
 
 A container whose env takes a value from a missing Secret or key (``secretKeyRef``, not optional)
-waits in CreateContainerConfigError, as the kubelet leaves it, until the Secret has the key.
+waits in CreateContainerConfigError, as the kubelet leaves it, until the Secret has the key. A pod
+with a ConfigMap or Secret volume (not optional) whose object or ``items`` key is missing stays
+Pending in ContainerCreating, with the kubelet's FailedMount event, until it exists. A terminated
+container's ``message`` is the script's ``termination_message`` (what the container wrote to its
+termination log), else, under ``terminationMessagePolicy: FallbackToLogsOnError`` and a failure,
+its log tail (80 lines / 2048 bytes), as the kubelet fills it in.
 
 Deliberately not emulated, so that code relying on them fails here rather than passing falsely:
 watches (answered 403 Forbidden, which the provider treats as "fall back to polling"), server-side
@@ -58,6 +63,9 @@ FAILURES: dict[str, tuple[str, int | None]] = {
     "ExitCode": ("Error", None),
     "OOMKilled": ("OOMKilled", 137),
 }
+#: The kubelet's FallbackToLogsOnError tail: at most this many lines and bytes of the log.
+FALLBACK_LOG_LINES = 80
+FALLBACK_LOG_BYTES = 2048
 DEFAULT_TOKEN = "fake-kube-token"
 DEFAULT_UNSCHEDULABLE_MESSAGE = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."
 VERSION_INFO = {
@@ -375,6 +383,8 @@ class TrainingScript:
     "Unschedulable") keep the job in Created with its pods Pending. ``log_lines`` are every pod's
     log, spread over the Running stage. ``message``, when set, replaces the terminal job
     condition's message, the scheduler's message (Unschedulable) or the pull error (ImagePullBackOff).
+    ``termination_message`` is what each container wrote to its termination log (e.g. kaniko's
+    ``--digest-file=/dev/termination-log``), reported in its terminated state's ``message``.
     """
 
     phases: list[tuple[str, float]] = field(default_factory=lambda: [("Created", 0.05), ("Running", 0.5)])
@@ -391,6 +401,7 @@ class TrainingScript:
         ]
     )
     message: str = ""
+    termination_message: str = ""
 
     def __post_init__(self) -> None:
         stages = [stage for stage, _ in self.phases]
@@ -1049,10 +1060,23 @@ def _pod_status(pod: dict[str, Any], run: _Run, now: float, failing: bool) -> di
         "podIPs": [{"ip": ip}],
         "startTime": rfc3339(timeline.start),
         "containerStatuses": [
-            _container_status(pod["metadata"]["uid"], c, state)
+            _container_status(pod["metadata"]["uid"], c, _with_termination_message(run, c, state))
             for c, (_, state) in zip(containers, states, strict=True)
         ],
     }
+
+
+def _with_termination_message(run: _Run, container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
+    """A terminated state with the message the kubelet reads from the termination log (or log tail)."""
+    terminated = state.get("terminated")
+    if terminated is None:
+        return state
+    message = run.script.termination_message
+    fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
+    if not message and fallback and terminated["exitCode"] != 0 and run.script.log_lines:
+        tail = "".join(f"{line}\n" for line in run.script.log_lines[-FALLBACK_LOG_LINES:]).encode()
+        message = tail[-FALLBACK_LOG_BYTES:].decode(errors="replace")
+    return {"terminated": {**terminated, "message": message}} if message else state
 
 
 def _config_error_status(
@@ -1062,16 +1086,31 @@ def _config_error_status(
 
     As on a node, the pod stays Pending (and its log unreadable) until the Secret or key exists.
     """
+    waiting = {
+        name: {"reason": "CreateContainerConfigError", "message": message} for name, message in errors.items()
+    }
+    return _waiting_status(pod, status, waiting)
+
+
+def _mount_blocked_status(pod: dict[str, Any], status: dict[str, Any]) -> dict[str, Any]:
+    """``status`` of a pod whose volumes cannot be set up: Pending, every container ContainerCreating."""
+    waiting = {c["name"]: {"reason": "ContainerCreating"} for c in pod["spec"].get("containers") or []}
+    return _waiting_status(pod, status, waiting)
+
+
+def _waiting_status(
+    pod: dict[str, Any], status: dict[str, Any], waiting: dict[str, dict[str, str]]
+) -> dict[str, Any]:
+    """``status`` with the named containers waiting (the pod Pending, not Ready)."""
     status = copy.deepcopy(status)
     statuses = []
     for container, current in zip(
         pod["spec"].get("containers") or [], status.get("containerStatuses") or [], strict=True
     ):
-        if container["name"] in errors:
-            waiting = {
-                "waiting": {"reason": "CreateContainerConfigError", "message": errors[container["name"]]}
-            }
-            current = _container_status(pod["metadata"]["uid"], container, waiting)
+        if container["name"] in waiting:
+            current = _container_status(
+                pod["metadata"]["uid"], container, {"waiting": waiting[container["name"]]}
+            )
         statuses.append(current)
     status["containerStatuses"] = statuses
     if status.get("phase") != "Pending":
@@ -1814,8 +1853,10 @@ class KubernetesFake:
         """What the operator does once a job ended: events, cleanPodPolicy, ttlSecondsAfterFinished."""
         end, component = run.timeline.end, kind.operator
         for pod in pods:
-            if pod["metadata"]["name"] in failing:
-                code = pod["status"]["containerStatuses"][0]["state"]["terminated"]["exitCode"]
+            statuses = pod["status"].get("containerStatuses") or [{}]
+            terminated = (statuses[0].get("state") or {}).get("terminated")
+            if pod["metadata"]["name"] in failing and terminated is not None:
+                code = terminated["exitCode"]
                 message = (
                     f"Pod: {pod['metadata']['namespace']}.{pod['metadata']['name']} exited with code {code}"
                 )
@@ -1881,11 +1922,19 @@ class KubernetesFake:
                 "default-scheduler",
             )
         status = _pod_status(pod, run, now, failing)
-        starting = run.script.outcome != "Unschedulable" and now >= timeline.running
+        scheduled = run.script.outcome != "Unschedulable"
+        mount_errors = self._mount_errors(pod, run) if scheduled else {}
+        starting = scheduled and now >= timeline.running and not mount_errors
         config_errors = self._config_errors(pod, run) if starting else {}
-        if config_errors:
+        if mount_errors:
+            status = _mount_blocked_status(pod, status)
+        elif config_errors:
             status = _config_error_status(pod, status, config_errors)
         self._set_status(PODS, pod, status)
+        for volume, error in mount_errors.items():
+            message = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
+            key = f"{meta['uid']}:mount:{volume}:{error}"
+            self._emit_event(run, key, pod, "FailedMount", message, timeline.start, "kubelet", "Warning")
         if starting:
             for container in pod["spec"].get("containers") or []:
                 error = config_errors.get(container["name"])
@@ -1917,6 +1966,37 @@ class KubernetesFake:
                     )
                 if container["name"] in errors:
                     break
+        return errors
+
+    def _mount_errors(self, pod: dict[str, Any], run: _Run) -> dict[str, str]:
+        """Volumes of a not yet started pod that the kubelet cannot set up: a missing ConfigMap,
+        Secret or ``items`` key (not optional), with the kubelet's error, by volume name."""
+        uid, namespace = pod["metadata"]["uid"], pod["metadata"]["namespace"]
+        containers = pod["spec"].get("containers") or []
+        if any(f"{uid}:{c['name']}:start" in run.emitted for c in containers):
+            return {}  # already running: a ConfigMap or Secret deleted later changes nothing
+        errors = {}
+        for volume in pod["spec"].get("volumes") or []:
+            if "configMap" in volume:
+                source, store, kind = volume["configMap"] or {}, self._store(CONFIG_MAPS), "configmap"
+                name = source.get("name", "")
+                missing_key = "configmap references non-existent config key: {key}"
+            elif "secret" in volume:
+                source, store, kind = volume["secret"] or {}, self._store(SECRETS), "secret"
+                name = source.get("secretName", "")
+                missing_key = "references non-existent secret key: {key}"
+            else:
+                continue
+            if source.get("optional"):
+                continue
+            obj = store.get((namespace, name))
+            if obj is None:
+                errors[volume["name"]] = f'{kind} "{name}" not found'
+                continue
+            keys = {*(obj.get("data") or {}), *(obj.get("binaryData") or {})}
+            absent = [item.get("key") for item in source.get("items") or [] if item.get("key") not in keys]
+            if absent:
+                errors[volume["name"]] = missing_key.format(key=absent[0])
         return errors
 
     def _container_events(self, pod: dict[str, Any], run: _Run, container: dict[str, Any]) -> None:
@@ -2095,12 +2175,30 @@ def _validate_body(rtype: ResourceType, obj: dict[str, Any]) -> str:
         containers = (obj.get("spec") or {}).get("containers") or []
         if not containers or not all(c.get("name") and c.get("image") for c in containers):
             return "spec.containers: Required value: every container needs a name and an image"
+        problem = _validate_pod_volumes(obj.get("spec") or {})
+        if problem:
+            return problem
     if rtype is CONFIG_MAPS and not all(isinstance(v, str) for v in (obj.get("data") or {}).values()):
         return "data: Invalid value: values must be strings"
     if rtype is SECRETS:
         return _validate_secret(obj)
     kind = JOB_KINDS.get((rtype.plural, obj.get("apiVersion", "")))
     return _validate_training_job(kind, obj) if kind else ""
+
+
+def _validate_pod_volumes(spec: dict[str, Any]) -> str:
+    """Volume names are unique and every volumeMount names a volume (the API server's 422s)."""
+    names: set[str] = set()
+    for index, volume in enumerate(spec.get("volumes") or []):
+        if volume.get("name") in names:
+            return f'spec.volumes[{index}].name: Duplicate value: "{volume.get("name")}"'
+        names.add(volume.get("name"))
+    for field_name in ("initContainers", "containers"):
+        for i, container in enumerate(spec.get(field_name) or []):
+            for j, mount in enumerate(container.get("volumeMounts") or []):
+                if mount.get("name") not in names:
+                    return f'spec.{field_name}[{i}].volumeMounts[{j}].name: Not found: "{mount.get("name")}"'
+    return ""
 
 
 def _validate_secret(secret: dict[str, Any]) -> str:

@@ -815,6 +815,126 @@ def test_a_missing_secret_key_keeps_a_bare_pod_waiting_in_create_container_confi
     assert core.read_namespaced_pod("env-no-secret", NS).status.phase == "Succeeded"
 
 
+def test_missing_config_map_or_secret_volumes_keep_a_pod_container_creating_with_failed_mount(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    fake.script_for("vol-", TrainingScript(phases=[("Created", 1.0), ("Running", 1.0)], log_lines=["ok"]))
+    volumes = [
+        {"name": "context", "configMap": {"name": "ctx"}},
+        {
+            "name": "auth",
+            "secret": {"secretName": "push", "items": [{"key": ".dockerconfigjson", "path": "c"}]},
+        },
+        {"name": "maybe", "secret": {"secretName": "absent", "optional": True}},
+    ]
+    mounts = [{"name": v["name"], "mountPath": f"/m/{v['name']}"} for v in volumes]
+    container = {"name": "c", "image": IMAGE, "volumeMounts": mounts}
+    pod = {
+        "metadata": {"name": "vol-pod"},
+        "spec": {"restartPolicy": "Never", "containers": [container], "volumes": volumes},
+    }
+    core.create_namespaced_pod(NS, pod)
+    clock.advance(10)
+
+    def failed_mounts() -> list[str]:
+        events = core.list_namespaced_event(NS, field_selector="involvedObject.name=vol-pod").items
+        return [e.message for e in events if e.reason == "FailedMount" and e.type == "Warning"]
+
+    read = core.read_namespaced_pod("vol-pod", NS)
+    assert read.status.phase == "Pending"
+    assert read.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    assert failed_mounts() == [
+        'MountVolume.SetUp failed for volume "context" : configmap "ctx" not found',
+        'MountVolume.SetUp failed for volume "auth" : secret "push" not found',
+    ]
+    with pytest.raises(ApiException) as not_started:
+        core.read_namespaced_pod_log("vol-pod", NS)
+    assert _status_of(not_started)["message"].endswith("is waiting to start: ContainerCreating")
+
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "ctx"}, "data": {"Dockerfile": "FROM x"}})
+    core.create_namespaced_secret(NS, {"metadata": {"name": "push"}, "stringData": {"config.json": "{}"}})
+    assert core.read_namespaced_pod("vol-pod", NS).status.phase == "Pending"
+    assert failed_mounts()[-1] == (
+        'MountVolume.SetUp failed for volume "auth" : references non-existent secret key: .dockerconfigjson'
+    )
+    core.patch_namespaced_secret("push", NS, {"stringData": {".dockerconfigjson": "{}"}})
+    assert core.read_namespaced_pod("vol-pod", NS).status.phase == "Succeeded"
+    core.delete_namespaced_config_map("ctx", NS)  # a started pod keeps its volumes
+    assert core.read_namespaced_pod("vol-pod", NS).status.phase == "Succeeded"
+
+
+def test_a_missing_config_map_key_in_items_is_a_failed_mount(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "ctx"}, "data": {"a": "1"}})
+    volume = {"name": "context", "configMap": {"name": "ctx", "items": [{"key": "b", "path": "b"}]}}
+    container = {"name": "c", "image": IMAGE, "volumeMounts": [{"name": "context", "mountPath": "/ctx"}]}
+    core.create_namespaced_pod(
+        NS, {"metadata": {"name": "cm-key"}, "spec": {"containers": [container], "volumes": [volume]}}
+    )
+    clock.advance(10)
+    events = core.list_namespaced_event(
+        NS, field_selector="involvedObject.name=cm-key,reason=FailedMount"
+    ).items
+    assert [e.message for e in events] == [
+        'MountVolume.SetUp failed for volume "context" : configmap references non-existent config key: b'
+    ]
+    assert core.read_namespaced_pod("cm-key", NS).status.phase == "Pending"
+
+
+def test_volume_mounts_must_name_a_volume_of_the_pod(core: client.CoreV1Api) -> None:
+    container = {"name": "c", "image": IMAGE, "volumeMounts": [{"name": "nope", "mountPath": "/x"}]}
+    with pytest.raises(ApiException) as invalid:
+        core.create_namespaced_pod(
+            NS, {"metadata": {"name": "bad-mount"}, "spec": {"containers": [container]}}
+        )
+    assert invalid.value.status == 422
+    assert 'spec.containers[0].volumeMounts[0].name: Not found: "nope"' in _status_of(invalid)["message"]
+    twice = [{"name": "v", "emptyDir": {}}, {"name": "v", "emptyDir": {}}]
+    with pytest.raises(ApiException) as duplicate:
+        core.create_namespaced_pod(
+            NS,
+            {
+                "metadata": {"name": "dup"},
+                "spec": {"containers": [{"name": "c", "image": IMAGE}], "volumes": twice},
+            },
+        )
+    assert 'spec.volumes[1].name: Duplicate value: "v"' in _status_of(duplicate)["message"]
+
+
+def test_termination_messages_come_from_the_script_or_the_log_tail_on_error(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    digest = "sha256:" + "ab" * 32
+    fake.script_for(
+        "push-", TrainingScript(phases=[("Running", 1.0)], log_lines=["pushed"], termination_message=digest)
+    )
+    lines = [f"line {i}" for i in range(100)]
+    fake.script_for(
+        "fail-", TrainingScript(phases=[("Running", 1.0)], outcome="Failed", exit_code=3, log_lines=lines)
+    )
+
+    def pod(name: str, policy: str | None = None) -> dict[str, Any]:
+        container = {"name": "c", "image": IMAGE, **({"terminationMessagePolicy": policy} if policy else {})}
+        return {"metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [container]}}
+
+    for name, policy in (
+        ("push-ok", None),
+        ("fail-fallback", "FallbackToLogsOnError"),
+        ("fail-file", "File"),
+    ):
+        core.create_namespaced_pod(NS, pod(name, policy))
+    clock.advance(5)
+
+    def terminated(name: str) -> client.V1ContainerStateTerminated:
+        return core.read_namespaced_pod(name, NS).status.container_statuses[0].state.terminated
+
+    assert (terminated("push-ok").exit_code, terminated("push-ok").message) == (0, digest)
+    fallback = terminated("fail-fallback").message
+    assert fallback.splitlines() == lines[-80:] and fallback.endswith("line 99\n")
+    assert terminated("fail-file").message is None
+
+
 def test_injected_faults_answer_before_touching_state(core: client.CoreV1Api, fake: KubernetesFake) -> None:
     fake.fail_next("POST", "/configmaps", status=503)
     with pytest.raises(ApiException) as unavailable:

@@ -1,0 +1,816 @@
+"""Build and push the training image from a kaniko pod on ACK (RemoteRun, mode "kaniko").
+
+The build context is small (the Dockerfile and the check script), so it travels in a ConfigMap
+``<pod>-context`` next to the pod; kaniko pushes with the credentials of a
+``kubernetes.io/dockerconfigjson`` Secret that the pod mounts and this code never reads. The pod runs::
+
+    /kaniko/executor --context=dir:///workspace --dockerfile=Dockerfile \\
+        --destination=<registry/namespace/repo:tag> --cache=true --cache-repo=<repo>/cache \\
+        --build-arg=K=V ... --digest-file=/dev/termination-log [extra_args]
+
+and the pushed digest comes back as the container's termination message.
+
+Decisions:
+
+- Builder image: ``gcr.io/kaniko-project/executor:v1.23.2``, the last release of upstream kaniko
+  (GoogleContainerTools/kaniko was archived in June 2025). It is a pinned, immutable tag whose flags
+  are the ones used here; the maintained forks (Chainguard's, the community's) publish under other
+  names and tag schemes, so switching is a ``builder_image`` setting, not a code change. ACK nodes
+  in mainland China regions usually cannot pull from gcr.io: mirror the image into ACR and set
+  ``builder_image`` to the mirror.
+- The context files are mounted one by one (``subPath``) over an ``emptyDir`` at /workspace, not
+  as a ConfigMap directory: the kubelet writes a ConfigMap directory as symlinks into ``..data/``,
+  and kaniko's COPY copies such symlinks as symlinks, leaving the image with dangling links
+  (GoogleContainerTools/kaniko#2762). A subPath mount is the file itself. Because /workspace is a
+  volume mount, kaniko keeps it out of the image and out of the base image's unpacked rootfs.
+- Names come from (repository, tag): a retried task reattaches to its Pending, Running or
+  Succeeded pod and replaces a Failed one (or one built from other inputs, which only happens when
+  the tag is not content-addressed); pods and ConfigMaps without our labels are never touched. An
+  existing ConfigMap with the same data is reused, one with other data is replaced. The ConfigMap
+  is owned by nothing (it must exist before the pod); ``result`` and ``stop`` delete it.
+- ``restartPolicy: Never``; ``terminationMessagePolicy: FallbackToLogsOnError`` (a failed build
+  writes no digest, so the kubelet keeps its log tail instead); no Kubernetes API token is mounted
+  unless a service account is configured.
+- No registry credential passes through the worker: the Secret is referenced by name only, and
+  ``submit`` does not read it. A missing Secret (or one without ``.dockerconfigjson``) shows as the
+  kubelet's FailedMount; that, like a missing Secret for an env var in the staging pod, fails the
+  run at once: no waiting creates it. Other FailedMount events are progress.
+- Build arguments are visible in the pod spec and in the image's history: never pass credentials
+  through them.
+- kaniko runs as root in its container: a namespace enforcing the ``restricted`` Pod Security
+  Standard refuses the pod.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import posixpath
+import re
+import time
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from aliyun_training.remote import RemoteStatus
+from aliyun_training.spec import SpecError, validate_record
+from aliyun_training.staging.pod import _label_value, _lines, pending_problem
+
+log = logging.getLogger(__name__)
+
+#: The last upstream kaniko release (GoogleContainerTools/kaniko, archived 2025); see the module docs.
+DEFAULT_BUILDER_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
+CONTAINER = "kaniko"
+WORKSPACE = "/workspace"
+WORKSPACE_VOLUME = "workspace"
+CONTEXT_VOLUME = "context"
+REGISTRY_VOLUME = "registry-auth"
+DOCKER_CONFIG_DIR = "/kaniko/.docker"
+DOCKER_CONFIG_KEY = ".dockerconfigjson"
+TERMINATION_LOG = "/dev/termination-log"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "aliyun-training"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+COMPONENT = "image-build"
+REPOSITORY_LABEL = "aliyun-training/image-repository"
+TAG_LABEL = "aliyun-training/image-tag"
+IMAGE_ANNOTATION = "aliyun-training/image"
+BUILD_ANNOTATION = "aliyun-training/build-sha256"
+#: Log lines a failure message carries, and lines searched for the failing step.
+FAILURE_TAIL_LINES = 20
+STEP_SEARCH_LINES = 500
+#: Log lines a result carries.
+RESULT_TAIL_LINES = 20
+DELETE_WAIT_SECONDS = 60.0
+#: A ConfigMap holds at most 1 MiB; leave room for its metadata.
+MAX_CONTEXT_BYTES = 1_000_000
+#: Flags this module sets itself (or that would break what ``result`` relies on).
+RESERVED_FLAGS = frozenset(
+    {"--context", "--dockerfile", "--destination", "--digest-file", "--cache", "--cache-repo", "--no-push"}
+)
+EXIT_CODE_MEANINGS = {137: "killed, usually for memory (fix: raise memory from {memory})"}
+
+_DNS_LABEL_MAX = 63
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_REPOSITORY = r"[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[a-z0-9][a-z0-9._-]*)+"
+_DESTINATION = re.compile(rf"^(?P<repository>{_REPOSITORY}):(?P<tag>{_TAG})$")
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_INSTRUCTIONS = ("FROM", "RUN", "COPY", "ADD", "ARG", "ENV", "WORKDIR", "USER", "LABEL", "EXPOSE")
+_INSTRUCTIONS += (
+    "ENTRYPOINT",
+    "CMD",
+    "SHELL",
+    "VOLUME",
+    "ONBUILD",
+    "HEALTHCHECK",
+    "STOPSIGNAL",
+    "MAINTAINER",
+)
+#: kaniko logs each Dockerfile instruction as written, e.g. ``INFO[0005] RUN apt-get install -y ...``.
+_STEP = re.compile(
+    r"^(?:INFO|DEBU|WARN)\[[0-9]+\]\s+(?P<step>(?:"
+    + "|".join(f"{word}|{word.lower()}" for word in _INSTRUCTIONS)
+    + r")\s.*)$"
+)
+#: kaniko's last word: ``error building image: ...`` (bare, or as a logrus ERRO/FATA line).
+_ERROR = re.compile(r"^(?:(?:ERRO|FATA)\[[0-9]+\]\s+)?(?:Error: )?(?P<error>error\b.*)$")
+
+
+class KanikoBuildError(RuntimeError):
+    """The build pod could not be started, finished without a digest, or is not ours."""
+
+
+class KanikoSettings(BaseModel):
+    """Everything a KanikoBuilder needs; JSON-serializable, so the trigger rebuilds the builder from it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubernetes_conn_id: str = "kubernetes_default"
+    namespace: str = "default"
+    builder_image: Annotated[
+        str,
+        Field(min_length=1, json_schema_extra={"fix": "give a kaniko executor image, e.g. a mirror in ACR"}),
+    ] = DEFAULT_BUILDER_IMAGE
+    destination: Annotated[
+        str,
+        Field(
+            pattern=_DESTINATION.pattern,
+            json_schema_extra={"fix": "give registry/namespace/repo:tag, without a digest"},
+        ),
+    ]
+    tag: Annotated[
+        str, Field(pattern=f"^{_TAG}$", json_schema_extra={"fix": "use the content-addressed tag"})
+    ]
+    #: File path in the context -> text; empty is accepted here (settings checks), refused by submit.
+    context_files: dict[str, str] = Field(default_factory=dict)
+    dockerfile: str = "Dockerfile"
+    build_args: dict[str, str] = Field(default_factory=dict)
+    #: A kubernetes.io/dockerconfigjson Secret with push access to destination (and cache_repo).
+    registry_secret: Annotated[
+        str,
+        Field(
+            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+            json_schema_extra={"fix": "name a kubernetes.io/dockerconfigjson Secret in the namespace"},
+        ),
+    ]
+    #: Repository of kaniko's layer cache; None: ``<destination repository>/cache``.
+    cache_repo: Annotated[
+        str | None,
+        Field(pattern=f"^{_REPOSITORY}$", json_schema_extra={"fix": "give registry/namespace/repo, no tag"}),
+    ] = None
+    cache: bool = True
+    cpu: str = "2"
+    memory: str = "8Gi"
+    #: Node disk the build may use (kaniko unpacks the base image there); None: no request.
+    ephemeral_storage: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, Any]] = Field(default_factory=list)
+    service_account: str | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list)
+
+    @field_validator("context_files")
+    @classmethod
+    def _context_paths(cls, files: dict[str, str]) -> dict[str, str]:
+        for path in files:
+            _check_context_path(path)
+        size = sum(len(path.encode()) + len(text.encode()) for path, text in files.items())
+        if size > MAX_CONTEXT_BYTES:
+            raise ValueError(
+                f"the build context is {size} bytes, more than a ConfigMap holds ({MAX_CONTEXT_BYTES}) "
+                "(fix: keep the context to the Dockerfile and small scripts; download big files in a "
+                "RUN step)"
+            )
+        return files
+
+    @field_validator("dockerfile")
+    @classmethod
+    def _dockerfile_path(cls, path: str) -> str:
+        _check_context_path(path)
+        return path
+
+    @field_validator("build_args")
+    @classmethod
+    def _build_arg_names(cls, args: dict[str, str]) -> dict[str, str]:
+        for name in args:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"{name!r} is not a build argument name (fix: use letters, digits and _)")
+        return args
+
+    @field_validator("extra_args")
+    @classmethod
+    def _extra_flags(cls, args: list[str]) -> list[str]:
+        for arg in args:
+            flag = arg.split("=", 1)[0]
+            if not arg.startswith("--"):
+                raise ValueError(f"{arg!r} is not a flag (fix: give kaniko flags as --name=value)")
+            if flag in RESERVED_FLAGS:
+                raise ValueError(f"{flag} is set by the builder (fix: use its setting instead)")
+        return args
+
+    @model_validator(mode="after")
+    def _consistent(self) -> KanikoSettings:
+        match = _DESTINATION.match(self.destination)
+        if match and match["tag"] != self.tag:
+            raise ValueError(
+                f"destination: {self.destination} is not tagged {self.tag} (fix: push the content-addressed "
+                "tag, registry/namespace/repo:<tag>)"
+            )
+        if self.context_files and self.dockerfile not in self.context_files:
+            raise ValueError(
+                f"dockerfile: {self.dockerfile} is not among the context files "
+                f"{sorted(self.context_files)} (fix: add it, or name the one that is the Dockerfile)"
+            )
+        return self
+
+    @property
+    def repository(self) -> str:
+        return self.destination.rsplit(":", 1)[0]
+
+    @property
+    def cache_repository(self) -> str:
+        return self.cache_repo or f"{self.repository}/cache"
+
+
+def _check_context_path(path: str) -> None:
+    parts = path.split("/")
+    if posixpath.normpath(path) != path or any(
+        part in (".", "..") or not _CONFIG_KEY.match(part) for part in parts
+    ):
+        raise ValueError(
+            f"{path!r} is not a relative path of the build context (fix: use names of letters, digits, "
+            "'-', '_' and '.', separated by '/')"
+        )
+
+
+# -- what is sent ---------------------------------------------------------------------------------
+
+
+def build_hash(settings: KanikoSettings) -> str:
+    """sha256 of everything that decides the pushed image: a pod of another hash is not reattached."""
+    inputs = {
+        "destination": settings.destination,
+        "dockerfile": settings.dockerfile,
+        "context_files": settings.context_files,
+        "build_args": settings.build_args,
+        "extra_args": settings.extra_args,
+    }
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()
+
+
+def build_pod_name(settings: KanikoSettings) -> str:
+    """``kaniko-<repo>-<tag>-<hash>``: a DNS-1123 label, the same for every try of one build."""
+    digest = hashlib.sha256(settings.destination.encode()).hexdigest()[:8]
+    repo = settings.repository.rsplit("/", 1)[-1]
+    readable = re.sub(r"[^a-z0-9]+", "-", f"kaniko-{repo}-{settings.tag}".lower())
+    return f"{readable.strip('-')[: _DNS_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+
+
+def context_map_name(pod_name: str) -> str:
+    return f"{pod_name}-context"
+
+
+def context_key(path: str) -> str:
+    """The ConfigMap key of a context file: its name, or (in a subdirectory) a name made unique."""
+    if _CONFIG_KEY.match(path):
+        return path
+    return f"{hashlib.sha256(path.encode()).hexdigest()[:12]}-{path.rsplit('/', 1)[-1]}"
+
+
+def build_labels(settings: KanikoSettings) -> dict[str, str]:
+    return {
+        MANAGED_BY_LABEL: MANAGED_BY,
+        COMPONENT_LABEL: COMPONENT,
+        REPOSITORY_LABEL: _label_value(settings.repository.rsplit("/", 1)[-1]),
+        TAG_LABEL: _label_value(settings.tag),
+    }
+
+
+def _metadata(settings: KanikoSettings, name: str) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": settings.namespace,
+        "labels": build_labels(settings),
+        "annotations": {IMAGE_ANNOTATION: settings.destination, BUILD_ANNOTATION: build_hash(settings)},
+    }
+
+
+def build_context_map(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
+    """The ConfigMap holding the build context, as sent to the API server."""
+    settings = validate_record(KanikoSettings, settings)
+    name = context_map_name(build_pod_name(settings))
+    data = {context_key(path): text for path, text in sorted(settings.context_files.items())}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": _metadata(settings, name), "data": data}
+
+
+def kaniko_args(settings: KanikoSettings) -> list[str]:
+    args = [
+        f"--context=dir://{WORKSPACE}",
+        f"--dockerfile={settings.dockerfile}",
+        f"--destination={settings.destination}",
+    ]
+    if settings.cache:
+        args += ["--cache=true", f"--cache-repo={settings.cache_repository}"]
+    args += [f"--build-arg={key}={settings.build_args[key]}" for key in sorted(settings.build_args)]
+    return [*args, f"--digest-file={TERMINATION_LOG}", *settings.extra_args]
+
+
+def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
+    """The kaniko pod, as sent to the API server."""
+    settings = validate_record(KanikoSettings, settings)
+    name = build_pod_name(settings)
+    requests = {"cpu": settings.cpu, "memory": settings.memory}
+    if settings.ephemeral_storage:
+        requests["ephemeral-storage"] = settings.ephemeral_storage
+    mounts: list[dict[str, Any]] = [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE}]
+    mounts += [
+        {
+            "name": CONTEXT_VOLUME,
+            "mountPath": posixpath.join(WORKSPACE, path),
+            "subPath": context_key(path),
+            "readOnly": True,
+        }
+        for path in sorted(settings.context_files)
+    ]
+    mounts.append({"name": REGISTRY_VOLUME, "mountPath": DOCKER_CONFIG_DIR, "readOnly": True})
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": settings.builder_image,
+        "imagePullPolicy": "IfNotPresent",
+        "args": kaniko_args(settings),
+        "resources": {"requests": requests, "limits": {"memory": settings.memory}},
+        "volumeMounts": mounts,
+        "terminationMessagePath": TERMINATION_LOG,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    volumes = [
+        {"name": WORKSPACE_VOLUME, "emptyDir": {}},
+        {"name": CONTEXT_VOLUME, "configMap": {"name": context_map_name(name)}},
+        {
+            "name": REGISTRY_VOLUME,
+            "secret": {
+                "secretName": settings.registry_secret,
+                "items": [{"key": DOCKER_CONFIG_KEY, "path": "config.json"}],
+            },
+        },
+    ]
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "containers": [container],
+        "volumes": volumes,
+        "automountServiceAccountToken": settings.service_account is not None,
+    }
+    if settings.service_account:
+        spec["serviceAccountName"] = settings.service_account
+    if settings.node_selector:
+        spec["nodeSelector"] = dict(settings.node_selector)
+    if settings.tolerations:
+        spec["tolerations"] = [dict(t) for t in settings.tolerations]
+    if settings.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(settings, name), "spec": spec}
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+class KanikoBuilder:
+    """RemoteRun that builds and pushes an image from a kaniko pod on ACK."""
+
+    mode = "kaniko"
+
+    def __init__(self, **config: Any) -> None:
+        self.settings = validate_record(KanikoSettings, config)
+        self._sync_hook: Any = None
+        self._async_hook_instance: Any = None
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return self.settings.model_dump(mode="json")
+
+    @property
+    def pod_name(self) -> str:
+        return build_pod_name(self.settings)
+
+    @property
+    def config_map_name(self) -> str:
+        return context_map_name(self.pod_name)
+
+    def _hook(self) -> Any:
+        if self._sync_hook is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+
+            self._sync_hook = KubernetesHook(conn_id=self.settings.kubernetes_conn_id)
+        return self._sync_hook
+
+    def _async_hook(self) -> Any:
+        if self._async_hook_instance is None:
+            from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
+
+            self._async_hook_instance = AsyncKubernetesHook(conn_id=self.settings.kubernetes_conn_id)
+        return self._async_hook_instance
+
+    # -- RemoteRun ----------------------------------------------------------------------------
+
+    def submit(self) -> dict[str, Any]:
+        """Reattach to this build's pod, or create its ConfigMap and pod (replacing a Failed pod)."""
+        from kubernetes.client.exceptions import ApiException
+
+        if not self.settings.context_files:
+            raise SpecError(
+                "context_files: the build context is empty (fix: pass the Dockerfile and its files)"
+            )
+        hook, name, namespace = self._hook(), self.pod_name, self.settings.namespace
+        existing = self._read_pod(hook, name)
+        if existing is not None:
+            self._check_ours(existing, "pod")
+            phase = existing.status.phase if existing.status else None
+            same = self._same_build(existing)
+            if existing.metadata.deletion_timestamp is None and phase != "Failed" and same:
+                log.info("Reattaching to image build pod %s/%s (%s)", namespace, name, phase)
+                return self._handle(existing, self._ensure_context(hook))
+            why = phase if same else f"{phase}, built from other inputs"
+            log.info("Replacing image build pod %s/%s of an earlier attempt (%s)", namespace, name, why)
+            self._delete_pod(hook, name, existing.metadata.uid)
+            self._wait_gone(hook, name)
+        config_map = self._ensure_context(hook)
+        try:
+            created = hook.core_v1_client.create_namespaced_pod(namespace, build_pod(self.settings))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            created = self._read_pod(hook, name)  # another worker created it just now
+            if created is None:
+                raise
+            self._check_ours(created, "pod")
+            if not self._same_build(created):
+                raise KanikoBuildError(
+                    f"image build pod {namespace}/{name} was just created by another attempt with other "
+                    "inputs (fix: retry once it finished)"
+                ) from None
+        log.info(
+            "Started image build pod %s/%s: %s (%d context files)",
+            namespace,
+            name,
+            self.settings.destination,
+            len(self.settings.context_files),
+        )
+        return self._handle(created, config_map)
+
+    async def apoll(self, handle: dict[str, Any]) -> RemoteStatus:
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        try:
+            pod = await self._async_hook().get_pod(handle["pod"], handle["namespace"])
+        except ApiException as exc:
+            if exc.status == 404:
+                return RemoteStatus(
+                    "failed", f"image build pod {_where(handle)} was deleted before it finished"
+                )
+            raise
+        if handle.get("uid") and pod.metadata.uid != handle["uid"]:
+            return RemoteStatus("failed", f"image build pod {_where(handle)} was replaced by another attempt")
+        phase = pod.status.phase if pod.status else None
+        if phase == "Succeeded":
+            return RemoteStatus("succeeded")
+        if phase == "Failed":
+            lines = await self._atail(handle, STEP_SEARCH_LINES)
+            return RemoteStatus("failed", failure_message(pod, lines, self.settings))
+        if phase == "Running":
+            lines = await self._atail(handle, 5)
+            return RemoteStatus("running", progress=lines[-1] if lines else f"pod {_where(handle)} Running")
+        if phase == "Unknown":
+            return RemoteStatus(
+                "running", progress=f"pod {_where(handle)} Unknown: its node stopped reporting"
+            )
+        problem, fatal = pending_problem(pod)
+        if not fatal:
+            mount, mount_fatal = await self._amount_problem(pod)
+            if mount:
+                problem, fatal = f"FailedMount: {mount}", mount_fatal
+        if fatal:
+            fix = mount_fix(problem, self.settings) if problem.startswith("FailedMount") else ""
+            return RemoteStatus("failed", f"image build pod {_where(handle)} cannot start: {problem}{fix}")
+        return RemoteStatus("running", progress=f"pod {_where(handle)} {phase or 'Pending'}: {problem}")
+
+    def result(self, handle: dict[str, Any]) -> dict[str, Any]:
+        """The pushed image and its digest (the termination message); then delete pod and ConfigMap."""
+        hook = self._hook()
+        pod = self._read_pod(hook, handle["pod"], handle["namespace"])
+        if pod is None:
+            raise KanikoBuildError(f"image build pod {_where(handle)} is gone: its digest cannot be read")
+        if handle.get("uid") and pod.metadata.uid != handle["uid"]:
+            raise KanikoBuildError(f"image build pod {_where(handle)} was replaced by another attempt")
+        phase = pod.status.phase if pod.status else None
+        if phase != "Succeeded":
+            raise KanikoBuildError(f"image build pod {_where(handle)} is {phase}, not Succeeded")
+        terminated = _terminated(pod)
+        digest = ((terminated.message if terminated else None) or "").strip()
+        lines = self._tail(hook, handle, RESULT_TAIL_LINES)
+        try:
+            if not _DIGEST.match(digest):
+                raise KanikoBuildError(
+                    f"image build pod {_where(handle)} succeeded but left no sha256 digest in "
+                    f"{TERMINATION_LOG} (fix: keep --digest-file={TERMINATION_LOG}; use a kaniko executor "
+                    "image); last log lines:\n" + _tail_text(lines)
+                )
+        finally:
+            # Gone either way: a retry builds again, mostly from the layer cache.
+            self._remove(hook, handle)
+        log.info("Image build pod %s pushed %s@%s", _where(handle), self.settings.destination, digest)
+        return {"image": self.settings.destination, "digest": digest, "log_tail": lines}
+
+    def stop(self, handle: dict[str, Any]) -> None:
+        """Delete the pod and ConfigMap of this handle (not a newer attempt's); gone is fine."""
+        self._remove(self._hook(), handle)
+
+    # -- helpers ---------------------------------------------------------------------------------
+
+    def _handle(self, pod: Any, config_map: Any) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "namespace": self.settings.namespace,
+            "pod": pod.metadata.name,
+            "uid": pod.metadata.uid,
+            "config_map": config_map.metadata.name,
+            "config_map_uid": config_map.metadata.uid,
+        }
+
+    def _same_build(self, obj: Any) -> bool:
+        return (obj.metadata.annotations or {}).get(BUILD_ANNOTATION) == build_hash(self.settings)
+
+    def _check_ours(self, obj: Any, kind: str) -> None:
+        labels = obj.metadata.labels or {}
+        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(COMPONENT_LABEL) != COMPONENT:
+            raise KanikoBuildError(
+                f"{kind} {self.settings.namespace}/{obj.metadata.name} exists but is not an image build "
+                f"{kind} of this pipeline (labels {MANAGED_BY_LABEL}={MANAGED_BY}, {COMPONENT_LABEL}="
+                f"{COMPONENT} missing) (fix: delete or rename that {kind}; it is never touched here)"
+            )
+
+    def _ensure_context(self, hook: Any) -> Any:
+        """Create the context ConfigMap, reuse it when its data is the same, replace it when not."""
+        from kubernetes.client.exceptions import ApiException
+
+        core, namespace, name = hook.core_v1_client, self.settings.namespace, self.config_map_name
+        body = build_context_map(self.settings)
+        current = self._read_config_map(core, name)
+        if current is None:
+            try:
+                return core.create_namespaced_config_map(namespace, body)
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+                current = self._read_config_map(core, name)  # created by another worker just now
+                if current is None:
+                    raise
+        self._check_ours(current, "configmap")
+        if (current.data or {}) == body["data"] and not current.binary_data:
+            return current
+        log.info("Replacing build context ConfigMap %s/%s: its files differ", namespace, name)
+        body["metadata"]["resourceVersion"] = current.metadata.resource_version
+        return core.replace_namespaced_config_map(name, namespace, body)
+
+    def _read_config_map(self, core: Any, name: str) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return core.read_namespaced_config_map(name, self.settings.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _read_pod(self, hook: Any, name: str, namespace: str | None = None) -> Any:
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            return hook.get_pod(name, namespace or self.settings.namespace)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def _remove(self, hook: Any, handle: dict[str, Any]) -> None:
+        namespace = handle["namespace"]
+        if not self._delete_pod(hook, handle["pod"], handle.get("uid"), namespace):
+            return  # the name holds a newer attempt's pod, which mounts the ConfigMap
+        config_map = handle.get("config_map") or context_map_name(handle["pod"])
+        self._delete_config_map(hook, config_map, handle.get("config_map_uid"), namespace)
+
+    def _delete_pod(self, hook: Any, name: str, uid: str | None, namespace: str | None = None) -> bool:
+        """Delete the pod (only this uid when given); False when the name holds another pod."""
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        namespace = namespace or self.settings.namespace
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            hook.core_v1_client.delete_namespaced_pod(name, namespace, body=options)
+            log.info("Deleted image build pod %s/%s", namespace, name)
+        except ApiException as exc:
+            if exc.status == 409:  # the uid precondition failed: the pod is a newer attempt's
+                return False
+            if exc.status != 404:
+                raise
+        return True
+
+    def _delete_config_map(self, hook: Any, name: str, uid: str | None, namespace: str) -> None:
+        from kubernetes import client
+        from kubernetes.client.exceptions import ApiException
+
+        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
+        try:
+            hook.core_v1_client.delete_namespaced_config_map(name, namespace, body=options)
+            log.info("Deleted build context ConfigMap %s/%s", namespace, name)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise
+
+    def _wait_gone(self, hook: Any, name: str) -> None:
+        deadline = time.monotonic() + DELETE_WAIT_SECONDS
+        while self._read_pod(hook, name) is not None:
+            if time.monotonic() >= deadline:
+                raise KanikoBuildError(
+                    f"image build pod {self.settings.namespace}/{name} of an earlier attempt is still being "
+                    f"deleted after {DELETE_WAIT_SECONDS:.0f} s (fix: check its finalizers and node)"
+                )
+            time.sleep(0.2)
+
+    def _tail(self, hook: Any, handle: dict[str, Any], lines: int) -> list[str]:
+        """The sync client mangles log text when it decodes it: read the raw bytes."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            response = hook.core_v1_client.read_namespaced_pod_log(
+                **_log_args(handle, lines), _preload_content=False
+            )
+        except ApiException as exc:
+            if exc.status in (400, 404):
+                return []
+            raise
+        return log_lines(response.data)
+
+    async def _atail(self, handle: dict[str, Any], lines: int) -> list[str]:
+        """kubernetes_asyncio raises no ApiException for an unloaded response: check its status here."""
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        async with self._async_hook().get_conn() as api:
+            response = await client.CoreV1Api(api).read_namespaced_pod_log(
+                **_log_args(handle, lines), _preload_content=False
+            )
+            try:
+                if response.status in (400, 404):  # not started, or gone
+                    return []
+                if not 200 <= response.status <= 299:
+                    raise ApiException(status=response.status, reason=response.reason)
+                return log_lines(await response.read())
+            finally:
+                response.release()
+
+    async def _amount_problem(self, pod: Any) -> tuple[str, bool]:
+        """The kubelet's current FailedMount about the pod and whether it is fatal (see mount_problem)."""
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        async with self._async_hook().get_conn() as api:
+            try:
+                events = await client.CoreV1Api(api).list_namespaced_event(
+                    pod.metadata.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+                )
+            except ApiException as exc:
+                if exc.status in (403, 404):  # events not readable: the pod's own status must do
+                    return "", False
+                raise
+        return mount_problem([e for e in events.items if e.involved_object.uid == pod.metadata.uid])
+
+
+# -- interpreting the pod and kaniko's log --------------------------------------------------------
+
+
+def log_lines(data: bytes | str) -> list[str]:
+    """Non-empty log lines without kaniko's colour codes."""
+    return [_ANSI.sub("", line) for line in _lines(data)]
+
+
+def failing_step(lines: list[str]) -> tuple[str, str]:
+    """(the Dockerfile step kaniko ran last before its error, the error); "" for what is not there."""
+    error_at, error = len(lines), ""
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ERROR.match(lines[index])
+        if match:
+            error_at, error = index, match["error"]
+            break
+    for line in reversed(lines[:error_at]):
+        match = _STEP.match(line)
+        if match:
+            return match["step"].strip(), error
+    return "", error
+
+
+def mount_problem(events: list[Any]) -> tuple[str, bool]:
+    """The kubelet's FailedMount message that still holds the pod back, and whether it is fatal.
+
+    Only FailedMount events after the kubelet's last other event count (Pulling, Started, ... mean
+    the volumes were set up since, e.g. once a missing Secret was created; events outlive that).
+    Of those, a fatal one wins over a transient one (the kubelet's "Unable to attach or mount
+    volumes: ... timed out" follows the cause it summarises).
+    """
+    kubelet = [e for e in events if _component(e) == "kubelet"]
+    kubelet.sort(key=_event_time)  # stable: the API server's order among equal times
+    current: list[str] = []
+    for event in kubelet:
+        current = [*current, event.message or ""] if event.reason == "FailedMount" else []
+    fatal = [message for message in current if mount_is_fatal(message)]
+    if fatal:
+        return fatal[-1], True
+    return (current[-1], False) if current else ("", False)
+
+
+def _component(event: Any) -> str:
+    source = getattr(event, "source", None)
+    return (source.component if source else None) or getattr(event, "reporting_component", None) or ""
+
+
+def _event_time(event: Any) -> float:
+    for value in (event.last_timestamp, getattr(event, "event_time", None), event.first_timestamp):
+        if value is not None and hasattr(value, "timestamp"):
+            return value.timestamp()
+    return 0.0
+
+
+def mount_is_fatal(message: str) -> bool:
+    """A missing ConfigMap, Secret or key: no waiting mounts it (other mount errors may pass)."""
+    return bool(re.search(r'(?:secret|configmap) "[^"]*" not found|references non-existent', message))
+
+
+def mount_fix(problem: str, settings: KanikoSettings) -> str:
+    if f'"{REGISTRY_VOLUME}"' in problem:
+        return (
+            f" (fix: create the kubernetes.io/dockerconfigjson Secret {settings.registry_secret} with a "
+            f"{DOCKER_CONFIG_KEY} key in namespace {settings.namespace}, e.g. kubectl create secret "
+            f"docker-registry {settings.registry_secret} --docker-server=<registry> ..., with push access "
+            f"to {settings.repository})"
+        )
+    if f'"{CONTEXT_VOLUME}"' in problem:
+        return " (fix: the build context ConfigMap was deleted; retry the task to create it again)"
+    return ""
+
+
+def failure_message(pod: Any, lines: list[str], settings: KanikoSettings) -> str:
+    """The failing step, kaniko's error, exit code, reason and log tail of a Failed build pod."""
+    where = f"{pod.metadata.namespace}/{pod.metadata.name}"
+    terminated = _terminated(pod)
+    if not lines and terminated is not None and terminated.message:
+        lines = [_ANSI.sub("", line) for line in terminated.message.splitlines() if line.strip()]
+    step, error = failing_step(lines)
+    parts = [f"image build pod {where} failed"]
+    if step:
+        parts.append(f" at step {step!r}")
+    elif error:
+        parts.append(" before its first build step")
+    if error:
+        parts.append(f": {error}")
+        if re.search(r"UNAUTHORIZED|authentication required|push permission", error):
+            parts.append(
+                f" (fix: give Secret {settings.registry_secret} push access to {settings.repository})"
+            )
+    if terminated is not None:
+        code = terminated.exit_code
+        meaning = EXIT_CODE_MEANINGS.get(code, "").format(memory=settings.memory)
+        parts.append(
+            f"; container {CONTAINER} exited with code {code} ({terminated.reason or 'Error'})"
+            + (f", {meaning}" if meaning else "")
+        )
+    if pod.status and pod.status.reason:
+        parts.append(f"; pod {pod.status.reason}: {pod.status.message or ''}".rstrip(": "))
+    text = "".join(parts)
+    return text + ("; last log lines:\n" + _tail_text(lines) if lines else "; no log")
+
+
+def _terminated(pod: Any) -> Any:
+    for container in (pod.status.container_statuses if pod.status else None) or []:
+        if container.name == CONTAINER and container.state and container.state.terminated:
+            return container.state.terminated
+    return None
+
+
+def _where(handle: dict[str, Any]) -> str:
+    return f"{handle['namespace']}/{handle['pod']}"
+
+
+def _log_args(handle: dict[str, Any], lines: int) -> dict[str, Any]:
+    return {
+        "name": handle["pod"],
+        "namespace": handle["namespace"],
+        "container": CONTAINER,
+        "tail_lines": lines,
+    }
+
+
+def _tail_text(lines: list[str]) -> str:
+    return "\n".join(f"  {line}" for line in lines[-FAILURE_TAIL_LINES:])
