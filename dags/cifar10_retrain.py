@@ -35,6 +35,7 @@ from airflow.sdk import DAG, Asset, Param, TaskGroup, task
 
 from aliyun_training.backends import IMPLEMENTED_BACKENDS
 from aliyun_training.operators.artifacts import ArtifactsOperator
+from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator, RdmaBandwidthOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
@@ -127,6 +128,25 @@ with DAG(
             title="Skip preflight",
             description="Run without the preflight checks (logged as a warning); only for emergencies.",
         ),
+        "image": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$",
+            title="Pin an image",
+            description="Train in this image as it is: no build, no verification (cloud backends).",
+        ),
+        "force_rebuild": Param(
+            False,
+            type="boolean",
+            title="Force image rebuild",
+            description="Build the training image even when its content-addressed tag already exists.",
+        ),
+        "skip_bandwidth_check": Param(
+            False,
+            type="boolean",
+            title="Skip RDMA bandwidth check",
+            description="Do not measure RDMA bandwidth between two nodes before a multi-node run.",
+        ),
         "backend_overrides": Param(
             {},
             type="object",
@@ -162,8 +182,8 @@ with DAG(
         if backend == "local":
             return [*stage, "training_runtime"]
         if backend == "dlc":
-            return [*stage, "wait_for_capacity"]
-        return stage or ["train"]
+            return [*stage, "build_image", "wait_for_capacity"]
+        return [*stage, "build_image"]
 
     run = configure()
     with TaskGroup("preflight") as preflight:
@@ -198,6 +218,39 @@ with DAG(
         register=run["staging_register"],
     )
     runtime = LocalRuntimeOperator(task_id="training_runtime")
+    build_image = ImageBuildOperator(
+        task_id="build_image",
+        context_dir=os.path.join(PROJECT_DIR, "include", "docker"),
+        repository=run["image_repository"],
+        mode=run["image_build_mode"],
+        builder=run["image_builder"],
+        build_args=run["image_build_args"],
+        registry_conn_id=run["image_registry_conn_id"],
+        pinned_image=run["image_pinned"],
+        fixed_image=run["image_fixed"],
+        force_rebuild=run["image_force_rebuild"],
+    )
+    verify_image = ImageVerifyOperator(
+        task_id="verify_image",
+        image=build_image.output,
+        spec=run["spec"],
+        backend_config=run["backend_config"],
+        output_root=run["output_root"],
+        poll_interval=10,
+    )
+    check_rdma = RdmaBandwidthOperator(
+        task_id="check_rdma",
+        image=verify_image.output,
+        spec=run["spec"],
+        backend_config=run["backend_config"],
+        output_root=run["output_root"],
+        line_rate_gbps=run["rdma_line_rate_gbps"],
+        pass_ratio=run["rdma_pass_ratio"],
+        device=run["rdma_device"],
+        gid_index=run["rdma_gid_index"],
+        skip=run["rdma_skip"],
+        poll_interval=10,
+    )
     train = TrainingJobOperator(
         task_id="train",
         spec=run["spec"],
@@ -205,6 +258,7 @@ with DAG(
         output_root=run["output_root"],
         dataset=stage.output,
         dataset_mount_path=run["dataset_mount_path"],
+        image=verify_image.output,
         poll_interval=5,
         retries=1,
         trigger_rule="none_failed_min_one_success",
@@ -218,5 +272,7 @@ with DAG(
         runtime=runtime.output,
         outlets=[MODEL_ASSET],
     )
-    preflight >> route(run["backend"], run["staging_mode"]) >> [stage, runtime, wait_for_capacity, train]
-    [stage, runtime, wait_for_capacity] >> train
+    branches = [stage, runtime, build_image, wait_for_capacity]
+    preflight >> route(run["backend"], run["staging_mode"]) >> branches
+    build_image >> verify_image >> check_rdma
+    [stage, runtime, wait_for_capacity, check_rdma] >> train

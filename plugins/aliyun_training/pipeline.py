@@ -114,9 +114,11 @@ def resolve_run(
     else:
         staging = _cloud_staging(params["backend"], env, dataset, version)
         mount_path = _mount_path(params["backend"], env)
+    image_stages = _image_stages(params, env) if params["backend"] != Backend.LOCAL else {}
     return {
         "backend": params["backend"],
         "dataset_version": version,
+        **image_stages,
         "source_uri": staging["source_uri"],
         "staging_root": staging["target_root"],
         "staging_mode": staging["mode"],
@@ -135,6 +137,46 @@ def _mount_path(backend: str, env: dict[str, Any]) -> str:
     if backend == Backend.DLC:
         return (env.get("dataset") or {}).get("mount_path") or "/mnt/data"
     return env.get("mount_path") or "/mnt/data"
+
+
+def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """Settings of the image build and the RDMA bandwidth check, checked before anything runs."""
+    from aliyun_training.image.builders import image_builder
+    from aliyun_training.image.context import image_reference
+
+    block = env.get("image_build") or {}
+    mode = block.get("mode")
+    builder = (block.get(mode) or {}) if mode else {}
+    pinned = params.get("image")
+    if mode and not pinned:
+        allowed = ("acr",) if params["backend"] == Backend.DLC else ("kaniko", "acr")
+        if mode not in allowed:
+            raise SpecError(
+                f"image_build.mode: {mode!r} is not available on {params['backend']} "
+                f"(fix: use one of {allowed})"
+            )
+        reference = image_reference(block.get("repository") or "", "0" * 16)
+        trial = {
+            "tag": "0" * 16,
+            **({"destination": reference} if mode == "kaniko" else {"image": reference}),
+        }
+        image_builder(mode, {**builder, **trial})
+    rdma = env.get("rdma_check") or {}
+    return {
+        "image_build_mode": mode,
+        "image_repository": block.get("repository"),
+        "image_builder": builder,
+        "image_build_args": {"BASE_IMAGE": block["base_image"]} if block.get("base_image") else {},
+        "image_registry_conn_id": block.get("registry_conn_id") or env.get("image_registry_conn_id"),
+        "image_fixed": env.get("image"),
+        "image_pinned": pinned,
+        "image_force_rebuild": bool(params.get("force_rebuild")),
+        "rdma_line_rate_gbps": float(rdma.get("line_rate_gbps") or 200),
+        "rdma_pass_ratio": float(rdma.get("pass_ratio") or 0.9),
+        "rdma_device": rdma.get("device") or "mlx5_0",
+        "rdma_gid_index": int(rdma.get("gid_index") or 3),
+        "rdma_skip": bool(params.get("skip_bandwidth_check")),
+    }
 
 
 def _stages(env: dict[str, Any]) -> bool:

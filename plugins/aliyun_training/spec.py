@@ -248,6 +248,9 @@ class BuiltImage(BaseModel):
     cuda: str | None = None
     nccl: str | None = None
     rdma_libs: list[str] = Field(default_factory=list)
+    #: Whether a verification job ran the check script inside this image and every check passed.
+    verified: bool = False
+    ibv_devices: list[str] = Field(default_factory=list)
 
 
 class JobResult(BaseModel):
@@ -348,3 +351,33 @@ def mount_staged(spec: TrainingJobSpec, staged: StagedDataset, mount_path: str |
         )
         return spec.model_copy(update={"datasets": [mount], "env": {**spec.env, "DATA_DIR": mount_path}})
     return spec.model_copy(update={"env": {**spec.env, "DATA_DIR": staged.uri}})
+
+
+class ImageRef(BaseModel):
+    """The training image a run uses, before verification.
+
+    ``source`` says where it came from: ``built`` (this run built it), ``existing`` (the
+    content-addressed tag was already in the registry, or the environment names a fixed image) or
+    ``pinned`` (the trigger form named it: no build, no verification).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    uri: Annotated[str, Field(min_length=1)]
+    digest: str | None = None
+    tag: str | None = None
+    source: Literal["built", "existing", "pinned"] = "existing"
+    log_tail: list[str] = Field(default_factory=list)
+
+
+class BandwidthCheck(BaseModel):
+    """The RDMA bandwidth measured between two nodes before a multi-node run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    verdict: Literal["PASS", "WARN", "FAIL", "SKIPPED"]
+    tool: str = ""
+    measured_gbps: float | None = None
+    line_rate_gbps: float | None = None
+    transport: str | None = None
+    message: str = ""

@@ -12,10 +12,15 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
 from tests.cloud_harness import QUOTA, ROLE, emulated_cloud
-from tests.emulators.kubernetes_fake import KubernetesFake
+from tests.emulators.dlc import JobScript
+from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
 VERSION = "2026-11-22"
+DATA = Path(__file__).resolve().parents[1] / "data"
+GOOD_PROBE = (DATA / "probe" / "verify_pod.log").read_text().splitlines()
+ALL_REDUCE_2X8 = (DATA / "rdma" / "all_reduce_perf_2x8.txt").read_text().splitlines()
+IB_WRITE_BW_SERVER = (DATA / "rdma" / "ib_write_bw_server.txt").read_text().splitlines()
 
 
 @pytest.fixture
@@ -92,6 +97,9 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
             },
         }
 
+        cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
+        cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
+
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
             run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
@@ -99,7 +107,14 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
         report = run.get_task_instance("preflight.report").xcom_pull(task_ids="preflight.report")
-        (create,) = cloud.dlc.requests_for("CreateJob")
+        verified = run.get_task_instance("verify_image").xcom_pull(task_ids="verify_image")
+        bandwidth = run.get_task_instance("check_rdma").xcom_pull(task_ids="check_rdma")
+        creates = {
+            r.body["DisplayName"].rsplit("-", 1)[0]: r.body for r in cloud.dlc.requests_for("CreateJob")
+        }
+    verify, check, create = (
+        creates[f"cifar10-retrain-{task}"] for task in ("verify-image", "check-rdma", "train")
+    )
     assert states == {
         "configure": "success",
         "preflight.check_machine": "success",
@@ -110,6 +125,9 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
         "preflight.report": "success",
         "route": "success",
         "wait_for_capacity": "success",
+        "build_image": "success",
+        "verify_image": "success",
+        "check_rdma": "success",
         "train": "success",
         "stage_dataset": "skipped",
         "training_runtime": "skipped",
@@ -117,9 +135,16 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
     }
     assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
     assert all(f["verdict"] == "PASS" for f in report["findings"])
-    assert create.body["ResourceId"] == QUOTA and create.body["JobType"] == "PyTorchJob"
-    assert create.body["UserVpc"]["VpcId"] == ids.vpc_id
-    assert create.body["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
+    assert create["ResourceId"] == QUOTA and create["JobType"] == "PyTorchJob"
+    assert create["UserVpc"]["VpcId"] == ids.vpc_id
+    assert create["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
+    assert create["JobSpecs"][0]["Image"] == "registry.example.com/train:1"
+    assert verify["UserCommand"].endswith("python3 /opt/aliyun-training/check_image.py")
+    assert [(s["Type"], s["PodCount"]) for s in verify["JobSpecs"]] == [("Master", 1)]
+    assert verified["verified"] is True and verified["nccl"] == "2.21.5" and verified["cuda"] == "12.4"
+    assert check["JobType"] == "MPIJob" and "all_reduce_perf" in check["UserCommand"]
+    assert bandwidth["tool"] == "all_reduce_perf" and bandwidth["transport"] == "ib"
+    assert bandwidth["verdict"] in ("PASS", "WARN") and bandwidth["measured_gbps"] > 0
 
 
 def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
@@ -162,6 +187,8 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_st
             "data_pvc": "cpfs-train",
             "namespace": "training",
         }
+        cluster.script_for("cifar10-retrain-verify-image", TrainingScript(log_lines=GOOD_PROBE))
+        cluster.script_for("cifar10-retrain-check-rdma", TrainingScript(log_lines=IB_WRITE_BW_SERVER))
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 8, tz="UTC"),
@@ -169,11 +196,17 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_st
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        bandwidth = run.get_task_instance("check_rdma").xcom_pull(task_ids="check_rdma")
         created = [r for r in cluster.requests if r.method == "POST" and r.path.endswith("/pytorchjobs")]
     assert states["train"] == "success" and states["preflight.check_cluster"] == "success"
     assert states["preflight.report"] == "success"
+    assert states["build_image"] == states["verify_image"] == states["check_rdma"] == "success"
     assert states["stage_dataset"] == states["publish_artifacts"] == "skipped"
-    (job,) = [r.body for r in created]
+    assert bandwidth["tool"] == "ib_write_bw" and bandwidth["measured_gbps"] > 0
+    jobs = {r.body["metadata"]["name"].rsplit("-", 1)[0]: r.body for r in created}
+    check = jobs["cifar10-retrain-check-rdma"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert "ib_write_bw -d mlx5_0 -x 3 -F --report_gbits" in " ".join(check["containers"][0]["command"])
+    job = jobs["cifar10-retrain-train"]
     assert job["metadata"]["labels"]["createdBy"] == "PyTorchJob"
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert {"name": "DATA_DIR", "value": "/mnt/data/cifar10/2026-11-08"} in container["env"]

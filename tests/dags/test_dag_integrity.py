@@ -57,8 +57,19 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     assert dag.get_task("route").downstream_task_ids == {
         "stage_dataset",
         "training_runtime",
+        "build_image",
         "wait_for_capacity",
-        "train",
+    }
+    # The image is built and verified side by side with staging, and both finish before training.
+    assert dag.get_task("verify_image").upstream_task_ids == {"configure", "build_image"}
+    assert dag.get_task("check_rdma").upstream_task_ids == {"configure", "verify_image"}
+    assert dag.get_task("train").upstream_task_ids == {
+        "configure",
+        "stage_dataset",
+        "training_runtime",
+        "wait_for_capacity",
+        "verify_image",
+        "check_rdma",
     }
     assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
     assert dag.get_task("publish_artifacts").upstream_task_ids == {

@@ -48,11 +48,13 @@ class TrainingJobOperator(BaseOperator):
     :param dataset: the staging task's StagedDataset (templated): the job reads that version, mounted
         at ``dataset_mount_path`` when it was registered for the backend.
     :param dataset_mount_path: where a registered dataset version is mounted on every node.
+    :param image: the image stage's record (an ``ImageRef`` or ``BuiltImage``) or an image reference
+        (templated): the job runs in it instead of the spec's image.
     :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
     :param poll_interval: seconds between status polls.
     """
 
-    template_fields = ("spec", "backend_config", "output_root", "dataset", "dataset_mount_path")
+    template_fields = ("spec", "backend_config", "output_root", "dataset", "dataset_mount_path", "image")
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 
@@ -64,6 +66,7 @@ class TrainingJobOperator(BaseOperator):
         output_root: str | None = None,
         dataset: Any = None,
         dataset_mount_path: str | None = None,
+        image: Any = None,
         deferrable: bool = True,
         poll_interval: float = 10.0,
         **kwargs: Any,
@@ -74,6 +77,7 @@ class TrainingJobOperator(BaseOperator):
         self.output_root = output_root
         self.dataset = dataset
         self.dataset_mount_path = dataset_mount_path
+        self.image = image
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._waiting_for: JobHandle | None = None
@@ -139,6 +143,9 @@ class TrainingJobOperator(BaseOperator):
         spec = TrainingJobSpec.parse(self.spec)
         if self.dataset:
             spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), self.dataset_mount_path)
+        if self.image:
+            uri = self.image if isinstance(self.image, str) else self.image["uri"]
+            spec = spec.model_copy(update={"image": uri})
         return spec
 
     def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:

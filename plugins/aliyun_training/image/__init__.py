@@ -1,0 +1,1 @@
+"""The training image: build context and tag, builds (kaniko, ACR), registry checks, verification."""
