@@ -238,7 +238,6 @@ class ImageVerifyOperator(_CheckJobOperator):
                 "gpus_per_node": 1,  # NCCL reports its version only with a GPU
                 "command": CHECK_COMMAND,
                 "datasets": [],
-                "output_dir": None,
                 "timeout_minutes": self.timeout_minutes,
             }
         )
@@ -346,7 +345,6 @@ class RdmaBandwidthOperator(_CheckJobOperator):
                 "framework": framework,
                 "command": command,
                 "datasets": [],
-                "output_dir": None,
                 "env": {**spec.env, "NCCL_DEBUG": "INFO"},
                 "timeout_minutes": self.timeout_minutes,
             }

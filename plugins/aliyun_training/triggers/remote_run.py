@@ -59,16 +59,18 @@ class RemoteRunTrigger(BaseTrigger):
                     self.log.info("%s", status.progress)
                     last_progress = status.progress
                 if status.state != "running":
-                    yield TriggerEvent(
-                        {"status": status.state, "handle": self.handle, "message": status.message}
-                    )
+                    yield self._event(status.state, status.message)
                     return
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
             self.log.exception("Watching the %s %s run failed", self.mode, self.kind)
-            yield TriggerEvent(
-                {"status": "error", "handle": self.handle, "message": f"{type(exc).__name__}: {exc}"}
-            )
+            yield self._event("error", f"{type(exc).__name__}: {exc}")
+
+    def _event(self, status: str, message: str) -> TriggerEvent:
+        """The run's end, with the settings ``execute_complete`` rebuilds the run from."""
+        return TriggerEvent(
+            {"status": status, "handle": self.handle, "config": self.config, "message": message}
+        )
 
     async def on_kill(self) -> None:
         """The user killed the deferred task: stop the run so it does no more work."""
