@@ -230,20 +230,15 @@ with DAG(
         fixed_image=run["image_fixed"],
         force_rebuild=run["image_force_rebuild"],
     )
+    # The image checks are jobs on the run's backend, with the run's spec and settings.
+    job = {"spec": run["spec"], "backend_config": run["backend_config"], "output_root": run["output_root"]}
     verify_image = ImageVerifyOperator(
-        task_id="verify_image",
-        image=build_image.output,
-        spec=run["spec"],
-        backend_config=run["backend_config"],
-        output_root=run["output_root"],
-        poll_interval=10,
+        task_id="verify_image", image=build_image.output, poll_interval=10, **job
     )
     check_rdma = RdmaBandwidthOperator(
         task_id="check_rdma",
         image=verify_image.output,
-        spec=run["spec"],
-        backend_config=run["backend_config"],
-        output_root=run["output_root"],
+        **job,
         line_rate_gbps=run["rdma_line_rate_gbps"],
         pass_ratio=run["rdma_pass_ratio"],
         device=run["rdma_device"],
@@ -253,9 +248,7 @@ with DAG(
     )
     train = TrainingJobOperator(
         task_id="train",
-        spec=run["spec"],
-        backend_config=run["backend_config"],
-        output_root=run["output_root"],
+        **job,
         dataset=stage.output,
         dataset_mount_path=run["dataset_mount_path"],
         image=verify_image.output,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.publish import publish_directory
 from aliyun_training.report import render_report
-from aliyun_training.spec import ArtifactSet, BuiltImage, JobResult, StagedDataset
+from aliyun_training.spec import ArtifactSet, BandwidthCheck, BuiltImage, JobResult, StagedDataset
 
 if TYPE_CHECKING:
     from aliyun_training.staging.oss import OssClientConfig
@@ -60,13 +60,14 @@ def publish_artifacts(
     dataset: StagedDataset,
     runtime: BuiltImage,
     oss: OssClientConfig | None = None,
+    bandwidth: BandwidthCheck | None = None,
 ) -> ArtifactSet:
     """Copy the job's outputs, write manifest.json and report.html, publish atomically.
 
     ``oss`` is required when ``artifact_root`` is an ``oss://`` URI.
     """
     if artifact_root.startswith("oss://"):
-        return _publish_to_oss(model, artifact_root, job, dataset, runtime, oss)
+        return _publish_to_oss(model, artifact_root, job, dataset, runtime, oss, bandwidth)
     started = time.monotonic()
     if not job.output_uri or not Path(job.output_uri).is_dir():
         raise ArtifactError(
@@ -96,6 +97,7 @@ def publish_artifacts(
         "dataset": dataset.model_dump(mode="json"),
         "job": job.model_dump(mode="json"),
         "runtime": runtime.model_dump(mode="json"),
+        "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
         "metrics": metrics,
         "timings": {
             "staging_seconds": dataset.seconds,
@@ -125,6 +127,7 @@ def _publish_to_oss(
     dataset: StagedDataset,
     runtime: BuiltImage,
     oss: OssClientConfig | None,
+    bandwidth: BandwidthCheck | None,
 ) -> ArtifactSet:
     """Build the set in a scratch directory, then upload it with the manifest last."""
     from aliyun_training.staging.oss import parse_oss_uri, upload_directory

@@ -56,6 +56,15 @@ def loss_chart_svg(series: dict[str, list[float]]) -> str:
     return "\n".join(parts)
 
 
+def _bandwidth_row(check: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The RDMA bandwidth check's verdict and numbers, when the run measured them."""
+    if not check:
+        return []
+    if check["verdict"] == "SKIPPED":
+        return [("RDMA bandwidth", f"skipped: {check['message']}")]
+    return [("RDMA bandwidth", f"{check['verdict']}: {check['tool']}, {check['message']}")]
+
+
 def render_report(manifest: dict[str, Any]) -> str:
     """The HTML page for one artifact set's manifest."""
     metrics, job, dataset, runtime = (manifest[k] for k in ("metrics", "job", "dataset", "runtime"))
@@ -69,6 +78,11 @@ def render_report(manifest: dict[str, Any]) -> str:
             f"Python {runtime['python']}, torch {runtime['torch']}, CUDA {runtime['cuda'] or '-'}, "
             f"NCCL {runtime['nccl'] or '-'}",
         ),
+        (
+            "Image",
+            f"{runtime['uri']} {runtime['digest']}" + (" (verified)" if runtime.get("verified") else ""),
+        ),
+        *_bandwidth_row(manifest.get("rdma_bandwidth")),
         ("Epochs", str(metrics["epochs"])),
         ("Final train loss", f"{metrics['final_train_loss']:.4f}"),
         ("Final test accuracy", f"{metrics['final_test_accuracy']:.2%}"),

@@ -11,7 +11,7 @@ import pytest
 
 from aliyun_training.artifacts import ArtifactError, publish_artifacts, summarize_metrics
 from aliyun_training.report import loss_chart_svg, render_report
-from aliyun_training.spec import BuiltImage, JobResult, StagedDataset
+from aliyun_training.spec import BandwidthCheck, BuiltImage, JobResult, StagedDataset
 
 EPOCHS = [
     {"epoch": 1, "train_loss": 2.31, "test_loss": 2.05, "test_accuracy": 0.21, "seconds": 12.5},
@@ -302,3 +302,43 @@ def test_render_report_escapes_the_model_name(tmp_path):
 
     assert "<script>" not in html
     assert "&lt;script&gt;" in html
+
+
+def test_report_shows_the_verified_image_and_the_rdma_bandwidth_check(tmp_path):
+    image = BuiltImage(
+        uri="registry.example.com/ml/train:0123456789abcdef",
+        digest="sha256:" + "ab" * 32,
+        python="3.11.10",
+        torch="2.5.1",
+        cuda="12.4",
+        nccl="2.21.5",
+        verified=True,
+    )
+    check = BandwidthCheck(
+        verdict="PASS",
+        tool="ib_write_bw",
+        measured_gbps=188.4,
+        line_rate_gbps=200.0,
+        transport="ib",
+        message="188.40 Gb/s = 94% of the 200 Gb/s line rate",
+    )
+    artifacts = publish_artifacts(
+        model="cifar10",
+        artifact_root=str(tmp_path / "artifacts"),
+        job=_job(_job_output(tmp_path)),
+        dataset=DATASET,
+        runtime=image,
+        bandwidth=check,
+    )
+
+    manifest = _manifest(artifacts)
+    assert manifest["rdma_bandwidth"]["measured_gbps"] == 188.4 and manifest["runtime"]["verified"] is True
+    report = Path(artifacts.report_uri).read_text()
+    assert "registry.example.com/ml/train:0123456789abcdef sha256:abab" in report and "(verified)" in report
+    assert "PASS: ib_write_bw, 188.40 Gb/s = 94% of the 200 Gb/s line rate" in report
+
+
+def test_report_of_a_run_without_a_bandwidth_check_has_no_bandwidth_row(tmp_path):
+    report = Path(_publish(tmp_path, _job(_job_output(tmp_path))).report_uri).read_text()
+
+    assert "RDMA bandwidth" not in report and "(verified)" not in report

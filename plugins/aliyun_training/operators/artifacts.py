@@ -8,7 +8,14 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training.artifacts import ArtifactError, publish_artifacts
-from aliyun_training.spec import BuiltImage, JobResult, SpecError, StagedDataset, validate_record
+from aliyun_training.spec import (
+    BandwidthCheck,
+    BuiltImage,
+    JobResult,
+    SpecError,
+    StagedDataset,
+    validate_record,
+)
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -27,11 +34,12 @@ class ArtifactsOperator(BaseOperator):
     :param job_result: the training task's JobResult (an XComArg or templated).
     :param dataset: the staging task's StagedDataset.
     :param runtime: the image/runtime task's BuiltImage.
+    :param bandwidth: the RDMA bandwidth check's BandwidthCheck, if the run measured one.
     :param alibaba_cloud_conn_id: connection whose OSS endpoint and credentials an ``oss://``
         artifact root is written with.
     """
 
-    template_fields = ("artifact_root", "job_result", "dataset", "runtime")
+    template_fields = ("artifact_root", "job_result", "dataset", "runtime", "bandwidth")
 
     def __init__(
         self,
@@ -41,6 +49,7 @@ class ArtifactsOperator(BaseOperator):
         job_result: Any,
         dataset: Any,
         runtime: Any,
+        bandwidth: Any = None,
         alibaba_cloud_conn_id: str = "alibaba_cloud_default",
         **kwargs: Any,
     ) -> None:
@@ -51,6 +60,7 @@ class ArtifactsOperator(BaseOperator):
         self.job_result = job_result
         self.dataset = dataset
         self.runtime = runtime
+        self.bandwidth = bandwidth
 
     def execute(self, context: Context) -> dict[str, Any]:
         try:
@@ -64,6 +74,7 @@ class ArtifactsOperator(BaseOperator):
                 dataset=dataset,
                 runtime=runtime,
                 oss=self._oss_config(),
+                bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
