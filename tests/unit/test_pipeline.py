@@ -123,3 +123,66 @@ def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_p
 def test_an_arena_run_without_a_pvc_fails_naming_data_pvc(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="data_pvc: the arena environment names no PVC"):
         resolve(tmp_path, backend="arena", backend_overrides={"image": "registry.example.com/train:1"})
+
+
+REPOSITORY = "ml-registry.cn-wulanchabu.cr.aliyuncs.com/ml/train"
+ACR_BUILD = {"instance_id": "cri-abc123", "repo_id": "crr-def456", "build_rule_id": "crbr-789"}
+
+
+def test_a_cloud_run_carries_the_image_build_and_rdma_check_settings(tmp_path: Path) -> None:
+    image_build = {"mode": "acr", "repository": REPOSITORY, "base_image": "base:1", "acr": ACR_BUILD}
+    overrides = {**CONFIGURED, "image_build": image_build, "rdma_check": {"line_rate_gbps": 400}}
+
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides, force_rebuild=True)
+
+    assert (run["image_build_mode"], run["image_repository"]) == ("acr", REPOSITORY)
+    assert run["image_builder"] == ACR_BUILD and run["image_build_args"] == {"BASE_IMAGE": "base:1"}
+    assert run["image_fixed"] == "registry.example.com/train:1" and run["image_pinned"] is None
+    assert run["image_force_rebuild"] is True
+    assert (run["rdma_line_rate_gbps"], run["rdma_pass_ratio"], run["rdma_skip"]) == (400.0, 0.9, False)
+
+
+def test_a_local_run_has_no_image_stages(tmp_path: Path) -> None:
+    assert not any(key.startswith(("image_", "rdma_")) for key in resolve(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("backend", "image_build", "message"),
+    [
+        (
+            "dlc",
+            {"mode": "kaniko", "repository": REPOSITORY},
+            r"^image_build.mode: 'kaniko' is not available on dlc",
+        ),
+        (
+            "dlc",
+            {"mode": "acr", "repository": REPOSITORY + ":1", "acr": ACR_BUILD},
+            r"^image_build.repository:",
+        ),
+        ("dlc", {"mode": "acr", "repository": REPOSITORY, "acr": {}}, r"instance_id"),
+        ("arena", {"mode": "kaniko", "repository": REPOSITORY, "kaniko": {}}, r"registry_secret"),
+        ("arena", {"mode": "docker", "repository": REPOSITORY}, r"^image_build.mode: 'docker'"),
+    ],
+)
+def test_bad_image_build_settings_fail_at_configure_naming_the_field(
+    tmp_path: Path, backend: str, image_build: dict[str, Any], message: str
+) -> None:
+    overrides = (
+        {**CONFIGURED, "image_build": image_build}
+        if backend == "dlc"
+        else {
+            "image": "registry.example.com/train:1",
+            "data_pvc": "cpfs-train",
+            "image_build": image_build,
+        }
+    )
+    with pytest.raises(SpecError, match=message):
+        resolve(tmp_path, backend=backend, gpus_per_node=8, backend_overrides=overrides)
+
+
+def test_a_pinned_image_needs_no_build_settings(tmp_path: Path) -> None:
+    overrides = {**CONFIGURED, "image_build": {"mode": "acr", "repository": "", "acr": {}}}
+
+    run = resolve(tmp_path, backend="dlc", backend_overrides=overrides, image="registry.example.com/pinned:7")
+
+    assert run["image_pinned"] == "registry.example.com/pinned:7"
