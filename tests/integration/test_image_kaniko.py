@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
 import re
@@ -28,11 +27,10 @@ from aliyun_training.image.kaniko import (
     mount_problem,
 )
 from aliyun_training.spec import SpecError, validate_record
-from tests.emulators.base import ManualClock
+from tests import pod_harness as harness
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.pod_harness import CONN_ID, NS, T0, SteppedClock, core, exists, kubernetes_fake, posts
 
-NS = "training"
-CONN_ID = "kubernetes_default"
 REGISTRY = "myinst-registry-vpc.cn-wulanchabu.cr.aliyuncs.com"
 REPOSITORY = f"{REGISTRY}/ml/train"
 TAG = "3f9a0c1d2e4b5a67"
@@ -54,7 +52,6 @@ DOCKER_CONFIG = json.dumps(
     }
 )
 SECRET_VALUES = (PUSH_PASSWORD, PUSH_AUTH, base64.b64encode(DOCKER_CONFIG.encode()).decode())
-T0 = 1_800_000_000.0
 
 BUILD_LOG = [
     "\x1b[36mINFO\x1b[0m[0000] Retrieving image manifest nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
@@ -92,37 +89,25 @@ FAILURE_LOG = [
 ]
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock(T0)
+clock = harness.stepped_clock
 
 
 @pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock) -> Iterator[KubernetesFake]:
-    with KubernetesFake() as server:
-        server.clock = clock
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
-        core().create_namespaced_secret(
-            NS,
-            {
-                "metadata": {"name": "acr-push"},
-                "type": "kubernetes.io/dockerconfigjson",
-                "stringData": {".dockerconfigjson": DOCKER_CONFIG},
-            },
-        )
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: SteppedClock) -> Iterator[KubernetesFake]:
+    with kubernetes_fake(tmp_path, monkeypatch, clock) as server:
+        create_registry_secret()
         yield server
-        assert server.internal_errors == []
 
 
-def core() -> client.CoreV1Api:
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    return KubernetesHook(conn_id=CONN_ID).core_v1_client
+def create_registry_secret() -> None:
+    core().create_namespaced_secret(
+        NS,
+        {
+            "metadata": {"name": "acr-push"},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": DOCKER_CONFIG},
+        },
+    )
 
 
 def settings(**overrides: Any) -> dict[str, Any]:
@@ -152,15 +137,6 @@ def failing() -> TrainingScript:
     return TrainingScript(
         phases=[("Created", 1.0), ("Running", 10.0)], outcome="Failed", exit_code=1, log_lines=FAILURE_LOG
     )
-
-
-def posts(fake: KubernetesFake, plural: str) -> list[dict[str, Any]]:
-    return [r.body for r in fake.requests if r.method == "POST" and r.path.endswith(f"/{plural}")]
-
-
-def exists(kind: str, name: str) -> bool:
-    listed = core().list_namespaced_pod(NS) if kind == "pod" else core().list_namespaced_config_map(NS)
-    return any(item.metadata.name == name for item in listed.items)
 
 
 # -- the pod and ConfigMap as sent --------------------------------------------------------------
@@ -304,37 +280,36 @@ def test_cache_service_account_and_resources_are_settings() -> None:
 
 
 def test_no_registry_credential_is_ever_sent_returned_logged_or_reported(
-    fake: KubernetesFake, clock: ManualClock, caplog: pytest.LogCaptureFixture
+    fake: KubernetesFake, clock: SteppedClock, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level("DEBUG")
     fake.default_script = succeeding()
     builder = KanikoBuilder(**settings())
     handle = builder.submit()
     clock.advance(30)
-    assert asyncio.run(builder.apoll(handle)).state == "succeeded"
+    assert harness.polled(builder, handle).state == "succeeded"
     result = builder.result(handle)
 
     fake.default_script = failing()
     other = KanikoBuilder(**settings(tag="0123456789abcdef", destination=f"{REPOSITORY}:0123456789abcdef"))
     other_handle = other.submit()
     clock.advance(30)
-    status = asyncio.run(other.apoll(other_handle))
+    status = harness.polled(other, other_handle)
     assert status.state == "failed"
 
-    bodies = [json.dumps(r.body) for r in fake.requests if "/secrets" not in r.path and r.body is not None]
+    bodies = harness.sent_bodies(fake)
     assert bodies  # the pods and ConfigMaps were recorded
     assert not any("/secrets" in r.path for r in fake.requests[1:])  # only the fixture's create
     seen = [*bodies, json.dumps(handle), json.dumps(builder.config), json.dumps(result), status.message]
     seen += [record.getMessage() for record in caplog.records]
-    for value in SECRET_VALUES:
-        assert not any(value in text for text in seen)
+    harness.assert_none_contains(SECRET_VALUES, seen)
 
 
 # -- lifecycle -----------------------------------------------------------------------------------
 
 
 async def test_a_build_runs_to_success_and_its_termination_message_is_the_digest(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = succeeding()
     builder = KanikoBuilder(**settings())
@@ -368,21 +343,14 @@ async def test_a_build_runs_to_success_and_its_termination_message_is_the_digest
 
 
 def test_submitting_again_reattaches_instead_of_creating_a_second_pod(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
-    fake.default_script = succeeding()
-    first = KanikoBuilder(**settings()).submit()
-    clock.advance(5)  # Running
-    again = KanikoBuilder(**settings()).submit()
-    clock.advance(60)  # Succeeded: still reattached, its digest is not thrown away
-    third = KanikoBuilder(**settings()).submit()
-    assert first == again == third
-    assert len(posts(fake, "pods")) == 1 and len(posts(fake, "configmaps")) == 1
-    assert fake.count("PUT") == 0 and fake.count("DELETE") == 0
+    harness.assert_submitting_again_reattaches(fake, KanikoBuilder(**settings()), succeeding(), clock, 5, 65)
+    assert len(posts(fake, "configmaps")) == 1 and fake.count("PUT") == 0
 
 
 async def test_a_failed_build_names_the_failing_step_and_is_replaced_on_resubmit(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = failing()
     builder = KanikoBuilder(**settings())
@@ -401,17 +369,14 @@ async def test_a_failed_build_names_the_failing_step_and_is_replaced_on_resubmit
     assert [line.strip() for line in tail] == FAILURE_LOG[-20:]
     assert "E: Unable to locate package nic-lib-rdma-core" in status.message
 
-    fake.default_script = succeeding()
-    replacement = builder.submit()
-    assert replacement["pod"] == handle["pod"] and replacement["uid"] != handle["uid"]
+    replacement = await harness.assert_a_resubmit_replaces_the_failed_pod(fake, builder, handle, succeeding())
     assert replacement["config_map_uid"] == handle["config_map_uid"]  # same files: reused
     assert len(posts(fake, "pods")) == 2 and len(posts(fake, "configmaps")) == 1
     assert fake.count("DELETE", f"/pods/{builder.pod_name}") == 1 and fake.count("PUT") == 0
-    assert (await builder.apoll(handle)).message.endswith("was replaced by another attempt")
 
 
 async def test_the_failure_is_read_from_the_termination_message_when_the_log_is_gone(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = failing()
     builder = KanikoBuilder(**settings())
@@ -423,7 +388,7 @@ async def test_the_failure_is_read_from_the_termination_message_when_the_log_is_
     assert "exited with code 1 (Error)" in status.message
 
 
-async def test_an_oom_killed_build_suggests_more_memory(fake: KubernetesFake, clock: ManualClock) -> None:
+async def test_an_oom_killed_build_suggests_more_memory(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = TrainingScript(phases=[("Running", 2.0)], outcome="OOMKilled", log_lines=BUILD_LOG)
     builder = KanikoBuilder(**settings(memory="16Gi"))
     handle = builder.submit()
@@ -454,7 +419,7 @@ def test_a_context_map_with_other_files_is_replaced_and_a_foreign_one_is_refused
     assert not exists("pod", other.pod_name)
 
 
-def test_a_pod_built_from_other_inputs_is_replaced(fake: KubernetesFake, clock: ManualClock) -> None:
+def test_a_pod_built_from_other_inputs_is_replaced(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = succeeding()
     first = KanikoBuilder(**settings(extra_args=["--snapshot-mode=redo"])).submit()
     clock.advance(5)
@@ -471,7 +436,7 @@ def test_a_pod_built_from_other_inputs_is_replaced(fake: KubernetesFake, clock: 
     ],
 )
 async def test_a_missing_registry_secret_or_key_fails_the_build_with_the_kubelets_failed_mount(
-    fake: KubernetesFake, clock: ManualClock, secret: dict[str, Any] | None, error: str
+    fake: KubernetesFake, clock: SteppedClock, secret: dict[str, Any] | None, error: str
 ) -> None:
     core().delete_namespaced_secret("acr-push", NS)
     if secret is not None:
@@ -492,7 +457,7 @@ async def test_a_missing_registry_secret_or_key_fails_the_build_with_the_kubelet
 
 
 async def test_a_secret_created_since_the_failed_mount_no_longer_fails_the_reattached_build(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     core().delete_namespaced_secret("acr-push", NS)
     fake.default_script = TrainingScript(phases=[("Created", 1.0)], outcome="ImagePullBackOff")
@@ -500,14 +465,7 @@ async def test_a_secret_created_since_the_failed_mount_no_longer_fails_the_reatt
     handle = builder.submit()
     clock.advance(5)
     assert (await builder.apoll(handle)).state == "failed"
-    core().create_namespaced_secret(
-        NS,
-        {
-            "metadata": {"name": "acr-push"},
-            "type": "kubernetes.io/dockerconfigjson",
-            "stringData": {".dockerconfigjson": DOCKER_CONFIG},
-        },
-    )
+    create_registry_secret()
     retried = KanikoBuilder(**settings()).submit()  # the task's retry reattaches to the Pending pod
     assert retried == handle
     status = await builder.apoll(retried)  # the old FailedMount event is still listed, but stale
@@ -556,7 +514,7 @@ def test_only_missing_objects_or_keys_are_fatal_mount_problems() -> None:
 
 
 async def test_a_deleted_context_map_fails_the_build_and_a_resubmit_recreates_it(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = succeeding()
     builder = KanikoBuilder(**settings())
@@ -572,57 +530,34 @@ async def test_a_deleted_context_map_fails_the_build_and_a_resubmit_recreates_it
     assert (await builder.apoll(again)).state == "succeeded"
 
 
-@pytest.mark.parametrize(
-    ("outcome", "expected"),
-    [
-        ("ImagePullBackOff", "ImagePullBackOff: Back-off pulling image"),
-        ("Unschedulable", "Unschedulable: 0/4 nodes are available"),
-    ],
-)
+@pytest.mark.parametrize(("outcome", "expected"), harness.CANNOT_START_YET)
 async def test_a_pod_that_cannot_start_keeps_running_with_the_reason_as_progress(
-    fake: KubernetesFake, clock: ManualClock, outcome: str, expected: str
+    fake: KubernetesFake, clock: SteppedClock, outcome: str, expected: str
 ) -> None:
-    fake.default_script = TrainingScript(phases=[("Created", 1.0)], outcome=outcome)
-    builder = KanikoBuilder(**settings())
-    handle = builder.submit()
-    clock.advance(30)
-    status = await builder.apoll(handle)
-    assert status.state == "running"
-    assert status.progress.startswith(f"pod {NS}/{builder.pod_name} Pending: {expected}")
-
-
-async def test_a_deleted_pod_is_a_failure(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    builder = KanikoBuilder(**settings())
-    handle = builder.submit()
-    core().delete_namespaced_pod(handle["pod"], NS)
-    status = await builder.apoll(handle)
-    assert (status.state, status.message) == (
-        "failed",
-        f"image build pod {NS}/{handle['pod']} was deleted before it finished",
+    await harness.assert_a_pod_that_cannot_start_waits(
+        fake, KanikoBuilder(**settings()), clock, outcome, expected
     )
 
 
+async def test_a_deleted_pod_is_a_failure(fake: KubernetesFake) -> None:
+    await harness.assert_a_deleted_pod_fails(fake, KanikoBuilder(**settings()), succeeding(), "image build")
+
+
 def test_stop_deletes_the_pod_and_the_context_map_and_gone_is_fine(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    builder = KanikoBuilder(**settings())
-    handle = builder.submit()
-    builder.stop(handle)
-    assert not exists("pod", handle["pod"]) and not exists("configmap", handle["config_map"])
-    builder.stop(handle)  # already gone: no error
+    handle = harness.stop_twice(
+        fake, KanikoBuilder(**settings()), succeeding()
+    )  # gone the second time: no error
+    assert not exists("configmap", handle["config_map"])
     assert fake.count("DELETE", "/pods/") == 2 and fake.count("DELETE", "/configmaps/") == 2
 
 
 def test_stop_never_deletes_a_newer_attempts_pod_or_its_context(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    builder = KanikoBuilder(**settings())
-    handle = builder.submit()
-    builder.stop({**handle, "uid": "00000000-0000-0000-0000-000000000000"})
-    assert exists("pod", handle["pod"]) and exists("configmap", handle["config_map"])
+    handle = harness.stop_an_older_handle(fake, KanikoBuilder(**settings()), succeeding())
+    assert exists("configmap", handle["config_map"])
 
 
 def test_a_succeeded_build_without_a_digest_is_an_error_and_is_removed(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = succeeding(digest="")
     builder = KanikoBuilder(**settings())
@@ -635,23 +570,13 @@ def test_a_succeeded_build_without_a_digest_is_an_error_and_is_removed(
 
 
 def test_result_before_success_is_an_error(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    builder = KanikoBuilder(**settings())
-    handle = builder.submit()
-    with pytest.raises(KanikoBuildError, match="is Pending, not Succeeded"):
-        builder.result(handle)
-    assert exists("pod", handle["pod"]) and exists("configmap", handle["config_map"])
+    handle = harness.assert_result_before_success_fails(fake, KanikoBuilder(**settings()), succeeding())
+    assert exists("configmap", handle["config_map"])
 
 
 def test_a_foreign_pod_under_the_name_is_never_touched(fake: KubernetesFake) -> None:
-    builder = KanikoBuilder(**settings())
-    core().create_namespaced_pod(
-        NS,
-        {"metadata": {"name": builder.pod_name}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}},
-    )
-    with pytest.raises(KanikoBuildError, match="is not an image build pod of this pipeline"):
-        builder.submit()
-    assert fake.count("DELETE") == 0 and len(posts(fake, "pods")) == 1 and posts(fake, "configmaps") == []
+    harness.assert_a_foreign_pod_is_never_touched(fake, KanikoBuilder(**settings()), "image build")
+    assert posts(fake, "configmaps") == []
 
 
 # -- kaniko's log --------------------------------------------------------------------------------
@@ -681,7 +606,7 @@ def test_the_failing_step_is_the_last_step_before_kanikos_error() -> None:
 
 
 async def test_a_push_permission_error_before_the_first_step_says_so(
-    fake: KubernetesFake, clock: ManualClock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     lines = [
         "INFO[0000] Retrieving image manifest nvidia/cuda:12.4.1-cudnn-runtime-ubuntu22.04",
@@ -744,4 +669,4 @@ def test_pod_names_are_stable_dns_labels_that_differ_per_repository() -> None:
     assert name != build_pod_name(validate_record(KanikoSettings, other))
     long = settings(destination=f"{REGISTRY}/ml/{'An-Extremely_long.Repository' * 3}".lower() + f":{TAG}")
     long_name = build_pod_name(validate_record(KanikoSettings, long))
-    assert len(long_name) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", long_name)
+    harness.assert_dns_label(long_name)

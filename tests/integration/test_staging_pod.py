@@ -11,20 +11,15 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from aliyun_training.kube_pods import pending_problem
 from aliyun_training.spec import SpecError, StagedDataset, validate_record
-from aliyun_training.staging.pod import (
-    PodStager,
-    StagingPodError,
-    build_pod,
-    pending_problem,
-    staging_pod_name,
-)
+from aliyun_training.staging.pod import PodStager, StagingPodError, build_pod, staging_pod_name
 from aliyun_training.staging.pod import PodStagerSettings as Settings
 from aliyun_training.staging.volumes import ensure_version_volume
+from tests import pod_harness as harness
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.pod_harness import CONN_ID, NS, SteppedClock, core, exists, kubernetes_fake, posts
 
-NS = "training"
-CONN_ID = "kubernetes_default"
 IMAGE = "registry-vpc.cn-wulanchabu.aliyuncs.com/ml/aliyun-training:1.4.0"
 SOURCE = "oss://ml-datasets/cifar10/2026-11-22/"
 SECRET_VALUES = {
@@ -32,35 +27,14 @@ SECRET_VALUES = {
     "akSecret": "fAkEaCcEsSkEySeCrEtVaLuE0123",
     "securityToken": "CAIS-fake-sts-token-value",
 }
-T0 = 1_800_000_000.0
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def at(self, seconds: float) -> None:
-        self.now = T0 + seconds
+clock = harness.stepped_clock
 
 
 @pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Iterator[KubernetesFake]:
-    with KubernetesFake() as server:
-        server.clock = clock
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: SteppedClock) -> Iterator[KubernetesFake]:
+    with kubernetes_fake(tmp_path, monkeypatch, clock) as server:
         ensure_version_volume(
             CONN_ID,
             namespace=NS,
@@ -73,13 +47,6 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: Clock) -> Itera
             NS, {"metadata": {"name": "oss-credentials"}, "stringData": SECRET_VALUES}
         )
         yield server
-        assert server.internal_errors == []
-
-
-def core() -> client.CoreV1Api:
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    return KubernetesHook(conn_id=CONN_ID).core_v1_client
 
 
 def settings(**overrides: Any) -> dict[str, Any]:
@@ -130,11 +97,11 @@ def succeeding(extra_lines: list[str] | None = None) -> TrainingScript:
 
 
 def pod_posts(fake: KubernetesFake) -> list[dict[str, Any]]:
-    return [r.body for r in fake.requests if r.method == "POST" and r.path.endswith("/pods")]
+    return posts(fake, "pods")
 
 
 def pod_exists(name: str) -> bool:
-    return any(p.metadata.name == name for p in core().list_namespaced_pod(NS).items)
+    return exists("pod", name)
 
 
 # -- the pod as sent -----------------------------------------------------------------------------
@@ -224,7 +191,7 @@ def test_key_names_are_configurable_and_no_secret_means_the_default_credential_c
     assert "serviceAccountName" not in rrsa["spec"]
 
 
-def test_no_secret_value_is_ever_sent_returned_or_reported(fake: KubernetesFake, clock: Clock) -> None:
+def test_no_secret_value_is_ever_sent_returned_or_reported(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = succeeding()
     stager = PodStager(**settings())
     handle = stager.submit()
@@ -235,26 +202,19 @@ def test_no_secret_value_is_ever_sent_returned_or_reported(fake: KubernetesFake,
     other = PodStager(**settings(version="2026-11-29"))
     other_handle = other.submit()
     clock.at(20)
-    status = asyncio_run(other.apoll(other_handle))
+    status = harness.polled(other, other_handle)
     assert status.state == "failed"
 
-    seen = [json.dumps(r.body) for r in fake.requests if "/secrets" not in r.path and r.body is not None]
+    seen = harness.sent_bodies(fake)
     seen += [json.dumps(handle), json.dumps(stager.config), staged.model_dump_json(), status.message]
-    for value in SECRET_VALUES.values():
-        assert not any(value in text for text in seen)
-
-
-def asyncio_run(coroutine: Any) -> Any:
-    import asyncio
-
-    return asyncio.run(coroutine)
+    harness.assert_none_contains(SECRET_VALUES.values(), seen)
 
 
 # -- lifecycle -----------------------------------------------------------------------------------
 
 
 async def test_a_pod_runs_to_success_and_its_json_line_becomes_the_staged_dataset(
-    fake: KubernetesFake, clock: Clock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = succeeding()
     stager = PodStager(**settings())
@@ -286,20 +246,13 @@ async def test_a_pod_runs_to_success_and_its_json_line_becomes_the_staged_datase
 
 
 def test_submitting_again_reattaches_instead_of_creating_a_second_pod(
-    fake: KubernetesFake, clock: Clock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
-    fake.default_script = succeeding()
-    first = PodStager(**settings()).submit()
-    clock.at(2)  # Running
-    again = PodStager(**settings()).submit()
-    clock.at(10)  # Succeeded: still reattached, its result is not thrown away
-    third = PodStager(**settings()).submit()
-    assert first == again == third
-    assert len(pod_posts(fake)) == 1 and fake.count("DELETE") == 0
+    harness.assert_submitting_again_reattaches(fake, PodStager(**settings()), succeeding(), clock, 2, 10)
 
 
 async def test_a_failed_pod_reports_exit_code_reason_and_log_tail_and_is_replaced_on_resubmit(
-    fake: KubernetesFake, clock: Clock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     lines = [f"line {i:02d}" for i in range(29)] + [
         "error: source: oss://ml-datasets/cifar10/2026-11-22/ has no objects (fix: check the prefix)"
@@ -319,15 +272,12 @@ async def test_a_failed_pod_reports_exit_code_reason_and_log_tail_and_is_replace
     assert "has no objects (fix: check the prefix)" in status.message
     assert "line 10" in status.message and "line 09" not in status.message  # the last 20 lines
 
-    fake.default_script = succeeding()
-    replacement = stager.submit()
-    assert replacement["pod"] == handle["pod"] and replacement["uid"] != handle["uid"]
-    assert len(pod_posts(fake)) == 2 and fake.count("DELETE", f"/pods/{stager.pod_name}") == 1
     # The old handle no longer addresses the new pod.
-    assert (await stager.apoll(handle)).message.endswith("was replaced by another attempt")
+    await harness.assert_a_resubmit_replaces_the_failed_pod(fake, stager, handle, succeeding())
+    assert len(pod_posts(fake)) == 2 and fake.count("DELETE", f"/pods/{stager.pod_name}") == 1
 
 
-async def test_an_oom_killed_pod_suggests_more_memory(fake: KubernetesFake, clock: Clock) -> None:
+async def test_an_oom_killed_pod_suggests_more_memory(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = TrainingScript(phases=[("Running", 1.0)], outcome="OOMKilled", log_lines=["Staged"])
     stager = PodStager(**settings(memory="8Gi"))
     handle = stager.submit()
@@ -337,23 +287,13 @@ async def test_an_oom_killed_pod_suggests_more_memory(fake: KubernetesFake, cloc
     assert "raise memory from 8Gi or lower workers" in status.message
 
 
-@pytest.mark.parametrize(
-    ("outcome", "expected"),
-    [
-        ("ImagePullBackOff", "ImagePullBackOff: Back-off pulling image"),
-        ("Unschedulable", "Unschedulable: 0/4 nodes are available: 4 Insufficient nvidia.com/gpu."),
-    ],
-)
+@pytest.mark.parametrize(("outcome", "expected"), harness.CANNOT_START_YET)
 async def test_a_pod_that_cannot_start_keeps_running_with_the_reason_as_progress(
-    fake: KubernetesFake, clock: Clock, outcome: str, expected: str
+    fake: KubernetesFake, clock: SteppedClock, outcome: str, expected: str
 ) -> None:
-    fake.default_script = TrainingScript(phases=[("Created", 1.0)], outcome=outcome)
-    stager = PodStager(**settings())
-    handle = stager.submit()
-    clock.at(30)
-    status = await stager.apoll(handle)
-    assert status.state == "running"
-    assert status.progress.startswith(f"pod {NS}/{stager.pod_name} Pending: {expected}")
+    await harness.assert_a_pod_that_cannot_start_waits(
+        fake, PodStager(**settings()), clock, outcome, expected
+    )
 
 
 def test_config_errors_that_waiting_cannot_fix_are_fatal() -> None:
@@ -388,7 +328,7 @@ def test_config_errors_that_waiting_cannot_fix_are_fatal() -> None:
     ],
 )
 async def test_a_missing_credentials_secret_or_key_fails_at_once(
-    fake: KubernetesFake, clock: Clock, overrides: dict[str, Any], error: str
+    fake: KubernetesFake, clock: SteppedClock, overrides: dict[str, Any], error: str
 ) -> None:
     fake.default_script = succeeding()
     stager = PodStager(**settings(**overrides))
@@ -402,36 +342,43 @@ async def test_a_missing_credentials_secret_or_key_fails_at_once(
 
 
 async def test_a_deleted_pod_is_a_failure(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
+    await harness.assert_a_deleted_pod_fails(fake, PodStager(**settings()), succeeding(), "staging")
+
+
+@pytest.mark.parametrize("phase", ["Running", "Failed"])
+async def test_a_pod_deleted_between_its_status_and_its_log_leaves_no_error_body_as_log(
+    fake: KubernetesFake, clock: SteppedClock, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """kubernetes_asyncio raises nothing for an unloaded 404: its JSON body must not pass for log lines."""
+    script = TrainingScript(phases=[("Running", 10.0)], outcome="Failed", exit_code=1, log_lines=[])
     stager = PodStager(**settings())
-    handle = stager.submit()
-    core().delete_namespaced_pod(handle["pod"], NS)
+    handle = harness.started(fake, stager, script)
+    clock.at(5 if phase == "Running" else 20)
+    harness.delete_after_reading(monkeypatch, stager)
     status = await stager.apoll(handle)
-    assert (status.state, status.message) == (
-        "failed",
-        f"staging pod {NS}/{handle['pod']} was deleted before it finished",
-    )
+    assert not pod_exists(handle["pod"])
+    if phase == "Running":
+        assert (status.state, status.progress) == ("running", f"pod {NS}/{handle['pod']} Running")
+    else:
+        assert status.state == "failed"
+        assert status.message == (
+            f"staging pod {NS}/{handle['pod']} failed: container staging exited with code 1 (Error), "
+            "staging failed; no log"
+        )
+    for text in (status.progress or "", status.message or ""):
+        assert "NotFound" not in text and '"kind"' not in text
 
 
 def test_stop_deletes_the_pod_and_a_gone_pod_is_fine(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    stager = PodStager(**settings())
-    handle = stager.submit()
-    stager.stop(handle)
-    assert not pod_exists(handle["pod"])
-    stager.stop(handle)  # already gone: no error
+    harness.stop_twice(fake, PodStager(**settings()), succeeding())  # already gone the second time: no error
 
 
 def test_stop_never_deletes_a_newer_attempts_pod(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    stager = PodStager(**settings())
-    handle = stager.submit()
-    stager.stop({**handle, "uid": "00000000-0000-0000-0000-000000000000"})
-    assert pod_exists(handle["pod"])
+    harness.stop_an_older_handle(fake, PodStager(**settings()), succeeding())
 
 
 def test_a_succeeded_pod_without_a_json_line_is_an_error_and_is_removed(
-    fake: KubernetesFake, clock: Clock
+    fake: KubernetesFake, clock: SteppedClock
 ) -> None:
     fake.default_script = succeeding(PROGRESS)
     stager = PodStager(**settings())
@@ -443,7 +390,7 @@ def test_a_succeeded_pod_without_a_json_line_is_an_error_and_is_removed(
     assert not pod_exists(handle["pod"])
 
 
-def test_a_json_line_of_another_version_is_refused(fake: KubernetesFake, clock: Clock) -> None:
+def test_a_json_line_of_another_version_is_refused(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = succeeding([*PROGRESS, staged_line(version="2026-11-15")])
     stager = PodStager(**settings())
     handle = stager.submit()
@@ -453,12 +400,7 @@ def test_a_json_line_of_another_version_is_refused(fake: KubernetesFake, clock: 
 
 
 def test_result_before_success_is_an_error(fake: KubernetesFake) -> None:
-    fake.default_script = succeeding()
-    stager = PodStager(**settings())
-    handle = stager.submit()
-    with pytest.raises(StagingPodError, match="is Pending, not Succeeded"):
-        stager.result(handle)
-    assert pod_exists(handle["pod"])
+    harness.assert_result_before_success_fails(fake, PodStager(**settings()), succeeding())
 
 
 # -- refusals ------------------------------------------------------------------------------------
@@ -471,14 +413,7 @@ def test_a_missing_staging_claim_fails_before_any_pod_is_created(fake: Kubernete
 
 
 def test_a_foreign_pod_under_the_name_is_never_touched(fake: KubernetesFake) -> None:
-    stager = PodStager(**settings())
-    core().create_namespaced_pod(
-        NS,
-        {"metadata": {"name": stager.pod_name}, "spec": {"containers": [{"name": "x", "image": "busybox"}]}},
-    )
-    with pytest.raises(StagingPodError, match="is not a staging pod of this pipeline"):
-        stager.submit()
-    assert fake.count("DELETE") == 0 and len(pod_posts(fake)) == 1
+    harness.assert_a_foreign_pod_is_never_touched(fake, PodStager(**settings()), "staging")
 
 
 @pytest.mark.parametrize(
@@ -504,4 +439,4 @@ def test_pod_names_are_stable_dns_labels_that_differ_per_source() -> None:
     long = staging_pod_name(
         validate_record(Settings, settings(dataset="An_Extremely.Long-Dataset-Name" * 3, version="V1.0_rc2"))
     )
-    assert len(long) <= 63 and re.fullmatch(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?", long)
+    harness.assert_dns_label(long)

@@ -37,6 +37,9 @@ Decisions:
   run at once: no waiting creates it. Other FailedMount events are progress.
 - Build arguments are visible in the pod spec and in the image's history: never pass credentials
   through them.
+- Reattaching, deleting, polling and reading the log are aliyun_training.kube_pods's, shared with
+  the staging pod; this module holds what is the build's: the pod, the context ConfigMap, the
+  digest, and reading kaniko's log for the failing step.
 - kaniko runs as root in its container: a namespace enforcing the ``restricted`` Pod Security
   Standard refuses the pod.
 """
@@ -48,14 +51,25 @@ import json
 import logging
 import posixpath
 import re
-import time
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import Field, field_validator, model_validator
 
-from aliyun_training.remote import RemoteStatus
+from aliyun_training.kube_pods import (
+    PodRun,
+    PodSettings,
+    bare_pod,
+    delete_object,
+    managed_labels,
+    pending_problem,
+    read_or_none,
+    stable_pod_name,
+    tail_text,
+    terminated_state,
+    text_lines,
+    where,
+)
 from aliyun_training.spec import SpecError, validate_record
-from aliyun_training.staging.pod import _label_value, _lines, pending_problem
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +83,15 @@ REGISTRY_VOLUME = "registry-auth"
 DOCKER_CONFIG_DIR = "/kaniko/.docker"
 DOCKER_CONFIG_KEY = ".dockerconfigjson"
 TERMINATION_LOG = "/dev/termination-log"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "aliyun-training"
-COMPONENT_LABEL = "app.kubernetes.io/component"
 COMPONENT = "image-build"
 REPOSITORY_LABEL = "aliyun-training/image-repository"
 TAG_LABEL = "aliyun-training/image-tag"
 IMAGE_ANNOTATION = "aliyun-training/image"
 BUILD_ANNOTATION = "aliyun-training/build-sha256"
-#: Log lines a failure message carries, and lines searched for the failing step.
-FAILURE_TAIL_LINES = 20
+#: Log lines searched for the failing step (a failure message shows the last 20).
 STEP_SEARCH_LINES = 500
 #: Log lines a result carries.
 RESULT_TAIL_LINES = 20
-DELETE_WAIT_SECONDS = 60.0
 #: A ConfigMap holds at most 1 MiB; leave room for its metadata.
 MAX_CONTEXT_BYTES = 1_000_000
 #: Flags this module sets itself (or that would break what ``result`` relies on).
@@ -91,7 +100,6 @@ RESERVED_FLAGS = frozenset(
 )
 EXIT_CODE_MEANINGS = {137: "killed, usually for memory (fix: raise memory from {memory})"}
 
-_DNS_LABEL_MAX = 63
 _TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
 _REPOSITORY = r"[A-Za-z0-9.-]+(?::[0-9]+)?(?:/[a-z0-9][a-z0-9._-]*)+"
 _DESTINATION = re.compile(rf"^(?P<repository>{_REPOSITORY}):(?P<tag>{_TAG})$")
@@ -123,13 +131,9 @@ class KanikoBuildError(RuntimeError):
     """The build pod could not be started, finished without a digest, or is not ours."""
 
 
-class KanikoSettings(BaseModel):
+class KanikoSettings(PodSettings):
     """Everything a KanikoBuilder needs; JSON-serializable, so the trigger rebuilds the builder from it."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    kubernetes_conn_id: str = "kubernetes_default"
-    namespace: str = "default"
     builder_image: Annotated[
         str,
         Field(min_length=1, json_schema_extra={"fix": "give a kaniko executor image, e.g. a mirror in ACR"}),
@@ -162,14 +166,9 @@ class KanikoSettings(BaseModel):
         Field(pattern=f"^{_REPOSITORY}$", json_schema_extra={"fix": "give registry/namespace/repo, no tag"}),
     ] = None
     cache: bool = True
-    cpu: str = "2"
     memory: str = "8Gi"
     #: Node disk the build may use (kaniko unpacks the base image there); None: no request.
     ephemeral_storage: str | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[dict[str, Any]] = Field(default_factory=list)
-    service_account: str | None = None
-    image_pull_secrets: list[str] = Field(default_factory=list)
     extra_args: list[str] = Field(default_factory=list)
 
     @field_validator("context_files")
@@ -263,10 +262,8 @@ def build_hash(settings: KanikoSettings) -> str:
 
 def build_pod_name(settings: KanikoSettings) -> str:
     """``kaniko-<repo>-<tag>-<hash>``: a DNS-1123 label, the same for every try of one build."""
-    digest = hashlib.sha256(settings.destination.encode()).hexdigest()[:8]
     repo = settings.repository.rsplit("/", 1)[-1]
-    readable = re.sub(r"[^a-z0-9]+", "-", f"kaniko-{repo}-{settings.tag}".lower())
-    return f"{readable.strip('-')[: _DNS_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+    return stable_pod_name(f"kaniko-{repo}-{settings.tag}", settings.destination)
 
 
 def context_map_name(pod_name: str) -> str:
@@ -281,12 +278,8 @@ def context_key(path: str) -> str:
 
 
 def build_labels(settings: KanikoSettings) -> dict[str, str]:
-    return {
-        MANAGED_BY_LABEL: MANAGED_BY,
-        COMPONENT_LABEL: COMPONENT,
-        REPOSITORY_LABEL: _label_value(settings.repository.rsplit("/", 1)[-1]),
-        TAG_LABEL: _label_value(settings.tag),
-    }
+    repository = settings.repository.rsplit("/", 1)[-1]
+    return managed_labels(COMPONENT, **{REPOSITORY_LABEL: repository, TAG_LABEL: settings.tag})
 
 
 def _metadata(settings: KanikoSettings, name: str) -> dict[str, Any]:
@@ -357,199 +350,121 @@ def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
             },
         },
     ]
-    spec: dict[str, Any] = {
-        "restartPolicy": "Never",
-        "containers": [container],
-        "volumes": volumes,
-        "automountServiceAccountToken": settings.service_account is not None,
-    }
-    if settings.service_account:
-        spec["serviceAccountName"] = settings.service_account
-    if settings.node_selector:
-        spec["nodeSelector"] = dict(settings.node_selector)
-    if settings.tolerations:
-        spec["tolerations"] = [dict(t) for t in settings.tolerations]
-    if settings.image_pull_secrets:
-        spec["imagePullSecrets"] = [{"name": secret} for secret in settings.image_pull_secrets]
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": _metadata(settings, name), "spec": spec}
+    return bare_pod(settings, _metadata(settings, name), container, volumes)
 
 
 # -- the run --------------------------------------------------------------------------------------
 
 
-class KanikoBuilder:
+class KanikoBuilder(PodRun[KanikoSettings]):
     """RemoteRun that builds and pushes an image from a kaniko pod on ACK."""
 
     mode = "kaniko"
-
-    def __init__(self, **config: Any) -> None:
-        self.settings = validate_record(KanikoSettings, config)
-        self._sync_hook: Any = None
-        self._async_hook_instance: Any = None
-
-    @property
-    def config(self) -> dict[str, Any]:
-        return self.settings.model_dump(mode="json")
-
-    @property
-    def pod_name(self) -> str:
-        return build_pod_name(self.settings)
+    noun = "image build"
+    component = COMPONENT
+    container = CONTAINER
+    error = KanikoBuildError
+    exit_code_meanings = EXIT_CODE_MEANINGS
+    name_pod = staticmethod(build_pod_name)
+    failure_search_lines = STEP_SEARCH_LINES
 
     @property
     def config_map_name(self) -> str:
         return context_map_name(self.pod_name)
 
-    def _hook(self) -> Any:
-        if self._sync_hook is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-            self._sync_hook = KubernetesHook(conn_id=self.settings.kubernetes_conn_id)
-        return self._sync_hook
-
-    def _async_hook(self) -> Any:
-        if self._async_hook_instance is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-            self._async_hook_instance = AsyncKubernetesHook(conn_id=self.settings.kubernetes_conn_id)
-        return self._async_hook_instance
-
     # -- RemoteRun ----------------------------------------------------------------------------
 
     def submit(self) -> dict[str, Any]:
         """Reattach to this build's pod, or create its ConfigMap and pod (replacing a Failed pod)."""
-        from kubernetes.client.exceptions import ApiException
-
         if not self.settings.context_files:
             raise SpecError(
                 "context_files: the build context is empty (fix: pass the Dockerfile and its files)"
             )
-        hook, name, namespace = self._hook(), self.pod_name, self.settings.namespace
-        existing = self._read_pod(hook, name)
-        if existing is not None:
-            self._check_ours(existing, "pod")
-            phase = existing.status.phase if existing.status else None
-            same = self._same_build(existing)
-            if existing.metadata.deletion_timestamp is None and phase != "Failed" and same:
-                log.info("Reattaching to image build pod %s/%s (%s)", namespace, name, phase)
-                return self._handle(existing, self._ensure_context(hook))
-            why = phase if same else f"{phase}, built from other inputs"
-            log.info("Replacing image build pod %s/%s of an earlier attempt (%s)", namespace, name, why)
-            self._delete_pod(hook, name, existing.metadata.uid)
-            self._wait_gone(hook, name)
+        hook = self.hook()
+        pod = self.reattach(hook)
+        if pod is not None:
+            return self._handle(pod, self._ensure_context(hook))
         config_map = self._ensure_context(hook)
-        try:
-            created = hook.core_v1_client.create_namespaced_pod(namespace, build_pod(self.settings))
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            created = self._read_pod(hook, name)  # another worker created it just now
-            if created is None:
-                raise
-            self._check_ours(created, "pod")
-            if not self._same_build(created):
-                raise KanikoBuildError(
-                    f"image build pod {namespace}/{name} was just created by another attempt with other "
-                    "inputs (fix: retry once it finished)"
-                ) from None
+        pod = self.create_pod(hook, build_pod(self.settings))
         log.info(
             "Started image build pod %s/%s: %s (%d context files)",
-            namespace,
-            name,
+            self.settings.namespace,
+            pod.metadata.name,
             self.settings.destination,
             len(self.settings.context_files),
         )
-        return self._handle(created, config_map)
+        return self._handle(pod, config_map)
 
-    async def apoll(self, handle: dict[str, Any]) -> RemoteStatus:
-        from kubernetes_asyncio.client.exceptions import ApiException
-
+    def result(self, handle: dict[str, Any]) -> dict[str, Any]:
+        """The pushed image and its digest (the termination message); then delete pod and ConfigMap."""
+        hook = self.hook()
+        terminated = terminated_state(self.succeeded_pod(hook, handle, "digest"), CONTAINER)
+        digest = ((terminated.message if terminated else None) or "").strip()
+        lines = self.tail(hook, handle, RESULT_TAIL_LINES)
         try:
-            pod = await self._async_hook().get_pod(handle["pod"], handle["namespace"])
-        except ApiException as exc:
-            if exc.status == 404:
-                return RemoteStatus(
-                    "failed", f"image build pod {_where(handle)} was deleted before it finished"
+            if not _DIGEST.match(digest):
+                raise KanikoBuildError(
+                    f"image build pod {where(handle)} succeeded but left no sha256 digest in "
+                    f"{TERMINATION_LOG} (fix: keep --digest-file={TERMINATION_LOG}; use a kaniko executor "
+                    "image); last log lines:\n" + tail_text(lines)
                 )
-            raise
-        if handle.get("uid") and pod.metadata.uid != handle["uid"]:
-            return RemoteStatus("failed", f"image build pod {_where(handle)} was replaced by another attempt")
-        phase = pod.status.phase if pod.status else None
-        if phase == "Succeeded":
-            return RemoteStatus("succeeded")
-        if phase == "Failed":
-            lines = await self._atail(handle, STEP_SEARCH_LINES)
-            return RemoteStatus("failed", failure_message(pod, lines, self.settings))
-        if phase == "Running":
-            lines = await self._atail(handle, 5)
-            return RemoteStatus("running", progress=lines[-1] if lines else f"pod {_where(handle)} Running")
-        if phase == "Unknown":
-            return RemoteStatus(
-                "running", progress=f"pod {_where(handle)} Unknown: its node stopped reporting"
-            )
+        finally:
+            # Gone either way: a retry builds again, mostly from the layer cache.
+            self.remove(hook, handle)
+        log.info("Image build pod %s pushed %s@%s", where(handle), self.settings.destination, digest)
+        return {"image": self.settings.destination, "digest": digest, "log_tail": lines}
+
+    # -- what PodRun leaves to the build ---------------------------------------------------------
+
+    def same_inputs(self, pod: Any) -> bool:
+        """A pod built from other inputs (only when the tag is not content-addressed) is not reattached."""
+        return (pod.metadata.annotations or {}).get(BUILD_ANNOTATION) == build_hash(self.settings)
+
+    def remove(self, hook: Any, handle: dict[str, Any]) -> bool:
+        """Delete the pod, then its ConfigMap; both stay when the name holds a newer attempt's pod."""
+        if not super().remove(hook, handle):
+            return False  # the newer pod mounts the ConfigMap
+        config_map = handle.get("config_map") or context_map_name(handle["pod"])
+        delete = hook.core_v1_client.delete_namespaced_config_map
+        delete_object(
+            delete, config_map, handle["namespace"], handle.get("config_map_uid"), "build context ConfigMap"
+        )
+        return True
+
+    async def apending_problem(self, pod: Any) -> tuple[str, bool]:
+        """The pod's own status, else the kubelet's FailedMount (a missing Secret shows only there)."""
         problem, fatal = pending_problem(pod)
         if not fatal:
             mount, mount_fatal = await self._amount_problem(pod)
             if mount:
                 problem, fatal = f"FailedMount: {mount}", mount_fatal
-        if fatal:
-            fix = mount_fix(problem, self.settings) if problem.startswith("FailedMount") else ""
-            return RemoteStatus("failed", f"image build pod {_where(handle)} cannot start: {problem}{fix}")
-        return RemoteStatus("running", progress=f"pod {_where(handle)} {phase or 'Pending'}: {problem}")
+        if fatal and problem.startswith("FailedMount"):
+            problem += mount_fix(problem, self.settings)
+        return problem, fatal
 
-    def result(self, handle: dict[str, Any]) -> dict[str, Any]:
-        """The pushed image and its digest (the termination message); then delete pod and ConfigMap."""
-        hook = self._hook()
-        pod = self._read_pod(hook, handle["pod"], handle["namespace"])
-        if pod is None:
-            raise KanikoBuildError(f"image build pod {_where(handle)} is gone: its digest cannot be read")
-        if handle.get("uid") and pod.metadata.uid != handle["uid"]:
-            raise KanikoBuildError(f"image build pod {_where(handle)} was replaced by another attempt")
-        phase = pod.status.phase if pod.status else None
-        if phase != "Succeeded":
-            raise KanikoBuildError(f"image build pod {_where(handle)} is {phase}, not Succeeded")
-        terminated = _terminated(pod)
-        digest = ((terminated.message if terminated else None) or "").strip()
-        lines = self._tail(hook, handle, RESULT_TAIL_LINES)
-        try:
-            if not _DIGEST.match(digest):
-                raise KanikoBuildError(
-                    f"image build pod {_where(handle)} succeeded but left no sha256 digest in "
-                    f"{TERMINATION_LOG} (fix: keep --digest-file={TERMINATION_LOG}; use a kaniko executor "
-                    "image); last log lines:\n" + _tail_text(lines)
+    def lines_of(self, data: bytes | str) -> list[str]:
+        return log_lines(data)
+
+    def failure_detail(self, lines: list[str]) -> str:
+        """The failing step and kaniko's error, with a fix for a push the Secret may not make."""
+        step, error = failing_step(lines)
+        detail = f" at step {step!r}" if step else " before its first build step" if error else ""
+        if error:
+            detail += f": {error}"
+            if re.search(r"UNAUTHORIZED|authentication required|push permission", error):
+                detail += f" (fix: give Secret {self.settings.registry_secret} push access to " + (
+                    f"{self.settings.repository})"
                 )
-        finally:
-            # Gone either way: a retry builds again, mostly from the layer cache.
-            self._remove(hook, handle)
-        log.info("Image build pod %s pushed %s@%s", _where(handle), self.settings.destination, digest)
-        return {"image": self.settings.destination, "digest": digest, "log_tail": lines}
+        return detail
 
-    def stop(self, handle: dict[str, Any]) -> None:
-        """Delete the pod and ConfigMap of this handle (not a newer attempt's); gone is fine."""
-        self._remove(self._hook(), handle)
-
-    # -- helpers ---------------------------------------------------------------------------------
+    # -- the context ConfigMap -------------------------------------------------------------------
 
     def _handle(self, pod: Any, config_map: Any) -> dict[str, Any]:
         return {
-            "mode": self.mode,
-            "namespace": self.settings.namespace,
-            "pod": pod.metadata.name,
-            "uid": pod.metadata.uid,
+            **self.handle_for(pod),
             "config_map": config_map.metadata.name,
             "config_map_uid": config_map.metadata.uid,
         }
-
-    def _same_build(self, obj: Any) -> bool:
-        return (obj.metadata.annotations or {}).get(BUILD_ANNOTATION) == build_hash(self.settings)
-
-    def _check_ours(self, obj: Any, kind: str) -> None:
-        labels = obj.metadata.labels or {}
-        if labels.get(MANAGED_BY_LABEL) != MANAGED_BY or labels.get(COMPONENT_LABEL) != COMPONENT:
-            raise KanikoBuildError(
-                f"{kind} {self.settings.namespace}/{obj.metadata.name} exists but is not an image build "
-                f"{kind} of this pipeline (labels {MANAGED_BY_LABEL}={MANAGED_BY}, {COMPONENT_LABEL}="
-                f"{COMPONENT} missing) (fix: delete or rename that {kind}; it is never touched here)"
-            )
 
     def _ensure_context(self, hook: Any) -> Any:
         """Create the context ConfigMap, reuse it when its data is the same, replace it when not."""
@@ -567,7 +482,7 @@ class KanikoBuilder:
                 current = self._read_config_map(core, name)  # created by another worker just now
                 if current is None:
                     raise
-        self._check_ours(current, "configmap")
+        self.check_ours(current, "configmap")
         if (current.data or {}) == body["data"] and not current.binary_data:
             return current
         log.info("Replacing build context ConfigMap %s/%s: its files differ", namespace, name)
@@ -575,109 +490,14 @@ class KanikoBuilder:
         return core.replace_namespaced_config_map(name, namespace, body)
 
     def _read_config_map(self, core: Any, name: str) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return core.read_namespaced_config_map(name, self.settings.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def _read_pod(self, hook: Any, name: str, namespace: str | None = None) -> Any:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return hook.get_pod(name, namespace or self.settings.namespace)
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
-
-    def _remove(self, hook: Any, handle: dict[str, Any]) -> None:
-        namespace = handle["namespace"]
-        if not self._delete_pod(hook, handle["pod"], handle.get("uid"), namespace):
-            return  # the name holds a newer attempt's pod, which mounts the ConfigMap
-        config_map = handle.get("config_map") or context_map_name(handle["pod"])
-        self._delete_config_map(hook, config_map, handle.get("config_map_uid"), namespace)
-
-    def _delete_pod(self, hook: Any, name: str, uid: str | None, namespace: str | None = None) -> bool:
-        """Delete the pod (only this uid when given); False when the name holds another pod."""
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        namespace = namespace or self.settings.namespace
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
-        try:
-            hook.core_v1_client.delete_namespaced_pod(name, namespace, body=options)
-            log.info("Deleted image build pod %s/%s", namespace, name)
-        except ApiException as exc:
-            if exc.status == 409:  # the uid precondition failed: the pod is a newer attempt's
-                return False
-            if exc.status != 404:
-                raise
-        return True
-
-    def _delete_config_map(self, hook: Any, name: str, uid: str | None, namespace: str) -> None:
-        from kubernetes import client
-        from kubernetes.client.exceptions import ApiException
-
-        options = client.V1DeleteOptions(preconditions=client.V1Preconditions(uid=uid) if uid else None)
-        try:
-            hook.core_v1_client.delete_namespaced_config_map(name, namespace, body=options)
-            log.info("Deleted build context ConfigMap %s/%s", namespace, name)
-        except ApiException as exc:
-            if exc.status not in (404, 409):
-                raise
-
-    def _wait_gone(self, hook: Any, name: str) -> None:
-        deadline = time.monotonic() + DELETE_WAIT_SECONDS
-        while self._read_pod(hook, name) is not None:
-            if time.monotonic() >= deadline:
-                raise KanikoBuildError(
-                    f"image build pod {self.settings.namespace}/{name} of an earlier attempt is still being "
-                    f"deleted after {DELETE_WAIT_SECONDS:.0f} s (fix: check its finalizers and node)"
-                )
-            time.sleep(0.2)
-
-    def _tail(self, hook: Any, handle: dict[str, Any], lines: int) -> list[str]:
-        """The sync client mangles log text when it decodes it: read the raw bytes."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = hook.core_v1_client.read_namespaced_pod_log(
-                **_log_args(handle, lines), _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status in (400, 404):
-                return []
-            raise
-        return log_lines(response.data)
-
-    async def _atail(self, handle: dict[str, Any], lines: int) -> list[str]:
-        """kubernetes_asyncio raises no ApiException for an unloaded response: check its status here."""
-        from kubernetes_asyncio import client
-        from kubernetes_asyncio.client.exceptions import ApiException
-
-        async with self._async_hook().get_conn() as api:
-            response = await client.CoreV1Api(api).read_namespaced_pod_log(
-                **_log_args(handle, lines), _preload_content=False
-            )
-            try:
-                if response.status in (400, 404):  # not started, or gone
-                    return []
-                if not 200 <= response.status <= 299:
-                    raise ApiException(status=response.status, reason=response.reason)
-                return log_lines(await response.read())
-            finally:
-                response.release()
+        return read_or_none(core.read_namespaced_config_map, name, self.settings.namespace)
 
     async def _amount_problem(self, pod: Any) -> tuple[str, bool]:
         """The kubelet's current FailedMount about the pod and whether it is fatal (see mount_problem)."""
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        async with self._async_hook().get_conn() as api:
+        async with self.async_hook().get_conn() as api:
             try:
                 events = await client.CoreV1Api(api).list_namespaced_event(
                     pod.metadata.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
@@ -694,7 +514,7 @@ class KanikoBuilder:
 
 def log_lines(data: bytes | str) -> list[str]:
     """Non-empty log lines without kaniko's colour codes."""
-    return [_ANSI.sub("", line) for line in _lines(data)]
+    return [_ANSI.sub("", line) for line in text_lines(data)]
 
 
 def failing_step(lines: list[str]) -> tuple[str, str]:
@@ -763,54 +583,4 @@ def mount_fix(problem: str, settings: KanikoSettings) -> str:
 
 def failure_message(pod: Any, lines: list[str], settings: KanikoSettings) -> str:
     """The failing step, kaniko's error, exit code, reason and log tail of a Failed build pod."""
-    where = f"{pod.metadata.namespace}/{pod.metadata.name}"
-    terminated = _terminated(pod)
-    if not lines and terminated is not None and terminated.message:
-        lines = [_ANSI.sub("", line) for line in terminated.message.splitlines() if line.strip()]
-    step, error = failing_step(lines)
-    parts = [f"image build pod {where} failed"]
-    if step:
-        parts.append(f" at step {step!r}")
-    elif error:
-        parts.append(" before its first build step")
-    if error:
-        parts.append(f": {error}")
-        if re.search(r"UNAUTHORIZED|authentication required|push permission", error):
-            parts.append(
-                f" (fix: give Secret {settings.registry_secret} push access to {settings.repository})"
-            )
-    if terminated is not None:
-        code = terminated.exit_code
-        meaning = EXIT_CODE_MEANINGS.get(code, "").format(memory=settings.memory)
-        parts.append(
-            f"; container {CONTAINER} exited with code {code} ({terminated.reason or 'Error'})"
-            + (f", {meaning}" if meaning else "")
-        )
-    if pod.status and pod.status.reason:
-        parts.append(f"; pod {pod.status.reason}: {pod.status.message or ''}".rstrip(": "))
-    text = "".join(parts)
-    return text + ("; last log lines:\n" + _tail_text(lines) if lines else "; no log")
-
-
-def _terminated(pod: Any) -> Any:
-    for container in (pod.status.container_statuses if pod.status else None) or []:
-        if container.name == CONTAINER and container.state and container.state.terminated:
-            return container.state.terminated
-    return None
-
-
-def _where(handle: dict[str, Any]) -> str:
-    return f"{handle['namespace']}/{handle['pod']}"
-
-
-def _log_args(handle: dict[str, Any], lines: int) -> dict[str, Any]:
-    return {
-        "name": handle["pod"],
-        "namespace": handle["namespace"],
-        "container": CONTAINER,
-        "tail_lines": lines,
-    }
-
-
-def _tail_text(lines: list[str]) -> str:
-    return "\n".join(f"  {line}" for line in lines[-FAILURE_TAIL_LINES:])
+    return KanikoBuilder(**settings.model_dump()).failure_message(pod, lines)
