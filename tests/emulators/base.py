@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Generic, Self, TypeVar, cast
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from darabonba.model import DaraModel
@@ -34,6 +34,8 @@ SIGNATURE_ALGORITHM = "ACS3-HMAC-SHA256"
 
 THROTTLING_CODE = "Throttling.User"
 THROTTLING_MESSAGE = "Request was denied due to user flow control."
+
+_H = TypeVar("_H", bound=BaseHTTPRequestHandler)
 
 
 def iso_utc(epoch: float) -> str:
@@ -79,8 +81,69 @@ class ApiError(Exception):
         self.message = message
 
 
+class RateFaultPlan:
+    """Targeting and the failure draw shared by the emulators' seeded fault plans.
+
+    The POP gateway's :class:`FaultPlan` and OSS's plan fail different things but choose alike:
+    a request of an operation in :meth:`scope` (every one when it is None) draws once, and the
+    draw picks the first failure whose cumulative rate exceeds it. Keeping that in one place keeps
+    a seed replaying the same way in every emulator. Subclasses are frozen dataclasses with a
+    ``seed`` field.
+    """
+
+    seed: int
+
+    def scope(self) -> frozenset[str] | None:
+        """The operations (actions) the plan targets; None: every one."""
+        raise NotImplementedError
+
+    def failure_rates(self) -> tuple[tuple[str, float], ...]:
+        """``(failure, rate)`` pairs in the order their rates accumulate."""
+        raise NotImplementedError
+
+    def targets(self, operation: str) -> bool:
+        """Whether requests of ``operation`` are subject to this plan."""
+        scope = self.scope()
+        return scope is None or operation in scope
+
+    def outcome(self, failure_draw: float) -> str:
+        """Map a uniform draw to the failure it picks, or ``""`` for none."""
+        bound = 0.0
+        for name, rate in self.failure_rates():
+            bound += rate
+            if failure_draw < bound:
+                return name
+        return ""
+
+
+_P = TypeVar("_P", bound=RateFaultPlan)
+
+
+class SeededFaults(Generic[_P]):
+    """The ``faults`` attribute of an emulator: a plan and the RNG its seed starts.
+
+    Why a property: assigning a plan must restart the RNG from the plan's seed (under the
+    emulator's lock, as requests draw from it concurrently), so a failing test replays exactly.
+    """
+
+    _lock: threading.RLock
+    _faults: _P
+    _rng: random.Random
+
+    @property
+    def faults(self) -> _P:
+        """The rate-based fault plan; assigning one restarts its RNG from the plan's seed."""
+        return self._faults
+
+    @faults.setter
+    def faults(self, plan: _P) -> None:
+        with self._lock:
+            self._faults = plan
+            self._rng = random.Random(plan.seed)
+
+
 @dataclass(frozen=True)
-class FaultPlan:
+class FaultPlan(RateFaultPlan):
     """Which requests fail on purpose, drawn from a seeded RNG so a failing test replays exactly.
 
     Every request of a targeted action (all actions when ``actions`` is None) draws twice: one
@@ -97,22 +160,15 @@ class FaultPlan:
     seed: int = 0
     actions: frozenset[str] | None = None
 
-    def targets(self, action: str) -> bool:
-        """Whether requests of ``action`` are subject to this plan."""
-        return self.actions is None or action in self.actions
+    def scope(self) -> frozenset[str] | None:
+        return self.actions
 
-    def outcome(self, failure_draw: float) -> str:
-        """Map a uniform draw to ``"throttle"``, ``"unavailable"``, ``"drop"`` or ``""``."""
-        bound = 0.0
-        for name, rate in (
+    def failure_rates(self) -> tuple[tuple[str, float], ...]:
+        return (
             ("throttle", self.throttle_rate),
             ("unavailable", self.unavailable_rate),
             ("drop", self.drop_rate),
-        ):
-            bound += rate
-            if failure_draw < bound:
-                return name
-        return ""
+        )
 
 
 @dataclass(frozen=True)
@@ -208,6 +264,32 @@ def model_mismatches(model: type[DaraModel], data: Any, where: str = "") -> list
     return _diff(data, parsed, where)
 
 
+def query_checked(
+    handler: Handler,
+    request_models: Mapping[str, type[DaraModel]],
+    unflatten: Callable[[Mapping[str, str]], dict[str, Any]],
+    before: Callable[[], None],
+) -> Handler:
+    """Wrap an RPC handler: 400 for a query the SDK could not have sent, then ``before()``, then it.
+
+    RPC emulators (ACR, NAS) get flat queries such as ``Filters.1.Key=a``; ``unflatten`` rebuilds
+    the nested shape the action's request model maps from, and any field that model does not know
+    is refused as the cloud does (InvalidParameter), so a misspelt or invented parameter fails the
+    test instead of being ignored. Missing fields are the handler's business: optional ones are
+    the norm. ``before`` runs for every accepted request (advancing simulated builds or tasks).
+    """
+
+    def checked(request: ApiRequest) -> dict[str, Any]:
+        nested = unflatten(request.query)
+        problems = [p for p in model_mismatches(request_models[request.action], nested) if "known" in p]
+        if problems:
+            raise ApiError(400, "InvalidParameter", f"{request.action}: {'; '.join(problems)}")
+        before()
+        return handler(request)
+
+    return checked
+
+
 def _diff(sent: Any, parsed: Any, where: str) -> list[str]:
     """Recursive comparison behind :func:`model_mismatches`."""
     if isinstance(sent, dict) and isinstance(parsed, dict):
@@ -235,7 +317,77 @@ def _pattern(path_template: str) -> re.Pattern[str]:
     return re.compile(f"^{regex}$")
 
 
-class EmulatorServer:
+def bound_handler(handler: type[_H], **attributes: object) -> type[_H]:
+    """A subclass of ``handler`` carrying ``attributes`` (the emulator it serves) as class attributes.
+
+    ``http.server`` builds one handler instance per request from a class, so the only way to hand
+    it the emulator is on the class; a fresh subclass per server keeps two servers apart.
+    """
+    return cast(type[_H], type(f"_Bound{handler.__name__}", (handler,), dict(attributes)))
+
+
+class ThreadedHttpServer:
+    """Start, stop and ``with`` of an emulator served by a ``ThreadingHTTPServer`` on 127.0.0.1.
+
+    Every HTTP emulator (the POP gateway of :class:`EmulatorServer`, OSS, the image registry)
+    serves from a daemon thread, polls often enough that ``stop`` returns quickly, must release
+    its port on ``stop`` because a test session starts hundreds, and is used as a context manager;
+    one implementation keeps them alike. Subclasses build the server in :meth:`_make_server`
+    (binding their handler class to ``self`` with :func:`bound_handler`) and may cut what
+    ``server_close`` leaves open in :meth:`_before_close`.
+    """
+
+    #: The RuntimeError message for asking a stopped server its address.
+    not_started_message: ClassVar[str] = "the emulator is not started"
+    _httpd: ThreadingHTTPServer | None = None
+    _thread: threading.Thread | None = None
+
+    def _make_server(self) -> ThreadingHTTPServer:
+        """The bound, not yet serving server (its constructor binds and listens)."""
+        raise NotImplementedError
+
+    def _before_close(self, httpd: ThreadingHTTPServer) -> None:
+        """Runs after ``shutdown`` and before ``server_close``; nothing unless overridden."""
+
+    @property
+    def host_port(self) -> str:
+        """``127.0.0.1:PORT`` of the serving server; RuntimeError when it is not started."""
+        if self._httpd is None:
+            raise RuntimeError(self.not_started_message)
+        return f"127.0.0.1:{self._httpd.server_address[1]}"
+
+    def start(self) -> Self:
+        """Listen (on a free port unless the subclass picks one) and serve from a daemon thread."""
+        self._httpd = self._make_server()
+        self._httpd.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name=type(self).__name__,
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and release the port; a stopped server may be started again."""
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._before_close(self._httpd)
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *_exc: object) -> None:
+        self.stop()
+
+
+class EmulatorServer(ThreadedHttpServer, SeededFaults[FaultPlan]):
     """A threaded HTTP server on 127.0.0.1 that authenticates, records and fault-injects requests.
 
     Subclasses register operations with :meth:`add_roa_route` / :meth:`add_rpc_action` and set
@@ -255,59 +407,18 @@ class EmulatorServer:
         self._tokens: dict[str, IssuedToken] = {}
         self._roa_routes: list[Route] = []
         self._rpc_routes: dict[str, Route] = {}
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
         self.faults = FaultPlan()
 
     # ----------------------------------------------------------------------------- lifecycle
 
     @property
-    def faults(self) -> FaultPlan:
-        """The active fault plan; assigning one restarts its RNG from the plan's seed."""
-        return self._faults
-
-    @faults.setter
-    def faults(self, plan: FaultPlan) -> None:
-        with self._lock:
-            self._faults = plan
-            self._rng = random.Random(plan.seed)
-
-    @property
     def endpoint(self) -> str:
         """``127.0.0.1:PORT``, the value for the SDK's ``Config(endpoint=...)``."""
-        if self._httpd is None:
-            raise RuntimeError("the emulator is not started")
-        return f"127.0.0.1:{self._httpd.server_address[1]}"
+        return self.host_port
 
-    def start(self) -> Self:
-        """Listen on a free port and serve from a daemon thread."""
-        handler = type("_BoundHandler", (_RequestHandler,), {"emulator": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name=type(self).__name__,
-            daemon=True,
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and release the port."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
+    def _make_server(self) -> ThreadingHTTPServer:
+        """A free port on 127.0.0.1, answered by the tea-openapi request handler."""
+        return ThreadingHTTPServer(("127.0.0.1", 0), bound_handler(_RequestHandler, emulator=self))
 
     # ----------------------------------------------------------------------------- routing
 

@@ -71,7 +71,7 @@ from typing import Any
 
 from alibabacloud_nas20170626 import models as nas_models
 
-from tests.emulators.base import ApiError, ApiRequest, iso_utc, model_mismatches
+from tests.emulators.base import ApiError, ApiRequest, Handler, iso_utc, query_checked
 from tests.emulators.ram import RamAuthorizedEmulator
 
 SourceReader = Callable[[str, str], dict[str, bytes]]
@@ -258,6 +258,11 @@ class NasDataFlowEmulator(RamAuthorizedEmulator):
             task.status = "Canceled"
             task.ended_at = task.cancel_at + self.cancel_seconds
 
+    def _advance_all(self) -> None:
+        """Tasks progress by the clock, so every request first brings them all up to now."""
+        for task in self.tasks.values():
+            self._advance(task)
+
     def _load_source(self, task: EmulatedTask) -> None:
         flow = self.data_flows[(task.file_system_id, task.data_flow_id)]
         prefix = (flow.source_storage_path.strip("/") + "/" + task.directory.strip("/")).strip("/")
@@ -313,23 +318,9 @@ class NasDataFlowEmulator(RamAuthorizedEmulator):
 
     # ----------------------------------------------------------------------------- handlers
 
-    def _checked(
-        self, handler: Callable[[ApiRequest], dict[str, Any]]
-    ) -> Callable[[ApiRequest], dict[str, Any]]:
+    def _checked(self, handler: Handler) -> Handler:
         """Refuse parameters the SDK could not have sent, then advance every task before answering."""
-
-        def checked(request: ApiRequest) -> dict[str, Any]:
-            nested = _unflatten(request.query)
-            problems = [
-                p for p in model_mismatches(self._request_models[request.action], nested) if "known" in p
-            ]
-            if problems:
-                raise ApiError(400, "InvalidParameter", f"{request.action}: {'; '.join(problems)}")
-            for task in self.tasks.values():
-                self._advance(task)
-            return handler(request)
-
-        return checked
+        return query_checked(handler, self._request_models, _unflatten, self._advance_all)
 
     def _describe_data_flows(self, request: ApiRequest) -> dict[str, Any]:
         query = request.query

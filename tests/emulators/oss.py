@@ -1,10 +1,12 @@
 """Alibaba Cloud OSS emulator that the real ``oss2`` SDK talks to over plain HTTP on 127.0.0.1.
 
 OSS is not a tea-openapi service: it speaks XML, signs with its own schemes and streams object
-bodies, so this is its own server rather than an :class:`tests.emulators.base.EmulatorServer`. It
-keeps the house ergonomics: ``with OssEmulator(...) as oss:`` starts and stops it, ``oss.endpoint``
-is ``http://127.0.0.1:PORT`` (the value for ``oss2.Bucket(auth, endpoint, name)``), requests are
-recorded, and faults are injected from a seeded RNG so a failing test replays exactly.
+bodies, so this is its own server rather than an :class:`tests.emulators.base.EmulatorServer`
+(it shares only the start/stop of :class:`tests.emulators.base.ThreadedHttpServer` and the fault
+draw of :class:`tests.emulators.base.RateFaultPlan`). It keeps the house ergonomics:
+``with OssEmulator(...) as oss:`` starts and stops it, ``oss.endpoint`` is ``http://127.0.0.1:PORT``
+(the value for ``oss2.Bucket(auth, endpoint, name)``), requests are recorded, and faults are
+injected from a seeded RNG so a failing test replays exactly.
 
 What the SDK sees, as verified against oss2 2.19.1:
 
@@ -85,11 +87,13 @@ from dataclasses import dataclass, field
 from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
 from oss2.auth import ProviderAuth
 from oss2.utils import Crc64
+
+from tests.emulators.base import RateFaultPlan, SeededFaults, ThreadedHttpServer, bound_handler
 
 #: Every operation the emulator serves, by the name used for faults and counters.
 OPERATIONS = frozenset(
@@ -297,7 +301,7 @@ class _Token:
 
 
 @dataclass(frozen=True)
-class OssFaultPlan:
+class OssFaultPlan(RateFaultPlan):
     """Which requests fail on purpose, drawn from a seeded RNG so a failing test replays exactly.
 
     Every request of a targeted operation (all when ``operations`` is None) draws twice: one draw
@@ -317,20 +321,15 @@ class OssFaultPlan:
     seed: int = 0
     operations: frozenset[str] | None = None
 
-    def targets(self, operation: str) -> bool:
-        return self.operations is None or operation in self.operations
+    def scope(self) -> frozenset[str] | None:
+        return self.operations
 
-    def outcome(self, draw: float) -> str:
-        bound = 0.0
-        for name, rate in (
+    def failure_rates(self) -> tuple[tuple[str, float], ...]:
+        return (
             ("unavailable", self.unavailable_rate),
             ("drop", self.drop_rate),
             ("corrupt", self.corrupt_rate),
-        ):
-            bound += rate
-            if draw < bound:
-                return name
-        return ""
+        )
 
 
 @dataclass
@@ -425,7 +424,7 @@ def _quoted(etag: str) -> str:
 # --------------------------------------------------------------------------------- server
 
 
-class OssEmulator:
+class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
     """An OSS endpoint on 127.0.0.1 serving buckets held in memory.
 
     ``access_keys`` maps AccessKeyId to secret (None: the key is accepted without verifying the
@@ -466,59 +465,23 @@ class OssEmulator:
         self._records: list[OssRecord] = []
         self._targeted: list[_TargetedFault] = []
         self._get_hooks: list[Callable[[str, str], None]] = []
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
         self.faults = OssFaultPlan()
 
     # ----------------------------------------------------------------------------- lifecycle
 
     @property
-    def faults(self) -> OssFaultPlan:
-        """The rate-based fault plan; assigning one restarts its RNG from the plan's seed."""
-        return self._faults
-
-    @faults.setter
-    def faults(self, plan: OssFaultPlan) -> None:
-        with self._lock:
-            self._faults = plan
-            self._rng = random.Random(plan.seed)
-
-    @property
     def endpoint(self) -> str:
         """``http://127.0.0.1:PORT``: the endpoint for ``oss2.Bucket`` (path-style, plain HTTP)."""
-        if self._httpd is None:
-            raise RuntimeError("the emulator is not started")
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://{self.host_port}"
 
-    def start(self) -> Self:
-        """Listen on 127.0.0.1 (a free port unless one was given) and serve from daemon threads."""
-        handler = type("_BoundOssHandler", (_OssHandler,), {"emulator": self})
-        self._httpd = _Server(("127.0.0.1", self._port), handler)
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="OssEmulator",
-            daemon=True,
-        )
-        self._thread.start()
-        return self
+    def _make_server(self) -> ThreadingHTTPServer:
+        """127.0.0.1 (a free port unless one was given), remembering connections for ``stop``."""
+        return _Server(("127.0.0.1", self._port), bound_handler(_OssHandler, emulator=self))
 
-    def stop(self) -> None:
-        """Stop listening and cut open keep-alive connections, so pooled clients see it gone."""
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.close_connections()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
+    def _before_close(self, httpd: ThreadingHTTPServer) -> None:
+        """Cut open keep-alive connections, so pooled clients see the emulator gone."""
+        if isinstance(httpd, _Server):
+            httpd.close_connections()
 
     # ----------------------------------------------------------------------------- credentials
 

@@ -33,8 +33,10 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, urlsplit
+
+from tests.emulators.base import ThreadedHttpServer, bound_handler
 
 OCI_INDEX = "application/vnd.oci.image.index.v1+json"
 OCI_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -63,8 +65,10 @@ class RecordedCall:
     status: int
 
 
-class RegistryEmulator:
+class RegistryEmulator(ThreadedHttpServer):
     """Registry v2 + token service in one threaded HTTP server."""
+
+    not_started_message: ClassVar[str] = "the registry is not started"
 
     def __init__(
         self,
@@ -88,42 +92,17 @@ class RegistryEmulator:
         self._tokens: dict[str, tuple[str, frozenset[str]]] = {}
         self._failures: list[int] = []
         self._lock = threading.RLock()
-        self._httpd: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # ----------------------------------------------------------------------------- lifecycle
+
+    def _make_server(self) -> ThreadingHTTPServer:
+        """A free port on 127.0.0.1, answered by the registry handler."""
+        return ThreadingHTTPServer(("127.0.0.1", 0), bound_handler(_Handler, registry=self))
 
     @property
     def host(self) -> str:
         """``127.0.0.1:PORT``: the registry part of image references."""
-        if self._httpd is None:
-            raise RuntimeError("the registry is not started")
-        return f"127.0.0.1:{self._httpd.server_address[1]}"
-
-    def start(self) -> Self:
-        handler = type("_BoundRegistryHandler", (_Handler,), {"registry": self})
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
+        return self.host_port
 
     # ----------------------------------------------------------------------------- setup
 
