@@ -157,41 +157,16 @@ def build_volume(
     return pv, pvc
 
 
-def ensure_version_volume(
-    hook_or_conn_id: Any,
-    *,
-    namespace: str,
-    name: str,
-    kind: VolumeKind,
-    path: str,
-    capacity: str = DEFAULT_CAPACITY,
-    server: str | None = None,
-    file_system_id: str | None = None,
-    vsc_mount_target: str | None = None,
-    vpc_mount_target: str | None = None,
-    access_mode: AccessMode = "ReadWriteMany",
-    labels: dict[str, str] | None = None,
-    wait_seconds: float = 15.0,
-) -> str:
+def ensure_version_volume(hook_or_conn_id: Any, *, wait_seconds: float = 15.0, **volume: Any) -> str:
     """Create the version's PV and claim unless they exist with this spec; return the claim name.
 
-    ``hook_or_conn_id`` is a cncf ``KubernetesHook`` or its connection id. Waits up to
-    ``wait_seconds`` for the claim to be Bound and logs its phase; a claim still Pending then is
-    logged, not raised (the ACK preflight check reports an unbound dataset claim before training).
+    ``volume`` are :func:`build_volume`'s arguments. ``hook_or_conn_id`` is a cncf
+    ``KubernetesHook`` or its connection id. Waits up to ``wait_seconds`` for the claim to be Bound
+    and logs its phase; a claim still Pending then is logged, not raised (the ACK preflight check
+    reports an unbound dataset claim before training).
     """
-    pv, pvc = build_volume(
-        namespace=namespace,
-        name=name,
-        kind=kind,
-        path=path,
-        capacity=capacity,
-        server=server,
-        file_system_id=file_system_id,
-        vsc_mount_target=vsc_mount_target,
-        vpc_mount_target=vpc_mount_target,
-        access_mode=access_mode,
-        labels=labels,
-    )
+    pv, pvc = build_volume(**volume)
+    name, namespace, kind, path = (volume[key] for key in ("name", "namespace", "kind", "path"))
     hook = _as_hook(hook_or_conn_id)
     core = hook.core_v1_client
     objects = [
