@@ -3,6 +3,8 @@
 The ``alibaba_cloud_default`` connection points every service at its emulator over HTTP, and the
 account holds a complete Lingjun setup: a network every preflight check passes, a quota with room
 and a RAM role with the reference DLC policy. Tests then break one piece at a time.
+
+Also the training job specs the tests submit to DLC and to ACK (arena), each test adding its own fields.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +27,8 @@ AK, SK = "LTAI-preflight", "preflight-secret-value"
 POLICY_FILE = Path(__file__).resolve().parents[1] / "include" / "config" / "dlc_role_policy.json"
 ROLE = "pai-dlc-runner"
 QUOTA = "quota1"
+#: The image the training job specs run.
+TRAIN_IMAGE = "registry.example.com/train/pytorch:2.13-rdma"
 
 
 @dataclass
@@ -82,3 +87,35 @@ def use_alibaba_connection(
     }
     connection = json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
     monkeypatch.setenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", connection)
+
+
+# -- training job specs ----------------------------------------------------------------------------
+
+
+def dlc_job(**fields: Any) -> dict[str, Any]:
+    """A DLC job spec on two Lingjun nodes of eight GU8TF GPUs in quota12345, with ``fields`` added."""
+    return {
+        "backend": "dlc",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "gpu_type": "GU8TF",
+        "cpu": 96,
+        "memory_gib": 800,
+        "resource_type": "lingjun",
+        "quota_id": "quota12345",
+        "image": TRAIN_IMAGE,
+        **fields,
+    }
+
+
+def arena_job(**fields: Any) -> dict[str, Any]:
+    """An ACK (arena) job spec on two nodes of eight GPUs, with ``fields`` added."""
+    return {
+        "backend": "arena",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "cpu": 16,
+        "memory_gib": 64,
+        "image": TRAIN_IMAGE,
+        **fields,
+    }

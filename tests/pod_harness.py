@@ -9,21 +9,20 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Iterable
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from aliyun_training.kube_pods import PodRun
 from aliyun_training.remote import RemoteStatus
 from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.kube_harness import CONN_ID as CONN_ID
+from tests.kube_harness import NS as NS
+from tests.kube_harness import core as core
+from tests.kube_harness import kubernetes_fake as kubernetes_fake
 
-NS = "training"
-CONN_ID = "kubernetes_default"
 #: When the fake's clock starts.
 T0 = 1_800_000_000.0
 #: A uid no pod has: a handle of an older attempt whose pod name a newer pod took.
@@ -50,30 +49,6 @@ class SteppedClock(ManualClock):
 def stepped_clock() -> SteppedClock:
     """The fake's clock, at T0 (a test module takes it as ``clock = harness.stepped_clock``)."""
     return SteppedClock(T0)
-
-
-@contextmanager
-def kubernetes_fake(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
-) -> Iterator[KubernetesFake]:
-    """A KubernetesFake on ``clock`` that the ``kubernetes_default`` connection points at."""
-    with KubernetesFake() as server:
-        server.clock = clock
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        # The hook loads the kubeconfig into the default configuration: restore it afterwards.
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
-        yield server
-        assert server.internal_errors == []
-
-
-def core() -> client.CoreV1Api:
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    return KubernetesHook(conn_id=CONN_ID).core_v1_client
 
 
 def posts(fake: KubernetesFake, plural: str) -> list[dict[str, Any]]:

@@ -1042,6 +1042,16 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
         root.text = f"oss-{self.region}"
         return _xml_response(root)
 
+    def _list_page(
+        self, exchange: _Exchange, prefix: str, delimiter: str, marker: str, max_keys: int
+    ) -> tuple[list[tuple[str, str]], bool, dict[str, StoredObject]]:
+        """ListObjects' page of the bucket (items, whether truncated) and the objects among its items."""
+        with self._lock:
+            bucket = self._bucket(exchange.bucket)
+            items, truncated = _page(bucket.sorted_keys(), prefix, delimiter, marker, max_keys)
+            objects = {name: bucket.objects[name] for kind, name in items if kind == "key"}
+        return items, truncated, objects
+
     def _list_objects(self, exchange: _Exchange, _fault: str, _record: OssRecord) -> _Response:
         query = exchange.query
         encode = _encoder(query)
@@ -1051,19 +1061,10 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
             query.get("marker", ""),
         )
         max_keys = _int_param(query, "max-keys", 100, 1, 1000)
-        with self._lock:
-            bucket = self._bucket(exchange.bucket)
-            items, truncated = _page(bucket.sorted_keys(), prefix, delimiter, marker, max_keys)
-            objects = {name: bucket.objects[name] for kind, name in items if kind == "key"}
-        root = ET.Element("ListBucketResult")
-        _sub(root, "Name", exchange.bucket)
-        _sub(root, "Prefix", encode(prefix))
+        items, truncated, objects = self._list_page(exchange, prefix, delimiter, marker, max_keys)
+        root = _list_bucket_root(exchange.bucket, encode(prefix))
         _sub(root, "Marker", encode(marker))
-        _sub(root, "MaxKeys", max_keys)
-        _sub(root, "Delimiter", encode(delimiter))
-        if query.get("encoding-type"):
-            _sub(root, "EncodingType", query["encoding-type"])
-        _sub(root, "IsTruncated", str(truncated).lower())
+        _add_list_limits(root, query, max_keys, encode(delimiter), truncated)
         if truncated:
             _sub(root, "NextMarker", encode(items[-1][1]))
         _add_items(root, items, objects, encode, owner=True)
@@ -1076,22 +1077,13 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
         token, start_after = query.get("continuation-token", ""), query.get("start-after", "")
         max_keys = _int_param(query, "max-keys", 100, 1, 1000)
         marker = _decode_token(token) if token else start_after
-        with self._lock:
-            bucket = self._bucket(exchange.bucket)
-            items, truncated = _page(bucket.sorted_keys(), prefix, delimiter, marker, max_keys)
-            objects = {name: bucket.objects[name] for kind, name in items if kind == "key"}
-        root = ET.Element("ListBucketResult")
-        _sub(root, "Name", exchange.bucket)
-        _sub(root, "Prefix", encode(prefix))
+        items, truncated, objects = self._list_page(exchange, prefix, delimiter, marker, max_keys)
+        root = _list_bucket_root(exchange.bucket, encode(prefix))
         if token:
             _sub(root, "ContinuationToken", token)
         if start_after:
             _sub(root, "StartAfter", encode(start_after))
-        _sub(root, "MaxKeys", max_keys)
-        _sub(root, "Delimiter", encode(delimiter))
-        if query.get("encoding-type"):
-            _sub(root, "EncodingType", query["encoding-type"])
-        _sub(root, "IsTruncated", str(truncated).lower())
+        _add_list_limits(root, query, max_keys, encode(delimiter), truncated)
         if truncated:
             _sub(root, "NextContinuationToken", encode(_encode_token(items[-1][1])))
         _sub(root, "KeyCount", len(items))
@@ -1116,9 +1108,7 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
                 if u.key > key_marker or (u.key == key_marker and id_marker and u.upload_id > id_marker)
             ]
         page, truncated = uploads[:max_uploads], len(uploads) > max_uploads
-        root = ET.Element("ListMultipartUploadsResult")
-        if query.get("encoding-type"):
-            _sub(root, "EncodingType", query["encoding-type"])
+        root = _result_root("ListMultipartUploadsResult", query)
         _sub(root, "Bucket", exchange.bucket)
         _sub(root, "KeyMarker", encode(key_marker))
         _sub(root, "UploadIdMarker", id_marker)
@@ -1151,9 +1141,7 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
             for key in keys:
                 bucket.remove(key)
         encode = _encoder(exchange.query)
-        root = ET.Element("DeleteResult")
-        if exchange.query.get("encoding-type"):
-            _sub(root, "EncodingType", exchange.query["encoding-type"])
+        root = _result_root("DeleteResult", exchange.query)
         if not quiet:
             for key in keys:
                 _sub(_sub(root, "Deleted"), "Key", encode(key))
@@ -1226,9 +1214,7 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
         root = ET.Element("CopyObjectResult")
         _sub(root, "ETag", _quoted(obj.etag))
         _sub(root, "LastModified", _iso8601(obj.last_modified))
-        response = _xml_response(root)
-        response.headers.update({"ETag": _quoted(obj.etag), "x-oss-hash-crc64ecma": str(obj.crc64)})
-        return response
+        return _stored_response(root, obj)
 
     def _head_object(self, exchange: _Exchange, _fault: str, _record: OssRecord) -> _Response:
         with self._lock:
@@ -1303,9 +1289,7 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
         with self._lock:
             self._bucket(exchange.bucket).uploads[upload.upload_id] = upload
         encode = _encoder(exchange.query)
-        root = ET.Element("InitiateMultipartUploadResult")
-        if exchange.query.get("encoding-type"):
-            _sub(root, "EncodingType", exchange.query["encoding-type"])
+        root = _result_root("InitiateMultipartUploadResult", exchange.query)
         _sub(root, "Bucket", exchange.bucket)
         _sub(root, "Key", encode(exchange.key))
         _sub(root, "UploadId", upload.upload_id)
@@ -1380,16 +1364,12 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
                 raise OssError(404, "NoSuchUpload", "The specified upload does not exist.")
             bucket.store(exchange.key, obj)
         encode = _encoder(exchange.query)
-        root = ET.Element("CompleteMultipartUploadResult")
-        if exchange.query.get("encoding-type"):
-            _sub(root, "EncodingType", exchange.query["encoding-type"])
+        root = _result_root("CompleteMultipartUploadResult", exchange.query)
         _sub(root, "Location", f"{self.endpoint}/{exchange.bucket}/{_url_encode(exchange.key)}")
         _sub(root, "Bucket", exchange.bucket)
         _sub(root, "Key", encode(exchange.key))
         _sub(root, "ETag", _quoted(obj.etag))
-        response = _xml_response(root)
-        response.headers.update({"ETag": _quoted(obj.etag), "x-oss-hash-crc64ecma": str(obj.crc64)})
-        return response
+        return _stored_response(root, obj)
 
     def _abort_multipart_upload(self, exchange: _Exchange, _fault: str, _record: OssRecord) -> _Response:
         with self._lock:
@@ -1560,6 +1540,40 @@ def _int_param(query: Mapping[str, str], name: str, default: int, low: int, high
             {"ArgumentName": name, "ArgumentValue": text},
         )
     return value
+
+
+def _list_bucket_root(bucket: str, prefix: str) -> ET.Element:
+    """A ListObjects (v1 or v2) result's root element, with its Name and (encoded) Prefix."""
+    root = ET.Element("ListBucketResult")
+    _sub(root, "Name", bucket)
+    _sub(root, "Prefix", prefix)
+    return root
+
+
+def _add_list_limits(
+    root: ET.Element, query: Mapping[str, str], max_keys: int, delimiter: str, truncated: bool
+) -> None:
+    """A ListObjects result's MaxKeys, (encoded) Delimiter, EncodingType asked for and IsTruncated."""
+    _sub(root, "MaxKeys", max_keys)
+    _sub(root, "Delimiter", delimiter)
+    if query.get("encoding-type"):
+        _sub(root, "EncodingType", query["encoding-type"])
+    _sub(root, "IsTruncated", str(truncated).lower())
+
+
+def _result_root(tag: str, query: Mapping[str, str]) -> ET.Element:
+    """A result's root element, its first child the ``EncodingType`` the request asked for, if any."""
+    root = ET.Element(tag)
+    if query.get("encoding-type"):
+        _sub(root, "EncodingType", query["encoding-type"])
+    return root
+
+
+def _stored_response(root: ET.Element, obj: StoredObject) -> _Response:
+    """The XML result of a request that stored ``obj`` (copy, complete), its ETag and CRC-64 as headers."""
+    response = _xml_response(root)
+    response.headers.update({"ETag": _quoted(obj.etag), "x-oss-hash-crc64ecma": str(obj.crc64)})
+    return response
 
 
 def _encoder(query: Mapping[str, str]) -> Callable[[str], str]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,15 +10,15 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
-from kubernetes import client
 
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
+from tests.cloud_harness import arena_job
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.kube_harness import NS, kubernetes_fake
 from tests.operator_harness import defer, fire, task_context
 
-NS = "training"
 CONN_ID = "ack_cluster"
 
 
@@ -28,16 +27,8 @@ NAME = job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesFake]:
-    with KubernetesFake() as server:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        # The sync hook loads the kubeconfig into the client's process-wide default configuration.
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+    with kubernetes_fake(tmp_path, monkeypatch, conn_id=CONN_ID) as server:
         yield server
-        assert server.internal_errors == []
 
 
 def settings(**overrides: Any) -> dict[str, Any]:
@@ -51,19 +42,13 @@ def settings(**overrides: Any) -> dict[str, Any]:
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
-    return {
-        "backend": "arena",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "cpu": 16,
-        "memory_gib": 64,
-        "image": "registry.example.com/train/pytorch:2.13-rdma",
-        "command": "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py",
-        "rdma": True,
-        "datasets": [{"uri": "pvc://cpfs-train", "mount_path": "/mnt/data"}],
-        "output_dir": "/mnt/data/outputs/run-1",
-        **overrides,
-    }
+    job = arena_job(
+        command="torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py",
+        rdma=True,
+        datasets=[{"uri": "pvc://cpfs-train", "mount_path": "/mnt/data"}],
+        output_dir="/mnt/data/outputs/run-1",
+    )
+    return {**job, **overrides}
 
 
 def operator(backend_settings: dict[str, Any] | None = None, **overrides: Any) -> TrainingJobOperator:

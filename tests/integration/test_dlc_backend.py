@@ -17,7 +17,7 @@ from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
-from tests.cloud_harness import use_alibaba_connection
+from tests.cloud_harness import dlc_job, use_alibaba_connection
 from tests.emulators.base import FaultPlan
 from tests.emulators.dlc import DlcEmulator, JobScript
 from tests.emulators.sts import StsEmulator
@@ -54,29 +54,20 @@ def connected(dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch) -> DlcEmulator:
 
 
 def spec(**overrides: Any) -> dict[str, Any]:
-    return {
-        "backend": "dlc",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "gpu_type": "GU8TF",
-        "cpu": 96,
-        "memory_gib": 800,
-        "shared_memory_gib": 64,
-        "resource_type": "lingjun",
-        "quota_id": "quota12345",
-        "rdma": True,
-        "priority": 3,
-        "image": "registry.example.com/train/pytorch:2.13-rdma",
-        "command": (
+    job = dlc_job(
+        shared_memory_gib=64,
+        rdma=True,
+        priority=3,
+        command=(
             "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
             "--master_port=$MASTER_PORT --nproc_per_node=8 train.py"
         ),
-        "env": {"EPOCHS": "3"},
-        "datasets": [{"dataset_id": "d-cifar10", "dataset_version": "v3", "mount_path": "/mnt/data"}],
-        "output_dir": "/mnt/output/run-1",
-        "timeout_minutes": 120,
-        **overrides,
-    }
+        env={"EPOCHS": "3"},
+        datasets=[{"dataset_id": "d-cifar10", "dataset_version": "v3", "mount_path": "/mnt/data"}],
+        output_dir="/mnt/output/run-1",
+        timeout_minutes=120,
+    )
+    return {**job, **overrides}
 
 
 def operator(**overrides: Any) -> TrainingJobOperator:

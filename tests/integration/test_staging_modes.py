@@ -32,13 +32,14 @@ from aliyun_training.staging.pod import PodStager
 from aliyun_training.staging.stagers import remote_stager
 from aliyun_training.staging.volumes import CPFS_DRIVER, ensure_version_volume
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
-from tests.cloud_harness import use_alibaba_connection
+from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection
 from tests.emulators.aiworkspace import AIWorkspaceEmulator
 from tests.emulators.base import ManualClock
 from tests.emulators.dlc import DlcEmulator
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.emulators.nas import NasDataFlowEmulator
 from tests.emulators.oss import OssEmulator
+from tests.kube_harness import NS, kubernetes_fake
 from tests.operator_harness import defer as defer_training
 from tests.operator_harness import task_context
 
@@ -62,8 +63,9 @@ BMCPFS = "bmcpfs-0015abcd"
 MOUNT_TARGET = "vsc-0a1b2c"
 DATA_FLOW = "df-194433a5be310001"
 CPFS_SERVER = "cpfs-0123abcd.cn-wulanchabu.cpfs.aliyuncs.com"
-NS = "training"
 K8S_CONN = "kubernetes_default"
+#: What the training jobs that mount the staged dataset run.
+JOB_COMMAND = "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py --data $DATA_DIR"
 IMAGE = "registry-vpc.cn-wulanchabu.aliyuncs.com/ml/aliyun-training:1.4.0"
 T0 = 1_800_000_000.0
 
@@ -135,20 +137,12 @@ def cloud(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
 
 @pytest.fixture
 def kube(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesFake]:
-    with KubernetesFake() as fake:
-        fake.clock = ManualClock(T0)
-        kubeconfig = fake.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{K8S_CONN.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+    with kubernetes_fake(tmp_path, monkeypatch, ManualClock(T0), conn_id=K8S_CONN) as fake:
         # The CPFS root volume the staging pod writes through.
         ensure_version_volume(
             K8S_CONN, namespace=NS, name="cpfs-root", kind="cpfs", server=CPFS_SERVER, path="/share"
         )
         yield fake
-        assert fake.internal_errors == []
 
 
 def core() -> client.CoreV1Api:
@@ -269,20 +263,7 @@ def test_direct_staging_from_oss_registers_a_pai_dataset_version_once(cloud: Clo
 
 
 def dlc_spec() -> dict[str, Any]:
-    return {
-        "backend": "dlc",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "gpu_type": "GU8TF",
-        "cpu": 96,
-        "memory_gib": 800,
-        "resource_type": "lingjun",
-        "quota_id": "quota12345",
-        "image": "registry.example.com/train/pytorch:2.13-rdma",
-        "command": "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py --data $DATA_DIR",
-        "env": {"EPOCHS": "3"},
-        "output_dir": "/mnt/output/run-1",
-    }
+    return dlc_job(command=JOB_COMMAND, env={"EPOCHS": "3"}, output_dir="/mnt/output/run-1")
 
 
 def test_a_dlc_job_mounts_the_staged_pai_dataset_version_at_the_mount_path(
@@ -446,16 +427,7 @@ def test_an_ack_job_mounts_the_staged_claim_read_only_at_the_mount_path(kube: Ku
     staged = stage_by_pod(kube)
     train = TrainingJobOperator(
         task_id="train",
-        spec={
-            "backend": "arena",
-            "nodes": 2,
-            "gpus_per_node": 8,
-            "cpu": 16,
-            "memory_gib": 64,
-            "image": "registry.example.com/train/pytorch:2.13-rdma",
-            "command": "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py --data $DATA_DIR",
-            "output_dir": "/mnt/data/outputs/run-1",
-        },
+        spec=arena_job(command=JOB_COMMAND, output_dir="/mnt/data/outputs/run-1"),
         backend_config={"conn_id": K8S_CONN, "namespace": NS},
         dataset=staged,
         dataset_mount_path=MOUNT_PATH,

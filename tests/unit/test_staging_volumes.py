@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
 from aliyun_training.spec import SpecError
 from aliyun_training.staging.volumes import (
@@ -19,9 +17,8 @@ from aliyun_training.staging.volumes import (
     version_volume_name,
 )
 from tests.emulators.kubernetes_fake import KubernetesFake
+from tests.kube_harness import CONN_ID, NS, core, kubernetes_fake
 
-NS = "training"
-CONN_ID = "kubernetes_default"
 SERVER = "cpfs-0123abcd-xyz.cn-wulanchabu.cpfs.aliyuncs.com"
 CPFS = {"kind": "cpfs", "server": SERVER, "path": "/share/datasets/cifar10/2026-11-22"}
 BMCPFS = {
@@ -35,21 +32,8 @@ BMCPFS = {
 
 @pytest.fixture
 def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesFake]:
-    with KubernetesFake() as server:
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
-        extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
-        monkeypatch.setenv(
-            f"AIRFLOW_CONN_{CONN_ID.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
-        )
-        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+    with kubernetes_fake(tmp_path, monkeypatch) as server:
         yield server
-        assert server.internal_errors == []
-
-
-def core() -> client.CoreV1Api:
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-    return KubernetesHook(conn_id=CONN_ID).core_v1_client
 
 
 def test_cpfs_general_purpose_objects_are_acks_static_volume() -> None:

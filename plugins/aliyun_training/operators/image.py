@@ -123,14 +123,17 @@ class ImageBuildOperator(BaseOperator):
     def _build_unless_present(self, context: Context) -> dict[str, Any]:
         from aliyun_training.image.builders import image_builder
         from aliyun_training.image.context import build_context, image_reference, image_tag
-        from aliyun_training.image.registry import image_digest
+        from aliyun_training.image.registry import RegistryAuthError, image_digest
         from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
         files = build_context(Path(self.context_dir))
         tag = image_tag(files, self.build_args)
         reference = image_reference(self.repository or "", tag)
         if not _truthy(self.force_rebuild):
-            digest = image_digest(reference, self.registry_conn_id)
+            try:
+                digest = image_digest(reference, self.registry_conn_id)
+            except RegistryAuthError as exc:
+                raise AirflowFailException(str(exc)) from None  # a retry cannot fix credentials
             if digest:
                 self.log.info("Image %s already exists (%s): nothing to build", reference, digest)
                 return ImageRef(uri=reference, digest=digest, tag=tag, source="existing").model_dump(
