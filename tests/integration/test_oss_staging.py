@@ -432,3 +432,51 @@ def test_open_source_picks_the_oss_source_for_oss_uris(oss):
         f"oss://{BUCKET}/cifar10/v1", config=OssClientConfig.from_connection("alibaba_cloud_default")
     )
     assert isinstance(opened, OssObjectSource) and opened.uri == f"oss://{BUCKET}/cifar10/v1/"
+
+
+def test_folder_markers_are_not_data(oss, tmp_path):
+    uri = put_version(oss, "v1")
+    oss.put(BUCKET, "cifar10/v1/", b"")  # the console's "create folder" for the version itself
+    oss.put(BUCKET, "cifar10/v1/empty-dir/", b"")
+
+    staged = stage_dataset(source(uri), tmp_path, "v1")
+
+    assert staged.files == 5 and staged_files(tmp_path / "v1") == expected()
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        (["a/./b"], "would escape the target directory or alias another"),
+        (["a//b"], "would escape the target directory or alias another"),
+        (["train"], "object 'train' is also a folder of 'train/shard-0.npz'"),
+    ],
+)
+def test_keys_that_alias_or_clash_on_a_filesystem_are_rejected_before_copying(oss, tmp_path, keys, message):
+    uri = put_version(oss, "v1", dict.fromkeys(keys, b"x"))
+
+    with pytest.raises(SpecError, match=message):
+        stage_dataset(source(uri), tmp_path, "v1")
+
+    assert oss.count("GetObject") == 0 and not (tmp_path / "v1").exists()
+
+
+@pytest.mark.parametrize("uri", [f"oss://{BUCKET}/data#2024/v1/", f"oss://{BUCKET}/data?x/v1/"])
+def test_a_prefix_that_urlparse_would_cut_short_is_rejected(oss, uri):
+    with pytest.raises(SpecError, match=r"contains '\?', '#' or ';'"):
+        source(uri)
+
+
+def test_files_an_earlier_failed_run_left_are_not_published(oss, tmp_path):
+    uri = put_version(oss, "v1")
+    oss.fail_next("GetObject", "unavailable", times=engine.READ_ATTEMPTS, key="cifar10/v1/test.npz")
+    with pytest.raises(Exception, match="503"):
+        stage_dataset(source(uri), tmp_path, "v1", workers=1)
+    assert (tmp_path / ".v1.partial" / "labels.json").exists()
+    oss.delete(BUCKET, "cifar10/v1/labels.json")  # the source dropped an object since
+
+    staged = stage_dataset(source(uri), tmp_path, "v1")
+
+    published = sorted(p.relative_to(tmp_path / "v1").as_posix() for p in (tmp_path / "v1").rglob("*"))
+    assert staged.files == 4 and "labels.json" not in published
+    assert not [name for name in published if name.endswith(".part")]

@@ -555,6 +555,22 @@ def test_resubmitting_the_same_import_answers_the_same_task(cloud: Cloud) -> Non
     assert len(tokens) == 1
 
 
+def test_a_retry_after_a_failed_import_starts_a_new_task_and_succeeds(cloud: Cloud) -> None:
+    cloud.upload()
+    cloud.nas.fail_next_task("Failed to read the source storage: AccessDenied")
+    failed = fire(deferred(dataflow_operator(), task_context()), cloud.nas_clock, nas_polls(cloud))
+    assert failed["status"] == "failed"
+
+    op, context = dataflow_operator(), task_context()
+    retry = deferred(op, context)
+    staged = op.execute_complete(context, fire(retry, cloud.nas_clock, nas_polls(cloud)))
+
+    assert retry.handle["task_id"] != failed["handle"]["task_id"]
+    tokens = [r.query["ClientToken"] for r in cloud.nas.requests_for("CreateDataFlowTask")]
+    assert tokens[-1] == tokens[0] + "-r1" and len(set(tokens)) == 2
+    assert staged["mode"] == "dataflow" and staged["files"] == staged["transferred_files"]
+
+
 # -- killed while deferred -------------------------------------------------------------------------
 
 

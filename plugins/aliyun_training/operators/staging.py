@@ -42,7 +42,8 @@ class DatasetStagingOperator(BaseOperator):
     :param remote: settings of the pod or data flow stager (templated).
     :param register: how to register the staged version, or None (templated).
     :param alibaba_cloud_conn_id: connection for OSS, AIWorkspace and NAS.
-    :param workers: objects or byte ranges copied in parallel.
+    :param workers: objects or byte ranges copied in parallel on the worker (``direct``); a staging
+        pod takes ``remote["workers"]``.
     :param poll_interval: seconds between checks of a remote staging run.
     :param staging_timeout: how long a remote run may take before it is stopped and the task fails.
     """
@@ -132,7 +133,8 @@ class DatasetStagingOperator(BaseOperator):
                 from aliyun_training.staging.oss import OssClientConfig
 
                 options["config"] = OssClientConfig.from_connection(self.alibaba_cloud_conn_id, self.workers)
-            return stage_dataset(open_source(self.source_uri, **options), self.target_root, self.version)
+            source = open_source(self.source_uri, **options)
+            return stage_dataset(source, self.target_root, self.version, workers=self.workers)
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None
         except StagingError as exc:

@@ -26,6 +26,9 @@ from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
 from aliyun_training.staging.sources import SourceObject, StagingError
 
+#: Import tasks started for one input before giving up (each earlier one failed or was cancelled).
+MAX_IMPORT_ATTEMPTS = 5
+
 
 class DataFlowStagerSettings(BaseModel):
     """Where to import from and to; ``target_root`` is a directory inside the data flow's fileset."""
@@ -77,7 +80,7 @@ class DataFlowStager:
         return objects
 
     def submit(self) -> dict[str, Any]:
-        from aliyun_training.staging.dataflow_api import create_import_task, find_data_flow
+        from aliyun_training.staging.dataflow_api import find_data_flow
         from aliyun_training.staging.oss import parse_oss_uri
 
         settings = self.settings
@@ -94,21 +97,39 @@ class DataFlowStager:
         checksum = listing_checksum(objects)
         token = hashlib.sha256(
             "\n".join((settings.file_system_id, flow.id, directory, destination, checksum)).encode()
-        ).hexdigest()[:48]
-        task_id = create_import_task(
-            hook,
-            file_system_id=settings.file_system_id,
-            data_flow_id=flow.id,
-            directory=directory,
-            dst_directory=destination,
-            client_token=f"stage-{token}",
-        )
+        ).hexdigest()[:40]
+        task_id = self._live_import(hook, flow.id, directory, destination, token)
         return {
             "task_id": task_id,
             "files": len(objects),
             "bytes": sum(o.size for o in objects),
             "checksum": checksum,
         }
+
+    def _live_import(self, hook: Any, flow_id: str, directory: str, destination: str, token: str) -> str:
+        """The import task for this input that can still succeed.
+
+        The ClientToken answers the same task to every retry, including one that failed or was
+        cancelled (a timeout stops it); such a task is succeeded by a new one under the next token.
+        """
+        from aliyun_training.staging.dataflow_api import create_import_task, describe_task
+
+        for attempt in range(MAX_IMPORT_ATTEMPTS):
+            task_id = create_import_task(
+                hook,
+                file_system_id=self.settings.file_system_id,
+                data_flow_id=flow_id,
+                directory=directory,
+                dst_directory=destination,
+                client_token=f"stage-{token}" + (f"-r{attempt}" if attempt else ""),
+            )
+            task = describe_task(hook, self.settings.file_system_id, task_id)
+            if not task.finished or task.succeeded:
+                return task_id
+        raise StagingError(
+            f"the last {MAX_IMPORT_ATTEMPTS} import tasks of {self.settings.source_uri} ended failed or "
+            f"cancelled (last: {task_id} {task.status}: {task.error_message}); check the data flow"
+        )
 
     async def apoll(self, handle: dict[str, Any]) -> RemoteStatus:
         from aliyun_training.staging.dataflow_api import describe_task_async
@@ -131,9 +152,9 @@ class DataFlowStager:
         from aliyun_training.staging.dataflow_api import describe_task
 
         task = describe_task(self._hook(), self.settings.file_system_id, handle["task_id"])
-        if (task.files_total, task.bytes_total) != (handle["files"], handle["bytes"]):
+        if (task.files_done, task.bytes_done) != (handle["files"], handle["bytes"]):
             raise StagingError(
-                f"import task {task.task_id} copied {task.files_total} files / {task.bytes_total} bytes, "
+                f"import task {task.task_id} copied {task.files_done} files / {task.bytes_done} bytes, "
                 f"but the source listed {handle['files']} files / {handle['bytes']} bytes; the version "
                 "is incomplete — retry the staging"
             )

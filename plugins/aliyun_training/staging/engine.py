@@ -34,7 +34,7 @@ from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Any
 
 from aliyun_training.publish import publish_directory
@@ -158,15 +158,22 @@ def _checked_listing(source: ObjectSource) -> list[SourceObject]:
     objects = source.list()
     if not objects:
         raise SpecError(f"source_uri: no objects under {source.uri} (fix: upload the dataset version first)")
+    keys = {obj.key for obj in objects}
     for obj in objects:
-        parts = PurePosixPath(obj.key).parts
-        if obj.key.startswith("/") or ".." in parts or "//" in obj.key or not parts:
+        parts = obj.key.split("/")
+        if obj.key.startswith("/") or "" in parts or "." in parts or ".." in parts:
             raise SpecError(
-                f"source_uri: object key {obj.key!r} would escape the target directory "
-                "(fix: rename the object; keys must be relative paths without '..')"
+                f"source_uri: object key {obj.key!r} would escape the target directory or alias another "
+                "(fix: rename the object; keys must be relative paths without '.', '..' or '//')"
             )
         if obj.key in (MANIFEST_NAME, JOURNAL_NAME):
             raise SpecError(f"source_uri: object key {obj.key!r} is reserved for the staging manifest")
+        for depth in range(1, len(parts)):
+            if "/".join(parts[:depth]) in keys:
+                raise SpecError(
+                    f"source_uri: object {'/'.join(parts[:depth])!r} is also a folder of {obj.key!r}; a "
+                    "filesystem cannot hold both (fix: rename one of them)"
+                )
     return objects
 
 
@@ -262,8 +269,21 @@ def _copy_all(
                 # A killed run loses at most this long of journal: those files are copied again.
                 journal.flush()
                 flushed = time.monotonic()
+    _prune(partial, {o.key for o in objects})
     journal_path.unlink()
     return (len(todo), sum(o.size for o in todo)), [done[o.key] for o in objects]
+
+
+def _prune(partial: Path, keys: set[str]) -> None:
+    """Remove what an earlier run left that this listing does not have (deleted objects, part files)."""
+    for path in sorted(partial.rglob("*"), reverse=True):
+        relative = path.relative_to(partial).as_posix()
+        if path.is_dir():
+            if not any(path.iterdir()):
+                path.rmdir()
+        elif relative not in keys and relative != JOURNAL_NAME:
+            log.info("Removing %s: not part of this version", relative)
+            path.unlink()
 
 
 def _read_journal(

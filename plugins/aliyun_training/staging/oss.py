@@ -49,6 +49,9 @@ def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
     prefix = parsed.path.lstrip("/")
     if parsed.scheme != "oss" or not parsed.netloc:
         raise SpecError(f"{field}: {uri!r} is not an OSS URI (fix: use oss://bucket/prefix/)")
+    if parsed.query or parsed.fragment or parsed.params:
+        # urlparse would cut the prefix at '?', '#' or ';' and silently stage a wider folder.
+        raise SpecError(f"{field}: {uri!r} contains '?', '#' or ';' (fix: rename the folder without them)")
     if not prefix.strip("/"):
         raise SpecError(
             f"{field}: {uri!r} names a whole bucket (fix: point at the version's folder, "
@@ -150,6 +153,10 @@ def is_transient_oss_error(exc: BaseException) -> bool:
     import requests
     import urllib3
 
+    if isinstance(exc, requests.exceptions.InvalidURL | requests.exceptions.InvalidSchema):
+        return False  # MissingSchema is an InvalidURL: configuration, not the network
+    if isinstance(exc, oss2.exceptions.InconsistentError):
+        return True  # the CRC64 of what OSS stored differs from what was sent: send it again
     if isinstance(
         exc, oss2.exceptions.RequestError | requests.RequestException | urllib3.exceptions.HTTPError
     ):
@@ -181,8 +188,8 @@ class OssObjectSource:
         try:
             for info in oss2.ObjectIteratorV2(self._bucket, prefix=self.location.prefix, max_keys=1000):
                 key = info.key[len(self.location.prefix) :]
-                if key.endswith("/") and info.size == 0:
-                    continue  # a folder marker made by the console or ossutil, not data
+                if not key or (key.endswith("/") and info.size == 0):
+                    continue  # a folder marker (the version's own, or a sub-folder's), not data
                 objects.append(SourceObject(key=key, size=info.size, etag=info.etag))
         except oss2.exceptions.NoSuchBucket:
             raise SpecError(

@@ -124,7 +124,13 @@ class LocalObjectSource:
 
 def open_source(uri: str, **oss_options: Any) -> ObjectSource:
     """The object source for ``uri``; ``oss_options`` configure the OSS client (see OssObjectSource)."""
-    scheme = urlparse(uri).scheme
+    parsed = urlparse(uri)
+    scheme = parsed.scheme
+    if parsed.query or parsed.fragment or parsed.params:
+        raise SpecError(
+            f"source_uri: {uri!r} contains '?', '#' or ';', which would cut the path short "
+            "(fix: rename the folder without them)"
+        )
     if scheme == "file":
         return LocalObjectSource(uri)
     if scheme == "oss":
