@@ -221,6 +221,7 @@ with DAG(
     build_image = ImageBuildOperator(
         task_id="build_image",
         context_dir=os.path.join(PROJECT_DIR, "include", "docker"),
+        code_dir=os.path.join(PROJECT_DIR, "include", "training"),
         repository=run["image_repository"],
         mode=run["image_build_mode"],
         builder=run["image_builder"],

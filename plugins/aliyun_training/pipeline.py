@@ -146,7 +146,7 @@ def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
 
     block = env.get("image_build") or {}
     mode = block.get("mode")
-    builder = (block.get(mode) or {}) if mode else {}
+    builder = _builder_settings(mode, block, env)
     pinned = params.get("image")
     if mode and not pinned:
         allowed = ("acr",) if params["backend"] == Backend.DLC else ("kaniko", "acr")
@@ -154,6 +154,11 @@ def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
             raise SpecError(
                 f"image_build.mode: {mode!r} is not available on {params['backend']} "
                 f"(fix: use one of {allowed})"
+            )
+        if mode == "acr" and block.get("base_image"):
+            raise SpecError(
+                "image_build.base_image: ACR builds with its build rule's own BuildArgs "
+                "(fix: set BASE_IMAGE on the build rule in the ACR console and leave base_image empty)"
             )
         reference = image_reference(block.get("repository") or "", "0" * 16)
         trial = {
@@ -177,6 +182,22 @@ def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
         "rdma_gid_index": int(rdma.get("gid_index") or 3),
         "rdma_skip": bool(params.get("skip_bandwidth_check")),
     }
+
+
+def _builder_settings(mode: str | None, block: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    """The builder's own block, plus where it runs: the environment's cluster or connection."""
+    if not mode:
+        return {}
+    own = {key: value for key, value in (block.get(mode) or {}).items() if value is not None}
+    if mode == "kaniko":
+        inherited = {
+            "kubernetes_conn_id": env.get("connection_id") or "kubernetes_default",
+            "namespace": env.get("namespace") or "default",
+            "image_pull_secrets": env.get("image_pull_secrets") or [],
+        }
+    else:
+        inherited = {"alibaba_cloud_conn_id": env.get("connection_id") or "alibaba_cloud_default"}
+    return {**inherited, **own}
 
 
 def _stages(env: dict[str, Any]) -> bool:

@@ -13,6 +13,8 @@ import shutil
 import subprocess
 
 RDMA_LIBRARIES = ("ibverbs", "rdmacm", "mlx5")
+#: Programs the RDMA bandwidth check runs: ib_write_bw on ACK, mpirun + all_reduce_perf on DLC.
+BANDWIDTH_TOOLS = ("ib_write_bw", "mpirun", "all_reduce_perf")
 
 
 def nccl_version(raw: object) -> str | None:
@@ -36,6 +38,7 @@ def probe() -> dict[str, object]:
         "gpus": 0,
         "rdma_libs": [lib for lib in RDMA_LIBRARIES if ctypes.util.find_library(lib)],
         "ibv_devices": _ibv_devices(),
+        "tools": [tool for tool in BANDWIDTH_TOOLS if shutil.which(tool)],
     }
     try:
         import torch

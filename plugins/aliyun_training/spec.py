@@ -251,6 +251,8 @@ class BuiltImage(BaseModel):
     #: Whether a verification job ran the check script inside this image and every check passed.
     verified: bool = False
     ibv_devices: list[str] = Field(default_factory=list)
+    #: The bandwidth check's programs found in the image (ib_write_bw, mpirun, all_reduce_perf).
+    tools: list[str] = Field(default_factory=list)
 
 
 class JobResult(BaseModel):

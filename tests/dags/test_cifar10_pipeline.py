@@ -11,6 +11,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
+from aliyun_training.operators.image import check_command
 from tests.cloud_harness import QUOTA, ROLE, emulated_cloud
 from tests.emulators.dlc import JobScript
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
@@ -139,7 +140,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
     assert create["UserVpc"]["VpcId"] == ids.vpc_id
     assert create["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
     assert create["JobSpecs"][0]["Image"] == "registry.example.com/train:1"
-    assert verify["UserCommand"].endswith("python3 /opt/aliyun-training/check_image.py")
+    assert verify["UserCommand"].endswith(check_command()) and "base64 -d" in verify["UserCommand"]
     assert [(s["Type"], s["PodCount"]) for s in verify["JobSpecs"]] == [("Master", 1)]
     assert verified["verified"] is True and verified["nccl"] == "2.21.5" and verified["cuda"] == "12.4"
     assert check["JobType"] == "MPIJob" and "all_reduce_perf" in check["UserCommand"]

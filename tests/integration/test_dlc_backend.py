@@ -144,6 +144,10 @@ def test_each_framework_maps_to_its_dlc_job_type_and_roles(
     expected_type = {"tensorflow": "TFJob", "mpi": "MPIJob", "elastic": "ElasticBatchJob"}[framework]
     assert body["JobType"] == expected_type
     assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == roles
+    for job_spec in body["JobSpecs"]:
+        resources = job_spec.get("ResourceConfig") or {}
+        if job_spec["Type"] == "Launcher":  # it runs mpirun only: a node's worth would need a node more
+            assert (resources["CPU"], resources["Memory"], resources["GPU"]) == ("2", "4Gi", "0")
 
 
 def test_a_job_runs_to_success_with_logs_streamed_while_deferred(

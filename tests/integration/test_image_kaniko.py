@@ -172,7 +172,7 @@ def test_the_pod_runs_kaniko_on_the_context_map_and_pushes_with_the_mounted_secr
     assert container["name"] == "kaniko" and container["image"] == DEFAULT_BUILDER_IMAGE
     assert "command" not in container  # the executor image's entrypoint
     assert container["args"] == [
-        "--context=dir:///workspace",
+        "--context=dir:///kaniko/buildcontext",
         "--dockerfile=Dockerfile",
         f"--destination={DESTINATION}",
         "--cache=true",
@@ -199,11 +199,16 @@ def test_the_pod_runs_kaniko_on_the_context_map_and_pushes_with_the_mounted_secr
     ]
     # Each context file is mounted as itself (subPath), not as the kubelet's ..data symlink.
     assert container["volumeMounts"] == [
-        {"name": "workspace", "mountPath": "/workspace"},
-        {"name": "context", "mountPath": "/workspace/Dockerfile", "subPath": "Dockerfile", "readOnly": True},
+        {"name": "workspace", "mountPath": "/kaniko/buildcontext"},
         {
             "name": "context",
-            "mountPath": "/workspace/check_image.py",
+            "mountPath": "/kaniko/buildcontext/Dockerfile",
+            "subPath": "Dockerfile",
+            "readOnly": True,
+        },
+        {
+            "name": "context",
+            "mountPath": "/kaniko/buildcontext/check_image.py",
             "subPath": "check_image.py",
             "readOnly": True,
         },
@@ -246,7 +251,7 @@ def test_files_in_subdirectories_get_unique_keys_and_are_mounted_at_their_path()
     mounts = pod["spec"]["containers"][0]["volumeMounts"]
     assert {
         "name": "context",
-        "mountPath": "/workspace/scripts/install_rdma.sh",
+        "mountPath": "/kaniko/buildcontext/scripts/install_rdma.sh",
         "subPath": key,
         "readOnly": True,
     } in (mounts)
@@ -265,7 +270,7 @@ def test_cache_service_account_and_resources_are_settings() -> None:
     )
     container = pod["spec"]["containers"][0]
     assert container["args"] == [
-        "--context=dir:///workspace",
+        "--context=dir:///kaniko/buildcontext",
         "--dockerfile=Dockerfile",
         f"--destination={DESTINATION}",
         "--digest-file=/dev/termination-log",

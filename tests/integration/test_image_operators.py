@@ -26,12 +26,13 @@ from kubernetes import client
 from aliyun_training.image.context import build_context, image_tag
 from aliyun_training.operators.image import (
     BUILD_HANDLE_KEY,
-    CHECK_COMMAND,
     ImageBuildOperator,
     ImageVerifyOperator,
     RdmaBandwidthOperator,
+    check_command,
 )
 from aliyun_training.operators.training import HANDLE_KEY
+from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.spec import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
@@ -562,6 +563,7 @@ def test_a_good_image_is_verified_with_its_versions(cluster: Cluster) -> None:
         nccl="2.21.5",
         rdma_libs=["ibverbs", "rdmacm", "mlx5"],
         ibv_devices=["mlx5_bond_0", "mlx5_bond_1"],
+        tools=["ib_write_bw", "mpirun", "all_reduce_perf"],
         verified=True,
     ).model_dump(mode="json")
 
@@ -578,16 +580,16 @@ def test_the_verify_job_is_one_node_with_one_gpu_running_the_check_in_the_image(
         assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Master", 1)]
         (job_spec,) = body["JobSpecs"]
         assert job_spec["ResourceConfig"]["GPU"] == "1"
-        assert job_spec["Image"] == VERIFIED_IMAGE
-        assert body["UserCommand"] == CHECK_COMMAND
+        assert job_spec["Image"] == BY_DIGEST, "the image runs by the digest the build stage recorded"
+        assert body["UserCommand"] == check_command()
         assert "DataSources" not in body or not body["DataSources"]
     else:
         (job,) = custom_objects("pytorchjobs")
         replicas = job["spec"]["pytorchReplicaSpecs"]
         assert {role: spec["replicas"] for role, spec in replicas.items()} == {"Master": 1}
         (container,) = replicas["Master"]["template"]["spec"]["containers"]
-        assert container["image"] == VERIFIED_IMAGE
-        assert container["command"] == ["sh", "-c", CHECK_COMMAND]
+        assert container["image"] == BY_DIGEST
+        assert container["command"] == ["sh", "-c", check_command()]
         assert container["resources"]["requests"]["nvidia.com/gpu"] == "1"
         assert all(m["mountPath"] != "/mnt/data" for m in container["volumeMounts"])
 
@@ -634,13 +636,17 @@ def test_a_pinned_image_is_passed_through_unverified_without_a_job(cluster: Clus
 # -- RdmaBandwidthOperator -----------------------------------------------------------------------
 
 
+BY_DIGEST = f"{VERIFIED_IMAGE.rpartition(':')[0]}@{DIGEST}"
+
+
 def rdma_operator(backend: str, line_rate_gbps: Any = 200, **overrides: Any) -> RdmaBandwidthOperator:
     nodes = overrides.pop("nodes", 2)
+    verified = BuiltImage(
+        uri=VERIFIED_IMAGE, digest=DIGEST, python="3.11.10", verified=True, tools=list(BANDWIDTH_TOOLS)
+    )
     return RdmaBandwidthOperator(
         task_id="check_rdma",
-        image=BuiltImage(uri=VERIFIED_IMAGE, digest=DIGEST, python="3.11.10", verified=True).model_dump(
-            mode="json"
-        ),
+        image=overrides.pop("image", verified.model_dump(mode="json")),
         line_rate_gbps=line_rate_gbps,
         poll_interval=0.01,
         output_root="/mnt/data/outputs",
@@ -672,7 +678,7 @@ def test_ack_measures_ib_write_bw_between_two_pods(
     assert sum(spec["replicas"] for spec in replicas.values()) == 2
     for spec in replicas.values():
         (container,) = spec["template"]["spec"]["containers"]
-        assert container["image"] == VERIFIED_IMAGE
+        assert container["image"] == BY_DIGEST
         command = container["command"][-1]
         assert "ib_write_bw -d mlx5_0 -x 3 -F --report_gbits -D 15" in command
         assert '"$MASTER_ADDR"' in command
@@ -691,7 +697,7 @@ def test_dlc_runs_all_reduce_perf_as_an_mpi_job_over_rdma(dlc: DlcEmulator) -> N
     body = create.body
     assert body["JobType"] == "MPIJob"
     assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Launcher", 1), ("Worker", 2)]
-    assert all(s["Image"] == VERIFIED_IMAGE for s in body["JobSpecs"])
+    assert all(s["Image"] == BY_DIGEST for s in body["JobSpecs"])
     assert "all_reduce_perf" in body["UserCommand"] and "-np 16 -npernode 8" in body["UserCommand"]
     assert body["Envs"]["NCCL_DEBUG"] == "INFO"
 
@@ -714,13 +720,53 @@ def test_nccl_falling_back_to_sockets_fails_saying_rdma_is_not_in_use(dlc: DlcEm
         ({"skip": True}, "skipped by the trigger form"),
         ({"skip": "True"}, "skipped by the trigger form"),
         ({"nodes": 1}, "a single-node run uses no RDMA link"),
+        (
+            {"image": {"uri": VERIFIED_IMAGE, "digest": "", "python": "", "verified": False}},
+            "the image was pinned",
+        ),
+        (
+            {
+                "image": {
+                    "uri": VERIFIED_IMAGE,
+                    "digest": DIGEST,
+                    "python": "3.11",
+                    "verified": True,
+                    "tools": [],
+                }
+            },
+            "the image lacks",
+        ),
     ],
-    ids=["skip", "skip-rendered", "one-node"],
+    ids=["skip", "skip-rendered", "one-node", "pinned-image", "no-test-programs"],
 )
 def test_a_skipped_or_single_node_check_creates_no_job(
     cluster: Cluster, overrides: dict[str, Any], why: str
 ) -> None:
     result = rdma_operator(cluster.backend, **overrides).execute(task_context())
 
-    assert result == BandwidthCheck(verdict="SKIPPED", message=why).model_dump(mode="json")
+    assert result["verdict"] == "SKIPPED" and result["message"].startswith(why)
+    assert cluster.jobs_created() == 0
+
+
+def test_a_run_without_rdma_or_without_gpus_on_dlc_gets_no_bandwidth_job(cluster: Cluster) -> None:
+    no_rdma = RdmaBandwidthOperator(
+        task_id="check_rdma",
+        image=rdma_operator(cluster.backend).image,
+        line_rate_gbps=200,
+        **{
+            **job_args(cluster.backend, nodes=2),
+            "spec": {**job_args(cluster.backend, nodes=2)["spec"], "rdma": False},
+        },
+    ).execute(task_context())
+
+    assert no_rdma["verdict"] == "SKIPPED" and "does not use RDMA" in no_rdma["message"]
+    if cluster.backend == "dlc":
+        spec = {**job_args("dlc", nodes=2)["spec"], "gpus_per_node": 0}
+        cpu_only = RdmaBandwidthOperator(
+            task_id="check_rdma",
+            image=rdma_operator("dlc").image,
+            line_rate_gbps=200,
+            **{**job_args("dlc", nodes=2), "spec": spec},
+        ).execute(task_context())
+        assert "all_reduce_perf needs GPUs" in cpu_only["message"]
     assert cluster.jobs_created() == 0

@@ -144,6 +144,17 @@ async def test_retried_submit_reattaches_to_the_same_build(acr, repo, rule):
     assert acr.count("CreateBuildRecordByRule") == 1
 
 
+async def test_a_forced_rebuild_does_not_reattach_to_the_succeeded_build(acr, repo, rule):
+    build = builder(repo, rule)
+    first = build.submit()
+    assert (await poll_after(acr, build, first, BUILD_SECONDS)).state == "succeeded"
+
+    forced = builder(repo, rule, force=True).submit()
+
+    assert forced["build_record_id"] != first["build_record_id"] and forced["reattached"] is False
+    assert acr.count("CreateBuildRecordByRule") == 2
+
+
 async def test_succeeded_build_whose_tag_was_deleted_is_built_again(acr, repo, rule):
     build = builder(repo, rule)
     first = build.submit()

@@ -130,13 +130,14 @@ ACR_BUILD = {"instance_id": "cri-abc123", "repo_id": "crr-def456", "build_rule_i
 
 
 def test_a_cloud_run_carries_the_image_build_and_rdma_check_settings(tmp_path: Path) -> None:
-    image_build = {"mode": "acr", "repository": REPOSITORY, "base_image": "base:1", "acr": ACR_BUILD}
+    image_build = {"mode": "acr", "repository": REPOSITORY, "acr": ACR_BUILD}
     overrides = {**CONFIGURED, "image_build": image_build, "rdma_check": {"line_rate_gbps": 400}}
 
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides, force_rebuild=True)
 
     assert (run["image_build_mode"], run["image_repository"]) == ("acr", REPOSITORY)
-    assert run["image_builder"] == ACR_BUILD and run["image_build_args"] == {"BASE_IMAGE": "base:1"}
+    assert run["image_builder"] == {**ACR_BUILD, "alibaba_cloud_conn_id": "alibaba_cloud_default"}
+    assert run["image_build_args"] == {}
     assert run["image_fixed"] == "registry.example.com/train:1" and run["image_pinned"] is None
     assert run["image_force_rebuild"] is True
     assert (run["rdma_line_rate_gbps"], run["rdma_pass_ratio"], run["rdma_skip"]) == (400.0, 0.9, False)
@@ -162,6 +163,11 @@ def test_a_local_run_has_no_image_stages(tmp_path: Path) -> None:
         ("dlc", {"mode": "acr", "repository": REPOSITORY, "acr": {}}, r"instance_id"),
         ("arena", {"mode": "kaniko", "repository": REPOSITORY, "kaniko": {}}, r"registry_secret"),
         ("arena", {"mode": "docker", "repository": REPOSITORY}, r"^image_build.mode: 'docker'"),
+        (
+            "dlc",
+            {"mode": "acr", "repository": REPOSITORY, "base_image": "base:1", "acr": ACR_BUILD},
+            r"^image_build.base_image: ACR builds with its build rule's own BuildArgs",
+        ),
     ],
 )
 def test_bad_image_build_settings_fail_at_configure_naming_the_field(
@@ -186,3 +192,26 @@ def test_a_pinned_image_needs_no_build_settings(tmp_path: Path) -> None:
     run = resolve(tmp_path, backend="dlc", backend_overrides=overrides, image="registry.example.com/pinned:7")
 
     assert run["image_pinned"] == "registry.example.com/pinned:7"
+
+
+def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path: Path) -> None:
+    kaniko = {"registry_secret": "acr-push", "builder_image": ""}  # blank: the builder's default image
+    image_build = {"mode": "kaniko", "repository": REPOSITORY, "base_image": "base:1", "kaniko": kaniko}
+    overrides = {
+        "image": "registry.example.com/train:1",
+        "data_pvc": "cpfs-train",
+        "namespace": "training",
+        "connection_id": "ack_prod",
+        "image_pull_secrets": ["acr-pull"],
+        "image_build": image_build,
+    }
+
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+
+    assert run["image_builder"] == {
+        "kubernetes_conn_id": "ack_prod",
+        "namespace": "training",
+        "image_pull_secrets": ["acr-pull"],
+        "registry_secret": "acr-push",
+    }
+    assert run["image_build_args"] == {"BASE_IMAGE": "base:1"}

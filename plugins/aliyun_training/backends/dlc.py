@@ -77,6 +77,12 @@ LOG_OVERLAP_SECONDS = 2.0
 LOG_MEMORY_LINES = 100
 
 
+#: What an MPI launcher gets: it only runs mpirun, so a node's worth of CPU and memory on top of
+#: the workers' would make the job need one node more than the quota was checked for.
+LAUNCHER_CPU = "2"
+LAUNCHER_MEMORY = "4Gi"
+
+
 def roles(spec: TrainingJobSpec) -> list[tuple[str, int, bool]]:
     """(JobSpecs Type, PodCount, gets GPUs) per role: how ``nodes`` become DLC replicas."""
     if spec.framework is Framework.PYTORCH:
@@ -133,11 +139,11 @@ class DlcBackend:
         for role, pods, gpus in roles(spec):
             resources = (
                 models.ResourceConfig(
-                    cpu=str(spec.cpu),
+                    cpu=str(spec.cpu) if gpus else LAUNCHER_CPU,
                     gpu=str(spec.gpus_per_node if gpus else 0),
                     gputype=spec.gpu_type if gpus and spec.gpus_per_node else None,
-                    memory=f"{spec.memory_gib}Gi",
-                    shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib else None,
+                    memory=f"{spec.memory_gib}Gi" if gpus else LAUNCHER_MEMORY,
+                    shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib and gpus else None,
                 )
                 if spec.quota_id
                 else None

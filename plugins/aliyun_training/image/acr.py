@@ -95,6 +95,9 @@ class AcrBuildSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: Build again even when a build of ``tag`` succeeded (the form's "force rebuild").
+    force: bool = False
+
     alibaba_cloud_conn_id: Annotated[
         str, Field(min_length=1, json_schema_extra={"fix": "name an alibaba_cloud Airflow connection"})
     ] = "alibaba_cloud_default"
@@ -201,11 +204,14 @@ class AcrBuilder:
         existing = self._existing_record(hook, client, repo_id)
         if existing is not None:
             record_id, status = existing
-            if status != SUCCEEDED_STATUS or self._tag_digest(hook, client, repo_id) is not None:
+            rebuild = status == SUCCEEDED_STATUS and settings.force
+            if not rebuild and (
+                status != SUCCEEDED_STATUS or self._tag_digest(hook, client, repo_id) is not None
+            ):
                 log.info("ACR build %s of tag %s is %s: reattaching to it", record_id, settings.tag, status)
                 return {**handle, "build_record_id": record_id, "reattached": True}
             log.info(
-                "ACR build %s of tag %s succeeded, but the tag is gone: building again",
+                "ACR build %s of tag %s succeeded, but the tag is gone or a rebuild is forced: building",
                 record_id,
                 settings.tag,
             )

@@ -5,9 +5,9 @@ same inputs always name the same image and any change names a new one. A build i
 registry already holds the tag: a backfill over many dataset versions builds once, and a rebuild
 never overwrites an image a finished run used.
 
-The context is ``include/docker/`` (the Dockerfile) plus the check script, which lives in the
-package as ``aliyun_training/runtime_probe.py`` (the local runtime stage runs the same file) and
-goes into the context as ``check_image.py``.
+The context is ``include/docker/`` (the Dockerfile), the check script, which lives in the package
+as ``aliyun_training/runtime_probe.py`` (the local runtime stage runs the same file) and goes into
+the context as ``check_image.py``, and the training code (``include/training``) as ``training/``.
 """
 
 from __future__ import annotations
@@ -20,10 +20,15 @@ from aliyun_training.spec import SpecError
 #: Hex digits of the sha256 in the tag: 64 bits, no collision across any realistic number of builds.
 TAG_LENGTH = 16
 CHECK_SCRIPT = "check_image.py"
+CODE_PREFIX = "training/"
 
 
-def build_context(context_dir: str | Path) -> dict[str, str]:
-    """File name -> text of every file the build sees: the directory's files and the check script."""
+def build_context(context_dir: str | Path, code_dir: str | Path | None = None) -> dict[str, str]:
+    """File name -> text of every file the build sees.
+
+    The directory's files, the check script, and the training code of ``code_dir`` (its ``*.py``
+    files) under ``training/``, which the Dockerfile copies to where the job's command runs it.
+    """
     from aliyun_training import runtime_probe
 
     directory = Path(context_dir)
@@ -37,6 +42,9 @@ def build_context(context_dir: str | Path) -> dict[str, str]:
         if path.is_file() and path.name != "README.md"
     }
     files[CHECK_SCRIPT] = Path(runtime_probe.__file__).read_text()
+    if code_dir is not None:
+        for path in sorted(Path(code_dir).rglob("*.py")):
+            files[f"{CODE_PREFIX}{path.relative_to(code_dir).as_posix()}"] = path.read_text()
     return files
 
 

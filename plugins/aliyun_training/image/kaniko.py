@@ -4,7 +4,7 @@ The build context is small (the Dockerfile and the check script), so it travels 
 ``<pod>-context`` next to the pod; kaniko pushes with the credentials of a
 ``kubernetes.io/dockerconfigjson`` Secret that the pod mounts and this code never reads. The pod runs::
 
-    /kaniko/executor --context=dir:///workspace --dockerfile=Dockerfile \\
+    /kaniko/executor --context=dir:///kaniko/buildcontext --dockerfile=Dockerfile \\
         --destination=<registry/namespace/repo:tag> --cache=true --cache-repo=<repo>/cache \\
         --build-arg=K=V ... --digest-file=/dev/termination-log [extra_args]
 
@@ -18,11 +18,12 @@ Decisions:
   names and tag schemes, so switching is a ``builder_image`` setting, not a code change. ACK nodes
   in mainland China regions usually cannot pull from gcr.io: mirror the image into ACR and set
   ``builder_image`` to the mirror.
-- The context files are mounted one by one (``subPath``) over an ``emptyDir`` at /workspace, not
+- The context files are mounted one by one (``subPath``) over an ``emptyDir`` at
+  /kaniko/buildcontext (kaniko's own context directory), not
   as a ConfigMap directory: the kubelet writes a ConfigMap directory as symlinks into ``..data/``,
   and kaniko's COPY copies such symlinks as symlinks, leaving the image with dangling links
-  (GoogleContainerTools/kaniko#2762). A subPath mount is the file itself. Because /workspace is a
-  volume mount, kaniko keeps it out of the image and out of the base image's unpacked rootfs.
+  (GoogleContainerTools/kaniko#2762). A subPath mount is the file itself. Not /workspace: kaniko
+  leaves every mount point out of the image, and the Dockerfile copies the training code there.
 - Names come from (repository, tag): a retried task reattaches to its Pending, Running or
   Succeeded pod and replaces a Failed one (or one built from other inputs, which only happens when
   the tag is not content-addressed); pods and ConfigMaps without our labels are never touched. An
@@ -76,8 +77,8 @@ log = logging.getLogger(__name__)
 #: The last upstream kaniko release (GoogleContainerTools/kaniko, archived 2025); see the module docs.
 DEFAULT_BUILDER_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
 CONTAINER = "kaniko"
-WORKSPACE = "/workspace"
-WORKSPACE_VOLUME = "workspace"
+CONTEXT_DIR = "/kaniko/buildcontext"
+CONTEXT_DIR_VOLUME = "workspace"
 CONTEXT_VOLUME = "context"
 REGISTRY_VOLUME = "registry-auth"
 DOCKER_CONFIG_DIR = "/kaniko/.docker"
@@ -301,7 +302,7 @@ def build_context_map(settings: KanikoSettings | dict[str, Any]) -> dict[str, An
 
 def kaniko_args(settings: KanikoSettings) -> list[str]:
     args = [
-        f"--context=dir://{WORKSPACE}",
+        f"--context=dir://{CONTEXT_DIR}",
         f"--dockerfile={settings.dockerfile}",
         f"--destination={settings.destination}",
     ]
@@ -318,11 +319,11 @@ def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
     requests = {"cpu": settings.cpu, "memory": settings.memory}
     if settings.ephemeral_storage:
         requests["ephemeral-storage"] = settings.ephemeral_storage
-    mounts: list[dict[str, Any]] = [{"name": WORKSPACE_VOLUME, "mountPath": WORKSPACE}]
+    mounts: list[dict[str, Any]] = [{"name": CONTEXT_DIR_VOLUME, "mountPath": CONTEXT_DIR}]
     mounts += [
         {
             "name": CONTEXT_VOLUME,
-            "mountPath": posixpath.join(WORKSPACE, path),
+            "mountPath": posixpath.join(CONTEXT_DIR, path),
             "subPath": context_key(path),
             "readOnly": True,
         }
@@ -340,7 +341,7 @@ def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     volumes = [
-        {"name": WORKSPACE_VOLUME, "emptyDir": {}},
+        {"name": CONTEXT_DIR_VOLUME, "emptyDir": {}},
         {"name": CONTEXT_VOLUME, "configMap": {"name": context_map_name(name)}},
         {
             "name": REGISTRY_VOLUME,

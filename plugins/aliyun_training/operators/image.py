@@ -40,16 +40,29 @@ if TYPE_CHECKING:
 
 #: task_state_store key of a running build's handle, for stopping it after a timeout.
 BUILD_HANDLE_KEY = "image_build_handle"
-#: Where the Dockerfile puts the check script.
-CHECK_COMMAND = "python3 /opt/aliyun-training/check_image.py"
-#: Log lines read back from a check job: the check prints one JSON line, NCCL prints many.
+#: Log lines read back from a check job: the probe prints one JSON line; NCCL's INFO lines of 16
+#: ranks run to thousands, and the NET/IB or NET/Socket lines come early.
 CHECK_LOG_LINES = 400
+BANDWIDTH_LOG_LINES = 5000
+#: NCCL settings DLC injects into every pod, forwarded by mpirun to the ranks it starts.
+NCCL_FORWARDED = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_SOCKET_IFNAME")
+
+
+def check_command() -> str:
+    """The probe, passed inline: it runs in any image with python3, not only in images we built."""
+    import base64
+
+    from aliyun_training import runtime_probe
+
+    source = base64.b64encode(Path(runtime_probe.__file__).read_bytes()).decode()
+    return 'python3 -c "$(echo ' + source + ' | base64 -d)"'
 
 
 class ImageBuildOperator(BaseOperator):
     """Return the run's image as an ``ImageRef``, building it only when its tag is not in the registry.
 
     :param context_dir: the build context (``include/docker``); the check script is added to it.
+    :param code_dir: the training code (``include/training``), copied into the image.
     :param repository: ``registry/namespace/repo`` the tag is pushed to (templated).
     :param mode: ``kaniko`` or ``acr``; empty: no build, use ``fixed_image`` (templated).
     :param builder: the builder's settings (kaniko: namespace, registry_secret, builder_image...;
@@ -77,6 +90,7 @@ class ImageBuildOperator(BaseOperator):
         self,
         *,
         context_dir: str,
+        code_dir: str | None = None,
         repository: str | None = None,
         mode: str | None = None,
         builder: dict[str, Any] | None = None,
@@ -91,6 +105,7 @@ class ImageBuildOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         self.context_dir = context_dir
+        self.code_dir = code_dir
         self.repository = repository
         self.mode = mode
         self.builder = builder or {}
@@ -126,7 +141,7 @@ class ImageBuildOperator(BaseOperator):
         from aliyun_training.image.registry import RegistryAuthError, image_digest
         from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
-        files = build_context(Path(self.context_dir))
+        files = build_context(Path(self.context_dir), self.code_dir)
         tag = image_tag(files, self.build_args)
         reference = image_reference(self.repository or "", tag)
         if not _truthy(self.force_rebuild):
@@ -158,7 +173,7 @@ class ImageBuildOperator(BaseOperator):
                 "context_files": files,
                 "build_args": self.build_args,
             }
-        return {**self.builder, "tag": tag, "image": reference}
+        return {**self.builder, "tag": tag, "image": reference, "force": _truthy(self.force_rebuild)}
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
@@ -202,6 +217,9 @@ def _truthy(value: Any) -> bool:
 class _CheckJobOperator(TrainingJobOperator):
     """A training job whose verdict is read from its own log once it succeeded."""
 
+    #: How many of the job's last log lines hold the verdict.
+    log_lines = CHECK_LOG_LINES
+
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         raise NotImplementedError
 
@@ -211,8 +229,7 @@ class _CheckJobOperator(TrainingJobOperator):
         super()._finish(spec, backend, event)  # raises when the job failed
         handle = JobHandle.model_validate(event["handle"])
         backend.status(handle)  # a fresh worker knows the job's pods only after a status call
-        lines = backend.tail(handle, 0, CHECK_LOG_LINES)
-        return self._verdict(spec, lines)
+        return self._verdict(spec, backend.tail(handle, 0, self.log_lines))
 
 
 class ImageVerifyOperator(_CheckJobOperator):
@@ -239,7 +256,7 @@ class ImageVerifyOperator(_CheckJobOperator):
             update={
                 "nodes": 1,
                 "gpus_per_node": 1,  # NCCL reports its version only with a GPU
-                "command": CHECK_COMMAND,
+                "command": check_command(),
                 "datasets": [],
                 "timeout_minutes": self.timeout_minutes,
             }
@@ -256,7 +273,7 @@ class ImageVerifyOperator(_CheckJobOperator):
             raise AirflowFailException(
                 f"Image {ref.uri}: the check script printed no result ({exc})"
             ) from None
-        findings = verify_probe(report)
+        findings = verify_probe(report, require_rdma=spec.rdma)
         rendered = PreflightReport(findings=findings).render()
         self.log.info("Image %s checks:\n%s", ref.uri, rendered)
         if any(f.verdict is Verdict.FAIL for f in findings):
@@ -270,6 +287,7 @@ class ImageVerifyOperator(_CheckJobOperator):
             nccl=report.get("nccl"),
             rdma_libs=report.get("rdma_libs") or [],
             ibv_devices=report.get("ibv_devices") or [],
+            tools=report.get("tools") or [],
             verified=True,
         ).model_dump(mode="json")
 
@@ -319,29 +337,53 @@ class RdmaBandwidthOperator(_CheckJobOperator):
         self.gid_index = gid_index
         self.timeout_minutes = timeout_minutes
 
+    log_lines = BANDWIDTH_LOG_LINES
+
     def execute(self, context: Context) -> dict[str, Any]:
-        nodes = TrainingJobSpec.parse(self.spec).nodes
-        if _truthy(self.skip) or nodes < 2:
-            why = (
-                "skipped by the trigger form" if _truthy(self.skip) else "a single-node run uses no RDMA link"
-            )
-            self.log.info("RDMA bandwidth check %s", why)
+        why = self._skip_reason(TrainingJobSpec.parse(self.spec))
+        if why:
+            self.log.warning("RDMA bandwidth check skipped: %s", why)
             return BandwidthCheck(verdict="SKIPPED", message=why).model_dump(mode="json")
         return super().execute(context)
+
+    def _skip_reason(self, spec: TrainingJobSpec) -> str:
+        """Why this run gets no bandwidth check, or "" when it gets one."""
+        if _truthy(self.skip):
+            return "skipped by the trigger form"
+        if spec.nodes < 2:
+            return "a single-node run uses no RDMA link"
+        if not spec.rdma:
+            return "the run does not use RDMA (rdma is off in the environment)"
+        if spec.backend is Backend.DLC and spec.gpus_per_node == 0:
+            return "all_reduce_perf needs GPUs and this run has none"
+        image = self.image if isinstance(self.image, dict) else {}
+        if not image.get("verified"):
+            return "the image was pinned: not verified, so its test programs are unknown"
+        needed = ["mpirun", "all_reduce_perf"] if spec.backend is Backend.DLC else ["ib_write_bw"]
+        missing = [tool for tool in needed if tool not in (image.get("tools") or [])]
+        if missing:
+            return f"the image lacks {', '.join(missing)} (build it from include/docker to get them)"
+        return ""
 
     def _spec(self) -> TrainingJobSpec:
         spec = super()._spec()
         gpus = max(spec.gpus_per_node, 1)
         if spec.backend is Backend.DLC:
+            forwarded = " ".join(f"-x {name}" for name in NCCL_FORWARDED)
             command = (
-                f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO "
+                f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO {forwarded} "
                 "all_reduce_perf -b 8M -e 1G -f 2 -g 1"
             )
             framework = Framework.MPI
         else:
+            # A PyTorchJob sets RANK on both pods and MASTER_ADDR to the master; the client retries
+            # until the server listens, so a slow start is not a failed check.
             test = f"ib_write_bw -d {self.device} -x {int(self.gid_index)} -F --report_gbits -D 15"
-            command = f'if [ "$RANK" = "0" ]; then {test}; else sleep 5 && {test} "$MASTER_ADDR"; fi'
-            framework = spec.framework
+            command = (
+                f'if [ "$RANK" = "0" ]; then {test}; else for i in $(seq 30); do '
+                f'{test} "$MASTER_ADDR" && exit 0; sleep 2; done; exit 1; fi'
+            )
+            framework = Framework.PYTORCH
         return spec.model_copy(
             update={
                 "nodes": 2,
@@ -375,7 +417,8 @@ class RdmaBandwidthOperator(_CheckJobOperator):
                 tool, measured, transport = "ib_write_bw", bw.bw_average_gbps, "ib"
                 finding = ib_write_bw_verdict(bw, line_rate_gbps=line_rate, **ratios)
         except ValueError as exc:
-            raise AirflowException(
+            # The job succeeded; reading its log again on a retry would find the same nothing.
+            raise AirflowFailException(
                 f"RDMA bandwidth check: no result in the {spec.backend} job's log ({exc})"
             ) from None
         check = BandwidthCheck(

@@ -144,8 +144,7 @@ class TrainingJobOperator(BaseOperator):
         if self.dataset:
             spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), self.dataset_mount_path)
         if self.image:
-            uri = self.image if isinstance(self.image, str) else self.image["uri"]
-            spec = spec.model_copy(update={"image": uri})
+            spec = spec.model_copy(update={"image": _image_reference(self.image)})
         return spec
 
     def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:
@@ -278,3 +277,15 @@ class TrainingJobOperator(BaseOperator):
             status_history=status.history,
             phase_seconds=phase_seconds,
         )
+
+
+def _image_reference(image: str | dict[str, Any]) -> str:
+    """The image to run, by digest when the image stage knows it: a tag can be pushed again (a forced
+    rebuild) between verifying the image and running it; a digest cannot."""
+    if isinstance(image, str):
+        return image
+    uri, digest = image["uri"], image.get("digest") or ""
+    if not digest.startswith("sha256:") or "@" in uri:
+        return uri
+    repository, _, tag = uri.rpartition(":")
+    return f"{repository}@{digest}" if repository and "/" not in tag else uri
