@@ -512,3 +512,35 @@ def test_publish_directory_replaces_an_existing_target_and_leaves_no_retired_dir
     assert sorted(p.name for p in target.iterdir()) == ["data.bin"]
     assert (target / "data.bin").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v1"]
+
+
+def test_publish_directory_swaps_without_a_moment_with_no_version(tmp_path, monkeypatch):
+    """With RENAME_EXCHANGE the old version is swapped out in one step: no rename to a retired name."""
+    target = tmp_path / "v1"
+    target.mkdir()
+    (target / "data.bin").write_bytes(b"old")
+    partial = tmp_path / ".v1.partial"
+    partial.mkdir()
+    (partial / "data.bin").write_bytes(b"new")
+    renames = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((a, b)), real_replace(a, b))[1])
+
+    publish_directory(partial, target)
+
+    assert (target / "data.bin").read_bytes() == b"new" and not partial.exists()
+    assert renames == [], "the swap is one renameat2 call, not two renames"
+
+
+def test_a_version_renamed_aside_by_a_killed_publication_is_restored(tmp_path):
+    retired = tmp_path / ".v1.retired-0badc0de"
+    retired.mkdir()
+    (retired / "data.bin").write_bytes(b"published before the crash")
+    partial = tmp_path / ".v1.partial"
+    partial.mkdir()
+    (partial / "data.bin").write_bytes(b"new")
+
+    publish_directory(partial, tmp_path / "v1")
+
+    assert (tmp_path / "v1" / "data.bin").read_bytes() == b"new"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["v1"]

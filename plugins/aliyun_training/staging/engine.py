@@ -37,7 +37,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.publish import publish_directory
+from aliyun_training.publish import publish_directory, restore_retired
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset
 from aliyun_training.staging.sources import (
     ObjectSource,
@@ -127,6 +127,7 @@ def stage_dataset(
     _check_target(root)
     target = root / version
     with _version_lock(root, version):
+        restore_retired(target)  # a publication killed between its two renames (NFS) put it aside
         published = _read_manifest(target)
         transferred: tuple[int, int] = (0, 0)
         manifest = published if published and _unchanged(published, target, objects) else None
