@@ -309,6 +309,25 @@ def test_a_missing_tag_is_built_by_a_kaniko_pod_that_pushes_it(
     assert not kube_objects("pods") and not kube_objects("configmaps"), "the build pod cleans up after itself"
 
 
+def test_a_build_that_outlives_the_build_timeout_is_stopped(
+    registry: RegistryEmulator, kube: KubernetesFake
+) -> None:
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    kube.default_script = kaniko_build(termination_message=DIGEST)
+    op, ctx = kaniko_operator(registry), task_context()
+    deferred(op, ctx)
+    assert kube_objects("pods") and kube_objects("configmaps")
+
+    with pytest.raises(TaskDeferralTimeout):
+        op.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, ctx)
+
+    assert not kube_objects("pods") and not kube_objects("configmaps"), (
+        "the build pod and its context are gone"
+    )
+
+
 @pytest.mark.parametrize("force", [True, "true"])
 def test_force_rebuild_builds_even_though_the_tag_exists(
     registry: RegistryEmulator, kube: KubernetesFake, force: Any

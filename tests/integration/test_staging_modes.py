@@ -160,7 +160,7 @@ def deferred(op: DatasetStagingOperator, context: dict[str, Any]) -> RemoteRunTr
     assert raised.value.method_name == "execute_complete"
     trigger = raised.value.trigger
     assert isinstance(trigger, RemoteRunTrigger)
-    assert context["task_state_store"][HANDLE_KEY] == trigger.handle
+    assert context["task_state_store"][HANDLE_KEY]["handle"] == trigger.handle
     return trigger
 
 
@@ -572,6 +572,23 @@ def test_a_retry_after_a_failed_import_starts_a_new_task_and_succeeds(cloud: Clo
 
 
 # -- killed while deferred -------------------------------------------------------------------------
+
+
+def test_a_staging_pod_that_outlives_the_staging_timeout_is_stopped(kube: KubernetesFake) -> None:
+    from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+    from airflow.sdk.exceptions import TaskDeferralTimeout
+
+    kube.script_for(
+        "stage-", TrainingScript(phases=[("Created", 1.0), ("Running", 60.0)], log_lines=PROGRESS)
+    )
+    op, context = pod_operator(), task_context()
+    trigger = deferred(op, context)
+
+    with pytest.raises(TaskDeferralTimeout):
+        op.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context)
+
+    assert staging_pods() == []
+    assert kube.count("DELETE", f"/pods/{trigger.handle['pod']}") == 1
 
 
 def test_killing_a_deferred_pod_staging_deletes_the_pod(kube: KubernetesFake) -> None:

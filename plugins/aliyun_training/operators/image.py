@@ -23,6 +23,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends.base import JobHandle, TrainingBackend
+from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.spec import (
     Backend,
@@ -38,7 +39,7 @@ from aliyun_training.spec import (
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-#: task_state_store key of a running build's handle, for stopping it after a timeout.
+#: task_state_store key of a running build, for stopping it after a timeout.
 BUILD_HANDLE_KEY = "image_build_handle"
 #: Log lines read back from a check job: the probe prints one JSON line; NCCL's INFO lines of 16
 #: ranks run to thousands, and the NET/IB or NET/Socket lines come early.
@@ -58,7 +59,7 @@ def check_command() -> str:
     return 'python3 -c "$(echo ' + source + ' | base64 -d)"'
 
 
-class ImageBuildOperator(BaseOperator):
+class ImageBuildOperator(RemoteRunMixin, BaseOperator):
     """Return the run's image as an ``ImageRef``, building it only when its tag is not in the registry.
 
     :param context_dir: the build context (``include/docker``); the check script is added to it.
@@ -85,6 +86,8 @@ class ImageBuildOperator(BaseOperator):
         "force_rebuild",
     )
     ui_color = "#ffe0b2"
+    remote_kind = "image"
+    remote_key = BUILD_HANDLE_KEY
 
     def __init__(
         self,
@@ -139,7 +142,6 @@ class ImageBuildOperator(BaseOperator):
         from aliyun_training.image.builders import image_builder
         from aliyun_training.image.context import build_context, image_reference, image_tag
         from aliyun_training.image.registry import RegistryAuthError, image_digest
-        from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
         files = build_context(Path(self.context_dir), self.code_dir)
         tag = image_tag(files, self.build_args)
@@ -156,13 +158,8 @@ class ImageBuildOperator(BaseOperator):
                 )
         config = self._builder_config(files, tag, reference)
         handle = image_builder(self.mode or "", config).submit()
-        context["task_state_store"].set(BUILD_HANDLE_KEY, {"handle": handle, "config": config})
         self.log.info("Building %s with %s: %s", reference, self.mode, handle)
-        self.defer(
-            trigger=RemoteRunTrigger("image", self.mode or "", config, handle, self.poll_interval),
-            method_name="execute_complete",
-            timeout=self.build_timeout,
-        )
+        self.defer_to_remote(context, self.mode or "", config, handle, self.poll_interval, self.build_timeout)
 
     def _builder_config(self, files: dict[str, str], tag: str, reference: str) -> dict[str, Any]:
         if self.mode == "kaniko":
@@ -177,11 +174,9 @@ class ImageBuildOperator(BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
-        from aliyun_training.image.builders import image_builder
-
         if event["status"] != "succeeded":
             raise AirflowException(f"Image build ({self.mode}) failed: {event.get('message')}")
-        result = image_builder(self.mode or "", event["config"]).result(event["handle"])
+        result = self.remote_result(self.mode or "", event)
         tail = result.get("log_tail", [])[-20:]
         for line in tail:
             self.log.info("build | %s", line)
@@ -192,21 +187,6 @@ class ImageBuildOperator(BaseOperator):
             source="built",
             log_tail=tail,
         ).model_dump(mode="json")
-
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """A build that outlives ``build_timeout`` is stopped before the task fails."""
-        from airflow.sdk.exceptions import TaskDeferralTimeout
-
-        from aliyun_training.image.builders import image_builder
-
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except TaskDeferralTimeout:
-            stored = context["task_state_store"].get(BUILD_HANDLE_KEY)
-            if stored:
-                self.log.error("Build ran past %s: stopping it", self.build_timeout)
-                image_builder(self.mode or "", stored["config"]).stop(stored["handle"])
-            raise
 
 
 def _truthy(value: Any) -> bool:

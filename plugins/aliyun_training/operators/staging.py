@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.spec import SpecError, StagedDataset
 from aliyun_training.staging.sources import StagingError
 
@@ -15,11 +16,11 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
 MODES = ("direct", "pod", "dataflow")
-#: task_state_store key of a remote staging run's handle, for stopping it after a timeout.
+#: task_state_store key of a remote staging run, for stopping it after a timeout.
 HANDLE_KEY = "staging_run_handle"
 
 
-class DatasetStagingOperator(BaseOperator):
+class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
     """Copy ``source_uri`` to ``<target_root>/<version>/``, verified and atomic; return a StagedDataset.
 
     Where the copy runs is the ``mode``:
@@ -49,6 +50,8 @@ class DatasetStagingOperator(BaseOperator):
     """
 
     template_fields = ("source_uri", "target_root", "version", "mode", "remote", "register")
+    remote_kind = "staging"
+    remote_key = HANDLE_KEY
     ui_color = "#b3e5fc"
 
     def __init__(
@@ -83,43 +86,23 @@ class DatasetStagingOperator(BaseOperator):
             raise AirflowFailException(f"mode: {self.mode!r} is not a staging mode (fix: use one of {MODES})")
         if self.mode == "direct":
             return self._registered(self._stage_here())
-        from aliyun_training.triggers.remote_run import RemoteRunTrigger
-
         config = self._remote_config()
         try:
             handle = self._stager(config).submit()
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("Staging %s in mode %s: %s", self.version, self.mode, handle)
-        context["task_state_store"].set(HANDLE_KEY, handle)
-        self.defer(
-            trigger=RemoteRunTrigger("staging", self.mode, config, handle, self.poll_interval),
-            method_name="execute_complete",
-            timeout=self.staging_timeout,
-        )
+        self.defer_to_remote(context, self.mode, config, handle, self.poll_interval, self.staging_timeout)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The remote run ended: turn it into a StagedDataset or fail with the run's own reason."""
         if event["status"] != "succeeded":
             raise AirflowException(f"{self.mode} staging of {self.version} failed: {event.get('message')}")
         try:
-            staged = self._stager(self._remote_config()).result(event["handle"])
+            staged = self.remote_result(self.mode, event)
         except StagingError as exc:
             raise AirflowException(str(exc)) from None
         return self._registered(staged)
-
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """A remote run that outlives ``staging_timeout`` is stopped before the task fails."""
-        from airflow.sdk.exceptions import TaskDeferralTimeout
-
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except TaskDeferralTimeout:
-            handle = context["task_state_store"].get(HANDLE_KEY)
-            if handle:
-                self.log.error("Staging ran past %s: stopping the %s run", self.staging_timeout, self.mode)
-                self._stager(self._remote_config()).stop(handle)
-            raise
 
     # -- helpers ---------------------------------------------------------------------------------
 
