@@ -141,8 +141,8 @@ def _mount_path(backend: str, env: dict[str, Any]) -> str:
 
 def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     """Settings of the image build and the RDMA bandwidth check, checked before anything runs."""
-    from aliyun_training.image.builders import image_builder
     from aliyun_training.image.context import image_reference
+    from aliyun_training.remote import remote_run
 
     block = env.get("image_build") or {}
     mode = block.get("mode")
@@ -165,7 +165,7 @@ def _image_stages(params: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]
             "tag": "0" * 16,
             **({"destination": reference} if mode == "kaniko" else {"image": reference}),
         }
-        image_builder(mode, {**builder, **trial})
+        remote_run("image", mode, {**builder, **trial})
     rdma = env.get("rdma_check") or {}
     return {
         "image_build_mode": mode,
@@ -280,8 +280,8 @@ def _check_staging(
     mode: str, staging: dict[str, Any], register: dict[str, Any], version: str, region: str | None
 ) -> None:
     """Fail now, naming the setting, rather than in the staging task or after the whole copy."""
+    from aliyun_training.remote import remote_run
     from aliyun_training.staging.registration import check_registration
-    from aliyun_training.staging.stagers import remote_stager
 
     if mode != "direct":
         settings = {
@@ -289,7 +289,7 @@ def _check_staging(
             "source_uri": staging["source_uri"],
             "target_root": staging["target_root"],
         }
-        remote_stager(mode, {**settings, "version": version})
+        remote_run("staging", mode, {**settings, "version": version})
     check_registration(register, version, region)
 
 

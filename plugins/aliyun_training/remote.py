@@ -12,8 +12,11 @@ A run is rebuilt in the triggerer by :func:`remote_run` from its kind, mode and 
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
+
+from aliyun_training.spec import SpecError
 
 RemoteState = Literal["running", "succeeded", "failed"]
 
@@ -43,14 +46,25 @@ class RemoteRun(Protocol):
         """End the run and remove what it started; a run already gone is not an error."""
 
 
+#: (kind, mode) -> the module and class of the run, imported only when a run of that mode is built.
+RUNS: dict[tuple[str, str], tuple[str, str]] = {
+    ("staging", "pod"): ("aliyun_training.staging.pod", "PodStager"),
+    ("staging", "dataflow"): ("aliyun_training.staging.dataflow", "DataFlowStager"),
+    ("image", "kaniko"): ("aliyun_training.image.kaniko", "KanikoBuilder"),
+    ("image", "acr"): ("aliyun_training.image.acr", "AcrBuilder"),
+}
+#: The setting that chooses the mode of each kind, named in errors.
+MODE_FIELDS = {"staging": "staging.mode", "image": "image_build.mode"}
+
+
 def remote_run(kind: str, mode: str, config: dict[str, Any]) -> RemoteRun:
-    """The run of ``kind`` (``staging`` or ``image``) in ``mode``, built from its settings."""
-    if kind == "staging":
-        from aliyun_training.staging.stagers import remote_stager
-
-        return remote_stager(mode, config)
-    if kind == "image":
-        from aliyun_training.image.builders import image_builder
-
-        return image_builder(mode, config)
-    raise ValueError(f"unknown remote run kind {kind!r}")
+    """The run of ``kind`` (``staging`` or ``image``) in ``mode``, built (and validated) from its settings."""
+    try:
+        module, name = RUNS[(kind, mode)]
+    except KeyError:
+        modes = [known for of_kind, known in RUNS if of_kind == kind]
+        raise SpecError(
+            f"{MODE_FIELDS.get(kind, 'mode')}: {mode!r} is not a {kind} mode that runs off the worker "
+            f"(fix: use one of {modes})"
+        ) from None
+    return getattr(importlib.import_module(module), name)(**config)

@@ -25,11 +25,11 @@ from kubernetes import client
 from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.pipeline import resolve_run
+from aliyun_training.remote import remote_run
 from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import SpecError, StagedDataset
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
-from aliyun_training.staging.stagers import remote_stager
 from aliyun_training.staging.volumes import CPFS_DRIVER, ensure_version_volume
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection
@@ -679,7 +679,7 @@ def test_a_dlc_environment_with_a_data_flow_stages_and_registers_end_to_end(
     assert (run["staging_mode"], run["source_uri"]) == ("dataflow", SOURCE)
     assert run["dataset_mount_path"] == MOUNT_PATH
     op, context = staging_operator(run), task_context()
-    assert isinstance(remote_stager(op.mode, op._remote_config()), DataFlowStager)
+    assert isinstance(remote_run("staging", op.mode, op._remote_config()), DataFlowStager)
 
     event = fire(deferred(op, context), cloud.nas_clock, nas_polls(cloud))
     staged = op.execute_complete(context, event)
@@ -707,7 +707,7 @@ def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end
     run = resolve(tmp_path, "arena", {**ARENA_CONFIGURED, "staging": staging})
     assert (run["staging_mode"], run["source_uri"]) == ("pod", SOURCE)
     op, context = staging_operator(run), task_context()
-    stager = remote_stager(op.mode, op._remote_config())
+    stager = remote_run("staging", op.mode, op._remote_config())
     assert isinstance(stager, PodStager) and stager.settings.staging_pvc == "cpfs-root"
     kube.script_for(
         "stage-",

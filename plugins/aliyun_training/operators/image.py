@@ -139,9 +139,9 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
             raise AirflowFailException(str(exc)) from None
 
     def _build_unless_present(self, context: Context) -> dict[str, Any]:
-        from aliyun_training.image.builders import image_builder
         from aliyun_training.image.context import build_context, image_reference, image_tag
         from aliyun_training.image.registry import RegistryAuthError, image_digest
+        from aliyun_training.remote import remote_run
 
         files = build_context(Path(self.context_dir), self.code_dir)
         tag = image_tag(files, self.build_args)
@@ -157,7 +157,7 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
                     mode="json"
                 )
         config = self._builder_config(files, tag, reference)
-        handle = image_builder(self.mode or "", config).submit()
+        handle = remote_run("image", self.mode or "", config).submit()
         self.log.info("Building %s with %s: %s", reference, self.mode, handle)
         self.defer_to_remote(context, self.mode or "", config, handle, self.poll_interval, self.build_timeout)
 

@@ -132,9 +132,9 @@ class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
         }
 
     def _stager(self, config: dict[str, Any]) -> Any:
-        from aliyun_training.staging.stagers import remote_stager
+        from aliyun_training.remote import remote_run
 
-        return remote_stager(self.mode, config)
+        return remote_run("staging", self.mode, config)
 
     def _registered(self, staged: StagedDataset) -> dict[str, Any]:
         from aliyun_training.staging.registration import register_staged
