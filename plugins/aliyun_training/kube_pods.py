@@ -32,6 +32,7 @@ from typing import Any, ClassVar, Generic, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.hooks.kubernetes import KubernetesHooks
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import validate_record
 
@@ -249,8 +250,7 @@ class PodRun(Generic[S]):
 
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(self.settings_model, config)
-        self._sync_hook: Any = None
-        self._async_hook: Any = None
+        self._hooks = KubernetesHooks(self.settings.kubernetes_conn_id)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -279,18 +279,10 @@ class PodRun(Generic[S]):
     # -- clients (built on first use: a run is built in the scheduler, which needs none) ----------
 
     def hook(self) -> Any:
-        if self._sync_hook is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-            self._sync_hook = KubernetesHook(conn_id=self.settings.kubernetes_conn_id)
-        return self._sync_hook
+        return self._hooks.sync
 
     def async_hook(self) -> Any:
-        if self._async_hook is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-            self._async_hook = AsyncKubernetesHook(conn_id=self.settings.kubernetes_conn_id)
-        return self._async_hook
+        return self._hooks.asynchronous
 
     # -- RemoteRun ------------------------------------------------------------------------------
 

@@ -28,6 +28,7 @@ from aliyun_training.backends.arena_manifests import (
     job_kind,
 )
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.hooks.kubernetes import KubernetesHooks
 from aliyun_training.spec import TrainingJobSpec
 
 log = logging.getLogger(__name__)
@@ -60,8 +61,7 @@ class ArenaBackend:
         self._kinds: dict[str, JobKind] = {}
         #: Pods seen by the latest status call, which each poll makes just before reading logs.
         self._pods: dict[str, list[dict[str, Any]]] = {}
-        self._sync_hook: Any = None
-        self._async_hook_instance: Any = None
+        self._hooks = KubernetesHooks(self.settings.conn_id)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -71,18 +71,10 @@ class ArenaBackend:
 
     def _hook(self) -> Any:
         """One hook per backend: the connection is read and the kubeconfig loaded once, not per call."""
-        if self._sync_hook is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
-
-            self._sync_hook = KubernetesHook(conn_id=self.settings.conn_id)
-        return self._sync_hook
+        return self._hooks.sync
 
     def _async_hook(self) -> Any:
-        if self._async_hook_instance is None:
-            from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook
-
-            self._async_hook_instance = AsyncKubernetesHook(conn_id=self.settings.conn_id)
-        return self._async_hook_instance
+        return self._hooks.asynchronous
 
     def _list_pods(self, hook: Any, handle: JobHandle) -> list[dict[str, Any]]:
         return _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))

@@ -386,7 +386,7 @@ def _wait_bound(hook: Any, namespace: str, name: str, seconds: float) -> str | N
 
 def _as_hook(hook_or_conn_id: Any) -> Any:
     if isinstance(hook_or_conn_id, str):
-        from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
+        from aliyun_training.hooks.kubernetes import KubernetesHooks
 
-        return KubernetesHook(conn_id=hook_or_conn_id)
+        return KubernetesHooks(hook_or_conn_id).sync
     return hook_or_conn_id
