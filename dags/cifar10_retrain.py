@@ -16,8 +16,11 @@ Takes one dataset version from "it exists in the object store" to "a verified mo
    worker, in a pod on ACK, or as a CPFS data flow import.
 5. **training_runtime** — record and check the runtime the job runs in (Python, torch, CUDA, NCCL).
 6. **train** — distributed training (`torchrun`, one process tree per node), monitored while deferred.
-7. **publish_artifacts** — checkpoints, metrics and an HTML run report with a manifest; emits the
-   `cifar10_model` Asset.
+7. **publish_artifacts** — checkpoints, metrics and an HTML run report with a manifest (dataset
+   version, runtime or verified image, job id, metrics); emits the `cifar10_model` Asset. Cloud jobs
+   write to OSS mounted at their `output_root` (the environment's `output_uri`), and the set is
+   collected from there; when `output_uri` or `artifact_root` is blank this task is skipped, saying
+   which to set.
 
 Each weekly logical date maps to the dataset version named after it (`YYYY-MM-DD`), so
 `airflow backfill create` over past weeks retrains on past versions. A manual run may name any
@@ -61,7 +64,9 @@ with DAG(
     doc_md=__doc__,
     schedule="@weekly",
     start_date=pendulum.datetime(2026, 10, 4, tz="UTC"),
-    catchup=True,
+    # Turning the DAG on trains the latest week only; past versions are retrained with
+    # `airflow backfill create`, so a new deployment never launches a GPU job per missed week.
+    catchup=False,
     max_active_runs=1,
     dagrun_timeout=timedelta(hours=12),
     tags=["training", "cifar10", "aliyun"],
@@ -232,7 +237,12 @@ with DAG(
         force_rebuild=run["image_force_rebuild"],
     )
     # The image checks are jobs on the run's backend, with the run's spec and settings.
-    job = {"spec": run["spec"], "backend_config": run["backend_config"], "output_root": run["output_root"]}
+    job = {
+        "spec": run["spec"],
+        "backend_config": run["backend_config"],
+        "output_root": run["output_root"],
+        "output_uri": run["output_uri"],
+    }
     verify_image = ImageVerifyOperator(
         task_id="verify_image", image=build_image.output, poll_interval=10, **job
     )
@@ -257,14 +267,21 @@ with DAG(
         retries=1,
         trigger_rule="none_failed_min_one_success",
     )
+    # Its records come from branches of which only the backend's ran: it runs once train succeeded
+    # although the others were skipped; a failed train fails it upstream, a skipped one skips it.
     publish = ArtifactsOperator(
         task_id="publish_artifacts",
         model="cifar10",
         artifact_root=run["artifact_root"],
         job_result=train.output,
         dataset=stage.output,
-        runtime=runtime.output,
+        fixed_dataset=run["fixed_dataset"],
+        runtime=[verify_image.output, runtime.output],
+        bandwidth=check_rdma.output,
+        unavailable=run["artifacts_unavailable"],
+        alibaba_cloud_conn_id=run["oss_conn_id"],
         outlets=[MODEL_ASSET],
+        trigger_rule="none_failed_min_one_success",
     )
     branches = [stage, runtime, build_image, wait_for_capacity]
     preflight >> route(run["backend"], run["staging_mode"]) >> branches

@@ -1,10 +1,11 @@
-"""An emulated Alibaba Cloud account: DLC, VPC/ECS, PAI Studio and RAM emulators behind one connection.
+"""An emulated Alibaba Cloud account: DLC, VPC/ECS, PAI Studio, RAM and OSS emulators behind one connection.
 
 The ``alibaba_cloud_default`` connection points every service at its emulator over HTTP, and the
-account holds a complete Lingjun setup: a network every preflight check passes, a quota with room
-and a RAM role with the reference DLC policy. Tests then break one piece at a time.
+account holds a complete Lingjun setup: a network every preflight check passes, a quota with room,
+a RAM role with the reference DLC policy and an empty bucket. Tests then break one piece at a time.
 
-Also the training job specs the tests submit to DLC and to ACK (arena), each test adding its own fields.
+Also the training job specs the tests submit to DLC and to ACK (arena), each test adding its own
+fields, and :class:`JobOutputs`, which plays a training job writing its outputs to OSS.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aliyun_training.staging.oss import parse_oss_uri
 from tests.emulators.dlc import DlcEmulator
 from tests.emulators.network import NetworkEmulator, StandardNetwork
+from tests.emulators.oss import OssEmulator
 from tests.emulators.paistudio import PaiStudioEmulator
 from tests.emulators.ram import RamEmulator
 
@@ -29,6 +32,9 @@ ROLE = "pai-dlc-runner"
 QUOTA = "quota1"
 #: The image the training job specs run.
 TRAIN_IMAGE = "registry.example.com/train/pytorch:2.13-rdma"
+REGION = "cn-wulanchabu"
+#: The emulated account's bucket, for job outputs and artifact sets.
+BUCKET = "pai-training"
 
 
 @dataclass
@@ -37,6 +43,7 @@ class Cloud:
     studio: PaiStudioEmulator
     ram: RamEmulator
     dlc: DlcEmulator
+    oss: OssEmulator
     ids: StandardNetwork
 
 
@@ -48,8 +55,10 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         PaiStudioEmulator(keys) as studio,
         RamEmulator(keys) as ram,
         DlcEmulator(keys) as dlc,
+        OssEmulator(keys, region=REGION) as oss,
     ):
         ids = network.standard()
+        oss.create_bucket(BUCKET)
         studio.add_quota(QUOTA, resource_type="Lingjun", gpu_type="GU8TF", allocatable_gpus=64)
         ram.add_role(ROLE)
         ram.attach_policy(
@@ -61,11 +70,12 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
             "paistudio": studio.endpoint,
             "ram": ram.endpoint,
             "dlc": dlc.endpoint,
+            "oss": oss.endpoint.removeprefix("http://"),
         }
         use_alibaba_connection(
             monkeypatch, endpoints, AK, SK, retry={"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
         )
-        yield Cloud(network, studio, ram, dlc, ids)
+        yield Cloud(network, studio, ram, dlc, oss, ids)
 
 
 def use_alibaba_connection(
@@ -79,7 +89,7 @@ def use_alibaba_connection(
     extras = {
         "access_key_id": access_key_id,
         "access_key_secret": secret,
-        "region": "cn-wulanchabu",
+        "region": REGION,
         "protocol": "http",
         "endpoints": endpoints,
         "retry": {"max_attempts": 10, "base_delay": 0.01, "max_delay": 0.05},
@@ -119,3 +129,75 @@ def arena_job(**fields: Any) -> dict[str, Any]:
         "image": TRAIN_IMAGE,
         **fields,
     }
+
+
+# -- what a training job leaves behind -------------------------------------------------------------
+
+#: The identity a job's OSS mount writes with: the job's own (its RAM role), never Airflow's.
+JOB_AK, JOB_SK = "LTAI-training-job", "training-job-secret"
+
+
+def write_job_outputs(oss: OssEmulator, output_uri: str, name: str, epochs: int = 1) -> None:
+    """Write what a finished training job leaves under ``<output_uri>/<name>/``, through oss2.
+
+    Neither the DLC emulator nor the Kubernetes fake runs code; called from their ``on_create``
+    hooks, this plays the job's rank 0 writing ``metrics.json`` (the schema
+    include/training/cifar10_ddp.py writes) and ``checkpoints/epoch-NNNN.pt`` into the OSS location
+    mounted at its output root.
+    """
+    import oss2
+
+    oss.accept_access_key(JOB_AK, JOB_SK)
+    location = parse_oss_uri(output_uri, field="output_uri")
+    bucket = oss2.Bucket(oss2.AuthV4(JOB_AK, JOB_SK), oss.endpoint, location.bucket, region=oss.region)
+    history = [
+        {
+            "epoch": epoch,
+            "train_loss": round(2.3 / epoch, 4),
+            "test_loss": round(2.1 / epoch, 4),
+            "test_accuracy": round(0.2 * epoch, 4),
+            "seconds": 12.5,
+        }
+        for epoch in range(1, epochs + 1)
+    ]
+    prefix = f"{location.prefix}{name}/"
+    metrics = {"world_size": 2, "backend": "nccl", "epochs": history}
+    files = {prefix + "metrics.json": (json.dumps(metrics, indent=2) + "\n").encode()}
+    files |= {
+        f"{prefix}checkpoints/epoch-{n:04d}.pt": f"checkpoint {n}".encode() for n in range(1, epochs + 1)
+    }
+    for key, data in files.items():
+        # The job's mount (ossfs) retries a failed write; so does its stand-in, under injected faults.
+        for attempt in range(10):
+            try:
+                bucket.put_object(key, data)
+                break
+            except (oss2.exceptions.ServerError, oss2.exceptions.RequestError):
+                if attempt == 9:
+                    raise
+
+
+@dataclass
+class JobOutputs:
+    """``on_create`` hooks that write outputs (:func:`write_job_outputs`) for jobs named ``name_prefix*``.
+
+    Pass ``on_dlc_create`` to a DlcEmulator (DisplayName) or ``on_cr_create`` to a KubernetesFake
+    (the CR's metadata.name); ``written`` lists the jobs that got outputs.
+    """
+
+    oss: OssEmulator
+    output_uri: str
+    name_prefix: str
+    epochs: int = 1
+    written: list[str] = field(default_factory=list)
+
+    def on_dlc_create(self, body: dict[str, Any]) -> None:
+        self._created(body["DisplayName"])
+
+    def on_cr_create(self, job: dict[str, Any]) -> None:
+        self._created(job["metadata"]["name"])
+
+    def _created(self, name: str) -> None:
+        if name.startswith(self.name_prefix):
+            write_job_outputs(self.oss, self.output_uri, name, self.epochs)
+            self.written.append(name)

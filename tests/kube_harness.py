@@ -47,3 +47,74 @@ def core(conn_id: str = CONN_ID) -> client.CoreV1Api:
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
 
     return KubernetesHook(conn_id=conn_id).core_v1_client
+
+
+def kube_configuration(kubeconfig: Path) -> client.Configuration:
+    """A client configuration from ``kubeconfig``, leaving the default configuration alone."""
+    from kubernetes import client, config
+
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    return configuration
+
+
+def cpfs_volume(name: str) -> dict:
+    """A static CPFS (general-purpose) PV as the ACK + CPFS guide creates it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadWriteMany"],
+            "csi": {
+                "driver": "nasplugin.csi.alibabacloud.com",
+                "volumeHandle": name,
+                "volumeAttributes": {
+                    "mountProtocol": "cpfs-nfs",
+                    "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
+                    "path": "/share",
+                    "volumeAs": "subpath",
+                },
+            },
+        },
+    }
+
+
+def oss_volume(name: str, uri: str, region: str = "cn-wulanchabu") -> dict:
+    """A static OSS PV as the ACK OSS CSI guide creates it, for the bucket and path of ``uri``."""
+    bucket, _, path = uri.removeprefix("oss://").partition("/")
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadWriteMany"],
+            "csi": {
+                "driver": "ossplugin.csi.alibabacloud.com",
+                "volumeHandle": name,
+                "volumeAttributes": {
+                    "bucket": bucket,
+                    "url": f"oss-{region}-internal.aliyuncs.com",
+                    "path": f"/{path}",
+                    "otherOpts": "-o max_stat_cache_size=0 -o allow_other",
+                },
+            },
+        },
+    }
+
+
+def bound_claim(name: str) -> dict:
+    """A PVC that binds to the PV of the same name through its alicloud-pvname label."""
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "1Ti"}},
+            "selector": {"matchLabels": {"alicloud-pvname": name}},
+            "storageClassName": "",
+        },
+    }

@@ -5,32 +5,48 @@ directory and a rename, so a consumer triggered by the model Asset never sees ha
 ``oss://`` artifact root gets the same set uploaded with the staging engine's uploader, the
 manifest last: a reader that waits for manifest.json sees a complete set. The manifest says what
 produced it: dataset version, job, runtime, metrics (the per-epoch losses as lists) and timings.
+
+A cloud job's outputs outlive its nodes only in OSS (``output_uri`` mounted at its output root),
+so a job whose ``output_uri`` is ``oss://`` has just the collected names downloaded first, by the
+staging engine (parallel, CRC64-verified), into a scratch directory the set is built from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.publish import publish_directory
 from aliyun_training.report import render_report
-from aliyun_training.spec import ArtifactSet, BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.spec import (
+    ArtifactSet,
+    BandwidthCheck,
+    BuiltImage,
+    FixedDataset,
+    JobResult,
+    SpecError,
+    StagedDataset,
+)
 
 if TYPE_CHECKING:
-    from aliyun_training.staging.oss import OssClientConfig
+    from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
+    from aliyun_training.staging.sources import ChunkSink, SourceObject
 
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.html"
+METRICS_NAME = "metrics.json"
 log = logging.getLogger(__name__)
 #: What a job writes into its output directory that is worth keeping.
-COLLECTED = ("checkpoints", "metrics.json", "model.pt")
+COLLECTED = ("checkpoints", METRICS_NAME, "model.pt")
 
 
 class ArtifactError(RuntimeError):
@@ -57,29 +73,44 @@ def publish_artifacts(
     model: str,
     artifact_root: str,
     job: JobResult,
-    dataset: StagedDataset,
+    dataset: StagedDataset | FixedDataset,
     runtime: BuiltImage,
     oss: OssClientConfig | None = None,
     bandwidth: BandwidthCheck | None = None,
 ) -> ArtifactSet:
-    """Copy the job's outputs, write manifest.json and report.html, publish atomically.
+    """Collect the job's outputs, write manifest.json and report.html, publish atomically.
 
-    ``oss`` is required when ``artifact_root`` is an ``oss://`` URI.
+    ``dataset`` is the staged version, or the fixed dataset the job mounted when nothing was staged.
+    ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
     """
-    if artifact_root.startswith("oss://"):
-        return _publish_to_oss(model, artifact_root, job, dataset, runtime, oss, bandwidth)
     started = time.monotonic()
-    if not job.output_uri or not Path(job.output_uri).is_dir():
-        raise ArtifactError(
-            f"job {job.job_id} has no output directory ({job.output_uri!r}); nothing to collect"
-        )
-    output = Path(job.output_uri)
-    try:
-        metrics = summarize_metrics(json.loads((output / "metrics.json").read_text()))
-    except (FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
-        raise ArtifactError(f"cannot read metrics.json of job {job.job_id} in {output}: {exc}") from None
+    with _job_outputs(job, oss) as output:
+        manifest = {
+            "model": model,
+            "version": f"{dataset.version}/{job.display_name}",
+            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "dataset": dataset.model_dump(mode="json"),
+            "job": job.model_dump(mode="json"),
+            "runtime": runtime.model_dump(mode="json"),
+            "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
+            "metrics": _read_metrics(job, output),
+            "timings": {
+                "staging_seconds": dataset.seconds if isinstance(dataset, StagedDataset) else None,
+                "training_wall_seconds": job.wall_seconds,
+                "node_hours": job.node_hours,
+                "gpu_hours": job.gpu_hours,
+            },
+        }
+        if not artifact_root.startswith("oss://"):
+            return _publish_locally(Path(artifact_root), output, manifest, started)
+        with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
+            local = _publish_locally(Path(scratch), output, manifest, started)
+            return _upload(Path(scratch), local, artifact_root, _require(oss, "artifact_root"))
 
-    target = Path(artifact_root) / model / dataset.version / job.display_name
+
+def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started: float) -> ArtifactSet:
+    """Copy the collected outputs beside the completed manifest and report; publish by rename."""
+    target = root / manifest["model"] / manifest["version"]
     partial = target.with_name(f".{target.name}.partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.mkdir(parents=True)
@@ -89,29 +120,16 @@ def publish_artifacts(
             shutil.copytree(source, partial / name)
         elif source.is_file():
             shutil.copy2(source, partial / name)
-
     manifest = {
-        "model": model,
-        "version": f"{dataset.version}/{job.display_name}",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "dataset": dataset.model_dump(mode="json"),
-        "job": job.model_dump(mode="json"),
-        "runtime": runtime.model_dump(mode="json"),
-        "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
-        "metrics": metrics,
-        "timings": {
-            "staging_seconds": dataset.seconds,
-            "training_wall_seconds": job.wall_seconds,
-            "node_hours": job.node_hours,
-            "gpu_hours": job.gpu_hours,
-            "collect_seconds": round(time.monotonic() - started, 3),
-        },
+        **manifest,
+        "timings": {**manifest["timings"], "collect_seconds": round(time.monotonic() - started, 3)},
         "files": _describe_files(partial),
         "report": REPORT_NAME,
     }
     (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
     (partial / REPORT_NAME).write_text(render_report(manifest))
     publish_directory(partial, target)
+    metrics = manifest["metrics"]
     return ArtifactSet(
         uri=str(target),
         manifest_uri=str(target / MANIFEST_NAME),
@@ -120,28 +138,14 @@ def publish_artifacts(
     )
 
 
-def _publish_to_oss(
-    model: str,
-    artifact_root: str,
-    job: JobResult,
-    dataset: StagedDataset,
-    runtime: BuiltImage,
-    oss: OssClientConfig | None,
-    bandwidth: BandwidthCheck | None,
-) -> ArtifactSet:
-    """Build the set in a scratch directory, then upload it with the manifest last."""
+def _upload(scratch: Path, local: ArtifactSet, artifact_root: str, oss: OssClientConfig) -> ArtifactSet:
+    """Upload a set built under ``scratch`` to the same relative place under ``artifact_root``."""
     from aliyun_training.staging.oss import parse_oss_uri, upload_directory
 
-    if oss is None:
-        raise ArtifactError("artifact_root is an oss:// URI but no OSS connection settings were given")
     root = parse_oss_uri(artifact_root, field="artifact_root")
-    with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
-        local = publish_artifacts(
-            model=model, artifact_root=scratch, job=job, dataset=dataset, runtime=runtime
-        )
-        relative = Path(local.uri).relative_to(scratch).as_posix()
-        target = f"{root.uri}{relative}/"
-        files, size = upload_directory(Path(local.uri), target, oss, last=[MANIFEST_NAME])
+    relative = Path(local.uri).relative_to(scratch).as_posix()
+    target = f"{root.uri}{relative}/"
+    files, size = upload_directory(Path(local.uri), target, oss, last=[MANIFEST_NAME])
     log.info("Uploaded %d artifact files (%.1f MB) to %s", files, size / 1e6, target)
     return ArtifactSet(
         uri=target,
@@ -149,6 +153,79 @@ def _publish_to_oss(
         report_uri=target + REPORT_NAME,
         metrics=local.metrics,
     )
+
+
+def _require(oss: OssClientConfig | None, field: str) -> OssClientConfig:
+    if oss is None:
+        raise ArtifactError(f"{field} is an oss:// URI but no OSS connection settings were given")
+    return oss
+
+
+@contextlib.contextmanager
+def _job_outputs(job: JobResult, oss: OssClientConfig | None) -> Iterator[Path]:
+    """The job's output directory on this machine: where it is, or downloaded from OSS for the set."""
+    if job.output_uri and job.output_uri.startswith("oss://"):
+        with tempfile.TemporaryDirectory(prefix="job-outputs-") as scratch:
+            yield _download_outputs(job, job.output_uri, _require(oss, "the job's output_uri"), Path(scratch))
+        return
+    if not job.output_uri or not Path(job.output_uri).is_dir():
+        raise ArtifactError(
+            f"job {job.job_id} has no output directory ({job.output_uri!r}); nothing to collect"
+        )
+    yield Path(job.output_uri)
+
+
+def _download_outputs(job: JobResult, uri: str, oss: OssClientConfig, scratch: Path) -> Path:
+    """The collected names under ``uri``, copied by the staging engine: parallel and CRC64-verified."""
+    from aliyun_training.staging.engine import stage_dataset
+    from aliyun_training.staging.oss import OssObjectSource
+    from aliyun_training.staging.sources import StagingError
+
+    try:
+        source = _CollectedOutputs(OssObjectSource(uri, config=oss), job.job_id)
+        return Path(stage_dataset(source, scratch, "outputs").uri)
+    except (SpecError, StagingError) as exc:
+        raise ArtifactError(f"cannot collect the outputs of job {job.job_id} from {uri}: {exc}") from None
+
+
+class _CollectedOutputs:
+    """A job's OSS output prefix as a staging source that lists only what an artifact set keeps.
+
+    Jobs leave more there (logs, resumable temporary files); copying it all would cost time and
+    scratch space for nothing. A prefix without metrics.json has no finished training in it.
+    """
+
+    def __init__(self, source: OssObjectSource, job_id: str) -> None:
+        self._source = source
+        self._job_id = job_id
+        self.uri = source.uri
+        self.checksum = source.checksum
+        self.ranged_reads = source.ranged_reads
+
+    def list(self) -> list[SourceObject]:
+        objects = [obj for obj in self._source.list() if obj.key.split("/", 1)[0] in COLLECTED]
+        if not any(obj.key == METRICS_NAME for obj in objects):
+            raise ArtifactError(
+                f"job {self._job_id} wrote no {METRICS_NAME} under {self.uri}; nothing to collect "
+                "(did the job write to $OUTPUT_DIR, and is output_uri the location mounted at output_root?)"
+            )
+        return objects
+
+    def read(self, obj: SourceObject, start: int, end: int, sink: ChunkSink) -> str | None:
+        return self._source.read(obj, start, end, sink)
+
+    def is_transient(self, exc: BaseException) -> bool:
+        return self._source.is_transient(exc)
+
+
+def _read_metrics(job: JobResult, output: Path) -> dict[str, Any]:
+    try:
+        return summarize_metrics(json.loads((output / METRICS_NAME).read_text()))
+    except (FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
+        # Named by the job's output_uri: a downloaded copy's scratch path would mean nothing.
+        raise ArtifactError(
+            f"cannot read metrics.json of job {job.job_id} in {job.output_uri}: {exc}"
+        ) from None
 
 
 def _describe_files(root: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,12 @@ data flow import), ``source_uri`` is a template with ``{dataset}`` and ``{versio
 version is then registered for the backend (a PAI dataset version on DLC, a PV and PVC on ACK) and
 the job mounts it instead of the environment's fixed dataset. An empty ``mode`` keeps the fixed
 dataset.
+
+Cloud jobs write to ``output_root`` on their nodes, which are gone when the run publishes. An
+environment's ``output_uri`` is the OSS location mounted read-write at ``output_root`` on every node
+(a DLC DataSources entry; on ACK the OSS-backed claim ``output_pvc``), so the artifacts stage reads a
+job's outputs from OSS and publishes them under ``artifact_root``. Either left blank, the run still
+trains and the artifacts stage is skipped, naming the setting to fill in.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from aliyun_training.settings import LocalPaths
-from aliyun_training.spec import Backend, SpecError, TrainingJobSpec
+from aliyun_training.spec import Backend, FixedDataset, SpecError, TrainingJobSpec
 
 #: The training command every backend runs; only the per-node process count differs.
 TORCHRUN = (
@@ -101,6 +107,19 @@ def resolve_run(
             "env": {"DATA_DIR": str(staging_root / version)},
         }
         backend_config, output_root = {}, str(paths.outputs)
+    if params["backend"] == Backend.LOCAL:
+        artifacts: dict[str, Any] = {
+            "artifact_root": str(paths.artifacts),
+            "output_uri": None,
+            "artifacts_unavailable": None,
+            "fixed_dataset": None,
+            "oss_conn_id": "alibaba_cloud_default",
+        }
+    else:
+        artifacts = {
+            "fixed_dataset": _fixed_dataset(params["backend"], env, spec, version),
+            **_cloud_outputs(params["backend"], env, spec, output_root, environments[params["backend"]].name),
+        }
     TrainingJobSpec.parse(spec)
     if params["backend"] == Backend.LOCAL:
         staging = {
@@ -125,12 +144,95 @@ def resolve_run(
         "staging_remote": staging["remote"],
         "staging_register": staging["register"],
         "dataset_mount_path": mount_path,
-        "artifact_root": str(paths.artifacts),
+        **artifacts,
         "output_root": output_root,
         "spec": spec,
         "backend_config": backend_config,
         "preflight": preflight,
     }
+
+
+def _fixed_dataset(
+    backend: str, env: dict[str, Any], spec: dict[str, Any], version: str
+) -> dict[str, Any] | None:
+    """The environment's dataset a job mounts when the run stages nothing, for the artifact manifest."""
+    if _stages(env):
+        return None
+    mount = spec["datasets"][0] if spec["datasets"] else {}
+    return FixedDataset(
+        version=version,
+        uri=mount.get("uri"),
+        dataset_id=mount.get("dataset_id"),
+        mount_path=_mount_path(backend, env),
+    ).model_dump(mode="json")
+
+
+def _cloud_outputs(
+    backend: str, env: dict[str, Any], spec: dict[str, Any], output_root: str, environment: str
+) -> dict[str, Any]:
+    """Mount ``output_uri`` at ``output_root`` in ``spec`` and say where artifacts go; checked now.
+
+    Returns the artifacts stage's settings: ``output_uri`` as ``oss://bucket/prefix/`` (a DLC mount
+    may name the bucket's endpoint too), ``artifact_root``, and why nothing can be published when
+    either is blank.
+    """
+    from aliyun_training.staging.oss import OssLocation, parse_oss_uri
+
+    output_uri, artifact_root, output_pvc = (
+        env.get(k) for k in ("output_uri", "artifact_root", "output_pvc")
+    )
+    if not output_root.startswith("/"):
+        raise SpecError(
+            f"output_root: {output_root!r} is not an absolute path (fix: e.g. /mnt/output/cifar10)"
+        )
+    if artifact_root:
+        parse_oss_uri(artifact_root, field="artifact_root")
+    if backend == Backend.ARENA:
+        _check_output_pvc(output_uri, output_pvc, env.get("data_pvc"))
+    bucket_uri = None
+    if output_uri:
+        location = parse_oss_uri(output_uri, field="output_uri")
+        bucket_uri = OssLocation(location.bucket.split(".", 1)[0], location.prefix).uri
+        mount = f"pvc://{output_pvc}" if backend == Backend.ARENA else output_uri
+        spec["datasets"] = [*spec["datasets"], {"uri": mount, "mount_path": output_root, "read_only": False}]
+    fixes = {
+        "output_uri": "set output_uri to the OSS location mounted at output_root, e.g. oss://bucket/outputs/"
+        + (", and output_pvc to the OSS-backed claim of that location" if backend == Backend.ARENA else ""),
+        "artifact_root": "set artifact_root to where artifact sets go, e.g. oss://bucket/models/",
+    }
+    blank = [name for name in fixes if not env.get(name)]
+    unavailable = (
+        f"artifacts of {backend} runs are not collected: {' and '.join(blank)} left blank in "
+        f"{environment} (fix: {'; '.join(fixes[name] for name in blank)})"
+        if blank
+        else None
+    )
+    return {
+        "artifact_root": artifact_root,
+        "output_uri": bucket_uri,
+        "artifacts_unavailable": unavailable,
+        # ACK environments name a kubernetes connection; OSS is reached through the default one.
+        "oss_conn_id": (env.get("connection_id") if backend == Backend.DLC else None)
+        or "alibaba_cloud_default",
+    }
+
+
+def _check_output_pvc(output_uri: str | None, output_pvc: str | None, data_pvc: str | None) -> None:
+    """On ACK the claim mounts the outputs and ``output_uri`` says where they are: both or neither."""
+    if output_uri and not output_pvc:
+        raise SpecError(
+            "output_pvc: output_uri is set but no claim mounts it on the job's nodes (fix: set "
+            "output_pvc to an OSS-backed PVC whose volume is output_uri, or leave output_uri blank)"
+        )
+    if output_pvc and not output_uri:
+        raise SpecError(
+            f"output_uri: output_pvc {output_pvc!r} is set but not which OSS location backs it (fix: "
+            "set output_uri to the bucket and path of the claim's volume, e.g. oss://bucket/outputs/)"
+        )
+    if output_pvc and output_pvc == data_pvc:
+        raise SpecError(
+            f"output_pvc: {output_pvc!r} is also data_pvc (fix: use an OSS-backed claim of its own)"
+        )
 
 
 def _mount_path(backend: str, env: dict[str, Any]) -> str:

@@ -65,12 +65,20 @@ def _bandwidth_row(check: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("RDMA bandwidth", f"{check['verdict']}: {check['tool']}, {check['message']}")]
 
 
+def _dataset_text(dataset: dict[str, Any]) -> str:
+    """A staged version's size, or what a job mounted when the run staged nothing."""
+    if "files" in dataset:
+        return f"{dataset['version']} — {dataset['files']} files, {dataset['bytes'] / 1e6:.1f} MB"
+    mounted = dataset.get("dataset_id") or dataset.get("uri") or "(none mounted)"
+    return f"{dataset['version']} — fixed dataset {mounted} at {dataset.get('mount_path') or '-'}"
+
+
 def render_report(manifest: dict[str, Any]) -> str:
     """The HTML page for one artifact set's manifest."""
     metrics, job, dataset, runtime = (manifest[k] for k in ("metrics", "job", "dataset", "runtime"))
     rows = [
         ("Model", f"{manifest['model']} {manifest['version']}"),
-        ("Dataset", f"{dataset['version']} — {dataset['files']} files, {dataset['bytes'] / 1e6:.1f} MB"),
+        ("Dataset", _dataset_text(dataset)),
         ("Job", f"{job['job_id']} on {job['backend']} ({job['status']})"),
         ("Wall time", f"{job['wall_seconds']:.1f} s, {job['node_hours']:.4f} node-hours"),
         (

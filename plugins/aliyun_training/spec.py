@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import re
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -236,6 +237,22 @@ class StagedDataset(BaseModel):
     pvc: str | None = None
 
 
+class FixedDataset(BaseModel):
+    """The dataset a cloud job mounts as its environment configures it, when the run staged nothing.
+
+    The job reads ``<mount_path>/<version>``. Without a ``StagedDataset`` this record is what lets an
+    artifact manifest still say which data trained the model: the version and the mounted PAI
+    dataset id, OSS URI or ``pvc://<claim>`` (none of them when the environment mounts no dataset).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
+    uri: str | None = None
+    dataset_id: str | None = None
+    mount_path: str | None = None
+
+
 class BuiltImage(BaseModel):
     """The training runtime that was verified (a container image, or this machine's interpreter)."""
 
@@ -334,7 +351,8 @@ def mount_staged(spec: TrainingJobSpec, staged: StagedDataset, mount_path: str |
     """The job ``spec`` reading the staged version: ``DATA_DIR`` points at it on every node.
 
     A registered version is mounted at ``mount_path`` (a PAI dataset version on DLC, the version's
-    own PVC on ACK); an unregistered one is read where it was staged (the local backend).
+    own PVC on ACK) beside the spec's other mounts (the job's output volume); an unregistered one is
+    read where it was staged (the local backend).
     """
     if staged.pai_dataset_id or staged.pvc:
         if not mount_path:
@@ -351,8 +369,25 @@ def mount_staged(spec: TrainingJobSpec, staged: StagedDataset, mount_path: str |
             if staged.pai_dataset_id
             else DatasetMount(uri=f"pvc://{staged.pvc}", mount_path=mount_path)
         )
-        return spec.model_copy(update={"datasets": [mount], "env": {**spec.env, "DATA_DIR": mount_path}})
+        return spec.model_copy(
+            update={"datasets": [*spec.datasets, mount], "env": {**spec.env, "DATA_DIR": mount_path}}
+        )
     return spec.model_copy(update={"env": {**spec.env, "DATA_DIR": staged.uri}})
+
+
+def mounted_output_uri(output_dir: str | None, output_root: str | None, output_uri: str | None) -> str | None:
+    """Where a job's output directory lives in OSS when ``output_uri`` is mounted at ``output_root``.
+
+    The job writes to a path on its nodes, which are gone by the time artifacts are collected; the
+    same files are under the mount's OSS location, so that is the address a JobResult records.
+    Without a mapping (or for a directory outside ``output_root``) the path is returned unchanged.
+    """
+    if not (output_dir and output_root and output_uri):
+        return output_dir
+    path, root = PurePosixPath(output_dir), PurePosixPath(output_root)
+    if not path.is_relative_to(root):
+        return output_dir
+    return "/".join([output_uri.rstrip("/"), *path.relative_to(root).parts]) + "/"
 
 
 class ImageRef(BaseModel):

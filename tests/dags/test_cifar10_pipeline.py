@@ -1,4 +1,4 @@
-"""The whole retraining DAG through dag.test() on the local backend: real torchrun, real Airflow."""
+"""The whole retraining DAG through dag.test(): real torchrun locally, emulated DLC, ACK and OSS."""
 
 from __future__ import annotations
 
@@ -12,9 +12,21 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
 from aliyun_training.operators.image import check_command
-from tests.cloud_harness import QUOTA, ROLE, emulated_cloud
+from tests.cloud_harness import (
+    AK,
+    BUCKET,
+    QUOTA,
+    REGION,
+    ROLE,
+    SK,
+    JobOutputs,
+    emulated_cloud,
+    use_alibaba_connection,
+)
 from tests.emulators.dlc import JobScript
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.emulators.oss import OssEmulator
+from tests.kube_harness import bound_claim, cpfs_volume, kube_configuration, oss_volume
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
 VERSION = "2026-11-22"
@@ -22,6 +34,9 @@ DATA = Path(__file__).resolve().parents[1] / "data"
 GOOD_PROBE = (DATA / "probe" / "verify_pod.log").read_text().splitlines()
 ALL_REDUCE_2X8 = (DATA / "rdma" / "all_reduce_perf_2x8.txt").read_text().splitlines()
 IB_WRITE_BW_SERVER = (DATA / "rdma" / "ib_write_bw_server.txt").read_text().splitlines()
+#: The OSS location cloud jobs see mounted at output_root, and where artifact sets go.
+OUTPUT_URI = f"oss://{BUCKET}/outputs/cifar10/"
+ARTIFACT_ROOT = f"oss://{BUCKET}/models/"
 
 
 @pytest.fixture
@@ -80,7 +95,7 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
-def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_dlc(
+def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_publishes_from_oss(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with emulated_cloud(monkeypatch) as cloud:
@@ -96,10 +111,15 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
                 "switch_id": ids.vswitch_id,
                 "security_group_id": ids.security_group_id,
             },
+            "dataset": {"dataset_id": "d-cifar10", "uri": "", "mount_path": "/mnt/data/cifar10"},
+            "output_uri": OUTPUT_URI,
+            "artifact_root": ARTIFACT_ROOT,
         }
 
         cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
         cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
+        outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
+        cloud.dlc.on_create = outputs.on_dlc_create
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
@@ -110,9 +130,12 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
         report = run.get_task_instance("preflight.report").xcom_pull(task_ids="preflight.report")
         verified = run.get_task_instance("verify_image").xcom_pull(task_ids="verify_image")
         bandwidth = run.get_task_instance("check_rdma").xcom_pull(task_ids="check_rdma")
+        trained = run.get_task_instance("train").xcom_pull(task_ids="train")
         creates = {
             r.body["DisplayName"].rsplit("-", 1)[0]: r.body for r in cloud.dlc.requests_for("CreateJob")
         }
+        manifest_key = f"models/cifar10/2026-11-15/{trained['display_name']}/manifest.json"
+        manifest = json.loads(cloud.oss.get(BUCKET, manifest_key))
     verify, check, create = (
         creates[f"cifar10-retrain-{task}"] for task in ("verify-image", "check-rdma", "train")
     )
@@ -132,7 +155,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
         "train": "success",
         "stage_dataset": "skipped",
         "training_runtime": "skipped",
-        "publish_artifacts": "skipped",
+        "publish_artifacts": "success",
     }
     assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
     assert all(f["verdict"] == "PASS" for f in report["findings"])
@@ -140,12 +163,30 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_and_submits_to_
     assert create["UserVpc"]["VpcId"] == ids.vpc_id
     assert create["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
     assert create["JobSpecs"][0]["Image"] == "registry.example.com/train:1"
+    assert {"Uri": OUTPUT_URI, "MountPath": "/mnt/output/cifar10", "MountAccess": "RW"} in create[
+        "DataSources"
+    ]
     assert verify["UserCommand"].endswith(check_command()) and "base64 -d" in verify["UserCommand"]
     assert [(s["Type"], s["PodCount"]) for s in verify["JobSpecs"]] == [("Master", 1)]
     assert verified["verified"] is True and verified["nccl"] == "2.21.5" and verified["cuda"] == "12.4"
     assert check["JobType"] == "MPIJob" and "all_reduce_perf" in check["UserCommand"]
     assert bandwidth["tool"] == "all_reduce_perf" and bandwidth["transport"] == "ib"
     assert bandwidth["verdict"] in ("PASS", "WARN") and bandwidth["measured_gbps"] > 0
+    assert outputs.written == [trained["display_name"]]
+    assert trained["output_uri"] == f"{OUTPUT_URI}{trained['display_name']}/"
+    assert manifest["job"]["job_id"] == trained["job_id"] and manifest["job"]["backend"] == "dlc"
+    assert manifest["dataset"] == {
+        "version": "2026-11-15",
+        "uri": None,
+        "dataset_id": "d-cifar10",
+        "mount_path": "/mnt/data/cifar10",
+    }
+    assert manifest["runtime"]["verified"] is True and manifest["runtime"]["nccl"] == "2.21.5"
+    assert manifest["rdma_bandwidth"]["tool"] == "all_reduce_perf"
+    assert {f["path"] for f in manifest["files"]} == {"metrics.json", "checkpoints/epoch-0001.pt"}
+    event = _asset_event_extras("cifar10_model")[-1]
+    assert event["job_id"] == trained["job_id"]
+    assert event["manifest_uri"] == f"oss://{BUCKET}/{manifest_key}"
 
 
 def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
@@ -167,29 +208,38 @@ def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
         created = cloud.dlc.count("CreateJob")
     assert states["preflight.report"] == "failed"
     assert states["preflight.check_quota"] == states["preflight.check_network"] == "success"
-    assert states["train"] == "upstream_failed" and created == 0
+    assert states["train"] == states["publish_artifacts"] == "upstream_failed" and created == 0
 
 
-def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_stages(
+def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_from_oss(
     dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kubernetes import client
 
-    with KubernetesFake() as cluster:
+    with KubernetesFake() as cluster, OssEmulator({AK: SK}, region=REGION) as oss:
+        oss.create_bucket(BUCKET)
+        use_alibaba_connection(monkeypatch, {"oss": oss.endpoint.removeprefix("http://")}, AK, SK)
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig.yaml")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
         monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
         monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
-        core = client.CoreV1Api(client.ApiClient(_configuration(kubeconfig)))
-        core.create_persistent_volume(_cpfs_volume("cpfs-train"))
-        core.create_namespaced_persistent_volume_claim("training", _bound_claim("cpfs-train"))
+        core = client.CoreV1Api(client.ApiClient(kube_configuration(kubeconfig)))
+        core.create_persistent_volume(cpfs_volume("cpfs-train"))
+        core.create_namespaced_persistent_volume_claim("training", bound_claim("cpfs-train"))
+        core.create_persistent_volume(oss_volume("oss-outputs", OUTPUT_URI))
+        core.create_namespaced_persistent_volume_claim("training", bound_claim("oss-outputs"))
         overrides = {
             "image": "registry.example.com/train:1",
             "data_pvc": "cpfs-train",
             "namespace": "training",
+            "output_uri": OUTPUT_URI,
+            "output_pvc": "oss-outputs",
+            "artifact_root": ARTIFACT_ROOT,
         }
         cluster.script_for("cifar10-retrain-verify-image", TrainingScript(log_lines=GOOD_PROBE))
         cluster.script_for("cifar10-retrain-check-rdma", TrainingScript(log_lines=IB_WRITE_BW_SERVER))
+        outputs = JobOutputs(oss, OUTPUT_URI, "cifar10-retrain-train", epochs=2)
+        cluster.on_create = outputs.on_cr_create
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 8, tz="UTC"),
@@ -198,11 +248,15 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_st
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
         bandwidth = run.get_task_instance("check_rdma").xcom_pull(task_ids="check_rdma")
+        trained = run.get_task_instance("train").xcom_pull(task_ids="train")
         created = [r for r in cluster.requests if r.method == "POST" and r.path.endswith("/pytorchjobs")]
+        manifest_key = f"models/cifar10/2026-11-08/{trained['display_name']}/manifest.json"
+        manifest = json.loads(oss.get(BUCKET, manifest_key))
     assert states["train"] == "success" and states["preflight.check_cluster"] == "success"
     assert states["preflight.report"] == "success"
     assert states["build_image"] == states["verify_image"] == states["check_rdma"] == "success"
-    assert states["stage_dataset"] == states["publish_artifacts"] == "skipped"
+    assert states["stage_dataset"] == states["training_runtime"] == "skipped"
+    assert states["publish_artifacts"] == "success"
     assert bandwidth["tool"] == "ib_write_bw" and bandwidth["measured_gbps"] > 0
     jobs = {r.body["metadata"]["name"].rsplit("-", 1)[0]: r.body for r in created}
     check = jobs["cifar10-retrain-check-rdma"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
@@ -211,49 +265,41 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_skips_the_local_only_st
     assert job["metadata"]["labels"]["createdBy"] == "PyTorchJob"
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert {"name": "DATA_DIR", "value": "/mnt/data/cifar10/2026-11-08"} in container["env"]
+    output_mount = {"name": "oss-outputs", "mountPath": "/mnt/data/outputs/cifar10", "readOnly": False}
+    assert output_mount in container["volumeMounts"]
+    assert outputs.written == [trained["display_name"]] == [job["metadata"]["name"]]
+    assert manifest["job"]["job_id"] == trained["job_id"] and manifest["job"]["backend"] == "arena"
+    assert manifest["job"]["output_uri"] == f"{OUTPUT_URI}{trained['display_name']}/"
+    assert manifest["dataset"]["version"] == "2026-11-08"
+    assert manifest["dataset"]["uri"] == "pvc://cpfs-train"
+    assert manifest["metrics"]["epochs"] == 2 and manifest["rdma_bandwidth"]["tool"] == "ib_write_bw"
+    assert _asset_event_extras("cifar10_model")[-1]["job_id"] == trained["job_id"]
 
 
-def _configuration(kubeconfig: Path):
-    from kubernetes import client, config
+def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_them(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with emulated_cloud(monkeypatch) as cloud:
+        overrides = {
+            "quota_id": QUOTA,
+            "gpu_type": "GU8TF",
+            "image": "registry.example.com/train:1",
+            "artifact_root": ARTIFACT_ROOT,
+        }
+        cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
 
-    configuration = client.Configuration()
-    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
-    return configuration
-
-
-def _cpfs_volume(name: str) -> dict:
-    """A static CPFS (general-purpose) PV as the ACK + CPFS guide creates it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
-        "spec": {
-            "capacity": {"storage": "1Ti"},
-            "accessModes": ["ReadWriteMany"],
-            "csi": {
-                "driver": "nasplugin.csi.alibabacloud.com",
-                "volumeHandle": name,
-                "volumeAttributes": {
-                    "mountProtocol": "cpfs-nfs",
-                    "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
-                    "path": "/share",
-                    "volumeAs": "subpath",
-                },
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+            run_conf={
+                "backend": "dlc",
+                "nodes": 1,
+                "gpus_per_node": 8,
+                "skip_preflight": True,
+                "backend_overrides": overrides,
             },
-        },
-    }
+        )
 
-
-def _bound_claim(name: str) -> dict:
-    """A PVC that binds to the CPFS PV of the same name through its alicloud-pvname label."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolumeClaim",
-        "metadata": {"name": name},
-        "spec": {
-            "accessModes": ["ReadWriteMany"],
-            "resources": {"requests": {"storage": "1Ti"}},
-            "selector": {"matchLabels": {"alicloud-pvname": name}},
-            "storageClassName": "",
-        },
-    }
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        uploaded = cloud.oss.keys(BUCKET)
+    assert states["train"] == "success" and states["publish_artifacts"] == "skipped"
+    assert uploaded == []

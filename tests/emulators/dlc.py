@@ -20,6 +20,11 @@ Decisions where the service's behaviour is not documented (keep them in mind whe
 - ListJobs' DisplayName is a case-insensitive substring match, as the SDK documents ("Supports
   fuzzy match"); a caller that needs one exact name filters the answer itself.
 - Unknown JobId / PodId answer 404 ``JobNotFound`` / ``PodNotFound``.
+
+Test hook (not DLC): ``on_create`` is called with each accepted CreateJob body after the job is
+stored and before the answer is sent, outside the emulator's lock. The emulator runs no code, so a
+test uses it to play the job's side effects (outputs written to a mounted OSS location), or to hold
+the answer back (an answer lost in transit) while other requests are still served.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from __future__ import annotations
 import copy
 import secrets
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 from darabonba.model import DaraModel
@@ -41,6 +47,9 @@ from tests.emulators.base import (
     model_mismatches,
     parse_iso_utc,
 )
+
+if TYPE_CHECKING:
+    from tests.emulators.base import _Exchange
 
 JOB_TYPES = frozenset(
     {
@@ -221,8 +230,10 @@ class DlcEmulator(EmulatorServer):
         access_keys: dict[str, str | None] | None = None,
         resource_type: str = "Lingjun",
         stopping_seconds: float = 0.05,
+        on_create: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         super().__init__(access_keys)
+        self.on_create = on_create
         self.default_script = JobScript()
         self.resource_type = resource_type
         self.stopping_seconds = stopping_seconds
@@ -268,6 +279,12 @@ class DlcEmulator(EmulatorServer):
     def _script(self, display_name: str) -> JobScript:
         prefixes = [p for p in self._scripts if display_name.startswith(p)]
         return self._scripts[max(prefixes, key=len)] if prefixes else self.default_script
+
+    def _answer(self, exchange: _Exchange, outcome: str, body: Any) -> None:
+        """Run the handler; then, for a job just created, ``on_create`` before the answer goes out."""
+        super()._answer(exchange, outcome, body)
+        if exchange.action == "CreateJob" and self.on_create is not None:
+            self.on_create(copy.deepcopy(body))
 
     def _job(self, request: ApiRequest) -> EmulatedJob:
         job_id = request.path_params["JobId"]

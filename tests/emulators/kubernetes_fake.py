@@ -20,6 +20,12 @@ container's ``message`` is the script's ``termination_message`` (what the contai
 termination log), else, under ``terminationMessagePolicy: FallbackToLogsOnError`` and a failure,
 its log tail (80 lines / 2048 bytes), as the kubelet fills it in.
 
+Test hook (not Kubernetes): ``on_create`` is called with each training CR as the fake stored it
+(the create body with server-set metadata), after it is stored and before the answer is sent,
+outside the fake's lock. The fake runs no containers, so a test uses it to play what a job's pods
+would leave behind (outputs in a mounted OSS location), or to hold the answer back (an answer lost
+in transit) while other requests and the controller carry on.
+
 Deliberately not emulated, so that code relying on them fails here rather than passing falsely:
 watches (answered 403 Forbidden, which the provider treats as "fall back to polling"), server-side
 apply (415), namespaces as objects (every namespace exists), container restarts and backoff limits,
@@ -1207,9 +1213,15 @@ class KubernetesFake:
     is decided by the clock alone.
     """
 
-    def __init__(self, token: str = DEFAULT_TOKEN, tick_seconds: float = 0.02) -> None:
+    def __init__(
+        self,
+        token: str = DEFAULT_TOKEN,
+        tick_seconds: float = 0.02,
+        on_create: Callable[[dict[str, Any]], None] | None = None,
+    ) -> None:
         self.token = token
         self.tick_seconds = tick_seconds
+        self.on_create = on_create
         self.clock: Callable[[], float] = time.time
         self.default_script = TrainingScript()
         self.internal_errors: list[str] = []
@@ -1336,6 +1348,9 @@ class KubernetesFake:
             with self._lock:
                 self.reconcile()
                 reply = self._route(call)
+            created = _created_training_job(call, reply)
+            if created is not None and self.on_create is not None:
+                self.on_create(created)
         except KubeApiError as error:
             reply = _json_reply(error.code, error.status())
         except Exception as exc:  # a fake bug: answer like the server would, and keep it visible
@@ -2326,6 +2341,14 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep test output clean: requests are recorded on the fake instead."""
+
+
+def _created_training_job(call: _Call, reply: _Reply) -> dict[str, Any] | None:
+    """The training CR a successful, not dry-run create stored; None for any other request."""
+    if call.method != "POST" or reply.status != 201 or call.query.get("dryRun"):
+        return None
+    obj = json.loads(reply.body)
+    return obj if obj.get("apiVersion", "").startswith(f"{TRAINING_GROUP}/") else None
 
 
 def _decode_body(raw: bytes, content_type: str) -> Any:

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -261,6 +263,38 @@ async def test_async_sdk_methods_work(client: DlcClient) -> None:
     job_id = (await client.create_job_async(_pytorch_job())).body.job_id
     body = (await client.get_job_async(job_id, dlc_models.GetJobRequest())).body
     assert (body.job_id, body.status) == (job_id, "Creating")
+
+
+# --------------------------------------------------------------------------------- test hook
+
+
+def test_on_create_sees_the_stored_job_and_holds_its_answer_while_others_are_served(
+    dlc: DlcEmulator, client: DlcClient
+) -> None:
+    release, hooked = threading.Event(), threading.Event()
+    bodies: list[dict[str, Any]] = []
+
+    def hold(body: dict[str, Any]) -> None:
+        bodies.append(body)
+        hooked.set()
+        release.wait(10)
+
+    dlc.on_create = hold
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending = pool.submit(client.create_job, _pytorch_job("held-answer"))
+        assert hooked.wait(10)
+        listed = DlcClient(_config(dlc.endpoint)).list_jobs(dlc_models.ListJobsRequest()).body.jobs
+        answered_early = pending.done()
+        release.set()
+        job_id = pending.result(timeout=10).body.job_id
+
+    assert [job.job_id for job in listed] == [job_id], "stored before the hook, served while held"
+    assert not answered_early
+    assert [body["DisplayName"] for body in bodies] == ["held-answer"]
+    assert bodies[0]["JobSpecs"][1]["PodCount"] == 2
+    with pytest.raises(ClientException):
+        client.create_job(_pytorch_job(user_command=None))
+    assert len(bodies) == 1, "a rejected CreateJob creates nothing to hook"
 
 
 # --------------------------------------------------------------------------------- validation

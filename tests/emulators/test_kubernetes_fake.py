@@ -10,8 +10,10 @@ do against a cluster. The clock is manual wherever timing matters, so no test sl
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -565,6 +567,40 @@ def test_deleting_a_job_collects_its_pods_and_owned_config_map(
     assert len(_pods(core, f"{JOB}=orphan-job")) == 3
     deleted_pod = core.delete_namespaced_pod("orphan-job-worker-0", NS)
     assert deleted_pod.metadata.name == "orphan-job-worker-0"  # pods answer the deleted object
+
+
+# --------------------------------------------------------------------------------- test hook
+
+
+def test_on_create_gets_the_stored_training_job_and_holds_its_answer_while_others_are_served(
+    fake: KubernetesFake, kubeconfig: Path, core: client.CoreV1Api, custom: client.CustomObjectsApi
+) -> None:
+    release, hooked = threading.Event(), threading.Event()
+    created: list[dict[str, Any]] = []
+
+    def hold(job: dict[str, Any]) -> None:
+        created.append(job)
+        hooked.set()
+        release.wait(10)
+
+    fake.on_create = hold
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    with ThreadPoolExecutor(max_workers=1) as pool, client.ApiClient(configuration) as other:
+        pending = pool.submit(_create, custom, pytorch_job("held-answer"))
+        assert hooked.wait(10)
+        stored = _get_job(client.CustomObjectsApi(other), "pytorchjobs", "held-answer")
+        answered_early = pending.done()
+        release.set()
+        answer = pending.result(timeout=10)
+
+    assert not answered_early
+    assert created[0]["metadata"]["uid"] == stored["metadata"]["uid"] == answer["metadata"]["uid"]
+    assert created[0]["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "not-a-job"}})
+    with pytest.raises(ApiException):
+        _create(custom, pytorch_job("held-answer"))
+    assert len(created) == 1, "only training CRs that were stored reach the hook"
 
 
 # --------------------------------------------------------------------------------- failure scripts

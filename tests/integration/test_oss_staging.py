@@ -1,4 +1,4 @@
-"""Staging from OSS through the real oss2 client against the OSS emulator, and artifacts back to OSS.
+"""Staging from OSS through the real oss2 client against the OSS emulator, and artifacts from and to OSS.
 
 The client is configured from the ``alibaba_cloud_default`` connection (endpoint, V4 signing,
 credentials), exactly as the staging operator does it.
@@ -20,8 +20,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from aliyun_training.artifacts import publish_artifacts
-from aliyun_training.spec import BuiltImage, JobResult, SpecError, StagedDataset
+from aliyun_training.artifacts import ArtifactError, publish_artifacts
+from aliyun_training.spec import BuiltImage, FixedDataset, JobResult, SpecError, StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging import oss as oss_module
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
@@ -425,6 +425,74 @@ def test_a_failed_upload_is_retried_and_a_bad_artifact_root_is_named(oss, tmp_pa
     assert (files, size) == (1, 1) and oss.get(BUCKET, "out/a.txt") == b"a"
     with pytest.raises(SpecError, match=r"artifact_root: .* names a whole bucket"):
         oss_module.upload_directory(tmp_path / "set", f"oss://{BUCKET}/", config)
+
+
+def _cloud_job(output_uri: str) -> JobResult:
+    return JobResult(
+        job_id="dlc-7f3a",
+        display_name="cifar10-train-7f3a",
+        backend="dlc",
+        status="Succeeded",
+        output_uri=output_uri,
+    )
+
+
+FIXED = FixedDataset(version="v1", dataset_id="d-cifar10", mount_path="/mnt/data/cifar10")
+VERIFIED = BuiltImage(uri="registry/train@sha256:x", digest="sha256:x", python="3.10", verified=True)
+
+
+def test_a_cloud_jobs_outputs_are_collected_from_oss_verified_and_published_to_oss(oss, tmp_path):
+    output_uri = f"oss://{BUCKET}/outputs/cifar10-train-7f3a/"
+    epochs = [{"epoch": 1, "train_loss": 0.5, "test_loss": 0.6, "test_accuracy": 0.7, "seconds": 1.0}]
+    checkpoint = os.urandom(300 * 1024)  # above the lowered threshold: read in ranges
+    outputs = {
+        "metrics.json": json.dumps({"epochs": epochs}).encode(),
+        "checkpoints/epoch-0001.pt": checkpoint,
+        "model.pt": b"model",
+        "stdout.log": b"not collected",
+    }
+    for key, data in outputs.items():
+        oss.put(BUCKET, f"outputs/cifar10-train-7f3a/{key}", data)
+
+    artifacts = publish_artifacts(
+        model="cifar10",
+        artifact_root=f"oss://{BUCKET}/models/",
+        job=_cloud_job(output_uri),
+        dataset=FIXED,
+        runtime=VERIFIED,
+        oss=OssClientConfig.from_connection("alibaba_cloud_default"),
+    )
+
+    prefix = "models/cifar10/v1/cifar10-train-7f3a/"
+    assert artifacts.uri == f"oss://{BUCKET}/{prefix}"
+    assert oss.get(BUCKET, prefix + "checkpoints/epoch-0001.pt") == checkpoint
+    manifest = json.loads(oss.get(BUCKET, prefix + "manifest.json"))
+    assert manifest["job"]["job_id"] == "dlc-7f3a" and manifest["job"]["output_uri"] == output_uri
+    assert manifest["dataset"]["dataset_id"] == "d-cifar10" and manifest["timings"]["staging_seconds"] is None
+    assert {f["path"] for f in manifest["files"]} == {"metrics.json", "checkpoints/epoch-0001.pt", "model.pt"}
+    assert "fixed dataset d-cifar10" in oss.get(BUCKET, prefix + "report.html").decode()
+    read = {r.key for r in oss.records("GetObject")}
+    assert "outputs/cifar10-train-7f3a/stdout.log" not in read, "only the collected names are read"
+    ranges = [r.range for r in oss.records("GetObject") if r.key.endswith("epoch-0001.pt") and r.range]
+    assert len(ranges) >= 2, "a large checkpoint comes in CRC64-verified ranges"
+
+
+def test_a_cloud_job_without_metrics_is_named_and_nothing_is_published(oss, tmp_path):
+    oss.put(BUCKET, "outputs/cifar10-train-7f3a/checkpoints/epoch-0001.pt", b"checkpoint")
+    output_uri = f"oss://{BUCKET}/outputs/cifar10-train-7f3a/"
+
+    with pytest.raises(ArtifactError) as excinfo:
+        publish_artifacts(
+            model="cifar10",
+            artifact_root=str(tmp_path / "artifacts"),
+            job=_cloud_job(output_uri),
+            dataset=FIXED,
+            runtime=VERIFIED,
+            oss=OssClientConfig.from_connection("alibaba_cloud_default"),
+        )
+
+    assert f"job dlc-7f3a wrote no metrics.json under {output_uri}" in str(excinfo.value)
+    assert oss.count("GetObject") == 0 and not (tmp_path / "artifacts").exists()
 
 
 def test_open_source_picks_the_oss_source_for_oss_uris(oss):

@@ -215,3 +215,98 @@ def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path:
         "registry_secret": "acr-push",
     }
     assert run["image_build_args"] == {"BASE_IMAGE": "base:1"}
+
+
+# -- job outputs and artifacts of cloud runs ----------------------------------------------------------
+
+OUTPUTS = {"output_uri": "oss://ml-bucket/outputs/cifar10/", "artifact_root": "oss://ml-bucket/models/"}
+ARENA = {"data_pvc": "cpfs-train", "image": "registry.example.com/train:1"}
+
+
+def test_a_dlc_run_mounts_output_uri_read_write_at_output_root_and_records_the_fixed_dataset(
+    tmp_path: Path,
+) -> None:
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides={**CONFIGURED, **OUTPUTS})
+
+    spec = TrainingJobSpec.parse(run["spec"])
+    assert [(m.dataset_id, m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
+        ("d-cifar", None, "/mnt/data/cifar10", True),
+        (None, "oss://ml-bucket/outputs/cifar10/", "/mnt/output/cifar10", False),
+    ]
+    assert (run["output_uri"], run["artifact_root"]) == (OUTPUTS["output_uri"], OUTPUTS["artifact_root"])
+    assert run["artifacts_unavailable"] is None and run["oss_conn_id"] == "alibaba_cloud_default"
+    assert run["fixed_dataset"] == {
+        "version": "2026-11-22",
+        "uri": None,
+        "dataset_id": "d-cifar",
+        "mount_path": "/mnt/data/cifar10",
+    }
+
+
+def test_a_dlc_mount_may_name_the_buckets_endpoint_and_artifacts_read_the_bucket(tmp_path: Path) -> None:
+    mounted = "oss://ml-bucket.oss-cn-wulanchabu-internal.aliyuncs.com/outputs/cifar10/"
+    overrides = {**CONFIGURED, **OUTPUTS, "output_uri": mounted}
+
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
+
+    assert run["spec"]["datasets"][-1]["uri"] == mounted
+    assert run["output_uri"] == "oss://ml-bucket/outputs/cifar10/"
+
+
+def test_an_arena_run_mounts_its_oss_backed_output_claim_read_write(tmp_path: Path) -> None:
+    overrides = {**ARENA, **OUTPUTS, "output_pvc": "oss-outputs"}
+
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+
+    spec = TrainingJobSpec.parse(run["spec"])
+    assert [(m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
+        ("pvc://cpfs-train", "/mnt/data/cifar10", True),
+        ("pvc://oss-outputs", "/mnt/data/outputs/cifar10", False),
+    ]
+    assert run["output_uri"] == OUTPUTS["output_uri"] and run["fixed_dataset"]["uri"] == "pvc://cpfs-train"
+
+
+@pytest.mark.parametrize(
+    ("backend", "overrides", "message"),
+    [
+        ("dlc", {"output_uri": "/mnt/outputs"}, r"output_uri: '/mnt/outputs' is not an OSS URI"),
+        ("dlc", {"artifact_root": "/srv/artifacts"}, r"artifact_root: '/srv/artifacts' is not an OSS URI"),
+        ("dlc", {"output_root": "outputs"}, r"output_root: 'outputs' is not an absolute path"),
+        ("arena", {"output_uri": "oss://b/out/"}, r"output_pvc: output_uri is set but no claim mounts it"),
+        ("arena", {"output_pvc": "oss-out"}, r"output_uri: output_pvc 'oss-out' is set but not which OSS"),
+        (
+            "arena",
+            {"output_uri": "oss://b/out/", "output_pvc": "cpfs-train"},
+            r"output_pvc: 'cpfs-train' is also data_pvc",
+        ),
+    ],
+)
+def test_bad_output_settings_fail_at_configure_naming_the_field_and_fix(
+    tmp_path: Path, backend: str, overrides: dict[str, str], message: str
+) -> None:
+    base = CONFIGURED if backend == "dlc" else ARENA
+
+    with pytest.raises(SpecError, match=message) as rejected:
+        resolve(tmp_path, backend=backend, gpus_per_node=8, backend_overrides={**base, **overrides})
+
+    assert "fix:" in str(rejected.value)
+
+
+def test_a_cloud_run_with_blank_output_settings_trains_and_says_what_to_set(tmp_path: Path) -> None:
+    overrides = {**ARENA, "artifact_root": OUTPUTS["artifact_root"]}
+
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+
+    mounts = TrainingJobSpec.parse(run["spec"]).datasets
+    assert [(m.uri, m.read_only) for m in mounts] == [("pvc://cpfs-train", True)], "no output mount"
+    assert run["output_uri"] is None
+    unavailable = run["artifacts_unavailable"]
+    assert "output_uri left blank in arena.json" in unavailable and "output_pvc" in unavailable
+    assert "artifact_root" not in unavailable
+
+
+def test_a_local_run_publishes_under_the_local_root_with_nothing_to_map(tmp_path: Path) -> None:
+    run = resolve(tmp_path)
+
+    assert run["artifact_root"] == str(tmp_path / "artifacts")
+    assert run["output_uri"] is run["artifacts_unavailable"] is run["fixed_dataset"] is None

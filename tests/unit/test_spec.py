@@ -1,4 +1,4 @@
-"""TrainingJobSpec validation, record validation and deterministic job names."""
+"""TrainingJobSpec validation, record validation, deterministic job names and mounts of a job's data."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ from aliyun_training.spec import (
     StagedDataset,
     TrainingJobSpec,
     job_name,
+    mount_staged,
+    mounted_output_uri,
     validate_record,
 )
 
@@ -274,3 +276,58 @@ def test_validate_record_reports_every_missing_field():
     message = str(excinfo.value)
     for field in ("uri", "files", "bytes", "manifest_uri", "checksum"):
         assert f"{field}: Field required" in message
+
+
+# -- where a job's data is mounted and where its outputs end up -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "output_uri", "expected"),
+    [
+        ("/mnt/output/cifar10/job-1a2b", "oss://bkt/outputs/", "oss://bkt/outputs/job-1a2b/"),
+        ("/mnt/output/cifar10/job-1a2b/", "oss://bkt/outputs", "oss://bkt/outputs/job-1a2b/"),
+        ("/mnt/output/cifar10/team/job-1a2b", "oss://bkt/o/", "oss://bkt/o/team/job-1a2b/"),
+        ("/mnt/output/cifar10", "oss://bkt/outputs/", "oss://bkt/outputs/"),
+    ],
+)
+def test_an_output_dir_under_the_mounted_root_maps_into_oss(output_dir, output_uri, expected):
+    assert mounted_output_uri(output_dir, "/mnt/output/cifar10", output_uri) == expected
+
+
+@pytest.mark.parametrize(
+    ("output_dir", "output_root", "output_uri"),
+    [
+        ("/mnt/output/cifar10-other/job", "/mnt/output/cifar10", "oss://bkt/outputs/"),
+        ("/srv/outputs/job", "/mnt/output/cifar10", "oss://bkt/outputs/"),
+        ("/mnt/output/cifar10/job", "/mnt/output/cifar10", None),
+        ("/mnt/output/cifar10/job", None, "oss://bkt/outputs/"),
+    ],
+)
+def test_an_output_dir_without_a_mapping_is_kept_as_it_is(output_dir, output_root, output_uri):
+    assert mounted_output_uri(output_dir, output_root, output_uri) == output_dir
+
+
+def test_a_missing_output_dir_stays_missing():
+    assert mounted_output_uri(None, "/mnt/output", "oss://bkt/outputs/") is None
+
+
+def test_a_registered_version_is_mounted_beside_the_output_volume():
+    output = {"uri": "pvc://oss-outputs", "mount_path": "/mnt/outputs", "read_only": False}
+    spec = TrainingJobSpec.parse(_spec(backend="arena", image="i:1", datasets=[output]))
+    staged = StagedDataset(
+        uri="/mnt/cpfs/cifar10/v1",
+        version="v1",
+        files=1,
+        bytes=1,
+        manifest_uri="",
+        checksum="c",
+        pvc="cifar10-v1",
+    )
+
+    mounted = mount_staged(spec, staged, "/mnt/data/cifar10")
+
+    assert [(m.uri, m.read_only) for m in mounted.datasets] == [
+        ("pvc://oss-outputs", False),
+        ("pvc://cifar10-v1", True),
+    ]
+    assert mounted.env["DATA_DIR"] == "/mnt/data/cifar10"

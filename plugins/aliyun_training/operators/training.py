@@ -27,6 +27,7 @@ from aliyun_training.spec import (
     TrainingJobSpec,
     job_name,
     mount_staged,
+    mounted_output_uri,
     validate_record,
 )
 from aliyun_training.triggers.training import TrainingJobTrigger
@@ -45,6 +46,8 @@ class TrainingJobOperator(BaseOperator):
     :param backend_config: backend settings (templated); the local backend needs none.
     :param output_root: where a job without ``spec.output_dir`` writes, one directory per job name;
         the default is the local root's ``outputs/``.
+    :param output_uri: the OSS location mounted at ``output_root`` on every node (templated); the
+        result's ``output_uri`` then names the job's outputs there, where they outlive the nodes.
     :param dataset: the staging task's StagedDataset (templated): the job reads that version, mounted
         at ``dataset_mount_path`` when it was registered for the backend.
     :param dataset_mount_path: where a registered dataset version is mounted on every node.
@@ -54,7 +57,15 @@ class TrainingJobOperator(BaseOperator):
     :param poll_interval: seconds between status polls.
     """
 
-    template_fields = ("spec", "backend_config", "output_root", "dataset", "dataset_mount_path", "image")
+    template_fields = (
+        "spec",
+        "backend_config",
+        "output_root",
+        "output_uri",
+        "dataset",
+        "dataset_mount_path",
+        "image",
+    )
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 
@@ -64,6 +75,7 @@ class TrainingJobOperator(BaseOperator):
         spec: TrainingJobSpec | dict[str, Any],
         backend_config: dict[str, Any] | None = None,
         output_root: str | None = None,
+        output_uri: str | None = None,
         dataset: Any = None,
         dataset_mount_path: str | None = None,
         image: Any = None,
@@ -75,6 +87,7 @@ class TrainingJobOperator(BaseOperator):
         self.spec = spec.model_dump(mode="json") if isinstance(spec, TrainingJobSpec) else spec
         self.backend_config = backend_config or {}
         self.output_root = output_root
+        self.output_uri = output_uri
         self.dataset = dataset
         self.dataset_mount_path = dataset_mount_path
         self.image = image
@@ -273,7 +286,7 @@ class TrainingJobOperator(BaseOperator):
             node_hours=round(spec.nodes * wall / 3600, 6),
             gpu_hours=round(spec.nodes * spec.gpus_per_node * wall / 3600, 6),
             console_url=backend.console_url(handle),
-            output_uri=backend.output_uri(handle),
+            output_uri=mounted_output_uri(backend.output_uri(handle), self.output_root, self.output_uri),
             status_history=status.history,
             phase_seconds=phase_seconds,
         )

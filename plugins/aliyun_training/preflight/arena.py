@@ -1,4 +1,4 @@
-"""Checks for the ACK backend: every dataset PVC exists in the namespace and is bound."""
+"""Checks for the ACK backend: every PVC a job mounts (datasets, outputs) exists and is bound."""
 
 from __future__ import annotations
 
@@ -19,11 +19,13 @@ def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Fin
     for mount in spec.datasets:
         claim = claim_name(mount.uri, backend.settings)
         where = f"PVC {namespace}/{claim}"
+        # The only read-write mount is the OSS-backed output claim; the rest hold datasets on CPFS.
+        volume, setting = ("OSS", "output_pvc") if not mount.read_only else ("CPFS", "data_pvc")
         try:
             phase = core.read_namespaced_persistent_volume_claim(claim, namespace).status.phase
         except ApiException as exc:
             fix = (
-                "create the CPFS PV and PVC (see the ACK + CPFS guide) or fix data_pvc"
+                f"create the {volume} PV and PVC (see the ACK + {volume} guide) or fix {setting}"
                 if exc.status == 404
                 else "let the kubernetes connection's identity read PVCs in the namespace"
             )
@@ -32,6 +34,6 @@ def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Fin
             )
             continue
         verdict = Verdict.PASS if phase == "Bound" else Verdict.FAIL
-        fix = "" if phase == "Bound" else "bind the PVC to its CPFS PV (check the PV's selector label)"
+        fix = "" if phase == "Bound" else f"bind the PVC to its {volume} PV (check the PV's selector label)"
         findings.append(Finding(check="pvc", verdict=verdict, found=f"{where} is {phase}", fix=fix))
     return findings
