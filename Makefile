@@ -46,6 +46,7 @@ bench: $(VENV)/.installed
 	PYTHONPATH=plugins:. python bench/trigger_scale.py
 	PYTHONPATH=plugins:. python bench/trigger_scale.py --running
 	PYTHONPATH=plugins:. python bench/staging.py
+	PYTHONPATH=plugins:. python bench/monitoring_cost.py
 
 # Regenerate the transitive lock after changing requirements.txt or requirements-dev.txt.
 lock: $(VENV)/.installed

@@ -165,6 +165,8 @@ class AcrEmulator(RamAuthorizedEmulator):
         self.rules: dict[str, EmulatedBuildRule] = {}
         self.builds: dict[str, EmulatedBuild] = {}
         self.tags: dict[tuple[str, str], EmulatedTag] = {}
+        #: Called with each tag a successful build pushes: where a test links the instance's registry.
+        self.on_push: Callable[[EmulatedRepository, EmulatedTag], None] | None = None
         self._failures: list[BuildFailure] = []
         self._numbers = itertools.count(1)
         m = cr_models
@@ -316,9 +318,10 @@ class AcrEmulator(RamAuthorizedEmulator):
             build.status = build.final_status
             build.ended_at = build.ends_at
             if build.status == "SUCCESS":
-                self.tags[(build.repo_id, build.tag)] = EmulatedTag(
-                    build.tag, _digest(f"{build.repo_id}:{build.tag}"), build.ends_at
-                )
+                pushed = EmulatedTag(build.tag, _digest(f"{build.repo_id}:{build.tag}"), build.ends_at)
+                self.tags[(build.repo_id, build.tag)] = pushed
+                if self.on_push is not None:
+                    self.on_push(self.repositories[build.repo_id], pushed)
 
     def _advance_all(self) -> None:
         """Builds progress by the clock, so every request first brings them all up to now."""

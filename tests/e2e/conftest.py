@@ -1,0 +1,61 @@
+"""One deployment and one emulated cloud for the whole end-to-end module; both stopped however it ends."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.account import Account, emulated_account
+from tests.e2e.deployment import PROJECT_DIR, Deployment, deployment
+
+DAG_ID = "cifar10_retrain"
+#: Shorter than production so failure detection fits a test: a dead worker's task is noticed after
+#: 20 s, a dead triggerer's triggers move after 10 s.
+TUNING = {
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT": "20",
+    "AIRFLOW__SCHEDULER__TASK_INSTANCE_HEARTBEAT_TIMEOUT_DETECTION_INTERVAL": "5",
+    "AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD": "10",
+}
+
+
+def latest_weekly_date(now: datetime) -> str:
+    """The logical date of the newest @weekly run (Sunday 00:00 UTC at or before ``now``)."""
+    sunday = now - timedelta(days=(now.weekday() + 1) % 7)
+    return sunday.strftime("%Y-%m-%d")
+
+
+@pytest.fixture(scope="module")
+def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
+    with emulated_account(tmp_path_factory.mktemp("account")) as emulated:
+        yield emulated
+
+
+@pytest.fixture(scope="module")
+def airflow(
+    account: Account, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Deployment]:
+    root = tmp_path_factory.mktemp("deployment")
+    local_root = root / "local"
+    scheduled = latest_weekly_date(datetime.now(UTC))
+    _synthetic_dataset(local_root / "object-store" / "cifar10" / scheduled)
+    env = {**account.connections(), "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root)}
+    with deployment(root, env, TUNING) as airflow:
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(
+                f"\nend-to-end deployment: {airflow.backing.description}; logs in {airflow.logs}"
+            )
+        airflow.wait_for_dag(DAG_ID)
+        airflow.unpause(DAG_ID)
+        yield airflow
+
+
+def _synthetic_dataset(out: Path) -> None:
+    generator = PROJECT_DIR / "include" / "training" / "make_synthetic_cifar10.py"
+    command = [sys.executable, str(generator), "--out", str(out), "--train", "128", "--test", "32"]
+    subprocess.run(command, check=True, capture_output=True)
