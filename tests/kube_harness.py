@@ -60,30 +60,29 @@ def kube_configuration(kubeconfig: Path) -> client.Configuration:
 
 def cpfs_volume(name: str) -> dict:
     """A static CPFS (general-purpose) PV as the ACK + CPFS guide creates it."""
-    return {
-        "apiVersion": "v1",
-        "kind": "PersistentVolume",
-        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
-        "spec": {
-            "capacity": {"storage": "1Ti"},
-            "accessModes": ["ReadWriteMany"],
-            "csi": {
-                "driver": "nasplugin.csi.alibabacloud.com",
-                "volumeHandle": name,
-                "volumeAttributes": {
-                    "mountProtocol": "cpfs-nfs",
-                    "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
-                    "path": "/share",
-                    "volumeAs": "subpath",
-                },
-            },
-        },
+    attributes = {
+        "mountProtocol": "cpfs-nfs",
+        "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
+        "path": "/share",
+        "volumeAs": "subpath",
     }
+    return _static_volume(name, "nasplugin.csi.alibabacloud.com", attributes)
 
 
 def oss_volume(name: str, uri: str, region: str = "cn-wulanchabu") -> dict:
     """A static OSS PV as the ACK OSS CSI guide creates it, for the bucket and path of ``uri``."""
     bucket, _, path = uri.removeprefix("oss://").partition("/")
+    attributes = {
+        "bucket": bucket,
+        "url": f"oss-{region}-internal.aliyuncs.com",
+        "path": f"/{path}",
+        "otherOpts": "-o max_stat_cache_size=0 -o allow_other",
+    }
+    return _static_volume(name, "ossplugin.csi.alibabacloud.com", attributes)
+
+
+def _static_volume(name: str, driver: str, attributes: dict[str, str]) -> dict:
+    """A PV of ``driver`` labelled so that the claim of the same name binds to it."""
     return {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
@@ -91,16 +90,7 @@ def oss_volume(name: str, uri: str, region: str = "cn-wulanchabu") -> dict:
         "spec": {
             "capacity": {"storage": "1Ti"},
             "accessModes": ["ReadWriteMany"],
-            "csi": {
-                "driver": "ossplugin.csi.alibabacloud.com",
-                "volumeHandle": name,
-                "volumeAttributes": {
-                    "bucket": bucket,
-                    "url": f"oss-{region}-internal.aliyuncs.com",
-                    "path": f"/{path}",
-                    "otherOpts": "-o max_stat_cache_size=0 -o allow_other",
-                },
-            },
+            "csi": {"driver": driver, "volumeHandle": name, "volumeAttributes": attributes},
         },
     }
 
