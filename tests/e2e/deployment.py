@@ -291,7 +291,14 @@ class Deployment:
         self.ok("PATCH", path, json={"new_state": "failed"})
 
     def clear_task(self, dag_id: str, run_id: str, task_id: str) -> None:
-        body = {"dry_run": False, "dag_run_id": run_id, "task_ids": [task_id], "only_failed": False}
+        """Clear the task and everything downstream of it, as the UI's default clear does."""
+        body = {
+            "dry_run": False,
+            "dag_run_id": run_id,
+            "task_ids": [task_id],
+            "only_failed": False,
+            "include_downstream": True,
+        }
         self.ok("POST", f"/dags/{dag_id}/clearTaskInstances", json=body)
 
     def asset_events(self, asset_name: str) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ The pattern of apache/airflow issues #36090, #41231, #67227 and #15588: a trigge
 a user marks a deferred task failed, the cloud throttles. Each test asserts what the user sees (run
 and task states, the Asset event, the manifest) and what the cloud saw (jobs created and stopped).
 Runs of the DAG go one at a time (max_active_runs=1), so each test's run is the only one running.
+Logical dates are on or after the DAG's start_date: Airflow creates no task instances before it.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ def test_a_bad_trigger_form_value_is_rejected_by_the_api_before_a_run_exists(air
 
 def test_the_scheduled_run_of_the_latest_week_trains_on_the_local_backend(airflow: Deployment) -> None:
     version = latest_weekly_date(datetime.now(UTC))
-    scheduled = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "scheduled"]
+    scheduled = _scheduled_runs(airflow)
     assert [run["logical_date"][:10] for run in scheduled] == [version], "no catch-up of older weeks"
 
     states = assert_succeeded(airflow, scheduled[0]["dag_run_id"])
@@ -214,6 +215,13 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_two_poll_intervals(
     assert job.stop_requested_at - marked <= 2 * TRAIN_POLL_SECONDS
     assert state == "failed" and airflow.task_states(DAG_ID, run_id)["train"] == "failed"
 
+    # Clearing it (and what follows) trains again: the stopped job is replaced, not reattached.
+    creates = len(account.creates())
+    airflow.clear_task(DAG_ID, run_id, "train")
+    assert_succeeded(airflow, run_id)
+    assert len(account.creates()) == creates + 1
+    assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] != job.job_id
+
 
 def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_image_build(
     airflow: Deployment, account: Account
@@ -248,6 +256,17 @@ def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:
 
 def _long_train(running: float = 60.0) -> JobScript:
     return dlc_lifetime(running=running)
+
+
+def _scheduled_runs(airflow: Deployment) -> list[dict]:
+    """The scheduled runs, once the scheduler has created the first after the DAG was turned on."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        scheduled = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "scheduled"]
+        if scheduled:
+            return scheduled
+        time.sleep(1)
+    raise AssertionError("the scheduler created no run after the DAG was turned on")
 
 
 def _wait_for_try(airflow: Deployment, run_id: str, task_id: str, try_number: int, state: str) -> None:
