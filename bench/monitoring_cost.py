@@ -114,28 +114,12 @@ def kib_field(text: str, name: str) -> int:
     return int(next((line.split()[1] for line in text.splitlines() if line.startswith(f"{name}:")), 0))
 
 
-def parents() -> dict[int, int]:
-    """The parent pid of every process now."""
-    table = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            with contextlib.suppress(OSError):
-                table[int(entry.name)] = int(stat_fields(int(entry.name))[1])
-    return table
-
-
 def tree(leader: int, parent_of: dict[int, int]) -> Tree:
     """The leader and every process below it, however they are grouped; gone ones are left out."""
-    children: dict[int, list[int]] = defaultdict(list)
-    for pid, parent in parent_of.items():
-        children[parent].append(pid)
-    depth, queue = {leader: 0}, [leader]
-    for pid in queue:
-        for child in children[pid]:
-            depth[child] = depth[pid] + 1
-            queue.append(child)
+    from tests.e2e.deployment import process_tree
+
     usage = {}
-    for pid, level in depth.items():
+    for pid, level in process_tree(leader, parent_of).items():
         with contextlib.suppress(OSError):
             fields = stat_fields(pid)
             status = Path(f"/proc/{pid}/status").read_text()
@@ -154,7 +138,9 @@ def task_processes(worker: Tree) -> list[int]:
 
 def snapshot(airflow: Deployment) -> dict[str, Tree]:
     """Every measured group's processes now; "worker slots": the task processes and their pool processes."""
-    parent_of = parents()
+    from tests.e2e.deployment import parent_pids
+
+    parent_of = parent_pids()
     groups = {name: tree(airflow.processes[name].pid, parent_of) for name in SERVICES}
     tasks = task_processes(groups["worker"])
     slots = {*tasks, *(groups["worker"][pid].parent for pid in tasks)}

@@ -257,6 +257,12 @@ class Account:
         queued = sum(seconds for status, seconds in job.script.phases if status != "Running")
         job.script = dlc_lifetime(running=self.dlc.clock() - job.created_at - queued + 3.0)
 
+    def polls(self, job_id: str) -> int:
+        """Answered GetJob requests for ``job_id``: the operator's before it defers, then the trigger's."""
+        return sum(
+            1 for r in self.dlc.requests_for("GetJob") if not r.fault and r.path.endswith(f"/{job_id}")
+        )
+
     def stops(self) -> int:
         return sum(1 for r in self.dlc.requests_for("StopJob") if not r.fault)
 

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -203,12 +204,12 @@ class Deployment:
         process = self.processes.pop(name, None)
         if process is None:
             return
-        tree = _descendants(process.pid)
+        tree = process_tree(process.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, sig)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=10)
-        for pid in [process.pid, *tree, *_descendants(process.pid)]:
+        for pid in [*tree, *process_tree(process.pid)]:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         process.wait(timeout=30)
@@ -227,8 +228,7 @@ class Deployment:
 
     def service_pids(self, name: str) -> list[int]:
         """The service's process and every process it started, task processes included."""
-        root = self.processes[name].pid
-        return [root, *_descendants(root)]
+        return list(process_tree(self.processes[name].pid))
 
     def _healthy(self) -> bool:
         for name in self.processes:
@@ -350,31 +350,51 @@ class Deployment:
         what: str,
         details: Callable[[], Any] | None = None,
     ) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if condition():
-                return
-            time.sleep(1.0)
-        extra = f"; last seen: {details()}" if details else ""
-        raise DeploymentError(
-            f"timed out after {timeout:.0f} s waiting for {what}{extra}; logs in {self.logs}"
-        )
+        wait_until(condition, timeout, what, details, where=f"logs in {self.logs}")
 
 
-def _descendants(root: int) -> list[int]:
-    """Every live process below ``root``, by parent pid."""
-    children: dict[int, list[int]] = {}
+def wait_until(
+    condition: Callable[[], bool],
+    timeout: float,
+    what: str,
+    details: Callable[[], Any] | None = None,
+    *,
+    interval: float = 1.0,
+    where: str = "",
+) -> None:
+    """Poll ``condition`` until it holds; past ``timeout`` fail naming ``what`` and the last ``details``."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(interval)
+    extra = f"; last seen: {details()}" if details else ""
+    raise DeploymentError(
+        f"timed out after {timeout:.0f} s waiting for {what}{extra}" + (f"; {where}" if where else "")
+    )
+
+
+def parent_pids() -> dict[int, int]:
+    """The parent pid of every live process, from /proc (the command name in ``stat`` may hold spaces)."""
+    table = {}
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             with contextlib.suppress(OSError):
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                children.setdefault(ppid, []).append(int(entry.name))
-    found, queue = [], [root]
-    while queue:
-        for child in children.get(queue.pop(), []):
-            found.append(child)
+                table[int(entry.name)] = int((entry / "stat").read_text().rpartition(")")[2].split()[1])
+    return table
+
+
+def process_tree(root: int, parent_of: Mapping[int, int] | None = None) -> dict[int, int]:
+    """``root`` and every live process below it, by parent pid, each with its depth below ``root``."""
+    children: defaultdict[int, list[int]] = defaultdict(list)
+    for pid, parent in (parent_pids() if parent_of is None else parent_of).items():
+        children[parent].append(pid)
+    depth, queue = {root: 0}, [root]
+    for pid in queue:
+        for child in children[pid]:
+            depth[child] = depth[pid] + 1
             queue.append(child)
-    return found
+    return depth
 
 
 def _fernet_key() -> str:

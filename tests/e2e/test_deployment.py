@@ -19,7 +19,7 @@ import pytest
 
 from tests.e2e.account import SECRETS, TRAIN_PREFIX, Account, Hold, dlc_lifetime
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
-from tests.e2e.deployment import Deployment
+from tests.e2e.deployment import Deployment, wait_until
 from tests.emulators.dlc import JobScript
 
 pytestmark = pytest.mark.e2e
@@ -202,6 +202,15 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_two_poll_intervals(
     try:
         airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
         job = account.dlc_job(account.creates()[-1]["DisplayName"])
+        # Airflow calls on_kill only on a trigger a triggerer runs, so the user's "deferred" task
+        # must be monitored before it is marked: wait for the trigger's first GetJob.
+        polled = account.polls(job.job_id)
+        wait_until(
+            lambda: account.polls(job.job_id) > polled,
+            4 * TRAIN_POLL_SECONDS,
+            "the triggerer to poll the job",
+            interval=0.2,
+        )
         marked = account.dlc.clock()
         airflow.mark_failed(DAG_ID, run_id, "train")
         deadline = time.monotonic() + 6 * TRAIN_POLL_SECONDS
@@ -260,34 +269,37 @@ def _long_train(running: float = 60.0) -> JobScript:
 
 def _scheduled_runs(airflow: Deployment) -> list[dict]:
     """The scheduled runs, once the scheduler has created the first after the DAG was turned on."""
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        scheduled = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "scheduled"]
-        if scheduled:
-            return scheduled
-        time.sleep(1)
-    raise AssertionError("the scheduler created no run after the DAG was turned on")
+    found: dict[str, list[dict]] = {}
+
+    def created() -> bool:
+        found["runs"] = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "scheduled"]
+        return bool(found["runs"])
+
+    wait_until(created, 120, "the scheduler's first run after the DAG was turned on")
+    return found["runs"]
 
 
 def _wait_for_try(airflow: Deployment, run_id: str, task_id: str, try_number: int, state: str) -> None:
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while time.monotonic() < deadline:
-        ti = airflow.task_instance(DAG_ID, run_id, task_id)
-        if ti["try_number"] == try_number and ti["state"] == state:
-            return
-        time.sleep(1)
-    raise AssertionError(f"{task_id} never reached try {try_number} in {state}: {ti}")
+    seen: dict[str, dict] = {}
+
+    def reached() -> bool:
+        seen["ti"] = airflow.task_instance(DAG_ID, run_id, task_id)
+        return seen["ti"]["try_number"] == try_number and seen["ti"]["state"] == state
+
+    wait_until(reached, RUN_TIMEOUT, f"{task_id} try {try_number} in {state}", lambda: seen)
 
 
 def _wait_for_backfill(airflow: Deployment, weeks: list[str]) -> dict[str, str]:
-    deadline = time.monotonic() + len(weeks) * RUN_TIMEOUT
-    while time.monotonic() < deadline:
-        runs = {
-            run["logical_date"][:10]: run["state"]
+    runs: dict[str, str] = {}
+
+    def finished() -> bool:
+        runs.clear()
+        runs.update(
+            (run["logical_date"][:10], run["state"])
             for run in airflow.runs(DAG_ID)
             if run["run_type"] == "backfill"
-        }
-        if len(runs) == len(weeks) and all(state in ("success", "failed") for state in runs.values()):
-            return runs
-        time.sleep(2)
-    raise AssertionError(f"backfill did not finish: {runs}")
+        )
+        return len(runs) == len(weeks) and all(state in ("success", "failed") for state in runs.values())
+
+    wait_until(finished, len(weeks) * RUN_TIMEOUT, "the backfill to finish", lambda: runs, interval=2.0)
+    return runs
