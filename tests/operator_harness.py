@@ -25,6 +25,7 @@ class TaskInstanceIds:
     run_id: str = "manual__2026-11-30T00:00:00+00:00"
     task_id: str = "train"
     map_index: int = -1
+    max_tries: int = 0
     pushed: dict[str, Any] = field(default_factory=dict)
 
     def xcom_push(self, key: str, value: Any) -> None:

@@ -332,15 +332,19 @@ def _field_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None
     return extra.get("fix") if isinstance(extra, dict) else None  # type: ignore[return-value]
 
 
-def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1) -> str:
-    """Deterministic, try-independent job name for one task instance.
+def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1, first_try: int = 1) -> str:
+    """Deterministic job name for one task instance and round of tries.
 
-    The same task instance always gets the same name, so a retry (or a worker that died between
-    submitting and saving the job id) finds the job it already launched instead of starting a second
-    one. The result is a DNS-1123 label (Kubernetes names, DLC display names, directory names): a
-    readable prefix from the DAG and task ids plus a hash of the full identity.
+    Every try of a round gets the same name, so a retry (or a worker that died between submitting
+    and saving the job id) finds the job it already launched instead of starting a second one.
+    Clearing a task starts a new round, whose ``first_try`` is past the earlier round's tries: the
+    new name makes a cleared task run its job again instead of finding the one it ran before. The
+    first round's name leaves ``first_try`` out. The result is a DNS-1123 label (Kubernetes names,
+    DLC display names, directory names): a readable prefix from the DAG and task ids plus a hash of
+    the full identity.
     """
-    identity = "\n".join((dag_id, run_id, task_id, str(map_index)))
+    parts = [dag_id, run_id, task_id, str(map_index)] + ([str(first_try)] if first_try > 1 else [])
+    identity = "\n".join(parts)
     digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
     readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
     prefix = readable[: _DNS_LABEL_MAX - len(digest) - 1].rstrip("-") or "job"

@@ -224,11 +224,12 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_two_poll_intervals(
     assert job.stop_requested_at - marked <= 2 * TRAIN_POLL_SECONDS
     assert state == "failed" and airflow.task_states(DAG_ID, run_id)["train"] == "failed"
 
-    # Clearing it (and what follows) trains again: the stopped job is replaced, not reattached.
+    # Clearing it (and what follows) starts a new round of tries: a new job, not the stopped one.
     creates = len(account.creates())
     airflow.clear_task(DAG_ID, run_id, "train")
     assert_succeeded(airflow, run_id)
     assert len(account.creates()) == creates + 1
+    assert account.creates()[-1]["DisplayName"] != job.display_name, "a new round has a name of its own"
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] != job.job_id
 
 

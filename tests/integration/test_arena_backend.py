@@ -185,13 +185,11 @@ def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: Kuberne
     ArenaBackend(**settings()).stop(died_after)
 
 
-def test_a_finished_job_under_the_same_name_is_replaced_not_reattached(fake: KubernetesFake) -> None:
-    fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)])
+def test_a_failed_job_under_the_same_name_is_replaced_not_reattached(fake: KubernetesFake) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)], outcome="Failed")
     earlier = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
     deadline = time.monotonic() + 10
-    while (
-        ArenaBackend(**settings()).status(earlier).state.value != "succeeded" and time.monotonic() < deadline
-    ):
+    while ArenaBackend(**settings()).status(earlier).state.value != "failed" and time.monotonic() < deadline:
         time.sleep(0.05)
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
 

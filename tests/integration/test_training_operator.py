@@ -30,6 +30,8 @@ from aliyun_training.spec import job_name
 from aliyun_training.triggers.training import TrainingJobTrigger
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
+#: The job name of TaskInstanceIds' first round of tries.
+FIRST_ROUND_NAME = job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train")
 
 
 class FileTaskStateStore:
@@ -57,6 +59,7 @@ class TaskInstanceIds:
     run_id: str = "scheduled__2026-11-22T00:00:00+00:00"
     task_id: str = "train"
     map_index: int = -1
+    max_tries: int = 0  # the operator has no retries: one try a round; a clear moves it to try_number
 
     def xcom_push(self, key: str, value: Any) -> None:
         """Local jobs have no console: the operator stores an empty link."""
@@ -111,7 +114,7 @@ def test_execute_saves_the_handle_and_defers_with_the_spec_timeout(
 
     saved = context["task_state_store"].get(HANDLE_KEY)
     assert saved == trigger.handle
-    assert saved["name"] == job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train")
+    assert saved["name"] == FIRST_ROUND_NAME
     assert deferred.method_name == "execute_complete"
     assert timedelta(minutes=4, seconds=50) < deferred.timeout <= timedelta(minutes=5)
     stop_job(runs, saved)
@@ -142,7 +145,7 @@ operator(Path({str(runs)!r}), {command!r}).execute(context)
     died = subprocess.run([sys.executable, "-c", worker], check=False, capture_output=True, text=True)
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert context["task_state_store"].get(HANDLE_KEY) is None
-    launched = LocalBackend(root=str(runs)).find(job_name(**vars(TaskInstanceIds())))
+    launched = LocalBackend(root=str(runs)).find(FIRST_ROUND_NAME)
     assert launched is not None
 
     first_retry, _ = deferred_trigger(operator(runs, command), context)
@@ -154,15 +157,51 @@ operator(Path({str(runs)!r}), {command!r}).execute(context)
     stop_job(runs, launched.model_dump())
 
 
-def test_a_retry_after_a_failed_job_launches_a_new_one(runs: Path, context: dict[str, Any]) -> None:
-    failed_trigger, _ = deferred_trigger(operator(runs, "sleep 0.5; exit 4", nodes=1), context)
-    assert asyncio.run(fire(failed_trigger))["status"] == "failed"
+def test_a_retry_returns_the_succeeded_job_its_round_launched_but_never_saved(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    trigger, _ = deferred_trigger(operator(runs, "true", nodes=1), context)
+    assert asyncio.run(fire(trigger))["status"] == "success"
+    context["task_state_store"].delete(HANDLE_KEY)  # the worker died before saving the job id
 
-    retry_trigger, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
+    result = operator(runs, "true", nodes=1).execute(context)
 
-    assert retry_trigger.handle["job_id"] != failed_trigger.handle["job_id"]
-    assert context["task_state_store"].get(HANDLE_KEY) == retry_trigger.handle
-    stop_job(runs, retry_trigger.handle)
+    assert result["job_id"] == trigger.handle["job_id"] and result["status"] == "Succeeded"
+    assert [path.parent.name for path in runs.glob("**/job.json")] == [FIRST_ROUND_NAME], "no second job"
+
+
+@pytest.mark.parametrize(
+    ("command", "outcome", "cleared"),
+    [("sleep 0.5; exit 4", "failed", False), ("true", "success", True)],
+    ids=["retried-after-a-failed-job", "cleared-after-a-succeeded-job"],
+)
+def test_a_retry_after_a_failure_and_a_clear_after_a_success_launch_a_new_job(
+    runs: Path, context: dict[str, Any], command: str, outcome: str, cleared: bool
+) -> None:
+    earlier, _ = deferred_trigger(operator(runs, command, nodes=1), context)
+    assert asyncio.run(fire(earlier))["status"] == outcome
+    if cleared:
+        context["ti"].max_tries = 1  # cleared after try 1: the new round begins at try 2
+
+    again, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
+
+    assert again.handle["job_id"] != earlier.handle["job_id"]
+    round_name = job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train", -1, 2 if cleared else 1)
+    assert again.handle["name"] == round_name
+    assert context["task_state_store"].get(HANDLE_KEY) == again.handle
+    stop_job(runs, again.handle)
+
+
+def test_a_cleared_task_reattaches_to_the_job_it_launched_while_that_still_runs(
+    runs: Path, context: dict[str, Any]
+) -> None:
+    first, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
+    context["ti"].max_tries = 1
+
+    again, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
+
+    assert again.handle == first.handle, "two jobs of one task never run at once"
+    stop_job(runs, first.handle)
 
 
 def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
@@ -235,4 +274,4 @@ def test_blocking_mode_waits_in_the_worker_and_returns_the_result(
     result = op.execute(context)
 
     assert result["status"] == "Succeeded"
-    assert result["display_name"] == job_name(**vars(TaskInstanceIds()))
+    assert result["display_name"] == FIRST_ROUND_NAME

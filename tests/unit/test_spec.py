@@ -188,6 +188,18 @@ def test_job_name_differs_for_a_different_task_instance(other):
     assert job_name("train_dag", "manual__2024-01-01", "train", -1) != job_name(*other)
 
 
+def test_job_name_of_the_first_round_of_tries_leaves_the_round_out():
+    assert job_name("train_dag", "manual__2024-01-01", "train", -1, 1) == job_name(
+        "train_dag", "manual__2024-01-01", "train"
+    )
+
+
+def test_job_name_differs_for_each_later_round_of_tries():
+    names = {job_name("train_dag", "manual__2024-01-01", "train", -1, first_try) for first_try in (1, 2, 5)}
+
+    assert len(names) == 3
+
+
 def test_job_name_keeps_a_readable_prefix():
     name = job_name("Train_CIFAR10", "run", "Submit.Job")
 

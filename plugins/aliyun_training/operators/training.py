@@ -1,9 +1,10 @@
 """Submit a distributed training job and wait for it without holding a worker slot.
 
-Crash safety: the job gets a deterministic name from (dag_id, run_id, task_id, map_index). Before
-launching, the operator reattaches to the job saved in ``task_state_store`` by an earlier try, or
-to one found under that name (a worker that died between submitting and saving), so a job is never
-launched twice. Only a job that failed or was stopped is launched again on retry.
+Crash safety: the job gets a deterministic name from (dag_id, run_id, task_id, map_index) and the
+round of tries (clearing the task starts a new one). Before launching, the operator reattaches to
+the job an earlier try of the round saved in ``task_state_store``, or to one found under the name
+(a worker that died between submitting and saving), so a job is never launched twice. Only a job
+that failed or was stopped is launched again on retry; a cleared task launches a new one.
 """
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ class TrainingJobOperator(BaseOperator):
 
     def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:
         ti = context["ti"]
-        name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index)
+        name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, self._first_try_of_round(ti))
         try:
             spec = self._spec()
             if spec.output_dir is None:
@@ -186,10 +187,10 @@ class TrainingJobOperator(BaseOperator):
             if handle is None:
                 continue
             status = self._status_or_none(backend, handle)
-            # A job found only by name is reused while it runs; a finished one may be an earlier
-            # run's (a cleared task reuses its run id), so only a saved handle vouches for success.
+            # A job that still runs is reattached whichever round launched it, so two never run at
+            # once; a succeeded one only if this round did (the store outlives a clear, the name not).
             reusable = {JobState.PENDING, JobState.RUNNING}
-            if origin == "saved by an earlier try":
+            if handle.name == name:
                 reusable.add(JobState.SUCCEEDED)
             if status is not None and status.state in reusable:
                 self.log.info("Reattaching to job %s (%s), %s", handle.job_id, origin, status.raw)
@@ -203,6 +204,14 @@ class TrainingJobOperator(BaseOperator):
             "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
         )
         return handle
+
+    def _first_try_of_round(self, ti: Any) -> int:
+        """The try number this round of tries began with: 1, or past the last try after a clear.
+
+        Clearing sets ``max_tries`` to the last try number plus ``retries``; Airflow finds a round's
+        first try the same way for sensor reschedules.
+        """
+        return ti.max_tries - (self.retries or 0) + 1
 
     def _status_or_none(self, backend: TrainingBackend, handle: JobHandle) -> JobStatus | None:
         try:
