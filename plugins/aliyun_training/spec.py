@@ -9,14 +9,27 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 #: Dataset versions become directory names and URI segments: no separators, no leading dot.
 DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+def whole_string_pattern(pattern: str) -> str:
+    """``pattern`` (anchored with ``^...$``) for a JSON Schema that Python's ``re`` also evaluates.
+
+    jsonschema checks ``pattern`` with ``re.search``, where ``$`` also matches before a final
+    newline, so ``"v1\\n"`` would pass ``^v[0-9]+$``; the lookahead refuses that position, and
+    means the same in the ECMA regexes of a browser form. (pydantic's regex engine anchors ``$`` at
+    the end of the string already; Python code matches with ``re.fullmatch``.)
+    """
+    return f"{pattern}(?!\\n)"
+
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
 INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
@@ -25,8 +38,10 @@ DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
 #: GPUs in one Lingjun node (8 x GPU bare-metal servers).
 LINGJUN_GPUS_PER_NODE = 8
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_DNS_LABEL_MAX = 63
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: Job names leave room for the longest suffix put after them: ``-worker-127`` (a replica's Service)
+#: or ``-pytorchjob`` (arena's ConfigMap), within a 63-character DNS label.
+JOB_NAME_MAX = 63 - len("-worker-127")
 
 M = TypeVar("M", bound="BaseModel")
 
@@ -40,12 +55,19 @@ class Backend(StrEnum):
 
 
 class Framework(StrEnum):
-    """Distributed framework; maps to DLC JobType and the Kubeflow CR kind."""
+    """Distributed framework; maps to DLC JobType and the Kubeflow CR kind.
+
+    ``elastic`` is elastic PyTorch training (torchrun with a c10d rendezvous between ``min_nodes``
+    and ``max_nodes``): a DLC PyTorchJob with ElasticSpec, an ACK PyTorchJob with elasticPolicy.
+    ``elastic_batch`` is DLC's own ElasticBatchJob type (the Lingjun guide's elastic batch jobs,
+    driven by DLC's AIMaster), which only DLC runs.
+    """
 
     PYTORCH = "pytorch"
     TENSORFLOW = "tensorflow"
     MPI = "mpi"
     ELASTIC = "elastic"
+    ELASTIC_BATCH = "elastic_batch"
 
 
 class ResourceType(StrEnum):
@@ -59,9 +81,14 @@ class SpecError(ValueError):
     """A spec or record failed validation; the message names every bad field and how to fix it."""
 
 
-def _fix(text: str) -> dict[str, Any]:
-    """Attach a user-facing fix to a field so validation errors can say what to do."""
+def field_fix(text: str) -> dict[str, Any]:
+    """A field's ``json_schema_extra`` naming its fix, which validation errors then say (see ``explain``)."""
     return {"fix": text}
+
+
+def invalid_env_names(names: Iterable[str]) -> list[str]:
+    """The names that are not portable environment variable names (letters, digits and ``_``)."""
+    return sorted(name for name in names if not _ENV_NAME.fullmatch(name))
 
 
 class DatasetMount(BaseModel):
@@ -69,13 +96,15 @@ class DatasetMount(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    uri: Annotated[str | None, Field(json_schema_extra=_fix("give the staged dataset's URI or path"))] = None
-    dataset_id: Annotated[str | None, Field(json_schema_extra=_fix("give a PAI dataset id, e.g. d-xxxx"))] = (
-        None
-    )
+    uri: Annotated[
+        str | None, Field(json_schema_extra=field_fix("give the staged dataset's URI or path"))
+    ] = None
+    dataset_id: Annotated[
+        str | None, Field(json_schema_extra=field_fix("give a PAI dataset id, e.g. d-xxxx"))
+    ] = None
     dataset_version: str | None = None
     mount_path: Annotated[
-        str, Field(pattern=r"^/", json_schema_extra=_fix("use an absolute path such as /mnt/data"))
+        str, Field(pattern=r"^/", json_schema_extra=field_fix("use an absolute path such as /mnt/data"))
     ]
     read_only: bool = True
 
@@ -91,65 +120,79 @@ class TrainingJobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Annotated[Backend, Field(json_schema_extra=_fix("choose one of: local, dlc, arena"))] = (
+    backend: Annotated[Backend, Field(json_schema_extra=field_fix("choose one of: local, dlc, arena"))] = (
         Backend.LOCAL
     )
     framework: Annotated[
-        Framework, Field(json_schema_extra=_fix("choose one of: pytorch, tensorflow, mpi, elastic"))
+        Framework,
+        Field(json_schema_extra=field_fix("choose one of: pytorch, tensorflow, mpi, elastic, elastic_batch")),
     ] = Framework.PYTORCH
-    nodes: Annotated[int, Field(ge=1, le=128, json_schema_extra=_fix("use between 1 and 128 nodes"))] = 1
+    nodes: Annotated[int, Field(ge=1, le=128, json_schema_extra=field_fix("use between 1 and 128 nodes"))] = 1
+    #: Elastic training only: the fewest and most nodes the job runs on (``nodes`` starts it).
+    min_nodes: Annotated[
+        int | None, Field(ge=1, le=128, json_schema_extra=field_fix("use 1 up to nodes, or leave it unset"))
+    ] = None
+    max_nodes: Annotated[
+        int | None, Field(ge=1, le=128, json_schema_extra=field_fix("use nodes up to 128, or leave it unset"))
+    ] = None
     gpus_per_node: Annotated[
-        int, Field(ge=0, le=16, json_schema_extra=_fix("use 0 (CPU only) up to 16 GPUs per node"))
+        int, Field(ge=0, le=16, json_schema_extra=field_fix("use 0 (CPU only) up to 16 GPUs per node"))
     ] = 0
     cpu: Annotated[
-        int, Field(ge=1, le=512, json_schema_extra=_fix("request between 1 and 512 CPUs per node"))
+        int, Field(ge=1, le=512, json_schema_extra=field_fix("request between 1 and 512 CPUs per node"))
     ] = 1
     memory_gib: Annotated[
-        int, Field(ge=1, le=4096, json_schema_extra=_fix("request between 1 and 4096 GiB per node"))
+        int, Field(ge=1, le=4096, json_schema_extra=field_fix("request between 1 and 4096 GiB per node"))
     ] = 4
     shared_memory_gib: Annotated[
-        int, Field(ge=0, le=4096, json_schema_extra=_fix("use 0 up to the node's memory"))
+        int, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 up to the node's memory"))
     ] = 0
     image: Annotated[
-        str | None, Field(json_schema_extra=_fix("give a full image reference, e.g. registry/repo:tag"))
+        str | None, Field(json_schema_extra=field_fix("give a full image reference, e.g. registry/repo:tag"))
     ] = None
     command: Annotated[
         str,
-        Field(min_length=1, json_schema_extra=_fix("give the command every node runs, e.g. a torchrun line")),
+        Field(
+            min_length=1,
+            json_schema_extra=field_fix("give the command every node runs, e.g. a torchrun line"),
+        ),
     ]
     working_dir: Annotated[
-        str | None, Field(pattern=r"^/", json_schema_extra=_fix("use an absolute path or leave it unset"))
+        str | None,
+        Field(pattern=r"^/", json_schema_extra=field_fix("use an absolute path or leave it unset")),
     ] = None
     env: Annotated[
         dict[str, str],
-        Field(json_schema_extra=_fix("use NAME=value pairs; the platform sets the rendezvous")),
+        Field(json_schema_extra=field_fix("use NAME=value pairs; the platform sets the rendezvous")),
     ] = Field(default_factory=dict)
     datasets: list[DatasetMount] = Field(default_factory=list)
     output_dir: Annotated[
-        str | None, Field(json_schema_extra=_fix("give where the job writes checkpoints and metrics"))
+        str | None, Field(json_schema_extra=field_fix("give where the job writes checkpoints and metrics"))
     ] = None
     timeout_minutes: Annotated[
-        int, Field(ge=1, le=60 * 24 * 30, json_schema_extra=_fix("use 1 minute up to 30 days"))
+        int, Field(ge=1, le=60 * 24 * 30, json_schema_extra=field_fix("use 1 minute up to 30 days"))
     ] = 24 * 60
     gpu_type: Annotated[
-        str | None, Field(json_schema_extra=_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
+        str | None, Field(json_schema_extra=field_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
     ] = None
-    resource_type: Annotated[ResourceType, Field(json_schema_extra=_fix("use lingjun or ecs"))] = (
+    resource_type: Annotated[ResourceType, Field(json_schema_extra=field_fix("use lingjun or ecs"))] = (
         ResourceType.ECS
     )
     quota_id: Annotated[
-        str | None, Field(json_schema_extra=_fix("give the resource quota id (ResourceId), e.g. quota1xxxx"))
+        str | None,
+        Field(json_schema_extra=field_fix("give the resource quota id (ResourceId), e.g. quota1xxxx")),
     ] = None
     ecs_spec: Annotated[
-        str | None, Field(json_schema_extra=_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge"))
+        str | None,
+        Field(json_schema_extra=field_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge")),
     ] = None
     rdma: bool = False
-    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=_fix("use a priority from 1 to 9"))] = 1
+    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))] = 1
 
     @field_validator("env")
     @classmethod
     def _env_is_portable(cls, env: dict[str, str]) -> dict[str, str]:
-        bad = sorted(name for name in env if not _ENV_NAME.match(name))
+        bad = invalid_env_names(env)
         if bad:
             raise ValueError(f"invalid variable names {bad}")
         clash = sorted(INJECTED_ENV_VARS.intersection(env))
@@ -167,11 +210,41 @@ class TrainingJobSpec(BaseModel):
                 f"framework: the local backend runs torchrun only, not {self.framework.value}; "
                 "use pytorch or a cloud backend"
             )
+        if self.framework is Framework.ELASTIC_BATCH and self.backend is not Backend.DLC:
+            raise ValueError(
+                "framework: elastic_batch is PAI-DLC's ElasticBatchJob type; use the dlc backend, or "
+                "elastic for elastic PyTorch training on any backend"
+            )
+        self._check_elastic_range()
         if self.backend is not Backend.LOCAL and not self.image:
             raise ValueError(f"image: the {self.backend.value} backend needs a container image; set image")
         if self.backend is Backend.DLC:
             self._check_dlc()
         return self
+
+    def _check_elastic_range(self) -> None:
+        if self.framework is not Framework.ELASTIC:
+            if self.min_nodes is not None or self.max_nodes is not None:
+                raise ValueError(
+                    f"min_nodes: min_nodes and max_nodes apply to elastic training, not "
+                    f"{self.framework.value}; leave them unset or use framework elastic"
+                )
+            return
+        if not self.elastic_min_nodes <= self.nodes <= self.elastic_max_nodes:
+            raise ValueError(
+                f"nodes: {self.nodes} is outside min_nodes..max_nodes "
+                f"({self.elastic_min_nodes}..{self.elastic_max_nodes}); start within the range"
+            )
+
+    @property
+    def elastic_min_nodes(self) -> int:
+        """The fewest nodes an elastic job keeps running on (``nodes`` when unset)."""
+        return self.min_nodes if self.min_nodes is not None else self.nodes
+
+    @property
+    def elastic_max_nodes(self) -> int:
+        """The most nodes an elastic job grows to (``nodes`` when unset)."""
+        return self.max_nodes if self.max_nodes is not None else self.nodes
 
     def _check_dlc(self) -> None:
         """Rules PAI-DLC enforces only after minutes in a queue, checked before anything is sent."""
@@ -313,23 +386,52 @@ def validate_record(model: type[M], data: M | dict[str, Any]) -> M:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(_explain(model, exc)) from None
+        raise SpecError(explain(model, exc)) from None
 
 
-def _explain(model: type[BaseModel], exc: ValidationError) -> str:
-    lines = [f"Invalid {model.__name__}:"]
+def explain(model: type[BaseModel], exc: ValidationError, title: str | None = None) -> str:
+    """One line per bad field of ``model``: its key path, what is wrong and the field's fix."""
+    lines = [f"{title or 'Invalid ' + model.__name__}:"]
     for err in exc.errors(include_url=False, include_input=False):
         field = ".".join(str(part) for part in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
-        fix = _field_fix(model, err["loc"])
+        fix = _unknown_key_fix(model, err["loc"]) if err["type"] == "extra_forbidden" else None
+        fix = fix or _field_fix(model, err["loc"])
         lines.append(f"  - {field + ': ' if field else ''}{message}" + (f" (fix: {fix})" if fix else ""))
     return "\n".join(lines)
 
 
+def _unknown_key_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
+    """For a key the model does not know: the keys it does know at that level."""
+    container: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, str):
+            info = container.model_fields.get(part) if container is not None else None
+            container = _nested_model(info.annotation) if info is not None else None
+    if container is None:
+        return None
+    return f"remove it; the keys here are {', '.join(container.model_fields)}"
+
+
 def _field_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
-    info = model.model_fields.get(str(loc[0])) if loc else None
+    """The ``fix`` of the field at ``loc``, walking into nested models (``vpc.switch_id``)."""
+    info = None
+    for part in loc:
+        if model is None or isinstance(part, int):
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None
+        model = _nested_model(info.annotation)
     extra = info.json_schema_extra if info is not None else None
     return extra.get("fix") if isinstance(extra, dict) else None  # type: ignore[return-value]
+
+
+def _nested_model(annotation: Any) -> Any:
+    """The model class inside ``annotation`` (``Vpc``, ``Vpc | None``, ``list[Vpc]``), or None."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for arg in get_args(annotation) if (m := _nested_model(arg)) is not None), None)
 
 
 def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1, first_try: int = 1) -> str:
@@ -339,15 +441,21 @@ def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1, first_
     and saving the job id) finds the job it already launched instead of starting a second one.
     Clearing a task starts a new round, whose ``first_try`` is past the earlier round's tries: the
     new name makes a cleared task run its job again instead of finding the one it ran before. The
-    first round's name leaves ``first_try`` out. The result is a DNS-1123 label (Kubernetes names,
-    DLC display names, directory names): a readable prefix from the DAG and task ids plus a hash of
-    the full identity.
+    first round's name leaves ``first_try`` out.
+
+    The result is a readable prefix from the DAG and task ids plus a hash of the full identity, and
+    a DNS-1035 label (a letter first) of at most ``JOB_NAME_MAX`` characters: the training-operator
+    names a Service ``<job>-<replica type>-<index>`` after every replica and arena a ConfigMap
+    ``<job>-<type>``, and both must stay DNS-1035 labels of at most 63 characters. The same name
+    serves DLC display names and local run directories.
     """
     parts = [dag_id, run_id, task_id, str(map_index)] + ([str(first_try)] if first_try > 1 else [])
     identity = "\n".join(parts)
     digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
     readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
-    prefix = readable[: _DNS_LABEL_MAX - len(digest) - 1].rstrip("-") or "job"
+    if not readable[:1].isalpha():
+        readable = f"job-{readable}".rstrip("-")
+    prefix = readable[: JOB_NAME_MAX - len(digest) - 1].rstrip("-")
     return f"{prefix}-{digest}"
 
 

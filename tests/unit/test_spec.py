@@ -21,6 +21,8 @@ from aliyun_training.spec import (
 )
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+#: A Kubernetes Service name: the training-operator names one after every replica of a job.
+DNS_1035_LABEL = re.compile(r"[a-z]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
 def _spec(**fields):
@@ -245,6 +247,37 @@ def test_job_name_is_a_dns_label_for_awkward_dag_ids(dag_id):
 
             assert len(name) <= 63, name
             assert DNS_LABEL.match(name), name
+            for replica in (f"{name}-worker-127", f"{name}-master-0", f"{name}-pytorchjob"):
+                assert DNS_1035_LABEL.fullmatch(replica), replica
+
+
+def test_a_digit_first_dag_id_still_names_a_job_that_starts_with_a_letter():
+    assert job_name("9starts_with_digit", "run", "train").startswith("job-9starts-with-digit-train-")
+
+
+def test_elastic_training_runs_between_min_and_max_nodes():
+    spec = TrainingJobSpec.parse(_spec(framework="elastic", nodes=2, min_nodes=1, max_nodes=4))
+
+    assert (spec.elastic_min_nodes, spec.nodes, spec.elastic_max_nodes) == (1, 2, 4)
+    assert TrainingJobSpec.parse(_spec(framework="elastic", nodes=3)).elastic_max_nodes == 3
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        (
+            {"framework": "elastic", "nodes": 5, "max_nodes": 4},
+            "nodes: 5 is outside min_nodes..max_nodes (5..4)",
+        ),
+        ({"framework": "pytorch", "min_nodes": 1}, "min_nodes: min_nodes and max_nodes apply to elastic"),
+        (
+            {"framework": "elastic_batch", "backend": "arena", "image": "registry/repo:1"},
+            "framework: elastic_batch is PAI-DLC's ElasticBatchJob type",
+        ),
+    ],
+)
+def test_elastic_settings_that_cannot_run_are_refused(fields, message):
+    assert message in _error(_spec(**fields))
 
 
 def test_validate_record_passes_an_instance_through():

@@ -111,7 +111,7 @@ class ArenaBackend:
         self._kinds[name] = kind
         return JobHandle(backend=self.name, job_id=_job_id(kind, uid), name=name)
 
-    def find(self, name: str) -> JobHandle | None:
+    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
         hook = self._hook()
         for kind in _candidate_kinds(self.settings):
             job = self._get_job(hook, kind, name)

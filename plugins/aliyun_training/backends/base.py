@@ -8,6 +8,7 @@ boundaries: task_state_store, trigger kwargs and XCom.
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, Protocol
 
@@ -83,8 +84,12 @@ class TrainingBackend(Protocol):
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Launch ``spec`` under the deterministic ``name``."""
 
-    def find(self, name: str) -> JobHandle | None:
-        """Return the newest job launched under ``name``, or None."""
+    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
+        """Return the newest job launched under ``name``, or None.
+
+        ``since`` is a time no job of that name can predate (the run's creation): a platform whose
+        job search only looks back a fixed window by default (DLC ListJobs: 7 days) searches from it.
+        """
 
     def status(self, handle: JobHandle) -> JobStatus:
         """Return the job's current normalized status."""

@@ -226,7 +226,7 @@ class DlcBackend:
 
         return JobHandle(backend=self.name, job_id=self.hook.call("CreateJob", create), name=name)
 
-    def find(self, name: str) -> JobHandle | None:
+    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
         from alibabacloud_pai_dlc20201203 import models
 
         request = models.ListJobsRequest(

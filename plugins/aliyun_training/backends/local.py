@@ -135,7 +135,7 @@ class LocalBackend(OffloadedAsyncMixin):
             self._launch_nodes(handle, spec)
         return handle
 
-    def find(self, name: str) -> JobHandle | None:
+    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
         try:
             job = json.loads((self.root / name / "job.json").read_text())
         except FileNotFoundError:

@@ -38,6 +38,8 @@ if TYPE_CHECKING:
 
 #: task_state_store key of the job handle; renaming it breaks reattachment of in-flight retries.
 HANDLE_KEY = "training_job_handle"
+#: Slack between our clock and the platform's when searching jobs by creation time.
+CLOCK_SKEW = timedelta(hours=1)
 
 
 class TrainingJobOperator(BaseOperator):
@@ -181,7 +183,7 @@ class TrainingJobOperator(BaseOperator):
         stored = context["task_state_store"].get(HANDLE_KEY)
         candidates = [
             ("saved by an earlier try", JobHandle.model_validate(stored) if stored else None),
-            ("found under the job name", backend.find(name)),
+            ("found under the job name", backend.find(name, since=_round_lower_bound(context))),
         ]
         for origin, handle in candidates:
             if handle is None:
@@ -311,3 +313,14 @@ def _image_reference(image: str | dict[str, Any]) -> str:
         return uri
     repository, _, tag = uri.rpartition(":")
     return f"{repository}@{digest}" if repository and "/" not in tag else uri
+
+
+def _round_lower_bound(context: Context) -> datetime | None:
+    """A time no job of this task's round can predate: its DAG run's start, less clock skew.
+
+    Jobs are launched by tries of a running DAG run; clearing a task starts a new round (a new job
+    name) and restarts the run, so nothing under the round's name was created before the run's
+    ``start_date``. None where the context has no DAG run (the backend then uses its own horizon).
+    """
+    started = getattr(context.get("dag_run"), "start_date", None)
+    return started - CLOCK_SKEW if started else None
