@@ -32,8 +32,11 @@ log paging rule and no error codes for these actions):
 - ListRepoBuildRecordLog: ``Offset`` is the number of lines to skip; at most ``log_page_size``
   lines are answered, LineNumber counts from 1. BuildStage is PREPARE, BUILD or PUSH. Only the
   lines already printed (by the clock) are listed.
-- ListRepoBuildRecord lists newest first; PageNo from 1, PageSize default 30; TotalCount is a
-  string as the SDK model types it. GetRepoBuildRecord times are epoch milliseconds.
+- ListRepoBuildRecord lists newest first. ListRepoBuildRecord and ListRepoBuildRule page with
+  PageNo (from 1) and PageSize: the SDK and the API reference give neither a default nor a maximum
+  (the reference's example PageSize is 30), so the emulator answers 30 by default and refuses a
+  PageSize outside 1..100 or a PageNo below 1 (400 ``InvalidParameter``); TotalCount is a string as
+  the SDK model types it. GetRepoBuildRecord times are epoch milliseconds.
 - GetRepoTag answers Digest as bare hex (``digest_prefix=True``: with ``sha256:``), Status NORMAL.
 - Ids: repositories ``crr-``, build rules ``crbr-``, build records ``crbrd-`` + 16 hex digits.
 - Errors: a missing required parameter is 400 ``MissingParameter``; an unknown instance,
@@ -58,7 +61,9 @@ from tests.emulators.ram import RamAuthorizedEmulator
 
 BUILD_STATUSES = ("PENDING", "BUILDING", "SUCCESS", "FAILED", "CANCELED")
 FINISHED = frozenset({"SUCCESS", "FAILED", "CANCELED"})
+#: PageSize when none is given: undocumented; 30 is the API reference's example value.
 DEFAULT_PAGE_SIZE = 30
+MAX_PAGE_SIZE = 100
 
 #: A Lingjun training image's Dockerfile, step by step (step 5 installs the RDMA libraries).
 DEFAULT_STEPS = (
@@ -241,6 +246,31 @@ class AcrEmulator(RamAuthorizedEmulator):
             pushed = EmulatedTag(tag, digest or _digest(f"{repo_id}:{tag}"), self.clock())
             self.tags[(repo_id, tag)] = pushed
             return pushed
+
+    def add_finished_build(
+        self, repo_id: str, rule_id: str, tag: str, status: str = "SUCCESS", created_at: float | None = None
+    ) -> EmulatedBuild:
+        """A build record that finished before the test (the repository's history), listed by
+        ListRepoBuildRecord; its tag is not put into the repository (:meth:`put_tag` does that)."""
+        if status not in FINISHED:
+            raise ValueError(f"status must be one of {sorted(FINISHED)}")
+        with self._lock:
+            at = self.clock() if created_at is None else created_at
+            build = EmulatedBuild(
+                record_id=self._new_id("crbrd"),
+                repo_id=repo_id,
+                rule_id=rule_id,
+                tag=tag,
+                created_at=at,
+                script=[],
+                ends_at=at,
+                final_status=status,
+                status=status,
+                started_at=at,
+                ended_at=at,
+            )
+            self.builds[build.record_id] = build
+            return build
 
     def fail_next_build(
         self,
@@ -611,7 +641,7 @@ def _int(query: Mapping[str, str], name: str, default: int) -> int:
 def _page(items: list[Any], query: Mapping[str, str]) -> tuple[list[Any], int, int]:
     page_no = _int(query, "PageNo", 1)
     page_size = _int(query, "PageSize", DEFAULT_PAGE_SIZE)
-    if page_no < 1 or not 1 <= page_size <= 100:
+    if page_no < 1 or not 1 <= page_size <= MAX_PAGE_SIZE:
         raise ApiError(400, "InvalidParameter", "PageNo must be >= 1 and PageSize within 1..100.")
     start = (page_no - 1) * page_size
     return items[start : start + page_size], page_no, page_size

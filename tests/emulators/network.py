@@ -13,8 +13,21 @@ Codes (HTTP status, Code) from the VPC and ECS API references:
 - a denied ECS action: 403 ``Forbidden.RAM``; a denied VPC action: 403 ``Forbidden`` (each
   product's documented answer to a caller RAM does not authorize).
 
+Paging, from the request models' docstrings (alibabacloud_vpc20160428 7.2.2): DescribeVpcs,
+DescribeNatGateways and DescribeSnatTableEntries take PageNumber ("Default value: 1") and PageSize
+("Maximum value: 50. Default value: 10"); each answer carries PageNumber, PageSize and TotalCount
+(the response models). The emulator answers 10 items when PageSize is not given, so a caller that
+reads one answer misses the rest as it would on the service. DescribeSnatTableEntries filters on
+SourceVSwitchId ("the vSwitch whose ECS instances can access the Internet by using the SNAT rule")
+and SourceCIDR (exact match; the docstring does not say how it compares). DescribeSecurityGroupAttribute
+pages only its rules (NextToken/MaxResults, default 500): the group's VpcId is on every page, and the
+emulator answers every rule at once.
+
 Decisions where the service's behaviour is not documented:
 
+- A PageSize outside 1..50 or a PageNumber below 1 is refused with 400
+  ``InvalidParameter.PageSize`` / ``InvalidParameter.PageNumber`` (the maximum is documented, the
+  error code is not).
 - DescribeVpcs and DescribeNatGateways are filters: an unknown VpcId gives an empty list, as their
   references list no not-found error. ``strict_vpc_lookup = True`` makes them answer 404
   ``InvalidVpcId.NotFound`` instead (the code VPC's other actions use), to test callers against it.
@@ -47,6 +60,7 @@ ECS_VERSION = "2014-05-26"
 DEFAULT_REGION = "cn-wulanchabu"
 DEFAULT_ZONE = "cn-wulanchabu-a"
 DEFAULT_EIP = "47.1.2.3"
+#: PageSize of VPC's Describe* lists: "Maximum value: 50. Default value: 10" (SDK request docstrings).
 DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 50
 VPC_DENIAL = ("Forbidden", "User not authorized to operate on the specified resource.")
@@ -64,6 +78,9 @@ class Vpc:
     region: str
     name: str
     created_at: float
+    #: Secondary IPv4 blocks added to the VPC, and user CIDRs (DescribeVpcs' response model).
+    secondary_cidrs: tuple[str, ...] = ()
+    user_cidrs: tuple[str, ...] = ()
 
 
 @dataclass
@@ -178,10 +195,20 @@ class NetworkEmulator(RamAuthorizedEmulator):
 
     # ----------------------------------------------------------------------------- setup
 
-    def add_vpc(self, vpc_id: str, cidr: str, status: str = "Available", region: str | None = None) -> None:
-        """A VPC (Status: Pending or Available)."""
+    def add_vpc(
+        self,
+        vpc_id: str,
+        cidr: str,
+        status: str = "Available",
+        region: str | None = None,
+        secondary_cidrs: tuple[str, ...] = (),
+        user_cidrs: tuple[str, ...] = (),
+    ) -> None:
+        """A VPC (Status: Pending or Available) with its primary and any secondary and user CIDRs."""
         with self._lock:
-            self.vpcs[vpc_id] = Vpc(vpc_id, cidr, status, region or self.region, vpc_id, self.clock())
+            self.vpcs[vpc_id] = Vpc(
+                vpc_id, cidr, status, region or self.region, vpc_id, self.clock(), secondary_cidrs, user_cidrs
+            )
 
     def add_vswitch(
         self,
@@ -317,6 +344,8 @@ class NetworkEmulator(RamAuthorizedEmulator):
             "VpcName": vpc.name,
             "Status": vpc.status,
             "CidrBlock": vpc.cidr,
+            "SecondaryCidrBlocks": {"SecondaryCidrBlock": list(vpc.secondary_cidrs)},
+            "UserCidrs": {"UserCidr": list(vpc.user_cidrs)},
             "RegionId": vpc.region,
             "CreationTime": iso_utc(vpc.created_at),
             "IsDefault": False,

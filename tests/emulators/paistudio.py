@@ -21,7 +21,9 @@ Decisions where the service's behaviour is not documented:
   (16 cores and 200 GiB per GPU).
 - Positions count from 1 over the quota's Enqueued workloads in the order they were added;
   workloads that left the queue have no Position. ``BeforeWorkloadId`` keeps the Enqueued
-  workloads ahead of the given one. PageSize defaults to 10. Filters not listed in
+  workloads ahead of the given one. PageSize defaults to 10 (the SDK documents no default or
+  maximum); TotalCount is "the number of instances that match the filter conditions" (SDK
+  response docstring), whatever the page. Filters not listed in
   ``WORKLOAD_PARAMETERS`` are refused with 400 ``InvalidParameter`` rather than ignored.
 """
 

@@ -17,6 +17,9 @@ Codes (HTTP status, Code), from the RAM and STS API references:
 - a denied RAM action: 403 ``NoPermission`` (what RAM and STS document for a caller RAM does not
   authorize).
 
+ListPoliciesForRole is not paged: its request model has RoleName only and its answer no Marker or
+IsTruncated (alibabacloud_ram20150501 1.3.0), so every attached policy is answered at once.
+
 Decisions where the service's behaviour is not documented: role names match exactly (no case
 folding) while the ARN carries the lower-cased name, as real ARNs do; every policy has one
 version, ``v1``, which is the default.

@@ -176,6 +176,92 @@ def test_an_snat_entry_for_an_enclosing_cidr_covers_the_vswitch(cloud: Cloud) ->
     assert found["verdict"] == "PASS" and "172.18.0.0/16" in found["found"]
 
 
+def _queries(cloud: Cloud, action: str, *names: str) -> list[tuple[str | None, ...]]:
+    """The named query parameters of every ``action`` request the VPC emulator received."""
+    return [tuple(r.query.get(n) for n in names) for r in cloud.network.requests_for(action)]
+
+
+def _network_with_gateways(cloud: Cloud, count: int, available: set[int]) -> tuple[dict[str, str], list[str]]:
+    """A VPC with ``count`` internet NAT gateways (``available`` by index, the rest Creating)."""
+    net = cloud.network
+    net.add_vpc("vpc-many", "10.0.0.0/8")
+    net.add_vswitch("vsw-many", "vpc-many", cloud.ids.zone_id, "10.1.0.0/24", free_ips=100)
+    net.add_security_group("sg-many", "vpc-many")
+    tables = [
+        net.add_nat_gateway(f"ngw-{n:02d}", "vpc-many", status="Available" if n in available else "Creating")
+        for n in range(count)
+    ]
+    return {"vpc_id": "vpc-many", "switch_id": "vsw-many", "security_group_id": "sg-many"}, tables
+
+
+def test_the_nat_gateway_with_the_snat_entry_is_found_past_the_first_page(cloud: Cloud) -> None:
+    """12 gateways: the default page (10) ends before the one whose SNAT table covers the vSwitch."""
+    vpc, tables = _network_with_gateways(cloud, 12, available=set(range(12)))
+    entry = cloud.network.add_snat_entry(tables[11], source_vswitch_id="vsw-many")
+
+    findings = run_check(cloud, "network", vpc=vpc)
+
+    assert finding(findings, "nat_gateway")["verdict"] == "PASS"
+    snat = finding(findings, "snat_entry")
+    assert snat["verdict"] == "PASS" and entry in snat["found"], snat
+    assert _queries(cloud, "DescribeNatGateways", "PageNumber", "PageSize") == [("1", "50")]
+
+
+def test_an_available_nat_gateway_on_the_second_page_of_fifty_is_seen(cloud: Cloud) -> None:
+    vpc, tables = _network_with_gateways(cloud, 55, available={54})
+    cloud.network.add_snat_entry(tables[54], source_vswitch_id="vsw-many")
+
+    findings = run_check(cloud, "network", vpc=vpc)
+
+    assert finding(findings, "nat_gateway") == {
+        "check": "nat_gateway",
+        "verdict": "PASS",
+        "found": "public NAT gateway ngw-54 is Available",
+        "fix": "",
+    }
+    assert finding(findings, "snat_entry")["verdict"] == "PASS"
+    assert _queries(cloud, "DescribeNatGateways", "PageNumber") == [("1",), ("2",)]
+
+
+def test_the_vswitch_entry_of_a_long_snat_table_is_asked_for_by_vswitch(cloud: Cloud) -> None:
+    """15 entries: the vSwitch's is on page 2 at the default page size; the filter finds it at once."""
+    ids = cloud.ids
+    cloud.network.add_vswitch("vsw-late", ids.vpc_id, ids.zone_id, "172.19.0.0/24", free_ips=100)
+    for n in range(14):
+        cloud.network.add_snat_entry(ids.snat_table_id, source_cidr=f"192.168.{n}.0/24")
+    entry = cloud.network.add_snat_entry(ids.snat_table_id, source_vswitch_id="vsw-late")
+    vpc = {"vpc_id": ids.vpc_id, "switch_id": "vsw-late", "security_group_id": ids.security_group_id}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "snat_entry")
+
+    assert found["verdict"] == "PASS"
+    assert found["found"] == f"SNAT entry {entry} (vSwitch vsw-late) via 47.1.2.3"
+    assert _queries(cloud, "DescribeSnatTableEntries", "SnatTableId", "SourceVSwitchId") == [
+        (ids.snat_table_id, "vsw-late")
+    ]
+
+
+def test_a_covering_cidr_entry_is_looked_for_on_every_page_when_no_entry_names_the_vswitch(
+    cloud: Cloud,
+) -> None:
+    ids = cloud.ids
+    cloud.network.add_vswitch("vsw-cidr", ids.vpc_id, ids.zone_id, "172.20.4.0/24", free_ips=100)
+    for n in range(59):
+        cloud.network.add_snat_entry(ids.snat_table_id, source_cidr=f"192.168.{n}.0/24")
+    entry = cloud.network.add_snat_entry(ids.snat_table_id, source_cidr="172.20.0.0/16")
+    vpc = {"vpc_id": ids.vpc_id, "switch_id": "vsw-cidr", "security_group_id": ids.security_group_id}
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "snat_entry")
+
+    assert found["verdict"] == "PASS"
+    assert found["found"] == f"SNAT entry {entry} (172.20.0.0/16) via 47.1.2.3"
+    assert _queries(cloud, "DescribeSnatTableEntries", "SourceVSwitchId", "PageNumber", "PageSize") == [
+        ("vsw-cidr", "1", "50"),
+        (None, "1", "50"),
+        (None, "2", "50"),
+    ]
+
+
 def test_lingjun_outside_its_regions_fails_naming_where_it_is_offered(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_network",

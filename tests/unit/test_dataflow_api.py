@@ -197,3 +197,22 @@ async def test_cancel_task_async_twin(nas):
 def test_an_unknown_task_is_a_lookup_error(nas):
     with pytest.raises(DataFlowTaskNotFoundError, match="task-0000"):
         describe_task(AlibabaCloudHook(), FS, "task-0000")
+
+
+def test_the_data_flow_is_found_behind_a_page_of_partial_id_matches(nas):
+    """The DataFlowIds filter matches parts of ids: 120 flows whose ids contain ours come first."""
+    nas.data_flows.clear()
+    for n in range(120):
+        nas.add_data_flow(FS, f"{DF}{n:03d}", file_system_path=f"/other-{n}/", source_storage="oss://other/")
+    nas.add_data_flow(FS, DF, file_system_path="/datasets/", source_storage="oss://train-data/cifar10/")
+
+    flow = find_data_flow(AlibabaCloudHook(), FS, DF)
+
+    assert (flow.id, flow.file_system_path) == (DF, "/datasets/")
+    assert [
+        (r.query.get("NextToken") is None, r.query["MaxResults"])
+        for r in nas.requests_for("DescribeDataFlows")
+    ] == [
+        (True, "100"),
+        (False, "100"),
+    ]

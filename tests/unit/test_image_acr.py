@@ -286,3 +286,32 @@ def test_failure_message_for_buildkit_logs():
 def test_normalize_digest():
     assert normalize_digest("ab" * 32) == "sha256:" + "ab" * 32
     assert normalize_digest("sha256:" + "ab" * 32) == "sha256:" + "ab" * 32
+
+
+async def test_a_build_of_the_tag_behind_a_full_page_of_newer_records_is_reattached_to(acr, repo, rule):
+    build = builder(repo, rule)
+    first = build.submit()
+    assert (await poll_after(acr, build, first, BUILD_SECONDS)).state == "succeeded"
+    for n in range(120):  # newer builds of other tags: ours is on page 2 of 100
+        acr.add_finished_build(
+            repo.repo_id, rule.rule_id, f"other-{n}", status="FAILED" if n % 2 else "SUCCESS"
+        )
+
+    again = builder(repo, rule).submit()
+
+    assert (again["build_record_id"], again["reattached"]) == (first["build_record_id"], True)
+    assert acr.count("CreateBuildRecordByRule") == 1
+    pages = [(r.query["PageNo"], r.query["PageSize"]) for r in acr.requests_for("ListRepoBuildRecord")]
+    assert pages[-2:] == [("1", "100"), ("2", "100")]
+
+
+async def test_the_build_rule_is_found_past_the_first_page_of_rules(acr, repo):
+    for n in range(105):
+        acr.add_build_rule(repo.repo_id, image_tag=f"other-{n}")
+    ours = acr.add_build_rule(repo.repo_id, image_tag="0ld0ld0ld0ld")
+
+    handle = builder(repo, ours).submit()
+
+    assert acr.rules[ours.rule_id].image_tag == TAG
+    assert acr.builds[handle["build_record_id"]].rule_id == ours.rule_id
+    assert [r.query["PageNo"] for r in acr.requests_for("ListRepoBuildRule")] == ["1", "2"]

@@ -37,7 +37,7 @@ BuildRules[] (BuildRuleId, ImageTag, DockerfileLocation, DockerfileName, BuildAr
 PushName, PushType); UpdateRepoBuildRule takes the same fields; GetRepoTag(InstanceId, RepoId,
 Tag) -> Digest, Status (NORMAL/DELETING); CancelRepoBuildRecord(InstanceId, RepoId,
 BuildRecordId). Every answer carries ``Code`` and ``IsSuccess``; a body with ``IsSuccess: false``
-is treated as a failed call.
+is treated as a failed call. The two lists answer PageNo, PageSize and TotalCount (a string).
 
 Assumptions where the SDK documents nothing:
 
@@ -61,6 +61,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aliyun_training.hooks.paging import numbered_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import SpecError, validate_record
@@ -71,6 +72,9 @@ SUCCEEDED_STATUS = "SUCCESS"
 FAILED_STATUSES = frozenset({"FAILED", "CANCELED", "CANCELLED"})
 #: How many log lines a failure message and ``result``'s ``log_tail`` carry.
 LOG_TAIL_LINES = 20
+#: Items per page of ListRepoBuildRecord / ListRepoBuildRule. The SDK and the API reference give no
+#: default or maximum (the reference's example is 30); pages end by TotalCount, not by a short page,
+#: so a service that answers fewer per page is still read to the end.
 PAGE_SIZE = 100
 #: ListRepoBuildRecord pages looked through for a build of the same tag (newest records first).
 MAX_RECORD_PAGES = 10
@@ -294,20 +298,19 @@ class AcrBuilder:
 
         settings = self.settings
 
+        def page(number: int) -> tuple[list[Any], str | None]:
+            request = models.ListRepoBuildRecordRequest(
+                instance_id=settings.instance_id, repo_id=repo_id, page_no=number, page_size=PAGE_SIZE
+            )
+            body = _checked("ListRepoBuildRecord", client.list_repo_build_record(request).body)
+            return body.build_records or [], body.total_count
+
         def lookup() -> tuple[str, str] | None:
-            for page in range(1, MAX_RECORD_PAGES + 1):
-                request = models.ListRepoBuildRecordRequest(
-                    instance_id=settings.instance_id, repo_id=repo_id, page_no=page, page_size=PAGE_SIZE
-                )
-                body = _checked("ListRepoBuildRecord", client.list_repo_build_record(request).body)
-                records = body.build_records or []
-                for record in records:
-                    tag = record.image.image_tag if record.image else None
-                    status = (record.build_status or "").upper()
-                    if tag == settings.tag and _state(status) != "failed":
-                        return record.build_record_id, status
-                if len(records) < PAGE_SIZE:
-                    return None
+            for record in numbered_pages(page, max_pages=MAX_RECORD_PAGES):
+                tag = record.image.image_tag if record.image else None
+                status = (record.build_status or "").upper()
+                if tag == settings.tag and _state(status) != "failed":
+                    return record.build_record_id, status
             return None
 
         return hook.call("ListRepoBuildRecord", lookup)
@@ -317,20 +320,15 @@ class AcrBuilder:
 
         settings = self.settings
 
+        def page(number: int) -> tuple[list[Any], str | None]:
+            request = models.ListRepoBuildRuleRequest(
+                instance_id=settings.instance_id, repo_id=repo_id, page_no=number, page_size=PAGE_SIZE
+            )
+            body = _checked("ListRepoBuildRule", client.list_repo_build_rule(request).body)
+            return body.build_rules or [], body.total_count
+
         def lookup() -> Any:
-            page = 1
-            while True:
-                request = models.ListRepoBuildRuleRequest(
-                    instance_id=settings.instance_id, repo_id=repo_id, page_no=page, page_size=PAGE_SIZE
-                )
-                body = _checked("ListRepoBuildRule", client.list_repo_build_rule(request).body)
-                rules = body.build_rules or []
-                for rule in rules:
-                    if rule.build_rule_id == settings.build_rule_id:
-                        return rule
-                if len(rules) < PAGE_SIZE:
-                    return None
-                page += 1
+            return next((r for r in numbered_pages(page) if r.build_rule_id == settings.build_rule_id), None)
 
         rule = hook.call("ListRepoBuildRule", lookup)
         if rule is None:

@@ -4,6 +4,9 @@ The Lingjun guide asks for a VPC with a vSwitch and a security group, and a publ
 whose SNAT table covers that vSwitch (otherwise pods cannot pull images or reach the internet);
 Lingjun itself is offered only in some regions. A mistake here shows up as a job stuck in Queuing
 or failing after minutes, so every part is checked before anything is submitted.
+
+NAT gateways and SNAT entries are read over every page (VPC answers 10 per page unless asked for
+more): a VPC with many gateways or a long SNAT table must not look like one without the entry.
 """
 
 from __future__ import annotations
@@ -13,10 +16,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.paging import numbered_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.preflight.report import Finding, Verdict
 
 VPC_CONSOLE = "the VPC console (https://vpc.console.aliyun.com)"
+#: Items per page of DescribeNatGateways and DescribeSnatTableEntries: the most they answer (their
+#: SDK docstrings: default 10, maximum 50), so a long listing costs the fewest calls.
+PAGE_SIZE = 50
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,7 @@ def check_network(hook: AlibabaCloudHook, network: NetworkSettings, pods: int) -
     vpc_client, ecs_client = hook.client("vpc"), hook.client("ecs")
     findings: list[Finding] = []
 
+    # Filtered by the one VpcId, so the answer is at most one VPC: the first page holds it.
     vpcs = hook.call(
         "DescribeVpcs",
         lambda: vpc_client.describe_vpcs(vpc.DescribeVpcsRequest(region_id=region, vpc_id=network.vpc_id)),
@@ -153,17 +161,10 @@ def _check_nat(
     hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, network: NetworkSettings, switch: Any
 ) -> list[Finding]:
     """A public (internet) NAT gateway in the VPC, Available, with an SNAT entry for the vSwitch."""
-    request = vpc.DescribeNatGatewaysRequest(
-        region_id=hook.region, vpc_id=network.vpc_id, network_type="internet"
-    )
-    gateways = hook.call("DescribeNatGateways", lambda: vpc_client.describe_nat_gateways(request)).body
-    available = [g for g in gateways.nat_gateways.nat_gateway or [] if g.status == "Available"]
+    gateways = _nat_gateways(hook, vpc_client, vpc, network.vpc_id)
+    available = [g for g in gateways if g.status == "Available"]
     if not available:
-        found = (
-            "no public NAT gateway"
-            if not gateways.nat_gateways.nat_gateway
-            else "no Available public NAT gateway"
-        )
+        found = "no public NAT gateway" if not gateways else "no Available public NAT gateway"
         return [
             _fail(
                 "nat_gateway",
@@ -173,17 +174,8 @@ def _check_nat(
             )
         ]
     findings = [_pass("nat_gateway", f"public NAT gateway {available[0].nat_gateway_id} is Available")]
-    entries = []
-    for gateway in available:
-        for table_id in gateway.snat_table_ids.snat_table_id or []:
-            listed = hook.call(
-                "DescribeSnatTableEntries",
-                lambda table_id=table_id: vpc_client.describe_snat_table_entries(
-                    vpc.DescribeSnatTableEntriesRequest(region_id=hook.region, snat_table_id=table_id)
-                ),
-            ).body
-            entries.extend(listed.snat_table_entries.snat_table_entry or [])
-    covering = next((e for e in entries if _covers(e, network.switch_id, switch)), None)
+    tables = [table for g in available for table in (g.snat_table_ids.snat_table_id or [])]
+    covering = _covering_entry(hook, vpc_client, vpc, tables, network.switch_id, switch)
     if covering is None:
         findings.append(
             _fail(
@@ -200,6 +192,63 @@ def _check_nat(
             _pass("snat_entry", f"SNAT entry {covering.snat_entry_id} ({how}) via {covering.snat_ip}")
         )
     return findings
+
+
+def _nat_gateways(hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, vpc_id: str) -> list[Any]:
+    """Every internet NAT gateway of the VPC, over as many pages as there are."""
+
+    def page(number: int) -> tuple[list[Any], int | None]:
+        request = vpc.DescribeNatGatewaysRequest(
+            region_id=hook.region,
+            vpc_id=vpc_id,
+            network_type="internet",
+            page_number=number,
+            page_size=PAGE_SIZE,
+        )
+        body = vpc_client.describe_nat_gateways(request).body
+        return (body.nat_gateways.nat_gateway if body.nat_gateways else None) or [], body.total_count
+
+    return hook.call("DescribeNatGateways", lambda: list(numbered_pages(page)))
+
+
+def _covering_entry(
+    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, tables: list[str], switch_id: str, switch: Any
+) -> Any | None:
+    """The SNAT entry that gives the vSwitch internet access, or None.
+
+    Asked first with the SourceVSwitchId filter, so the usual entry (made for the vSwitch) costs one
+    call per table however long the tables are. Only when no table has one is every entry read,
+    for an entry whose SourceCIDR contains the vSwitch's CIDR.
+    """
+    for source_vswitch_id in (switch_id, None):
+        if source_vswitch_id is None and (switch is None or not switch.cidr_block):
+            return None  # without the vSwitch's CIDR no other entry can be shown to cover it
+        for table_id in tables:
+            entries = _snat_entries(hook, vpc_client, vpc, table_id, source_vswitch_id)
+            found = next((e for e in entries if _covers(e, switch_id, switch)), None)
+            if found is not None:
+                return found
+    return None
+
+
+def _snat_entries(
+    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, table_id: str, source_vswitch_id: str | None = None
+) -> list[Any]:
+    """The entries of one SNAT table (those of one vSwitch when it is given), over every page."""
+
+    def page(number: int) -> tuple[list[Any], int | None]:
+        request = vpc.DescribeSnatTableEntriesRequest(
+            region_id=hook.region,
+            snat_table_id=table_id,
+            source_vswitch_id=source_vswitch_id,
+            page_number=number,
+            page_size=PAGE_SIZE,
+        )
+        body = vpc_client.describe_snat_table_entries(request).body
+        listed = body.snat_table_entries.snat_table_entry if body.snat_table_entries else None
+        return listed or [], body.total_count
+
+    return hook.call("DescribeSnatTableEntries", lambda: list(numbered_pages(page)))
 
 
 def _covers(entry: Any, switch_id: str, switch: Any) -> bool:

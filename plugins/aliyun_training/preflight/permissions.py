@@ -38,6 +38,8 @@ def allowed_patterns(hook: AlibabaCloudHook, role: str) -> tuple[list[str], list
     from alibabacloud_ram20150501 import models
 
     ram = hook.client("ram")
+    # One answer lists every attached policy: neither the request nor the answer has RAM's
+    # Marker/MaxItems/IsTruncated paging (ListRoles and ListPolicies do), so there is no second page.
     attached = hook.call(
         "ListPoliciesForRole",
         lambda: ram.list_policies_for_role(models.ListPoliciesForRoleRequest(role_name=role)),

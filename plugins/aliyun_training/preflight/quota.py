@@ -134,6 +134,8 @@ def queue_request() -> Any:
     """ListQuotaWorkloads asking only for the count of workloads still in the queue.
 
     ``Status`` filters on the queue status (Enqueued / Dequeued), not on the workload's own status.
+    TotalCount counts every match whatever the page size, so one page of one item is all it takes:
+    nothing here is paged, because no workload is read.
     """
     from alibabacloud_paistudio20220112 import models
 

@@ -20,15 +20,17 @@ Facts from the NAS SDK (alibabacloud_nas20170626) docstrings, relied on here:
 - ClientToken (<= 64 ASCII characters) makes the create idempotent: a retried call with the same
   token answers the same task instead of starting a second import.
 - Id filters (Key DataFlowIds / TaskIds) match parts of ids, so results are compared exactly.
+- DescribeDataFlows / DescribeDataFlowTasks answer MaxResults entries (10 to 100, default 20) and a
+  NextToken while more remain; every page is read, at the largest size.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.paging import atoken_pages, token_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import SpecError
 
@@ -36,6 +38,7 @@ TASK_STATUSES = ("Pending", "Executing", "Failed", "Completed", "Canceling", "Ca
 FINISHED_STATUSES = frozenset({"Completed", "Failed", "Canceled"})
 CONFLICT_POLICY = "OVERWRITE_EXISTING"
 DATA_TYPE = "MetaAndData"
+#: The most entries DescribeDataFlows / DescribeDataFlowTasks answer per page (SDK: 10 to 100).
 MAX_RESULTS = 100
 MAX_PATH = 1023
 
@@ -90,21 +93,18 @@ def find_data_flow(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: st
 
     client = hook.client("nas")
 
+    def page(token: str | None) -> tuple[list[Any], str | None]:
+        request = models.DescribeDataFlowsRequest(
+            file_system_id=file_system_id,
+            filters=[models.DescribeDataFlowsRequestFilters(key="DataFlowIds", value=data_flow_id)],
+            max_results=MAX_RESULTS,
+            next_token=token,
+        )
+        body = client.describe_data_flows(request).body
+        return (body.data_flow_info.data_flow if body.data_flow_info else None) or [], body.next_token
+
     def lookup() -> Any:
-        for flow in _pages(
-            lambda token: client.describe_data_flows(
-                models.DescribeDataFlowsRequest(
-                    file_system_id=file_system_id,
-                    filters=[models.DescribeDataFlowsRequestFilters(key="DataFlowIds", value=data_flow_id)],
-                    max_results=MAX_RESULTS,
-                    next_token=token,
-                )
-            ).body,
-            lambda body: (body.data_flow_info.data_flow if body.data_flow_info else None) or [],
-        ):
-            if flow.data_flow_id == data_flow_id:
-                return flow
-        return None
+        return next((f for f in token_pages(page) if f.data_flow_id == data_flow_id), None)
 
     try:
         flow = hook.call("DescribeDataFlows", lookup)
@@ -182,16 +182,12 @@ def describe_task(hook: AlibabaCloudHook, file_system_id: str, task_id: str) -> 
 
     client = hook.client("nas")
 
+    def page(token: str | None) -> tuple[list[Any], str | None]:
+        body = client.describe_data_flow_tasks(_tasks_request(models, file_system_id, task_id, token)).body
+        return _tasks_of(body), body.next_token
+
     def lookup() -> Any:
-        for task in _pages(
-            lambda token: client.describe_data_flow_tasks(
-                _tasks_request(models, file_system_id, task_id, token)
-            ).body,
-            _tasks_of,
-        ):
-            if task.task_id == task_id:
-                return task
-        return None
+        return next((t for t in token_pages(page) if t.task_id == task_id), None)
 
     return _task_info(hook.call("DescribeDataFlowTasks", lookup), file_system_id, task_id)
 
@@ -203,20 +199,16 @@ async def describe_task_async(hook: AlibabaCloudHook, file_system_id: str, task_
     await hook.aload()
     client = hook.client("nas")
 
+    async def page(token: str | None) -> tuple[list[Any], str | None]:
+        request = _tasks_request(models, file_system_id, task_id, token)
+        body = (await client.describe_data_flow_tasks_async(request)).body
+        return _tasks_of(body), body.next_token
+
     async def lookup() -> Any:
-        token: str | None = None
-        while True:
-            body = (
-                await client.describe_data_flow_tasks_async(
-                    _tasks_request(models, file_system_id, task_id, token)
-                )
-            ).body
-            for task in _tasks_of(body):
-                if task.task_id == task_id:
-                    return task
-            token = body.next_token
-            if not token:
-                return None
+        async for task in atoken_pages(page):
+            if task.task_id == task_id:
+                return task
+        return None
 
     return _task_info(await hook.acall("DescribeDataFlowTasks", lookup), file_system_id, task_id)
 
@@ -268,17 +260,6 @@ def _tasks_request(models: Any, file_system_id: str, task_id: str, token: str | 
 
 def _tasks_of(body: Any) -> list[Any]:
     return (body.task_info.task if body.task_info else None) or []
-
-
-def _pages(fetch: Callable[[str | None], Any], items: Callable[[Any], list[Any]]) -> Iterator[Any]:
-    """Every item of a NextToken listing."""
-    token: str | None = None
-    while True:
-        body = fetch(token)
-        yield from items(body)
-        token = body.next_token
-        if not token:
-            return
 
 
 def _task_info(task: Any, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
