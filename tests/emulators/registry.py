@@ -19,6 +19,11 @@ request) or ``"none"``. ``pull_allowed`` limits which repositories a user's toke
 Errors are the spec's JSON ``{"errors": [{"code", "message", "detail"}]}``
 (no body on HEAD). :meth:`RegistryEmulator.fail_next` answers the next requests with a 5xx;
 ``omit_digest_header`` leaves ``Docker-Content-Digest`` out as some registries do on HEAD.
+
+The token spec lets a registry name any URL as its realm (Docker Hub's is another host,
+``https://auth.docker.io/token``), so ``realm`` names another one, e.g. a second emulator standing
+for a foreign token service; ``token_redirect`` makes ``/token`` answer ``307 Temporary Redirect``
+to a URL (RFC 9110 §15.4.8), as a token service behind a moved address would.
 """
 
 from __future__ import annotations
@@ -77,6 +82,8 @@ class RegistryEmulator(ThreadedHttpServer):
         anonymous_pull: frozenset[str] = frozenset(),
         omit_digest_header: bool = False,
         pull_allowed: dict[str, set[str]] | None = None,
+        realm: str | None = None,
+        token_redirect: str | None = None,
     ) -> None:
         if auth not in ("bearer", "basic", "none"):
             raise ValueError("auth is bearer, basic or none")
@@ -86,6 +93,10 @@ class RegistryEmulator(ThreadedHttpServer):
         self.omit_digest_header = omit_digest_header
         #: login -> repositories it may pull (None: every user may pull every repository).
         self.pull_allowed = pull_allowed
+        #: The token realm the challenge names (None: this server's own ``/token``).
+        self.realm = realm
+        #: Where ``/token`` redirects to (None: it answers tokens itself).
+        self.token_redirect = token_redirect
         self.calls: list[RecordedCall] = []
         self.counts: Counter[str] = Counter()
         self._manifests: dict[str, dict[str, StoredManifest]] = {}
@@ -151,6 +162,8 @@ class RegistryEmulator(ThreadedHttpServer):
                 result: tuple[int, dict[str, str], bytes] = _error(
                     "UNAVAILABLE", "service unavailable", self._failures.pop(0)
                 )
+            elif endpoint == "token" and self.token_redirect:
+                result = 307, {"Location": self.token_redirect}, b""
             elif endpoint == "token":
                 result = self._token(parse_qs(url.query), authorization)
             elif endpoint == "ping":
@@ -173,7 +186,7 @@ class RegistryEmulator(ThreadedHttpServer):
         return result
 
     def _realm(self) -> str:
-        return f"http://{self.host}/token"
+        return self.realm or f"http://{self.host}/token"
 
     def _challenge(self, name: str | None, error: str = "") -> dict[str, str]:
         if self.auth == "basic":

@@ -64,24 +64,26 @@ def sts(dlc: DlcEmulator) -> Iterator[StsEmulator]:
 
 
 @pytest.fixture
-def env_credentials(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str], None]:
-    """Set the default chain's environment variables.
+def env_credentials(monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
+    """Set the default chain's environment variables (the STS token only when one is given).
 
     alibabacloud-credentials reads its environment once, when first imported, into
     ``auth_util``; the snapshot is updated with the variables. The ECS metadata provider is
     switched off so the chain never probes the metadata address from a test machine.
     """
 
-    def set_env(access_key_id: str, access_key_secret: str) -> None:
+    def set_env(access_key_id: str, access_key_secret: str, security_token: str | None = None) -> None:
         for variable, attribute, value in (
             ("ALIBABA_CLOUD_ACCESS_KEY_ID", "environment_access_key_id", access_key_id),
             ("ALIBABA_CLOUD_ACCESS_KEY_SECRET", "environment_access_key_secret", access_key_secret),
+            ("ALIBABA_CLOUD_SECURITY_TOKEN", "environment_security_token", security_token),
             ("ALIBABA_CLOUD_ECS_METADATA_DISABLED", "environment_ecs_metadata_disabled", "true"),
         ):
-            monkeypatch.setenv(variable, value)
+            if value is None:
+                monkeypatch.delenv(variable, raising=False)
+            else:
+                monkeypatch.setenv(variable, value)
             monkeypatch.setattr(auth_util, attribute, value)
-        monkeypatch.delenv("ALIBABA_CLOUD_SECURITY_TOKEN", raising=False)
-        monkeypatch.setattr(auth_util, "environment_security_token", None)
 
     return set_env
 
@@ -193,6 +195,26 @@ def test_sts_issued_secret_and_token_are_masked_after_assume_role(
     assert issued.access_key_secret not in redacted and "token-1" not in redacted
 
 
+def test_a_default_chain_sts_token_is_masked_before_it_signs_a_request(
+    monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator, env_credentials: Callable[..., None]
+) -> None:
+    """No key pair in the connection: the environment's STS credentials (as ACK's RRSA or an ECS
+    instance role would hand out) are masked too, not only the extras and AssumeRole results."""
+    env_ak, env_sk = "STS.from-environment", unique_secret("env-sts-secret")
+    token = unique_secret("env-token")
+    dlc.issue_security_token(token, IssuedToken(env_ak, env_sk, time.time() + 3600))
+    env_credentials(env_ak, env_sk, token)
+    line = f"signed with {env_sk} and {token}"
+    assert redact(line) == line  # nothing knows them before the hook hands them out
+
+    list_jobs(dlc_connection(monkeypatch, dlc))
+
+    [request] = dlc.requests_for("ListJobs")
+    assert request.status == 200 and request.headers["x-acs-security-token"] == token
+    redacted = redact(line)
+    assert env_sk not in redacted and token not in redacted and redacted.startswith("signed with ")
+
+
 # --------------------------------------------------------------------------------- credentials
 
 
@@ -286,7 +308,7 @@ def test_expired_assumed_token_is_renewed_by_call(
 
 
 def test_without_keys_or_role_the_default_chain_reads_the_environment(
-    monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator, env_credentials: Callable[[str, str], None]
+    monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator, env_credentials: Callable[..., None]
 ) -> None:
     env_ak, env_sk = "LTAI-from-environment", unique_secret("env-secret")
     dlc.accept_access_key(env_ak, env_sk)

@@ -13,6 +13,7 @@ import pytest
 from aliyun_training.image.registry import (
     MANIFEST_MEDIA_TYPES,
     RegistryAuthError,
+    RegistryError,
     RegistryUnavailableError,
     image_digest,
 )
@@ -190,9 +191,80 @@ def test_scheme_from_the_connection(registry, monkeypatch):
         image_digest(f"{registry.host}/ml/train:abc", CONN, attempts=1)
 
 
+@pytest.fixture
+def foreign() -> Iterator[RegistryEmulator]:
+    """Another server (another port: another address) standing for a token service elsewhere."""
+    with RegistryEmulator(users={LOGIN: PASSWORD}) as emulator:
+        yield emulator
+
+
+def test_credentials_are_never_sent_to_a_plain_http_realm_on_another_address(registry, foreign):
+    registry.realm = f"http://{foreign.host}/token"
+    registry.put_manifest("ml/train", "abc")
+
+    with pytest.raises(RegistryError) as caught:
+        image_digest(f"{registry.host}/ml/train:abc", CONN)
+
+    message = str(caught.value)
+    assert f"names the token realm 'http://{foreign.host}/token'" in message
+    assert f"plain http on another address than the registry's (http://{registry.host})" in message
+    assert "nothing was sent to it" in message and "fix: serve the registry's token service" in message
+    assert caught.value.retryable is False
+    assert foreign.calls == [], "the foreign realm received a request"
+    assert [(c.endpoint, c.auth) for c in registry.calls] == [("manifest", "")]
+    assert_secret_absent(message)
+
+
+def test_a_realm_that_is_not_an_http_url_is_refused_before_any_request(registry):
+    registry.realm = "ftp://tokens.example.com/token"
+    registry.put_manifest("ml/train", "abc")
+
+    with pytest.raises(RegistryError) as caught:
+        image_digest(f"{registry.host}/ml/train:abc", CONN)
+
+    assert "'ftp://tokens.example.com/token', which credentials are never sent" in str(caught.value)
+    assert "it is not an http(s) URL" in str(caught.value)
+    assert registry.count("token") == 0
+
+
+def test_an_https_realm_on_another_host_is_used(registry, foreign):
+    """Over https the realm may be anywhere (Docker Hub's is auth.docker.io): the check goes there.
+
+    The emulator speaks plain http, so the TLS handshake fails before any header is sent.
+    """
+    registry.realm = f"https://{foreign.host}/token"
+    registry.put_manifest("ml/train", "abc")
+
+    with pytest.raises(RegistryUnavailableError, match=f"GET https://{foreign.host}/token failed.*SSLError"):
+        image_digest(f"{registry.host}/ml/train:abc", CONN, attempts=1)
+    assert foreign.calls == []
+
+
+def test_the_token_request_with_credentials_does_not_follow_a_redirect(registry, foreign):
+    registry.token_redirect = f"http://{foreign.host}/token"
+    registry.put_manifest("ml/train", "abc")
+
+    with pytest.raises(RegistryError) as caught:
+        image_digest(f"{registry.host}/ml/train:abc", CONN)
+
+    message = str(caught.value)
+    assert f"GET http://{registry.host}/token redirected to http://{foreign.host}/token" in message
+    assert "credentials never follow a redirect" in message
+    assert foreign.calls == [], "the redirect was followed"
+    assert [(c.auth, c.status) for c in registry.calls if c.endpoint == "token"] == [("basic", 307)]
+    assert_secret_absent(message)
+
+
 @pytest.mark.parametrize(
     "reference",
-    ["ml/train:abc", "registry.example.com/ML/train:abc", "registry.example.com/ml/train:bad tag"],
+    [
+        "ml/train:abc",
+        "registry.example.com/ML/train:abc",
+        "registry.example.com/ml/train:bad tag",
+        "registry.example.com/ml/train:abc\n",
+        "registry.example.com/ml/train\n:abc",
+        "registry.example.com/ml/train@sha256:" + "a" * 64 + "\n",
+    ],
 )
 def test_bad_references_are_spec_errors(reference):
     with pytest.raises(SpecError, match="image: "):

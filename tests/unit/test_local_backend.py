@@ -69,6 +69,9 @@ def test_submitting_an_active_name_again_returns_the_running_job(
     spec = TrainingJobSpec(nodes=2, command=f"echo $RANK >> {starts}; sleep 30")
     first = backend.submit(spec, "once")
     wait_running(backend, first, processes=4)
+    deadline = time.monotonic() + 10
+    while not (starts.exists() and len(starts.read_text().split()) == 2) and time.monotonic() < deadline:
+        time.sleep(0.05)  # four processes may be two supervisors and two shells not yet past echo
 
     second = backend.submit(spec, "once")
 
@@ -199,3 +202,43 @@ def test_a_finished_node_last_line_without_a_newline_is_not_lost(backend: LocalB
     wait_terminal(backend, handle)
 
     assert backend.logs(handle).lines == ["[node-0] first", "[node-0] final words"]
+
+
+def test_a_job_sees_the_allow_listed_environment_and_none_of_the_workers_secrets(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker_secrets = {
+        "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT": '{"extra": {"access_key_secret": "conn-secret-9f2c"}}',
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://airflow:db-password-9f2c@db/airflow",
+        "AIRFLOW__CORE__FERNET_KEY": "fernet-key-9f2c",
+        "ALIBABA_CLOUD_ACCESS_KEY_SECRET": "cloud-secret-9f2c",
+        "HF_TOKEN": "hub-token-9f2c",
+    }
+    for name, value in {**worker_secrets, "LANG": "C.UTF-8", "NCCL_SOCKET_IFNAME": "eth0"}.items():
+        monkeypatch.setenv(name, value)
+    spec = TrainingJobSpec(nodes=1, command="env", env={"DATA_DIR": "/data/v1"})
+
+    handle = backend.submit(spec, "env-allow-list")
+
+    assert wait_terminal(backend, handle).state is JobState.SUCCEEDED
+    seen = dict(line.removeprefix("[node-0] ").split("=", 1) for line in backend.logs(handle).lines)
+    assert not set(worker_secrets) & set(seen), "a worker secret reached the training process"
+    assert "9f2c" not in (backend.root / "env-allow-list" / "node-0" / "log").read_text()
+    assert seen["LANG"] == "C.UTF-8" and seen["NCCL_SOCKET_IFNAME"] == "eth0"
+    assert seen["DATA_DIR"] == "/data/v1" and seen["RANK"] == "0" and seen["WORLD_SIZE"] == "1"
+    assert seen["PATH"].startswith(str(Path(sys.executable).parent))
+    assert seen["HOME"] == os.environ["HOME"]
+
+
+def test_the_run_directory_is_private_to_the_user_running_the_worker(backend: LocalBackend) -> None:
+    handle = backend.submit(TrainingJobSpec(nodes=2, command="echo hello; sleep 0.3"), "private")
+
+    assert wait_terminal(backend, handle).state is JobState.SUCCEEDED
+    run_dir = backend.root / "private"
+    modes = {p.relative_to(run_dir).as_posix(): p.stat().st_mode & 0o777 for p in run_dir.rglob("*")}
+    modes["."] = run_dir.stat().st_mode & 0o777
+    for rank in range(2):
+        for name in ("log", "supervisor.log", "exit.json", "pid.json", "heartbeat"):
+            assert f"node-{rank}/{name}" in modes, f"node-{rank}/{name} was not written"
+    assert {path: mode for path, mode in modes.items() if mode not in (0o600, 0o700)} == {}
+    assert modes["."] == modes["node-0"] == 0o700 and modes["job.json"] == 0o600

@@ -17,6 +17,12 @@ Each node's supervisor (``local_node.py``) watches the stop files, so status, lo
 from any process that sees the run directory (the triggerer, a retried worker) and after the
 launching worker died. Every process of a job carries ``ALIYUN_TRAINING_LOCAL_JOB=<job id>:node-<r>``
 in its environment, which finds torchrun's workers even after they were re-parented (Linux /proc).
+
+A job never sees the worker's secrets: it inherits only the variables in :data:`INHERITED_VARIABLES`
+and :data:`INHERITED_PREFIXES` (not ``AIRFLOW_CONN_*``, the metadata database URL, the Fernet key
+or ``ALIBABA_CLOUD_*`` keys), plus the spec's ``env`` and the contract above. The run directory is
+``0700`` and its files ``0600``: its logs and job.json are the job's, readable by the user that
+runs the worker and triggerer (the same user, as in the docker-compose deployment), no one else.
 """
 
 from __future__ import annotations
@@ -31,7 +37,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -42,8 +48,10 @@ from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChu
 from aliyun_training.backends.local_node import (
     HEARTBEAT_SECONDS,
     JOB_MARKER_VAR,
+    PRIVATE_DIR_MODE,
     job_pids,
     kill_processes,
+    open_private,
     proc_start_time,
     write_json_atomically,
 )
@@ -56,6 +64,33 @@ _LAUNCH_GRACE_SECONDS = 60.0
 #: A supervisor whose heartbeat is older than this is gone (SIGKILLed, OOM-killed, host rebooted).
 _HEARTBEAT_STALE_SECONDS = 10 * HEARTBEAT_SECONDS
 _MAX_LOG_BYTES_PER_CALL = 256 * 1024
+
+#: What a training process needs from the worker's environment, and why. Left out on purpose, besides
+#: Airflow's settings and cloud keys: proxy variables (their URLs may carry a password) and tokens
+#: of other services (e.g. HF_TOKEN); a job that needs one gets it in the spec's ``env``.
+INHERITED_VARIABLES = frozenset(
+    {
+        "PATH",  # finds bash tools and torchrun (the worker interpreter's bin directory goes first)
+        "HOME",  # ~/.cache of torch, pip and datasets
+        "USER",  # getpass.getuser(), e.g. torch's default cache and compile directories
+        "LOGNAME",  # the same, as POSIX names it
+        "SHELL",  # the shell tools start for subcommands
+        "LANG",  # text encoding of the job's output and of the files it reads
+        "LANGUAGE",  # message language, with LANG
+        "TZ",  # timestamps in the job's logs match the worker's
+        "TMPDIR",  # where the job's temporary files go (the worker's choice of disk)
+        "TERM",  # terminal capabilities for tools that format their output
+        "VIRTUAL_ENV",  # the interpreter's environment, as tools that look for it expect
+        "PYTHONPATH",  # the modules the worker's interpreter imports (no secret; set by deployments)
+        "LD_LIBRARY_PATH",  # CUDA, cuDNN, NCCL and driver libraries outside the default search path
+        "OMP_NUM_THREADS",  # CPU threads per process, set by the deployment for the machine
+    }
+)
+#: Families of settings for the GPU, the collective libraries and the math libraries: CUDA_* (e.g.
+#: CUDA_VISIBLE_DEVICES), NVIDIA_* (the container runtime's device selection), NCCL_* and GLOO_*
+#: (network interfaces, debugging), MKL_*, TORCH_* and PYTORCH_* (allocator and debug settings),
+#: LC_* (the locale).
+INHERITED_PREFIXES = ("CUDA_", "NVIDIA_", "NCCL_", "GLOO_", "MKL_", "TORCH_", "PYTORCH_", "LC_")
 
 
 class _NodeState(BaseModel):
@@ -84,6 +119,15 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The part of ``environ`` a training process may see: allow-listed names and prefixes only."""
+    return {
+        name: value
+        for name, value in environ.items()
+        if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)
+    }
 
 
 def _describe_exit(code: int) -> str:
@@ -157,8 +201,9 @@ class LocalBackend(OffloadedAsyncMixin):
 
     def _publish_job_dir(self, handle: JobHandle, spec: TrainingJobSpec) -> None:
         staging = self.root / f".{handle.job_id}.tmp"
+        staging.mkdir(mode=PRIVATE_DIR_MODE)
         for rank in range(spec.nodes):
-            (staging / f"node-{rank}").mkdir(parents=True)
+            (staging / f"node-{rank}").mkdir(mode=PRIVATE_DIR_MODE)
         job = {
             "name": handle.name,
             "job_id": handle.job_id,
@@ -175,7 +220,7 @@ class LocalBackend(OffloadedAsyncMixin):
         bin_dir = str(Path(sys.executable).parent)
         for rank in range(spec.nodes):
             env = {
-                **os.environ,
+                **inherited_environment(os.environ),
                 **spec.env,
                 "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}",
                 "PYTHONUNBUFFERED": "1",
@@ -188,7 +233,7 @@ class LocalBackend(OffloadedAsyncMixin):
             if spec.output_dir:
                 env.setdefault("OUTPUT_DIR", spec.output_dir)
             node_dir = job_dir / f"node-{rank}"
-            with (node_dir / "supervisor.log").open("ab") as supervisor_log:
+            with open_private(node_dir / "supervisor.log") as supervisor_log:
                 proc = subprocess.Popen(
                     [
                         sys.executable,

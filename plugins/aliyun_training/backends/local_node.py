@@ -10,7 +10,8 @@ directory (the triggerer, a retried worker, another container on the same volume
   then SIGKILL to every process of the job after the grace period;
 - ``exit.json`` records the exit code and end time.
 
-Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
+Every file it writes is ``0600`` (the job's output may print anything; only the user running the
+worker and triggerer reads it). Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
 """
 
 from __future__ import annotations
@@ -24,16 +25,25 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 
 JOB_MARKER_VAR = "ALIYUN_TRAINING_LOCAL_JOB"
 STOP_FILES = ("stop_requested", "teardown_requested")
 HEARTBEAT_SECONDS = 1.0
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+
+
+def open_private(path: Path) -> BinaryIO:
+    """``path`` opened for appending, created readable and writable by its owner only."""
+    return open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, PRIVATE_FILE_MODE), "ab")
 
 
 def write_json_atomically(path: Path, payload: dict) -> None:
-    """Write ``payload`` so readers see either nothing or the whole document."""
+    """Write ``payload`` (owner-only) so readers see either nothing or the whole document."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(payload))
+    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE), "w") as out:
+        out.write(json.dumps(payload))
     os.replace(tmp, path)
 
 
@@ -75,7 +85,7 @@ def kill_processes(marker_prefix: str, signum: signal.Signals, spare: int | None
 def main(argv: list[str]) -> int:
     node_dir, grace, command = Path(argv[1]), float(argv[2]), argv[3]
     node_marker = f"{os.environ[JOB_MARKER_VAR]}\0"
-    with (node_dir / "log").open("ab") as log:
+    with open_private(node_dir / "log") as log:
         child = subprocess.Popen(
             ["/bin/bash", "-c", command],
             stdin=subprocess.DEVNULL,
@@ -95,7 +105,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, request_stop)
     heartbeat = node_dir / "heartbeat"
     while (exit_code := child.poll()) is None:
-        heartbeat.touch()
+        heartbeat.touch(mode=PRIVATE_FILE_MODE)
         if any((node_dir.parent / name).exists() for name in STOP_FILES):
             request_stop()
         if stop_since and time.monotonic() - stop_since[0] > grace:

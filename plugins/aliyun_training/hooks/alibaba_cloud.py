@@ -9,13 +9,15 @@ Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``a
 - ``region``: e.g. ``cn-wulanchabu``;
 - ``protocol``: ``https`` (default) or ``http``;
 - ``endpoints``: service -> ``host[:port]`` for VPC endpoints or emulators; services are ``dlc``,
-  ``paistudio``, ``aiworkspace``, ``vpc``, ``ecs``, ``nas``, ``cr``, ``oss``, ``sts``, ``ram``;
+  ``paistudio``, ``aiworkspace``, ``vpc``, ``ecs``, ``nas``, ``cr``, ``oss``, ``sts``, ``ram``; a
+  service it leaves out gets its public endpoint in the region (:data:`PUBLIC_ENDPOINTS`);
 - ``retry``: ``{"max_attempts": 8, "base_delay": 0.5, "max_delay": 20}``;
 - ``connect_timeout_ms``, ``read_timeout_ms``.
 
 Without a key pair the alibabacloud-credentials default chain applies (environment variables,
 ECS instance RAM role, OIDC role on ACK). Secrets are registered with Airflow's secret masker as
-soon as they are read or issued, so they never reach task logs, XCom or error messages.
+soon as they are read, and every credential any provider hands out (the default chain's included)
+before it is used, so they never reach task logs, XCom or error messages.
 """
 
 from __future__ import annotations
@@ -32,7 +34,23 @@ from aliyun_training.hooks.retry import RetryPolicy
 #: How long a process keeps one hook per connection before reading the connection again.
 SHARED_HOOK_MAX_AGE_SECONDS = 300.0
 
-SERVICES = ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "oss", "sts", "ram")
+#: The public endpoint of each SDK service, as the product's "Endpoints" page of its API reference
+#: lists it (docs/fidelity.md names the pages). Every client gets its endpoint from here rather than
+#: from its SDK's own rule: RAM is one global service with no regional host, yet the RAM SDK composes
+#: ``ram.<region>.aliyuncs.com``, which does not exist; other SDKs carry stale per-region maps. OSS
+#: (no SDK client here; oss2 is given a bucket host) has its own in ``staging.oss.oss_endpoint``.
+PUBLIC_ENDPOINTS = {
+    "dlc": "pai-dlc.{region}.aliyuncs.com",
+    "paistudio": "pai.{region}.aliyuncs.com",
+    "aiworkspace": "aiworkspace.{region}.aliyuncs.com",
+    "vpc": "vpc.{region}.aliyuncs.com",
+    "ecs": "ecs.{region}.aliyuncs.com",
+    "nas": "nas.{region}.aliyuncs.com",
+    "cr": "cr.{region}.aliyuncs.com",
+    "sts": "sts.{region}.aliyuncs.com",
+    "ram": "ram.aliyuncs.com",
+}
+SERVICES = (*PUBLIC_ENDPOINTS, "oss")
 _SECRET_EXTRAS = ("access_key_secret", "security_token")
 
 
@@ -123,6 +141,10 @@ class AlibabaCloudHook(BaseHook):
             )
         return region
 
+    def endpoint(self, service: str) -> str:
+        """``host[:port]`` of ``service``: the connection's ``endpoints`` entry, else the public one."""
+        return (self.extras.get("endpoints") or {}).get(service) or default_endpoint(service, self.region)
+
     @cached_property
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy.from_extras(self.extras)
@@ -139,6 +161,27 @@ class AlibabaCloudHook(BaseHook):
         return self._credential_client
 
     def _credentials_provider(self) -> Any:
+        """The extras' credentials, or a role assumed with them; each layer masks what it hands out."""
+        from airflow.sdk.log import mask_secret
+        from alibabacloud_credentials.client import Client as CredentialClient
+
+        from aliyun_training.hooks.credentials import AssumeRoleCredentialsProvider, MaskedCredentialsProvider
+
+        extras = self.extras
+        base = MaskedCredentialsProvider(self._base_provider(), mask_secret)
+        if not extras.get("role_arn"):
+            return base
+        base_client = CredentialClient(provider=base)
+        role = AssumeRoleCredentialsProvider(
+            sts_client_factory=lambda: self._build_client("sts", base_client),
+            role_arn=extras["role_arn"],
+            session_name=extras.get("role_session_name", "airflow-aliyun-training"),
+            duration_seconds=int(extras.get("role_duration_seconds", 3600)),
+        )
+        return MaskedCredentialsProvider(role, mask_secret)
+
+    def _base_provider(self) -> Any:
+        """A fixed STS token, the key pair, or (neither in the extras) the default chain."""
         from alibabacloud_credentials.provider import (
             DefaultCredentialsProvider,
             StaticAKCredentialsProvider,
@@ -147,31 +190,16 @@ class AlibabaCloudHook(BaseHook):
 
         extras = self.extras
         if extras.get("security_token"):
-            base: Any = StaticSTSCredentialsProvider(
+            return StaticSTSCredentialsProvider(
                 access_key_id=extras["access_key_id"],
                 access_key_secret=extras["access_key_secret"],
                 security_token=extras["security_token"],
             )
-        elif extras.get("access_key_id"):
-            base = StaticAKCredentialsProvider(
+        if extras.get("access_key_id"):
+            return StaticAKCredentialsProvider(
                 access_key_id=extras["access_key_id"], access_key_secret=extras["access_key_secret"]
             )
-        else:
-            base = DefaultCredentialsProvider()
-        if not extras.get("role_arn"):
-            return base
-        from alibabacloud_credentials.client import Client as CredentialClient
-
-        from aliyun_training.hooks.credentials import AssumeRoleCredentialsProvider
-
-        base_client = CredentialClient(provider=base)
-        return AssumeRoleCredentialsProvider(
-            sts_client_factory=lambda: self._build_client("sts", base_client),
-            role_arn=extras["role_arn"],
-            session_name=extras.get("role_session_name", "airflow-aliyun-training"),
-            duration_seconds=int(extras.get("role_duration_seconds", 3600)),
-            on_new_credentials=_mask_issued,
-        )
+        return DefaultCredentialsProvider()
 
     def refresh_credentials(self) -> None:
         """Drop a cached STS token after a service rejected it; the next call fetches a new one.
@@ -179,7 +207,7 @@ class AlibabaCloudHook(BaseHook):
         Only an assumed role can be renewed; a fixed ``security_token`` extra cannot, and its expiry
         surfaces as the API error with a hint in ``AlibabaCloudApiError``.
         """
-        if hasattr(self._provider, "invalidate"):
+        if self._provider is not None:
             self._provider.invalidate()
 
     # -- clients ---------------------------------------------------------------------------------
@@ -193,15 +221,16 @@ class AlibabaCloudHook(BaseHook):
     def _build_client(self, service: str, credential: Any) -> Any:
         from alibabacloud_tea_openapi.utils_models import Config
 
+        client_class = _client_class(service)
         config = Config(
             credential=credential,
             region_id=self.region,
             protocol=self.extras.get("protocol", "https"),
-            endpoint=(self.extras.get("endpoints") or {}).get(service),
+            endpoint=self.endpoint(service),
             connect_timeout=int(self.extras.get("connect_timeout_ms", 5000)),
             read_timeout=int(self.extras.get("read_timeout_ms", 10000)),
         )
-        return _client_class(service)(config)
+        return client_class(config)
 
     def call(self, action: str, fn: Any) -> Any:
         """Run one SDK call under the retry policy (refreshing an expired STS token once)."""
@@ -238,6 +267,11 @@ def forget_shared_hooks() -> None:
         _shared.clear()
 
 
+def default_endpoint(service: str, region: str) -> str:
+    """The public endpoint of ``service`` in ``region`` (:data:`PUBLIC_ENDPOINTS`)."""
+    return PUBLIC_ENDPOINTS[service].format(region=region)
+
+
 def _client_class(service: str) -> Any:
     """SDK client classes, imported only when a service is used (never at DAG parse time)."""
     if service == "dlc":
@@ -261,10 +295,3 @@ def _client_class(service: str) -> Any:
     else:
         raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
     return Client
-
-
-def _mask_issued(credentials: Any) -> None:
-    from airflow.sdk.log import mask_secret
-
-    mask_secret(credentials.get_access_key_secret(), "access_key_secret")
-    mask_secret(credentials.get_security_token(), "security_token")

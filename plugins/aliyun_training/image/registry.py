@@ -15,6 +15,12 @@ Protocol (distribution spec / Docker token auth):
   repeated with ``Authorization: Bearer <token>``; for ``Basic`` the HEAD is repeated with HTTP
   Basic. ACR (personal and Enterprise) uses the Bearer flow; its login/password are the registry
   login credentials of the instance (a fixed password or a temporary token).
+- A registry names its token realm itself, so a compromised or misconfigured one could name any
+  URL. The realm is contacted only over https, or over http when it is the http registry's own
+  ``host:port`` (a local test registry, an in-VPC mirror); any other realm fails the check before
+  anything is sent to it. A request that carries credentials (Basic to the realm, the Bearer
+  token to the registry) never follows a redirect: a 3xx answer to it is an error naming where
+  it pointed.
 
 The connection (``registry_conn_id``): ``host`` is the registry (``host[:port]``, no path; it must
 be the reference's registry, so credentials are never sent to another registry), ``login`` and
@@ -37,6 +43,7 @@ import re
 import time
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 from aliyun_training.spec import SpecError
 
@@ -96,13 +103,13 @@ class ImageReference:
             )
         if at:
             name, ref = rest, digest
-            valid = bool(_DIGEST.match(ref))
+            valid = bool(_DIGEST.fullmatch(ref))
         else:
             name, colon, ref = rest.rpartition(":")
             if not colon or "/" in ref:
                 name, ref = rest, ""
-            valid = bool(_TAG.match(ref))
-        if not valid or not _NAME.match(name):
+            valid = bool(_TAG.fullmatch(ref))
+        if not valid or not _NAME.fullmatch(name):
             raise SpecError(
                 f"image: {reference!r} is not a valid image reference "
                 "(fix: host/namespace/repo:tag with a lower-case repository and a tag of letters, "
@@ -134,7 +141,7 @@ def image_digest(
     url = f"{base}/v2/{ref.name}/manifests/{ref.reference}"
     headers = {"Accept": ", ".join(MANIFEST_MEDIA_TYPES)}
     with requests.Session() as session:
-        call = _Caller(session, ref.registry, timeout, attempts, credentials)
+        call = _Caller(session, ref.registry, scheme, timeout, attempts, credentials)
         response = call("HEAD", url, headers=headers)
         auth: str | None = None
         if response.status_code == 401:
@@ -164,28 +171,48 @@ class _Caller:
     """One HTTP call with retries of transport failures, 5xx and 429; the password never leaks."""
 
     def __init__(
-        self, session: Any, registry: str, timeout: float, attempts: int, credentials: _Credentials | None
+        self,
+        session: Any,
+        registry: str,
+        scheme: str,
+        timeout: float,
+        attempts: int,
+        credentials: _Credentials | None,
     ) -> None:
         self.session = session
         self.registry = registry
+        self.scheme = scheme
         self.timeout = timeout
         self.attempts = max(1, attempts)
         self.credentials = credentials
 
     def __call__(self, method: str, url: str, authorization: str | None = None, **kwargs: Any) -> Any:
-        """``authorization`` goes in as a requests auth object, so ``~/.netrc`` cannot replace it and
-        requests drops it on a redirect to another host."""
+        """``authorization`` goes in as a requests auth object, so ``~/.netrc`` cannot replace it; a
+        request carrying it follows no redirect, so it reaches only the URL that was checked."""
         import requests
 
         problem = ""
         for attempt in range(1, self.attempts + 1):
             try:
                 response = self.session.request(
-                    method, url, timeout=self.timeout, auth=_HeaderAuth(authorization), **kwargs
+                    method,
+                    url,
+                    timeout=self.timeout,
+                    auth=_HeaderAuth(authorization),
+                    allow_redirects=authorization is None,
+                    **kwargs,
                 )
             except requests.RequestException as exc:
                 problem = f"{type(exc).__name__}: {self._scrub(str(exc))}"
             else:
+                if response.is_redirect and authorization:
+                    raise RegistryError(
+                        self.registry,
+                        f"registry {self.registry}: {method} {_without_query(url)} redirected to "
+                        f"{_without_query(response.headers.get('Location', ''))}; credentials never follow "
+                        "a redirect, so it was not followed (fix: name the final URL, e.g. the "
+                        "registry's token realm, in the registry's configuration)",
+                    )
                 if response.status_code < 500 and response.status_code != 429:
                     return response
                 problem = f"HTTP {response.status_code}"
@@ -242,6 +269,7 @@ def _authorize(call: _Caller, ref: ImageReference, challenge: str, credentials: 
             f"registry {ref.registry} asked for an unsupported authentication {scheme or '(none)'!r} "
             "(fix: use a Docker Registry v2 with Basic or Bearer token authentication)",
         )
+    _check_realm(ref, call.scheme, params["realm"])
     query = {"scope": params.get("scope") or f"repository:{ref.name}:pull"}
     if params.get("service"):
         query["service"] = params["service"]
@@ -268,6 +296,36 @@ def _authorize(call: _Caller, ref: ImageReference, challenge: str, credentials: 
 
     mask_secret(token, "registry_token")
     return f"Bearer {token}"
+
+
+def _check_realm(ref: ImageReference, scheme: str, realm: str) -> None:
+    """Refuse a token realm that credentials may not be sent to: https only, or the http registry itself."""
+    target = urlsplit(realm)
+    if target.scheme == "https" and target.hostname:
+        return
+    own = _address(f"{scheme}://{ref.registry}")
+    if target.scheme == "http" and own is not None and _address(realm) == own:
+        return
+    if target.scheme not in ("http", "https") or not target.hostname:
+        why = "it is not an http(s) URL"
+    else:
+        why = f"it is plain http on another address than the registry's ({scheme}://{ref.registry})"
+    raise RegistryError(
+        ref.registry,
+        f"registry {ref.registry} names the token realm {_without_query(realm)!r}, which credentials "
+        f"are never sent to: {why}; nothing was sent to it (fix: serve the registry's token service "
+        "over https, or from the registry's own address)",
+    )
+
+
+def _address(url: str) -> tuple[str, str, int] | None:
+    """(scheme, host, port) of a URL, the port defaulted, to compare two addresses; None if malformed."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:  # a port that is not a number, or out of range
+        return None
+    return parts.scheme, (parts.hostname or "").lower(), port
 
 
 def _basic(credentials: _Credentials | None) -> str | None:

@@ -10,8 +10,10 @@ oss2 is imported inside the functions that use it: never at DAG parse time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
+import re
 import tempfile
 import urllib.request
 from collections.abc import Iterable
@@ -59,7 +61,30 @@ def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
         )
     if ".." in PurePosixPath(prefix).parts:
         raise SpecError(f"{field}: {uri!r} contains '..' (fix: use the folder's plain key prefix)")
+    bucket, _, endpoint = parsed.netloc.partition(".")
+    if not _BUCKET_NAME.fullmatch(bucket):
+        raise SpecError(
+            f"{field}: {bucket!r} in {uri!r} is not an OSS bucket name (fix: bucket names are 3 to 63 "
+            "lower-case letters, digits and hyphens, starting and ending with a letter or digit)"
+        )
+    if endpoint and not _OSS_ENDPOINT.fullmatch(endpoint):
+        raise SpecError(
+            f"{field}: {endpoint!r} in {uri!r} is not an OSS endpoint (fix: write oss://bucket/prefix/, or "
+            "name the bucket's endpoint as oss://bucket.oss-<region>[-internal].aliyuncs.com/prefix/)"
+        )
     return OssLocation(parsed.netloc, prefix.rstrip("/") + "/")
+
+
+#: OSS bucket naming rules: 3-63 characters of lower-case letters, digits and hyphens, starting and
+#: ending with a letter or digit (OSS "Bucket naming conventions").
+_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
+_OSS_ENDPOINT = re.compile(r"oss-[a-z0-9-]+\.aliyuncs\.com")
+
+
+def oss_endpoint(region: str, internal: bool = False) -> str:
+    """The OSS endpoint of ``region`` (OSS "Regions and endpoints"): ``-internal`` is reached from
+    inside the region (ECS, DLC and ACK nodes) without internet traffic."""
+    return f"oss-{region}{'-internal' if internal else ''}.aliyuncs.com"
 
 
 @dataclass(frozen=True)
@@ -82,7 +107,7 @@ class OssClientConfig:
         from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
 
         hook = AlibabaCloudHook(conn_id)
-        host = (hook.extras.get("endpoints") or {}).get("oss") or f"oss-{hook.region}.aliyuncs.com"
+        host = (hook.extras.get("endpoints") or {}).get("oss") or oss_endpoint(hook.region)
         endpoint = f"{hook.extras.get('protocol', 'https')}://{host}"
         return cls(endpoint, hook.region, hook.credential_client(), pool_size)
 
@@ -98,7 +123,7 @@ class OssClientConfig:
 
         if not region:
             raise SpecError("region: OSS needs a region (fix: pass --region, e.g. cn-wulanchabu)")
-        url = endpoint or f"https://oss-{region}.aliyuncs.com"
+        url = endpoint or f"https://{oss_endpoint(region)}"
         if "://" not in url:
             url = f"https://{url}"
         # With keys in the environment (a pod's Secret), skip the rest of the chain: its instance-role
@@ -114,6 +139,7 @@ class OssClientConfig:
         """An oss2 Bucket signed with V4; ``enable_crc`` makes oss2 check CRC64 of uploads itself."""
         import oss2
 
+        _redact_oss2_logs()
         auth = oss2.ProviderAuthV4(_CredentialsAdapter(self.credentials))
         session = oss2.Session(pool_size=self.pool_size)
         if not urllib.request.getproxies():
@@ -145,6 +171,48 @@ class _CredentialsAdapter:
         return oss2.credentials.Credentials(
             credential.access_key_id, credential.access_key_secret, credential.security_token or ""
         )
+
+
+#: The STS token and the signature in what oss2 logs at DEBUG: the ``oss2.http`` "Send request"
+#: line prints the request headers as a dict (``'x-oss-security-token': '...'``, ``'authorization':
+#: '...'``), ``oss2.auth`` prints the V4 canonical request (``x-oss-security-token:...``), and signed
+#: URLs carry ``x-oss-security-token=...`` (``security-token=`` in V1).
+_QUOTED_SECRET = re.compile(
+    r"""(['"])((?:x-oss-)?security-token|authorization)\1(\s*:\s*)(['"]).*?\4""", re.I
+)
+_BARE_SECRET = re.compile(r"\b((?:x-oss-)?security-token)([:=])[^\s&'\",}]+", re.I)
+
+
+def redact_oss_secrets(text: str) -> str:
+    """``text`` with every security token and Authorization value oss2 might print replaced by ``***``."""
+    text = _QUOTED_SECRET.sub(lambda m: f"{m[1]}{m[2]}{m[1]}{m[3]}{m[4]}***{m[4]}", text)
+    return _BARE_SECRET.sub(r"\1\2***", text)
+
+
+class _OssSecretFilter(logging.Filter):
+    """Rewrites an oss2 log record without its secrets, keeping the rest of the line (the request)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        redacted = redact_oss_secrets(message)
+        if redacted != message:
+            record.msg, record.args = redacted, None
+        return True
+
+
+@functools.cache
+def _redact_oss2_logs() -> None:
+    """Put the filter on every oss2 logger, once, before the first client exists.
+
+    A logger's filters see only records logged on that logger, not those its children pass up, so
+    ``oss2.http`` and ``oss2.auth`` (all loaded by ``import oss2``) each need it. Airflow's masker
+    does not run in a staging pod's CLI, and a token from the default chain is known to no masker:
+    this keeps the token out of DEBUG logs wherever an OSS client runs.
+    """
+    secret_filter = _OssSecretFilter()
+    for name in list(logging.Logger.manager.loggerDict):
+        if name == "oss2" or name.startswith("oss2."):
+            logging.getLogger(name).addFilter(secret_filter)
 
 
 def is_transient_oss_error(exc: BaseException) -> bool:
