@@ -13,13 +13,38 @@ Decisions where the service's behaviour is not documented (keep them in mind whe
 - Log lines are returned verbatim (no timestamp prefix). Each line has a hidden emit time: the
   script's lines are spread evenly over the planned Running phase (line i of n at
   ``running_start + running_seconds * (i + 1) / n``), so they appear gradually while Running and
-  are all visible once the job finished; a stop hides the lines not yet emitted for good. Without
-  StartTime, GetPodLogs returns the last MaxLines visible lines (tail). With StartTime, it returns
-  the first MaxLines lines emitted at or after StartTime. EndTime keeps lines emitted at or before
-  it. Times are ISO 8601 UTC; a fractional second is accepted.
+  are all visible once the job finished; a stop hides the lines not yet emitted for good.
+  GetPodLogs returns the first MaxLines lines emitted at or after StartTime and at or before
+  EndTime. Times are ISO 8601 UTC; a fractional second is accepted.
 - ListJobs' DisplayName is a case-insensitive substring match, as the SDK documents ("Supports
   fuzzy match"); a caller that needs one exact name filters the answer itself.
 - Unknown JobId / PodId answer 404 ``JobNotFound`` / ``PodNotFound``.
+- GetJobEvents returns the first MaxEventsNum events of the script (events carry no times here).
+- Refusals of bodies the service would not run (the codes are not documented): 400
+  ``InvalidParameter`` naming the parameter, like the emulator's other refusals.
+
+Documented rules the emulator enforces (sources: the installed alibabacloud_pai_dlc20201203
+models' docstrings, and the PAI-DLC 2020-12-03 API reference, whose metadata is published as
+api-docs.json):
+
+- GetPodLogs: "StartTime ... Default value: 7 days ago", "EndTime ... Default value: current
+  time", "MaxLines ... Default value: 2000" (GetPodLogsRequest). Not documented, and decided
+  here: which lines a full answer keeps (the first ones after StartTime, read forwards).
+- GetJobEvents: the same StartTime/EndTime defaults and "MaxEventsNum ... Default value: 2000".
+- ListJobs: filters on the creation time; "StartTime ... Default value: the current time minus 7
+  days" and "EndTime ... Default value: the current time" (ListJobsRequest). PageSize: default
+  10, maximum 100, minimum 1 (the reference's metadata; the SDK docstring gives no default).
+- CreateJob UserVpc: "If the vSwitch ID is specified, this parameter [ExtendedCIDRs] is required.
+  Specify all CIDR blocks in the VPC." (CreateJobRequestUserVpc).
+- CreateJob DataSources Uri: every example names the bucket's endpoint,
+  ``oss://bucket.oss-cn-hangzhou-internal.aliyuncs.com/path/`` (CreateJob reference); a bare
+  ``oss://bucket/path/`` is refused. Unverified: whether the service itself refuses the bare form.
+- CreateJob ElasticSpec (JobElasticSpec): accepted with the job types AIMaster supports ("AIMaster
+  currently supports the following frameworks: PyTorch, MPI, TensorFlow, and ElasticBatch", DLC
+  guide "AIMaster: Elastic automatic fault tolerance engine"); with EnableElasticTraining,
+  MinParallelism and MaxParallelism must be given, at least 1, Min <= Max. Unverified: the
+  CreateJob reference and SDK docstring say of ElasticSpec "This parameter is not supported", and
+  no job-type rule or range check is documented.
 
 Test hook (not DLC): ``on_create`` is called with each accepted CreateJob body after the job is
 stored and before the answer is sent, outside the emulator's lock. The emulator runs no code, so a
@@ -30,6 +55,7 @@ the answer back (an answer lost in transit) while other requests are still serve
 from __future__ import annotations
 
 import copy
+import re
 import secrets
 import uuid
 from collections.abc import Callable
@@ -84,10 +110,24 @@ POD_STATUS = {
     "Failed": "Failed",
     "Stopped": "Failed",
 }
+#: GetPodLogs MaxLines and GetJobEvents MaxEventsNum: "Default value: 2000" (request docstrings).
 DEFAULT_MAX_LINES = 2000
-DEFAULT_PAGE_SIZE = 50
+DEFAULT_MAX_EVENTS = 2000
+#: GetPodLogs, GetJobEvents and ListJobs look back this far without StartTime ("7 days ago").
+DEFAULT_LOOKBACK_SECONDS = 7 * 24 * 3600
+#: ListJobs PageSize: default 10, maximum 100 (the API reference's metadata for ListJobs).
+DEFAULT_PAGE_SIZE = 10
+MAX_PAGE_SIZE = 100
 LIST_JOBS_FILTERS = ("DisplayName", "WorkspaceId", "Status", "JobType", "ResourceId")
-LIST_JOBS_PARAMETERS = frozenset({*LIST_JOBS_FILTERS, "PageNumber", "PageSize", "SortBy", "Order", "ShowOwn"})
+LIST_JOBS_PARAMETERS = frozenset(
+    {*LIST_JOBS_FILTERS, "PageNumber", "PageSize", "SortBy", "Order", "ShowOwn", "StartTime", "EndTime"}
+)
+#: Job types whose ElasticSpec is accepted: the frameworks AIMaster supports (DLC's AIMaster guide).
+ELASTIC_JOB_TYPES = frozenset({"PyTorchJob", "MPIJob", "TFJob", "ElasticBatchJob"})
+#: A bucket endpoint as the DataSources examples write it: <bucket>.oss-<region>[-internal].aliyuncs.com.
+OSS_BUCKET_ENDPOINT = re.compile(
+    r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\.oss-[a-z0-9-]+?(-internal)?\.aliyuncs\.com"
+)
 #: Create-body fields echoed by both GetJob and ListJobs (the response models share these names).
 ECHOED_FIELDS = (
     "Accessibility",
@@ -314,13 +354,16 @@ class DlcEmulator(EmulatorServer):
         if unsupported:
             raise ApiError(400, "InvalidParameter", f"ListJobs parameters {unsupported} are not emulated.")
         now = self.clock()
-        views = [(job, self._job_view(job, now)) for job in self.jobs.values()]
+        start = _time_param(request.query, "StartTime", now - DEFAULT_LOOKBACK_SECONDS)
+        end = _time_param(request.query, "EndTime", now)
+        created = [job for job in self.jobs.values() if start <= job.created_at <= end]
+        views = [(job, self._job_view(job, now)) for job in created]
         matching = [(job, view) for job, view in views if _matches(view, request.query)]
         matching.sort(key=_sort_key(request.query.get("SortBy", "GmtCreateTime")))
         if request.query.get("Order", "desc").lower() != "asc":
             matching.reverse()
         page = _int_param(request.query, "PageNumber", 1, minimum=1)
-        size = _int_param(request.query, "PageSize", DEFAULT_PAGE_SIZE, minimum=1)
+        size = _int_param(request.query, "PageSize", DEFAULT_PAGE_SIZE, minimum=1, maximum=MAX_PAGE_SIZE)
         return {
             "Jobs": [self._job_item(job, view) for job, view in matching[(page - 1) * size : page * size]],
             "TotalCount": len(matching),
@@ -341,12 +384,13 @@ class DlcEmulator(EmulatorServer):
         pod_id = request.path_params["PodId"]
         if pod_id not in dict(job.pod_ids):
             raise ApiError(404, "PodNotFound", f"Pod {pod_id} is not found in job {job.job_id}.")
-        lines = select_log_lines(job.visible_log(self.clock()), request.query)
+        now = self.clock()
+        lines = select_log_lines(job.visible_log(now), request.query, now)
         return {"JobId": job.job_id, "PodId": pod_id, "PodUid": _pod_uid(pod_id), "Logs": lines}
 
     def _get_job_events(self, request: ApiRequest) -> dict[str, Any]:
         job = self._job(request)
-        limit = _int_param(request.query, "MaxEventsNum", DEFAULT_MAX_LINES)
+        limit = _int_param(request.query, "MaxEventsNum", DEFAULT_MAX_EVENTS)
         return {"JobId": job.job_id, "Events": list(job.script.events[:limit])}
 
     def _list_sanity_check_results(self, request: ApiRequest) -> dict[str, Any]:
@@ -392,7 +436,56 @@ def validate_create_job_body(body: Any) -> dict[str, Any]:
         )
     for index, spec in enumerate(body["JobSpecs"]):
         _validate_job_spec(body["JobType"], index, spec)
+    _validate_elastic_spec(body["JobType"], body.get("ElasticSpec"))
+    _validate_user_vpc(body.get("UserVpc"))
+    for index, source in enumerate(body.get("DataSources") or []):
+        _validate_data_source_uri(index, source.get("Uri"))
     return body
+
+
+def _validate_elastic_spec(job_type: str, elastic: dict[str, Any] | None) -> None:
+    """ElasticSpec only with a job type AIMaster drives, and a usable MinParallelism..MaxParallelism."""
+    if not elastic:
+        return
+    if job_type not in ELASTIC_JOB_TYPES:
+        raise ApiError(
+            400, "InvalidParameter", f"The parameter ElasticSpec is not supported for JobType {job_type}."
+        )
+    if not elastic.get("EnableElasticTraining"):
+        return
+    low, high = elastic.get("MinParallelism"), elastic.get("MaxParallelism")
+    if not isinstance(low, int) or not isinstance(high, int) or not 1 <= low <= high:
+        raise ApiError(
+            400,
+            "InvalidParameter",
+            f"The parameters ElasticSpec.MinParallelism ({low}) and MaxParallelism ({high}) must be "
+            "positive integers with MinParallelism <= MaxParallelism.",
+        )
+
+
+def _validate_user_vpc(vpc: dict[str, Any] | None) -> None:
+    """CreateJobRequestUserVpc: with a SwitchId, ExtendedCIDRs "is required" (every CIDR of the VPC)."""
+    if vpc and vpc.get("SwitchId") and not vpc.get("ExtendedCIDRs"):
+        raise ApiError(
+            400,
+            "InvalidParameter",
+            "The parameter UserVpc.ExtendedCIDRs is required when UserVpc.SwitchId is specified; "
+            "specify all CIDR blocks in the VPC.",
+        )
+
+
+def _validate_data_source_uri(index: int, uri: str | None) -> None:
+    """An OSS DataSources Uri names the bucket's endpoint, as every CreateJob reference example does."""
+    if not uri or not uri.startswith("oss://"):
+        return
+    host = uri.removeprefix("oss://").split("/", 1)[0]
+    if not OSS_BUCKET_ENDPOINT.fullmatch(host):
+        raise ApiError(
+            400,
+            "InvalidParameter",
+            f"The parameter DataSources[{index}].Uri {uri!r} must name the bucket's endpoint, e.g. "
+            "oss://bucket.oss-cn-hangzhou-internal.aliyuncs.com/path/.",
+        )
 
 
 def _validate_job_spec(job_type: str, index: int, spec: dict[str, Any]) -> None:
@@ -411,12 +504,13 @@ def _validate_job_spec(job_type: str, index: int, spec: dict[str, Any]) -> None:
         )
 
 
-def select_log_lines(visible: list[tuple[float, str]], query: dict[str, str]) -> list[str]:
-    """Apply GetPodLogs' StartTime/EndTime window and MaxLines (head after StartTime, else tail)."""
+def select_log_lines(visible: list[tuple[float, str]], query: dict[str, str], now: float) -> list[str]:
+    """GetPodLogs: the first MaxLines (default 2000) lines from StartTime (default: 7 days before
+    ``now``) to EndTime (default: ``now``), as GetPodLogsRequest's docstring gives the defaults."""
     limit = _int_param(query, "MaxLines", DEFAULT_MAX_LINES)
-    start, end = _time_param(query, "StartTime"), _time_param(query, "EndTime")
-    lines = [line for t, line in visible if (start is None or t >= start) and (end is None or t <= end)]
-    return lines[:limit] if start is not None else lines[max(len(lines) - limit, 0) :]
+    start = _time_param(query, "StartTime", now - DEFAULT_LOOKBACK_SECONDS)
+    end = _time_param(query, "EndTime", now)
+    return [line for t, line in visible if start <= t <= end][:limit]
 
 
 def _status_fields(job: EmulatedJob, spans: list[Span], now: float) -> dict[str, Any]:
@@ -542,19 +636,23 @@ def _sort_key(sort_by: str) -> Any:
     return keys[sort_by]
 
 
-def _int_param(query: dict[str, str], name: str, default: int, minimum: int = 0) -> int:
+def _int_param(
+    query: dict[str, str], name: str, default: int, minimum: int = 0, maximum: int | None = None
+) -> int:
     try:
         value = int(query.get(name, default))
     except ValueError as exc:
         raise ApiError(400, "InvalidParameter", f"The parameter {name} must be an integer.") from exc
     if value < minimum:
         raise ApiError(400, "InvalidParameter", f"The parameter {name} must be at least {minimum}.")
+    if maximum is not None and value > maximum:
+        raise ApiError(400, "InvalidParameter", f"The parameter {name} must be at most {maximum}.")
     return value
 
 
-def _time_param(query: dict[str, str], name: str) -> float | None:
+def _time_param(query: dict[str, str], name: str, default: float) -> float:
     if not query.get(name):
-        return None
+        return default
     try:
         return parse_iso_utc(query[name])
     except ValueError as exc:

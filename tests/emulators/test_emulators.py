@@ -215,7 +215,8 @@ def test_pod_logs_grow_while_running_and_filter_by_time(client: DlcClient, clock
     assert logs() == ["Starting training: WORLD_SIZE=2 RANK=0", "epoch 1/3 loss=2.3026"]
     clock.advance(1)
     assert len(logs()) == 5
-    assert logs(max_lines=2) == ["epoch 3/3 loss=1.5107", "Training finished"]
+    # Without StartTime, GetPodLogs reads from 7 days ago: the first MaxLines lines, not the last.
+    assert logs(max_lines=2) == ["Starting training: WORLD_SIZE=2 RANK=0", "epoch 1/3 loss=2.3026"]
     third_line_at = running_at + 0.5 * 3 / 5
     assert logs(start_time=_iso_fraction(third_line_at)) == [
         "epoch 2/3 loss=1.8412",
@@ -473,3 +474,193 @@ def test_assume_role_enforces_the_minimum_duration() -> None:
             sts_models.AssumeRoleRequest(role_arn=ROLE_ARN, role_session_name="s", duration_seconds=60)
         )
     assert caught.value.code == "InvalidParameter.DurationSeconds"
+
+
+# -- the DLC emulator enforces PAI-DLC's documented rules (sources in tests/emulators/dlc.py) ----
+
+DAY = 24 * 3600.0
+
+
+def refused(client: DlcClient, request: dlc_models.CreateJobRequest) -> ClientException:
+    with pytest.raises(ClientException) as caught:
+        client.create_job(request)
+    assert (caught.value.status_code, caught.value.code) == (400, "InvalidParameter")
+    return caught.value
+
+
+# -- CreateJob ---------------------------------------------------------------------------------------
+
+
+def test_a_vswitch_without_extended_cidrs_is_refused_and_accepted_with_them(
+    dlc: DlcEmulator, client: DlcClient
+) -> None:
+    def vpc(**cidrs: Any) -> dlc_models.CreateJobRequestUserVpc:
+        return dlc_models.CreateJobRequestUserVpc(vpc_id="vpc-1", security_group_id="sg-1", **cidrs)
+
+    error = refused(client, _pytorch_job(user_vpc=vpc(switch_id="vsw-1")))
+    with_cidrs = client.create_job(
+        _pytorch_job(user_vpc=vpc(switch_id="vsw-1", extended_cidrs=["10.0.0.0/8"]))
+    )
+    without_switch = client.create_job(_pytorch_job(user_vpc=vpc()))
+
+    assert "UserVpc.ExtendedCIDRs is required when UserVpc.SwitchId is specified" in error.message
+    assert set(dlc.jobs) == {with_cidrs.body.job_id, without_switch.body.job_id}
+
+
+@pytest.mark.parametrize(
+    ("uri", "accepted"),
+    [
+        ("oss://bucket.oss-cn-wulanchabu-internal.aliyuncs.com/data/", True),
+        ("oss://bucket.oss-cn-hangzhou.aliyuncs.com/data/", True),
+        ("oss://bucket/data/", False),
+        ("oss://bucket.example.com/data/", False),
+        ("nas://0a1b2c3d-abcd.cn-wulanchabu.nas.aliyuncs.com/data/", True),
+    ],
+)
+def test_an_oss_data_source_must_name_the_buckets_endpoint(
+    dlc: DlcEmulator, client: DlcClient, uri: str, accepted: bool
+) -> None:
+    request = _pytorch_job(
+        data_sources=[dlc_models.CreateJobRequestDataSources(uri=uri, mount_path="/mnt/data")]
+    )
+
+    if accepted:
+        client.create_job(request)
+        assert len(dlc.jobs) == 1
+    else:
+        assert (
+            f"DataSources[0].Uri {uri!r} must name the bucket's endpoint" in refused(client, request).message
+        )
+        assert dlc.jobs == {}
+
+
+def test_elastic_spec_is_accepted_with_a_pytorch_job_and_echoed(client: DlcClient) -> None:
+    elastic = dlc_models.JobElasticSpec(enable_elastic_training=True, min_parallelism=1, max_parallelism=4)
+
+    job_id = client.create_job(_pytorch_job(elastic_spec=elastic)).body.job_id
+    echoed = client.get_job(job_id, dlc_models.GetJobRequest()).body.elastic_spec
+
+    assert (echoed.enable_elastic_training, echoed.min_parallelism, echoed.max_parallelism) == (True, 1, 4)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        (
+            {"job_type": "XGBoostJob", "job_specs": None},
+            "ElasticSpec is not supported for JobType XGBoostJob",
+        ),
+        ({"min_parallelism": 4, "max_parallelism": 2}, "MinParallelism (4) and MaxParallelism (2)"),
+        ({"min_parallelism": 0}, "MinParallelism (0) and MaxParallelism (4)"),
+        ({"max_parallelism": None}, "MinParallelism (1) and MaxParallelism (None)"),
+    ],
+)
+def test_elastic_spec_outside_what_aimaster_drives_or_with_a_bad_range_is_refused(
+    dlc: DlcEmulator, client: DlcClient, overrides: dict[str, Any], named: str
+) -> None:
+    limits = {"min_parallelism": 1, "max_parallelism": 4}
+    elastic_fields = {k: overrides.get(k, v) for k, v in limits.items()}
+    elastic = dlc_models.JobElasticSpec(enable_elastic_training=True, **elastic_fields)
+    request = _pytorch_job(elastic_spec=elastic)
+    if "job_type" in overrides:
+        request.job_type = overrides["job_type"]
+        request.job_specs = [request.job_specs[1]]
+
+    assert named in refused(client, request).message
+    assert dlc.jobs == {}
+
+
+def test_an_elastic_batch_job_is_accepted_with_its_workers(dlc: DlcEmulator, client: DlcClient) -> None:
+    request = _pytorch_job(job_type="ElasticBatchJob")
+    request.job_specs = [request.job_specs[1]]
+
+    client.create_job(request)
+
+    assert [body.body["JobType"] for body in dlc.jobs.values()] == ["ElasticBatchJob"]
+
+
+# -- GetPodLogs --------------------------------------------------------------------------------------
+
+
+def test_pod_logs_without_start_time_read_the_first_2000_lines_of_the_last_7_days(
+    dlc: DlcEmulator, client: DlcClient, clock: ManualClock
+) -> None:
+    clock.now = float(int(clock()))  # whole seconds: line i is emitted at created + i + 2
+    created = clock()
+    lines = [f"line {i}" for i in range(5000)]
+    dlc.default_script = JobScript(phases=[("Creating", 1.0), ("Running", 5000.0)], log_lines=lines)
+    job_id = client.create_job(_pytorch_job()).body.job_id
+    clock.advance(6000)
+    pod = f"{job_id}-master-0"
+
+    def logs(**query: Any) -> list[str]:
+        return client.get_pod_logs(job_id, pod, dlc_models.GetPodLogsRequest(**query)).body.logs
+
+    default = logs()
+    from_start = logs(start_time=iso_utc(created + 3002))
+    capped = logs(start_time=iso_utc(created + 3002), max_lines=3)
+    clock.advance(8 * DAY)
+    aged_out = logs()
+
+    assert default == lines[:2000]
+    assert from_start == lines[3000:5000]
+    assert capped == ["line 3000", "line 3001", "line 3002"]
+    assert aged_out == [], "without StartTime only the last 7 days are read"
+
+
+# -- ListJobs ----------------------------------------------------------------------------------------
+
+
+def test_list_jobs_pages_10_by_default_and_refuses_more_than_100(
+    client: DlcClient, clock: ManualClock
+) -> None:
+    for index in range(12):
+        clock.advance(1)
+        client.create_job(_pytorch_job(f"run-{index}"))
+
+    first = client.list_jobs(dlc_models.ListJobsRequest()).body
+    second = client.list_jobs(dlc_models.ListJobsRequest(page_number=2)).body
+    with pytest.raises(ClientException) as too_big:
+        client.list_jobs(dlc_models.ListJobsRequest(page_size=101))
+
+    assert (first.total_count, len(first.jobs), len(second.jobs)) == (12, 10, 2)
+    assert [j.display_name for j in first.jobs + second.jobs] == [f"run-{i}" for i in reversed(range(12))]
+    assert (
+        too_big.value.code == "InvalidParameter" and "PageSize must be at most 100" in too_big.value.message
+    )
+
+
+def test_list_jobs_searches_7_days_back_unless_given_start_time(
+    client: DlcClient, clock: ManualClock
+) -> None:
+    now = clock()
+    clock.now = now - 8 * DAY
+    old = client.create_job(_pytorch_job("nightly-old")).body.job_id
+    clock.now = now
+    new = client.create_job(_pytorch_job("nightly-new")).body.job_id
+
+    def listed(**query: Any) -> list[str]:
+        jobs = client.list_jobs(dlc_models.ListJobsRequest(display_name="nightly", **query)).body.jobs
+        return [j.job_id for j in jobs]
+
+    assert listed() == [new]
+    assert listed(start_time=iso_utc(now - 9 * DAY)) == [new, old]
+    assert listed(start_time=iso_utc(now - 9 * DAY), end_time=iso_utc(now - 7 * DAY)) == [old]
+
+
+def test_list_jobs_start_time_must_be_a_time(client: DlcClient) -> None:
+    with pytest.raises(ClientException) as caught:
+        client.list_jobs(dlc_models.ListJobsRequest(start_time=str(time.time())))
+    assert "StartTime must be an ISO 8601 UTC time" in caught.value.message
+
+
+# -- GetJobEvents ------------------------------------------------------------------------------------
+
+
+def test_job_events_answer_up_to_2000_by_default(dlc: DlcEmulator, client: DlcClient) -> None:
+    dlc.default_script = JobScript(events=[f"event {i}" for i in range(2100)])
+    job_id = client.create_job(_pytorch_job()).body.job_id
+
+    events = client.get_job_events(job_id, dlc_models.GetJobEventsRequest()).body.events
+
+    assert events == [f"event {i}" for i in range(2000)]

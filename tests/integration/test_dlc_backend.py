@@ -26,7 +26,12 @@ from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
 AK, SK = "LTAI-test-access-key", "dlc-secret-access-key-value"
 REGISTRY_PASSWORD = "registry-password-value"
 ROLE_ARN = "acs:ram::1234567890123456:role/pai-dlc-runner"
-VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}
+VPC = {
+    "vpc_id": "vpc-0abc",
+    "switch_id": "vsw-0abc",
+    "security_group_id": "sg-0abc",
+    "extended_cidrs": ["10.8.0.0/16", "172.20.0.0/16"],
+}
 
 
 @pytest.fixture
@@ -101,7 +106,12 @@ def test_the_spec_becomes_a_create_job_request_the_sdk_model_accepts(connected: 
         "Password": REGISTRY_PASSWORD,
     }
     assert body["ResourceId"] == "quota12345" and body["WorkspaceId"] == "ws-1"
-    assert body["UserVpc"] == {"VpcId": "vpc-0abc", "SwitchId": "vsw-0abc", "SecurityGroupId": "sg-0abc"}
+    assert body["UserVpc"] == {
+        "VpcId": "vpc-0abc",
+        "SwitchId": "vsw-0abc",
+        "SecurityGroupId": "sg-0abc",
+        "ExtendedCIDRs": ["10.8.0.0/16", "172.20.0.0/16"],
+    }
     assert body["Settings"]["EnableRDMA"] is True
     assert body["Settings"]["Tags"] == {"airflow-job-name": body["DisplayName"]}
     assert body["Envs"] == {"EPOCHS": "3", "OUTPUT_DIR": "/mnt/output/run-1"}
@@ -128,22 +138,25 @@ def create_job_id(dlc: DlcEmulator) -> str:
 
 
 @pytest.mark.parametrize(
-    ("framework", "roles"),
+    ("framework", "job_type", "roles"),
     [
-        ("tensorflow", [("Worker", 2)]),
-        ("mpi", [("Launcher", 1), ("Worker", 2)]),
-        ("elastic", [("Worker", 2)]),
+        ("tensorflow", "TFJob", [("Worker", 2)]),
+        ("mpi", "MPIJob", [("Launcher", 1), ("Worker", 2)]),
+        ("elastic", "PyTorchJob", [("Master", 1), ("Worker", 1)]),
+        ("elastic_batch", "ElasticBatchJob", [("Worker", 2)]),
     ],
 )
 def test_each_framework_maps_to_its_dlc_job_type_and_roles(
-    connected: DlcEmulator, framework: str, roles: list[tuple[str, int]]
+    connected: DlcEmulator, framework: str, job_type: str, roles: list[tuple[str, int]]
 ) -> None:
     defer(operator(framework=framework), task_context())
 
     body = connected.requests_for("CreateJob")[0].body
-    expected_type = {"tensorflow": "TFJob", "mpi": "MPIJob", "elastic": "ElasticBatchJob"}[framework]
-    assert body["JobType"] == expected_type
+    assert body["JobType"] == job_type
     assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == roles
+    # Elastic PyTorch is a PyTorchJob with ElasticSpec (min = max = nodes when the range is unset).
+    elastic = {"EnableElasticTraining": True, "MinParallelism": 2, "MaxParallelism": 2}
+    assert body.get("ElasticSpec") == (elastic if framework == "elastic" else None)
     for job_spec in body["JobSpecs"]:
         resources = job_spec.get("ResourceConfig") or {}
         if job_spec["Type"] == "Launcher":  # it runs mpirun only: a node's worth would need a node more

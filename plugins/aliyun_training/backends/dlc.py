@@ -10,14 +10,19 @@ job up by name instead of creating a second one.
 from __future__ import annotations
 
 import logging
+import math
+import shlex
 import time
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from aliyun_training.hooks.alibaba_cloud import shared_hook
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, shared_hook
 from aliyun_training.hooks.dlc import DlcHook
+from aliyun_training.hooks.paging import numbered_pages
 from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
+from aliyun_training.staging.oss import oss_endpoint, parse_oss_uri
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +43,14 @@ DLC_STATES: dict[str, JobState] = {
     "Failed": JobState.FAILED,
     "Stopped": JobState.STOPPED,
 }
+#: Elastic PyTorch training is a PyTorchJob with an ElasticSpec; ``elastic_batch`` is DLC's own
+#: ElasticBatchJob type (CreateJobRequest.JobType lists both).
 JOB_TYPES = {
     Framework.PYTORCH: "PyTorchJob",
     Framework.TENSORFLOW: "TFJob",
     Framework.MPI: "MPIJob",
-    Framework.ELASTIC: "ElasticBatchJob",
+    Framework.ELASTIC: "PyTorchJob",
+    Framework.ELASTIC_BATCH: "ElasticBatchJob",
 }
 NAME_TAG = "airflow-job-name"
 #: How DLC statuses add up to the phases a run report shows.
@@ -75,6 +83,22 @@ LOGGING_STATUSES = frozenset(
 LOG_OVERLAP_SECONDS = 2.0
 #: Lines kept in the cursor to recognise re-read lines.
 LOG_MEMORY_LINES = 100
+#: GetPodLogs answers at most MaxLines lines, "Default value: 2000" (GetPodLogsRequest docstring).
+POD_LOGS_MAX_LINES = 2000
+#: A tail read's first window before the job's end, how much each step widens or narrows it, and
+#: how many GetPodLogs requests one tail may take (a bounded search, see :class:`TailSearch`).
+TAIL_FIRST_WINDOW_SECONDS = 60.0
+TAIL_WINDOW_FACTOR = 8.0
+TAIL_MAX_REQUESTS = 8
+#: ListJobs' largest page ("PageSize": maximum 100, default 10, in the API reference's metadata).
+LIST_JOBS_PAGE_SIZE = 100
+#: How far back ``find`` searches when the caller knows no earlier bound. ListJobs filters on the
+#: creation time and, without StartTime, only looks 7 days back; a job runs at most
+#: ``timeout_minutes`` (capped at 30 days by the spec) after it was created and queued, so a day
+#: more covers the whole life of any job a retry could still be waiting for.
+FIND_HORIZON = timedelta(days=31)
+#: The time format DLC's StartTime/EndTime parameters use (the references' example 2020-11-08T16:00:00Z).
+DLC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 #: What an MPI launcher gets: it only runs mpirun, so a node's worth of CPU and memory on top of
@@ -85,7 +109,7 @@ LAUNCHER_MEMORY = "4Gi"
 
 def roles(spec: TrainingJobSpec) -> list[tuple[str, int, bool]]:
     """(JobSpecs Type, PodCount, gets GPUs) per role: how ``nodes`` become DLC replicas."""
-    if spec.framework is Framework.PYTORCH:
+    if spec.framework in (Framework.PYTORCH, Framework.ELASTIC):
         workers = [("Worker", spec.nodes - 1, True)] if spec.nodes > 1 else []
         return [("Master", 1, True), *workers]
     if spec.framework is Framework.MPI:
@@ -102,7 +126,7 @@ class DlcBackend:
         self,
         conn_id: str = "alibaba_cloud_default",
         workspace_id: str | None = None,
-        vpc: dict[str, str] | None = None,
+        vpc: dict[str, Any] | None = None,
         image_registry_conn_id: str | None = None,
         region: str | None = None,
         log_lines_per_poll: int = 500,
@@ -116,6 +140,10 @@ class DlcBackend:
         self.hook = shared_hook(DlcHook, conn_id, region)
         self._pods: dict[str, list[str]] = {}
         self._started: dict[str, str | None] = {}
+        #: Per job: (first time it can have logged, finish time or None while it runs), epoch seconds.
+        self._log_span: dict[str, tuple[float, float | None]] = {}
+        #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
+        self._vpc_cidrs: list[str] | None = None
 
     @property
     def config(self) -> dict[str, Any]:
@@ -159,12 +187,12 @@ class DlcBackend:
                 )
             )
         envs = {**spec.env, **({"OUTPUT_DIR": spec.output_dir} if spec.output_dir else {})}
-        command = f"cd {spec.working_dir} && {spec.command}" if spec.working_dir else spec.command
         return models.CreateJobRequest(
             display_name=name,
             job_type=JOB_TYPES[spec.framework],
             job_specs=job_specs,
-            user_command=command,
+            elastic_spec=_elastic_spec(spec),
+            user_command=_user_command(spec),
             resource_id=spec.quota_id,
             workspace_id=self.workspace_id,
             envs=envs or None,
@@ -172,24 +200,48 @@ class DlcBackend:
                 models.CreateJobRequestDataSources(
                     data_source_id=mount.dataset_id,
                     data_source_version=mount.dataset_version,
-                    uri=None if mount.dataset_id else mount.uri,
+                    uri=None if mount.dataset_id else dlc_mount_uri(mount.uri, self.hook.region),
                     mount_path=mount.mount_path,
                     mount_access="RO" if mount.read_only else "RW",
                 )
                 for mount in spec.datasets
             ]
             or None,
-            user_vpc=models.CreateJobRequestUserVpc(
-                vpc_id=self.vpc["vpc_id"],
-                switch_id=self.vpc["switch_id"],
-                security_group_id=self.vpc["security_group_id"],
-            )
-            if self.vpc
-            else None,
+            user_vpc=self._user_vpc(),
             settings=models.JobSettings(enable_rdma=spec.rdma or None, tags={NAME_TAG: name}),
             job_max_running_time_minutes=spec.timeout_minutes,
             priority=spec.priority,
         )
+
+    def _user_vpc(self) -> Any:
+        """UserVpc with every CIDR block of the VPC: DLC requires them once a vSwitch is named.
+
+        The SDK's CreateJobRequestUserVpc says of ExtendedCIDRs: "If the vSwitch ID is specified,
+        this parameter is required. Specify all CIDR blocks in the VPC." They come from the
+        environment's ``vpc.extended_cidrs``, else from DescribeVpcs (read once per backend).
+        """
+        if not self.vpc:
+            return None
+        from alibabacloud_pai_dlc20201203 import models
+
+        return models.CreateJobRequestUserVpc(
+            vpc_id=self.vpc["vpc_id"],
+            switch_id=self.vpc["switch_id"],
+            security_group_id=self.vpc["security_group_id"],
+            extended_cidrs=list(self.vpc.get("extended_cidrs") or []) or self._described_cidrs(),
+        )
+
+    def _described_cidrs(self) -> list[str]:
+        if self._vpc_cidrs is None:
+            self._vpc_cidrs = vpc_cidr_blocks(self.hook, self.vpc["vpc_id"])
+        if not self._vpc_cidrs:
+            raise SpecError(
+                f"vpc.extended_cidrs: DescribeVpcs reports no CIDR block for VPC {self.vpc['vpc_id']} in "
+                f"{self.hook.region}, and DLC needs every CIDR block of the VPC when a vSwitch is given "
+                '(fix: list them in the environment file\'s vpc.extended_cidrs, e.g. ["192.168.0.0/16"], '
+                "or check vpc.vpc_id and the region)"
+            )
+        return self._vpc_cidrs
 
     def _image_config(self) -> Any:
         """Private-registry credentials from an Airflow connection (host, login, password)."""
@@ -227,17 +279,30 @@ class DlcBackend:
         return JobHandle(backend=self.name, job_id=self.hook.call("CreateJob", create), name=name)
 
     def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
+        """The newest job whose DisplayName is exactly ``name``, created at or after ``since``.
+
+        ListJobs searches only the last 7 days without StartTime and matches DisplayName fuzzily
+        (``name`` also finds ``name-2``), so this asks from ``since`` (else ``FIND_HORIZON`` ago),
+        newest first, and pages until the first exact match or the end of the listing.
+        """
         from alibabacloud_pai_dlc20201203 import models
 
-        request = models.ListJobsRequest(
-            display_name=name,
-            workspace_id=self.workspace_id,
-            sort_by="GmtCreateTime",
-            order="desc",
-            page_size=20,
-        )
-        jobs = self.hook.call("ListJobs", lambda: self.hook.dlc.list_jobs(request)).body.jobs or []
-        newest = next((job for job in jobs if job.display_name == name), None)
+        start_time = _dlc_time((since or datetime.now(UTC) - FIND_HORIZON).timestamp())
+
+        def page(number: int) -> tuple[list[Any], int | None]:
+            request = models.ListJobsRequest(
+                display_name=name,
+                workspace_id=self.workspace_id,
+                start_time=start_time,
+                sort_by="GmtCreateTime",
+                order="desc",
+                page_number=number,
+                page_size=LIST_JOBS_PAGE_SIZE,
+            )
+            body = self.hook.call("ListJobs", lambda: self.hook.dlc.list_jobs(request)).body
+            return body.jobs or [], body.total_count
+
+        newest = next((job for job in numbered_pages(page) if job.display_name == name), None)
         return JobHandle(backend=self.name, job_id=newest.job_id, name=name) if newest else None
 
     def _find_active(self, name: str) -> JobHandle | None:
@@ -275,6 +340,10 @@ class DlcBackend:
         )
         self._pods[handle.job_id] = [pod.pod_id for pod in pods] if job.status in LOGGING_STATUSES else []
         self._started[handle.job_id] = job.gmt_running_time
+        self._log_span[handle.job_id] = (
+            _epoch(job.gmt_running_time or job.gmt_create_time),
+            _epoch(job.gmt_finish_time) if state.is_terminal and job.gmt_finish_time else None,
+        )
         failed = next((rank for rank, pod in enumerate(pods) if pod.status == "Failed"), None)
         reason = ": ".join(part for part in (job.reason_code, job.reason_message) if part)
         return JobStatus(
@@ -328,20 +397,30 @@ class DlcBackend:
                 handle.job_id,
                 self.log_lines_per_poll,
             )
-        since = datetime.fromtimestamp(asked_at - LOG_OVERLAP_SECONDS, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        since = _dlc_time(asked_at - LOG_OVERLAP_SECONDS)
         return LogChunk(lines=new, cursor={"since": since, "recent": (seen + new)[-LOG_MEMORY_LINES:]})
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
-        pod = self._pod(handle, node)
+        """The last ``lines`` lines of node ``node`` (at most ``POD_LOGS_MAX_LINES`` - 1)."""
+        pod, search = self._tail_search(handle, node, lines)
         if pod is None:
             return []
-        return self._pod_logs(handle, pod, _logs_request(max_lines=lines))
+        while (request := search.next_request()) is not None:
+            search.record(self._pod_logs(handle, pod, request))
+        return search.result(handle.job_id)
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
-        pod = self._pod(handle, node)
+        pod, search = self._tail_search(handle, node, lines)
         if pod is None:
             return []
-        return await self._apod_logs(handle, pod, _logs_request(max_lines=lines))
+        while (request := search.next_request()) is not None:
+            search.record(await self._apod_logs(handle, pod, request))
+        return search.result(handle.job_id)
+
+    def _tail_search(self, handle: JobHandle, node: int, lines: int) -> tuple[str | None, TailSearch]:
+        """The pod of ``node`` and the search for its tail, over the job's run as the last status saw it."""
+        first, finished = self._log_span.get(handle.job_id, (0.0, None))
+        return self._pod(handle, node), TailSearch(lines=lines, first=first, end=finished or time.time())
 
     def _pod(self, handle: JobHandle, node: int) -> str | None:
         pods = self._pods.get(handle.job_id) or []
@@ -363,36 +442,24 @@ class DlcBackend:
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
-        from alibabacloud_pai_dlc20201203 import models
-
         events = self.hook.call(
-            "GetJobEvents",
-            lambda: self.hook.dlc.get_job_events(
-                handle.job_id, models.GetJobEventsRequest(max_events_num=FAILURE_EVENTS)
-            ),
+            "GetJobEvents", lambda: self.hook.dlc.get_job_events(handle.job_id, _events_request())
         )
         checks = self.hook.call(
             "ListJobSanityCheckResults",
-            lambda: self.hook.dlc.list_job_sanity_check_results(
-                handle.job_id, models.ListJobSanityCheckResultsRequest()
-            ),
+            lambda: self.hook.dlc.list_job_sanity_check_results(handle.job_id, _sanity_checks_request()),
         )
         return _describe_failure(events.body, checks.body)
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
-        from alibabacloud_pai_dlc20201203 import models
-
         await self.hook.aload()
         events = await self.hook.acall(
-            "GetJobEvents",
-            lambda: self.hook.dlc.get_job_events_async(
-                handle.job_id, models.GetJobEventsRequest(max_events_num=FAILURE_EVENTS)
-            ),
+            "GetJobEvents", lambda: self.hook.dlc.get_job_events_async(handle.job_id, _events_request())
         )
         checks = await self.hook.acall(
             "ListJobSanityCheckResults",
             lambda: self.hook.dlc.list_job_sanity_check_results_async(
-                handle.job_id, models.ListJobSanityCheckResultsRequest()
+                handle.job_id, _sanity_checks_request()
             ),
         )
         return _describe_failure(events.body, checks.body)
@@ -426,12 +493,166 @@ def _logs_request(**fields: Any) -> Any:
     return models.GetPodLogsRequest(**fields)
 
 
+def _events_request() -> Any:
+    """GetJobEvents with its defaults (the last 7 days, at most 2000 events, per the SDK docstring).
+
+    Which end of a longer list MaxEventsNum keeps is not documented; asking the default and keeping
+    the last ``FAILURE_EVENTS`` shows the newest events either way, where asking for 20 could show
+    the first 20.
+    """
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.GetJobEventsRequest()
+
+
+def _sanity_checks_request() -> Any:
+    """ListJobSanityCheckResults takes no paging parameters: one answer holds every round."""
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.ListJobSanityCheckResultsRequest()
+
+
+def _user_command(spec: TrainingJobSpec) -> str:
+    """The spec's command, run from its working directory: the path is quoted for the shell."""
+    if not spec.working_dir:
+        return spec.command
+    return f"cd {shlex.quote(spec.working_dir)} && {spec.command}"
+
+
+def _elastic_spec(spec: TrainingJobSpec) -> Any:
+    """ElasticSpec of elastic PyTorch training: between ``min_nodes`` and ``max_nodes`` replicas."""
+    if spec.framework is not Framework.ELASTIC:
+        return None
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.JobElasticSpec(
+        enable_elastic_training=True,
+        min_parallelism=spec.elastic_min_nodes,
+        max_parallelism=spec.elastic_max_nodes,
+    )
+
+
+def dlc_mount_uri(uri: str | None, region: str) -> str | None:
+    """A mount's URI as DLC's DataSources take it: OSS with the bucket's internal endpoint.
+
+    Every DataSources example in the CreateJob reference names the endpoint
+    (``oss://bucket.oss-cn-hangzhou-internal.aliyuncs.com/path/``), while the environment writes a
+    bare ``oss://bucket/path/``. A bare bucket gets the internal endpoint of ``region`` (the job's;
+    a bucket elsewhere must be written with its endpoint). A host with a dot already is an endpoint:
+    OSS bucket names are lower-case letters, digits and hyphens only. Other schemes pass unchanged.
+    """
+    if not uri or not uri.startswith("oss://"):
+        return uri
+    location = parse_oss_uri(uri, field="datasets.uri")
+    if "." in location.bucket:
+        return uri
+    return f"oss://{location.bucket}.{oss_endpoint(region, internal=True)}/{location.prefix}"
+
+
+def vpc_cidr_blocks(hook: AlibabaCloudHook, vpc_id: str) -> list[str]:
+    """Every IPv4 CIDR block of the VPC, as DescribeVpcs' response model names them: CidrBlock,
+    SecondaryCidrBlocks.SecondaryCidrBlock and UserCidrs.UserCidr. Empty when the VPC is not found."""
+    from alibabacloud_vpc20160428 import models as vpc_models
+
+    request = vpc_models.DescribeVpcsRequest(region_id=hook.region, vpc_id=vpc_id)
+    listed = hook.call("DescribeVpcs", lambda: hook.client("vpc").describe_vpcs(request)).body.vpcs
+    found = next((vpc for vpc in (listed.vpc if listed else None) or [] if vpc.vpc_id == vpc_id), None)
+    if found is None:
+        return []
+    secondary = found.secondary_cidr_blocks.secondary_cidr_block if found.secondary_cidr_blocks else None
+    user = found.user_cidrs.user_cidr if found.user_cidrs else None
+    blocks = [found.cidr_block, *(secondary or []), *(user or [])]
+    return list(dict.fromkeys(block for block in blocks if block))
+
+
+@dataclass
+class TailSearch:
+    """The GetPodLogs windows that find the last ``lines`` lines of a pod, shared by sync and async.
+
+    GetPodLogs reads from StartTime ("Default value: 7 days ago") and answers at most MaxLines
+    lines ("Default value: 2000"; GetPodLogsRequest docstring), so asking without StartTime gives
+    a log's beginning, and a full answer need not reach its end. The tail is read with a StartTime
+    shortly before the job's ``end``: a full answer narrows the window; one with fewer than
+    ``lines`` lines widens it, unless it already starts at ``first`` (the job's start). Between a
+    window known too wide and one known too narrow the next is their geometric mean; at most
+    ``TAIL_MAX_REQUESTS`` requests are made. This holds whichever lines a full answer keeps.
+    EndTime stays at its default (now): nothing is logged after the end, and a StartTime in whole
+    seconds only widens a window.
+    """
+
+    lines: int
+    first: float
+    end: float
+    window: float = TAIL_FIRST_WINDOW_SECONDS
+    requests: int = 0
+    done: bool = False
+    #: The narrowest window whose answer was full, and the widest that held too few lines.
+    too_wide: float | None = None
+    too_narrow: float | None = None
+    #: The last answer that reached the end of the log; the last full one, if none did.
+    reached_end: list[str] | None = None
+    cut_short: list[str] | None = None
+
+    def next_request(self) -> Any | None:
+        """The next GetPodLogs request, or None once the tail is known or the budget is spent."""
+        if self.done or self.requests >= TAIL_MAX_REQUESTS:
+            return None
+        self.requests += 1
+        start = max(self.end - self.window, self.first)
+        return _logs_request(max_lines=POD_LOGS_MAX_LINES, start_time=_dlc_time(start))
+
+    def record(self, fetched: list[str]) -> None:
+        """Take the answer to the last request and choose the next window."""
+        if len(fetched) >= POD_LOGS_MAX_LINES:
+            self.cut_short, self.too_wide = fetched, self.window
+        elif len(fetched) >= self.lines or self.end - self.window <= self.first:
+            self.reached_end, self.done = fetched, True
+            return
+        else:
+            self.reached_end, self.too_narrow = fetched, self.window
+        window = self._next_window()
+        if window is None:
+            self.done = True
+        else:
+            self.window = window
+
+    def _next_window(self) -> float | None:
+        wide, narrow = self.too_wide, self.too_narrow
+        if wide is not None and narrow is not None:
+            return math.sqrt(wide * narrow) if wide - narrow > 1 else None
+        if wide is not None:
+            return max(wide / TAIL_WINDOW_FACTOR, 1.0) if wide > 1 else None
+        return (narrow or self.window) * TAIL_WINDOW_FACTOR
+
+    def result(self, job_id: str) -> list[str]:
+        """The last ``lines`` lines found; from a full answer only when no window reached the end."""
+        if self.reached_end is not None:
+            return self.reached_end[-self.lines :]
+        if self.cut_short is None:
+            return []
+        log.warning(
+            "Job %s logged more than %d lines within its last second; the log tail shown may end early",
+            job_id,
+            POD_LOGS_MAX_LINES,
+        )
+        return self.cut_short[-self.lines :]
+
+
 def _unseen(seen: list[str], fetched: list[str]) -> list[str]:
     """``fetched`` without its leading lines that repeat the end of ``seen`` (the overlap re-read)."""
     for overlap in range(min(len(seen), len(fetched)), 0, -1):
         if seen[-overlap:] == fetched[:overlap]:
             return fetched[overlap:]
     return fetched
+
+
+def _dlc_time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime(DLC_TIME_FORMAT)
+
+
+def _epoch(value: str | None) -> float:
+    """A DLC time as epoch seconds (0 when unknown: the search then treats the start as open)."""
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else 0.0
 
 
 def _iso(value: str | None) -> str | None:

@@ -1,0 +1,289 @@
+"""The DLC backend sends what PAI-DLC documents, and reads its answers as documented.
+
+Each test drives the real backend through the SDK against the DLC emulator (and the VPC emulator
+where the backend reads the VPC), and asserts the request the platform received or what the user
+sees: UserVpc's ExtendedCIDRs, OSS mounts with the bucket's endpoint, elastic PyTorch as
+PyTorchJob + ElasticSpec, a shell-quoted working directory, ListJobs searched from the run's
+start and paged, and a log tail that is the log's real end under GetPodLogs' documented paging.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from alibabacloud_pai_dlc20201203 import models as dlc_models
+
+from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend
+from aliyun_training.spec import SpecError, TrainingJobSpec
+from tests.cloud_harness import dlc_job, use_alibaba_connection
+from tests.emulators.base import ManualClock
+from tests.emulators.dlc import DlcEmulator, JobScript
+from tests.emulators.network import NetworkEmulator
+
+AK, SK = "LTAI-dlc-fidelity", "dlc-fidelity-secret"
+DAY = 24 * 3600.0
+
+
+@pytest.fixture
+def dlc() -> Iterator[DlcEmulator]:
+    with DlcEmulator({AK: SK}) as emulator:
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+@pytest.fixture
+def network() -> Iterator[NetworkEmulator]:
+    with NetworkEmulator({AK: SK}) as emulator:
+        emulator.standard()  # vpc-test 172.16.0.0/12, vsw-test, sg-test
+        yield emulator
+
+
+@pytest.fixture
+def connected(dlc: DlcEmulator, network: NetworkEmulator, monkeypatch: pytest.MonkeyPatch) -> DlcEmulator:
+    use_alibaba_connection(monkeypatch, {"dlc": dlc.endpoint, "vpc": network.endpoint}, AK, SK)
+    return dlc
+
+
+def job_spec(**fields: Any) -> TrainingJobSpec:
+    return TrainingJobSpec.parse(dlc_job(command="torchrun train.py", **fields))
+
+
+def submitted_body(dlc: DlcEmulator, backend: DlcBackend, spec: TrainingJobSpec, name: str) -> dict[str, Any]:
+    backend.submit(spec, name)
+    return dlc.requests_for("CreateJob")[-1].body
+
+
+# -- UserVpc.ExtendedCIDRs ---------------------------------------------------------------------------
+
+VPC = {"vpc_id": "vpc-test", "switch_id": "vsw-test", "security_group_id": "sg-test"}
+
+
+def test_without_extended_cidrs_the_vpcs_cidr_blocks_are_read_once_and_sent_with_the_vswitch(
+    connected: DlcEmulator, network: NetworkEmulator
+) -> None:
+    backend = DlcBackend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
+
+    first = submitted_body(connected, backend, job_spec(), "vpc-a")
+    second = submitted_body(connected, backend, job_spec(), "vpc-b")
+
+    expected = {
+        "VpcId": "vpc-test",
+        "SwitchId": "vsw-test",
+        "SecurityGroupId": "sg-test",
+        "ExtendedCIDRs": ["172.16.0.0/12"],
+    }
+    assert first["UserVpc"] == second["UserVpc"] == expected
+    assert network.count("DescribeVpcs") == 1, "the VPC is read once per backend"
+
+
+def test_secondary_and_user_cidr_blocks_of_the_vpc_are_sent_too(
+    connected: DlcEmulator, network: NetworkEmulator
+) -> None:
+    network.add_vpc(
+        "vpc-wide", "192.168.0.0/16", secondary_cidrs=("10.8.0.0/16",), user_cidrs=("100.64.0.0/10",)
+    )
+    backend = DlcBackend(vpc={**VPC, "vpc_id": "vpc-wide"})
+
+    body = submitted_body(connected, backend, job_spec(), "vpc-wide")
+
+    assert body["UserVpc"]["ExtendedCIDRs"] == ["192.168.0.0/16", "10.8.0.0/16", "100.64.0.0/10"]
+
+
+def test_extended_cidrs_from_the_environment_are_sent_as_given_without_reading_the_vpc(
+    connected: DlcEmulator, network: NetworkEmulator
+) -> None:
+    backend = DlcBackend(vpc={**VPC, "extended_cidrs": ["10.0.0.0/8", "192.168.0.0/16"]})
+
+    body = submitted_body(connected, backend, job_spec(), "vpc-given")
+
+    assert body["UserVpc"]["ExtendedCIDRs"] == ["10.0.0.0/8", "192.168.0.0/16"]
+    assert network.count("DescribeVpcs") == 0
+
+
+def test_a_vpc_without_cidr_blocks_fails_naming_extended_cidrs_before_anything_is_submitted(
+    connected: DlcEmulator,
+) -> None:
+    backend = DlcBackend(vpc={**VPC, "vpc_id": "vpc-elsewhere"})
+
+    with pytest.raises(SpecError) as failure:
+        backend.submit(job_spec(), "vpc-missing")
+
+    message = str(failure.value)
+    assert message.startswith("vpc.extended_cidrs: DescribeVpcs reports no CIDR block for VPC vpc-elsewhere")
+    assert 'list them in the environment file\'s vpc.extended_cidrs, e.g. ["192.168.0.0/16"]' in message
+    assert connected.count("CreateJob") == 0
+
+
+# -- DataSources: OSS with the bucket's endpoint -----------------------------------------------------
+
+
+def test_a_bare_oss_mount_is_sent_with_the_buckets_internal_endpoint_and_an_endpoint_is_kept(
+    connected: DlcEmulator,
+) -> None:
+    spec = job_spec(
+        datasets=[
+            {"uri": "oss://pai-training/outputs/cifar10", "mount_path": "/mnt/output", "read_only": False},
+            {"uri": "oss://data.oss-cn-shanghai-internal.aliyuncs.com/cifar10/v1/", "mount_path": "/mnt/d"},
+        ]
+    )
+
+    regional = submitted_body(connected, DlcBackend(), spec, "oss-mounts")
+    elsewhere = submitted_body(connected, DlcBackend(region="cn-beijing"), spec, "oss-mounts-bj")
+
+    assert [s["Uri"] for s in regional["DataSources"]] == [
+        "oss://pai-training.oss-cn-wulanchabu-internal.aliyuncs.com/outputs/cifar10/",
+        "oss://data.oss-cn-shanghai-internal.aliyuncs.com/cifar10/v1/",
+    ]
+    assert regional["DataSources"][0]["MountAccess"] == "RW"
+    assert elsewhere["DataSources"][0]["Uri"] == (
+        "oss://pai-training.oss-cn-beijing-internal.aliyuncs.com/outputs/cifar10/"
+    )
+
+
+# -- framework and command ---------------------------------------------------------------------------
+
+
+def test_elastic_pytorch_is_a_pytorch_job_with_elastic_spec_between_min_and_max_nodes(
+    connected: DlcEmulator,
+) -> None:
+    spec = job_spec(framework="elastic", nodes=2, min_nodes=1, max_nodes=4)
+
+    body = submitted_body(connected, DlcBackend(), spec, "elastic")
+
+    assert body["JobType"] == "PyTorchJob"
+    assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Master", 1), ("Worker", 1)]
+    assert body["ElasticSpec"] == {"EnableElasticTraining": True, "MinParallelism": 1, "MaxParallelism": 4}
+
+
+def test_the_working_directory_reaches_the_shell_quoted(connected: DlcEmulator) -> None:
+    spec = job_spec(working_dir="/mnt/code dir;touch /tmp/owned")
+
+    body = submitted_body(connected, DlcBackend(), spec, "quoted")
+
+    assert body["UserCommand"] == "cd '/mnt/code dir;touch /tmp/owned' && torchrun train.py"
+
+
+# -- find: ListJobs from the run's start, every page ---------------------------------------------------
+
+
+def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_defaults_to_7_days(
+    connected: DlcEmulator,
+) -> None:
+    clock = ManualClock(start=time.time() - 8 * DAY)
+    connected.clock = clock
+    backend = DlcBackend(workspace_id="ws-1")
+    created = backend.submit(job_spec(), "long-queued")
+    clock.now = time.time()
+
+    default_window = backend.hook.dlc.list_jobs(dlc_models.ListJobsRequest(display_name="long-queued"))
+    found = backend.find("long-queued", since=datetime.now(UTC) - timedelta(days=9))
+    found_without_since = backend.find("long-queued")
+
+    assert default_window.body.total_count == 0, "without StartTime ListJobs searches the last 7 days"
+    assert found == found_without_since == created
+    since_query, horizon_query = (r.query for r in connected.requests_for("ListJobs")[1:])
+    assert since_query["StartTime"] == (datetime.now(UTC) - timedelta(days=9)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert datetime.fromisoformat(horizon_query["StartTime"]) < datetime.now(UTC) - timedelta(days=30)
+
+
+def test_find_pages_past_a_full_page_of_fuzzy_matches_to_the_exact_name(connected: DlcEmulator) -> None:
+    clock = ManualClock()
+    connected.clock = clock
+    backend = DlcBackend(workspace_id="ws-1")
+    exact = backend.submit(job_spec(), "nightly")
+    for index in range(100):  # newer jobs whose names contain "nightly": page 1 holds only them
+        clock.advance(1)
+        backend.hook.dlc.create_job(backend.create_request(job_spec(), f"nightly-{index}"))
+
+    found = backend.find("nightly", since=datetime.now(UTC) - timedelta(hours=1))
+
+    assert found == exact
+    pages = [(r.query["PageNumber"], r.query["PageSize"]) for r in connected.requests_for("ListJobs")]
+    assert pages == [("1", "100"), ("2", "100")]
+
+
+# -- the log tail ------------------------------------------------------------------------------------
+
+
+def finished_job(dlc: DlcEmulator, lines: list[str], running_seconds: float) -> tuple[DlcBackend, JobHandle]:
+    """A job that logged ``lines`` over ``running_seconds`` and failed, as GetJob last reported it."""
+    clock = ManualClock()
+    dlc.clock = clock
+    dlc.default_script = JobScript(
+        phases=[("Creating", 1.0), ("Running", running_seconds)], final="Failed", log_lines=lines
+    )
+    backend = DlcBackend()
+    handle = backend.submit(job_spec(), "tail")
+    clock.advance(running_seconds + 60)
+    assert backend.status(handle).raw == "Failed"
+    return backend, handle
+
+
+@pytest.mark.parametrize("wanted", [50, 1500])  # 1500: windows alternate too wide / too narrow
+def test_the_tail_of_a_log_much_longer_than_max_lines_is_its_real_end(
+    connected: DlcEmulator, wanted: int
+) -> None:
+    lines = [f"step {i}" for i in range(100_000)]  # 100 lines a second: a first window holds too many
+    backend, handle = finished_job(connected, lines, running_seconds=1000.0)
+
+    tail = backend.tail(handle, 0, wanted)
+    requests = connected.count("GetPodLogs")
+    atail = asyncio.run(backend.atail(handle, 0, wanted))
+
+    assert len(lines) > 40 * POD_LOGS_MAX_LINES
+    assert tail == atail == lines[-wanted:]
+    assert 2 <= requests <= TAIL_MAX_REQUESTS, "one window was too wide, and the search is bounded"
+    assert all("StartTime" in r.query for r in connected.requests_for("GetPodLogs"))
+
+
+def test_the_tail_of_a_sparse_log_widens_its_window_until_it_holds_the_lines_asked_for(
+    connected: DlcEmulator,
+) -> None:
+    lines = [f"checkpoint {i}" for i in range(40)]  # one line every 15 minutes for 10 hours
+    backend, handle = finished_job(connected, lines, running_seconds=36_000.0)
+
+    tail = backend.tail(handle, 0, 10)
+
+    assert tail == lines[-10:]
+    assert 2 <= connected.count("GetPodLogs") <= TAIL_MAX_REQUESTS
+
+
+def test_streamed_logs_read_forwards_from_the_jobs_start_each_line_once(connected: DlcEmulator) -> None:
+    lines = [f"epoch {i}" for i in range(30)]
+    clock = ManualClock()
+    connected.clock = clock
+    connected.default_script = JobScript(phases=[("Creating", 1.0), ("Running", 30.0)], log_lines=lines)
+    backend = DlcBackend(log_lines_per_poll=500)
+    handle = backend.submit(job_spec(), "stream")
+    seen: list[str] = []
+    cursor: dict[str, Any] | None = None
+    for _ in range(4):
+        clock.advance(10)
+        backend.status(handle)
+        chunk = backend.logs(handle, cursor)
+        seen += chunk.lines
+        cursor = chunk.cursor
+
+    assert seen == lines
+    assert all("StartTime" in r.query for r in connected.requests_for("GetPodLogs"))
+
+
+# -- failure evidence ----------------------------------------------------------------------------------
+
+
+def test_a_failure_shows_the_newest_events_of_a_job_with_many(connected: DlcEmulator) -> None:
+    connected.default_script = JobScript(
+        phases=[("Creating", 0.05)], final="Failed", events=[f"event {i}" for i in range(1, 31)]
+    )
+    backend = DlcBackend()
+    handle = backend.submit(job_spec(), "events")
+
+    details = backend.failure_details(handle)
+
+    assert details == [f"event: event {i}" for i in range(11, 31)]
