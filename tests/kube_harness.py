@@ -1,4 +1,5 @@
-"""A Kubernetes connection pointed at the Kubernetes API fake, for the tests that drive the cncf hooks."""
+"""A Kubernetes connection pointed at the Kubernetes API fake, for the tests that drive the cncf hooks;
+and ``arena delete`` as arena runs it, to prove jobs this project submits are arena's to delete."""
 
 from __future__ import annotations
 
@@ -6,9 +7,11 @@ import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake
@@ -108,3 +111,82 @@ def bound_claim(name: str) -> dict:
             "storageClassName": "",
         },
     }
+
+
+# -- arena delete --------------------------------------------------------------------------------
+
+
+class ArenaDeleteError(AssertionError):
+    """``arena delete`` would exit non-zero: the errors kubectl printed, one per failed element."""
+
+
+def arena_delete(name: str, job_type: str, namespace: str = NS, conn_id: str = CONN_ID) -> list[str]:
+    """Do what ``arena delete <name> --type <job_type>`` does; return the resources it deleted.
+
+    kubeflow/arena ``pkg/workflow/workflow.go`` ``DeleteJob``: read ``data.app`` of ConfigMap
+    ``<name>-<type>`` (``kubectl get configmap -o=jsonpath='{.data.app}'``, verbatim), split it on
+    ``\\n`` and run ``kubectl delete <element> --namespace <ns>`` for every element
+    (``pkg/util/kubectl`` ``UninstallAppsWithAppInfoFile``), where a NotFound answer is no error and
+    any other failure (kubectl's own, for an empty or malformed element) fails the command; then
+    delete the ConfigMap, NotFound again being fine.
+    """
+    api = core(conn_id).api_client
+    configmap = f"{name}-{job_type}"
+    app = (client.CoreV1Api(api).read_namespaced_config_map(configmap, namespace).data or {}).get("app", "")
+    elements = app.split("\n")
+    errors = []
+    for element in elements:
+        try:
+            _kubectl_delete(api, element, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                errors.append(f"Error from server: {exc.status} {exc.reason} ({element})")
+        except ValueError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ArenaDeleteError("\n".join(errors))
+    try:
+        client.CoreV1Api(api).delete_namespaced_config_map(configmap, namespace)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+    return elements
+
+
+def _kubectl_delete(api: client.ApiClient, element: str, namespace: str) -> None:
+    """``kubectl delete <resource>[.<group>]/<name>``: the resource found through discovery as kubectl
+    finds it (plural, singular or short name; the preferred version first); ValueError with
+    kubectl's message when the argument names nothing to delete."""
+    if not element.strip():
+        raise ValueError("error: You must provide one or more resources by argument or filename.")
+    resource, slash, obj = element.partition("/")
+    if not slash or not obj:
+        raise ValueError("error: resource(s) were provided, but no name was specified")
+    kind, _, group = resource.partition(".")
+    match, base = _resolve(api, kind, group)
+    if match is None:
+        raise ValueError(f'error: the server doesn\'t have a resource type "{resource}"')
+    scope = f"/namespaces/{namespace}" if match["namespaced"] else ""
+    path = f"{base}{scope}/{match['name']}/{obj}"
+    api.call_api(path, "DELETE", auth_settings=["BearerToken"], _preload_content=False)
+
+
+def _resolve(api: client.ApiClient, kind: str, group: str) -> tuple[dict[str, Any] | None, str]:
+    """The served resource ``kind`` names in ``group`` and its API path, searching the group's
+    versions preferred first, as kubectl's REST mapper does."""
+    if group:
+        document = _discover(api, f"/apis/{group}")
+        versions = [document["preferredVersion"]["version"], *(v["version"] for v in document["versions"])]
+    else:
+        versions = ["v1"]
+    for version in dict.fromkeys(versions):
+        base = f"/apis/{group}/{version}" if group else "/api/v1"
+        for served in _discover(api, base)["resources"]:
+            if kind in (served["name"], served["singularName"], *served.get("shortNames", [])):
+                return served, base
+    return None, ""
+
+
+def _discover(api: client.ApiClient, path: str) -> dict[str, Any]:
+    response = api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False)
+    return json.loads(response[0].data if isinstance(response, tuple) else response.data)

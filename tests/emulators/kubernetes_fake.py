@@ -9,8 +9,20 @@ cncf provider code paths (KubernetesHook, AsyncKubernetesHook) it runs through a
 
 A background controller plays the parts of a cluster that make training jobs move: the Kubeflow
 training-operator (PyTorchJob, TFJob), the mpi-operator (MPIJob v2beta1, and the v1alpha1 that
-arena's chart still submits), the scheduler, the kubelet, the PV binder and the garbage collector.
-Each job (and each bare pod) follows a :class:`TrainingScript` picked by name prefix.
+arena's chart still submits), the scheduler, the kubelet, the PV binder, the CSI attacher and the
+garbage collector. Each job (and each bare pod) follows a :class:`TrainingScript` picked by name
+prefix, except where the operators' own code decides the outcome:
+
+- PyTorchJobs pass the training-operator's validating webhook (denied: 403) and their pods get the
+  operator's variables (MASTER_ADDR/RANK/WORLD_SIZE with a Master, torchrun's PET_* rendezvous for an
+  ``elasticPolicy``) and default port;
+- an MPIJob v2beta1 worker without command and args runs the operator's sshd; one with a command
+  runs no sshd, so the launcher's mpirun fails on ssh "Connection refused" and the job fails as the
+  mpi-operator reports a failed launcher Job; v1alpha1 workers run ``sleep 365d``;
+- a PV of an attach-requiring CSI driver is attached per node under the VolumeAttachment name the
+  attacher derives from its volume handle: a second PV with the same handle cannot attach there.
+
+Lists honour ``limit``/``continue`` (no default page size, as Kubernetes).
 
 A container whose env takes a value from a missing Secret or key (``secretKeyRef``, not optional)
 waits in CreateContainerConfigError, as the kubelet leaves it, until the Secret has the key. A pod
@@ -43,7 +55,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -92,6 +104,25 @@ DNS1123_SUBDOMAIN_MESSAGE = (
     "and must start and end with an alphanumeric character"
 )
 NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
+#: k8s.io/apimachinery pkg/util/validation IsDNS1035Label and its message.
+DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+DNS1035_LABEL_MESSAGE = (
+    "a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
+    "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
+    "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')"
+)
+#: The training-operator's PyTorchJob validating webhook (its kubebuilder marker's name).
+PYTORCH_WEBHOOK = "validator.pytorchjob.training-operator.kubeflow.org"
+#: pytorch_types.go PyTorchJobDefaultPortName / PyTorchJobDefaultPort.
+PYTORCH_PORT_NAME = "pytorchjob-port"
+PYTORCH_DEFAULT_PORT = 23456
+#: mpi-operator v2beta1 newWorker: a worker without command and args runs sshd for mpirun.
+SSHD_COMMAND = ("/usr/sbin/sshd", "-De")
+#: mpi-operator v1alpha1 newWorker (removed in v0.3): every worker's command.
+V1ALPHA1_WORKER_COMMAND = ("sleep",)
+V1ALPHA1_WORKER_ARGS = ("365d",)
+#: mpirun's exit code when it cannot start its daemons on the workers (unverified: Open MPI's ORTE).
+MPIRUN_UNREACHABLE_EXIT_CODE = 1
 #: List fields a strategic merge patch merges item by item, by this key (the rest are replaced).
 MERGE_KEYS = {
     "containers": "name",
@@ -119,6 +150,19 @@ STATUS_REASONS = {
     503: "ServiceUnavailable",
     504: "Timeout",
 }
+
+
+#: CSI drivers whose CSIDriver says ``attachRequired: true`` (kubernetes-sigs/alibaba-cloud-csi-driver
+#: deploy/charts/alibaba-cloud-csi-driver/templates/csi-driver.yaml; nasplugin is false).
+ATTACH_REQUIRED_DRIVERS = frozenset(
+    {"diskplugin.csi.alibabacloud.com", "ossplugin.csi.alibabacloud.com", "bmcpfsplugin.csi.alibabacloud.com"}
+)
+
+
+def volume_attachment_name(volume_handle: str, driver: str, node: str) -> str:
+    """``csi-<sha256(handle + driver + node)>``: kubernetes pkg/volume/csi/csi_attacher.go
+    ``getAttachmentName``, the name the attacher gives a volume's attachment to a node."""
+    return f"csi-{hashlib.sha256(f'{volume_handle}{driver}{node}'.encode()).hexdigest()}"
 
 
 # --------------------------------------------------------------------------------- time
@@ -327,6 +371,8 @@ class _JobKind:
     clean_pod_policy: str
     created_message: str
     failed_message: str
+    #: The terminal Failed condition's reason ("" for ``<Kind>Failed``).
+    failed_reason: str = ""
 
 
 _OPERATOR_CREATED = "{kind} {name} is created."
@@ -350,6 +396,10 @@ JOB_KINDS = {
         _OPERATOR_CREATED,
         _OPERATOR_FAILED,
     ),
+    # A failed MPIJob takes its launcher Job's Failed condition (mpi-operator pkg/controller
+    # updateMPIJobFailedStatus): with backoffLimit reached, the batch Job's reason
+    # BackoffLimitExceeded and message "Job has reached the specified backoff limit", each followed
+    # by the failed launcher pod's status reason and message (empty for a container that exited).
     ("mpijobs", "kubeflow.org/v2beta1"): _JobKind(
         "MPIJob",
         "mpiReplicaSpecs",
@@ -357,7 +407,8 @@ JOB_KINDS = {
         "",
         "None",
         "MPIJob {namespace}/{name} is created.",
-        "MPIJob {namespace}/{name} has failed",
+        "Job has reached the specified backoff limit: ",
+        "BackoffLimitExceeded/",
     ),
     ("mpijobs", "kubeflow.org/v1alpha1"): _JobKind("MPIJob", "", "mpi-operator", "", "None", "", ""),
 }
@@ -442,6 +493,17 @@ class _Run:
     final_status: dict[str, Any] | None = None
     cleaned: bool = False
     emitted: set[str] = field(default_factory=set)
+    #: The launcher's own log, when it differs from the script's (an MPIJob whose workers run no sshd).
+    launcher_log: list[str] | None = None
+
+    def log_lines(self, pod: dict[str, Any]) -> list[str]:
+        """The lines ``pod`` logs: the script's, or the launcher's own."""
+        role = (pod["metadata"].get("labels") or {}).get(LABEL_REPLICA_TYPE)
+        return (
+            self.launcher_log
+            if self.launcher_log is not None and role == "launcher"
+            else self.script.log_lines
+        )
 
     def stage(self, now: float) -> str:
         """Where the script is at ``now``: "pending", "running" or "ended"."""
@@ -449,12 +511,11 @@ class _Run:
             return "pending"
         return "running" if now < self.timeline.end else "ended"
 
-    def log_times(self) -> list[int]:
-        """Emit time (ns) of each log line, spread evenly over the Running stage."""
+    def log_times(self, count: int) -> list[int]:
+        """Emit time (ns) of each of ``count`` log lines, spread evenly over the Running stage."""
         if self.script.outcome in STUCK_OUTCOMES:
             return []
         start, length = self.timeline.running, self.timeline.end - self.timeline.running
-        count = len(self.script.log_lines)
         return [round((start + length * (i + 1) / count) * 1e9) for i in range(count)]
 
 
@@ -837,10 +898,14 @@ def _owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _replica_pod(job: dict[str, Any], replica: _Replica, labels: dict[str, str]) -> dict[str, Any]:
-    """The pod for ``replica``: the template's metadata and spec, the operator's labels, owned by the job."""
+def _replica_pod(
+    job: dict[str, Any], kind: _JobKind, replica: _Replica, labels: dict[str, str]
+) -> dict[str, Any]:
+    """The pod for ``replica``: the template's metadata and spec as the operator completes it, the
+    operator's labels, owned by the job."""
     template = copy.deepcopy(replica.template)
     template_meta, spec = template.get("metadata") or {}, template.get("spec") or {}
+    _operate_pod_spec(job, kind, replica, spec)
     if replica.restart_policy:
         spec["restartPolicy"] = "Never" if replica.restart_policy == "ExitCode" else replica.restart_policy
     metadata = {
@@ -852,6 +917,179 @@ def _replica_pod(job: dict[str, Any], replica: _Replica, labels: dict[str, str])
     if template_meta.get("annotations"):
         metadata["annotations"] = template_meta["annotations"]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+
+
+def _operate_pod_spec(job: dict[str, Any], kind: _JobKind, replica: _Replica, spec: dict[str, Any]) -> None:
+    """What the operator changes in a replica's pod spec before it creates the pod."""
+    containers = spec.get("containers") or []
+    if not containers:
+        return
+    first = containers[0]
+    if kind.kind == "MPIJob" and replica.rtype == "Worker":
+        if not kind.specs_field:
+            # arena's old mpi-operator (v1alpha1 newWorker): workers sleep; mpirun's daemons are
+            # started in them through kubectl exec.
+            first["command"], first["args"] = list(V1ALPHA1_WORKER_COMMAND), list(V1ALPHA1_WORKER_ARGS)
+        elif not first.get("command") and not first.get("args"):
+            # mpi-operator v2beta1 newWorker: sshd only when command and args are both empty.
+            first["command"] = list(SSHD_COMMAND)
+    if kind.kind == "PyTorchJob":
+        for container in containers:
+            if container.get("name") == "pytorch" and not _named_port(container):
+                # pytorch_defaults.go setPyTorchDefaultPort
+                container["ports"] = [
+                    *(container.get("ports") or []),
+                    {"name": PYTORCH_PORT_NAME, "containerPort": PYTORCH_DEFAULT_PORT, "protocol": "TCP"},
+                ]
+            container["env"] = [*(container.get("env") or []), *_pytorch_env(job, replica)]
+
+
+def _named_port(container: dict[str, Any]) -> int | None:
+    for port in container.get("ports") or []:
+        if port.get("name") == PYTORCH_PORT_NAME:
+            return int(port["containerPort"])
+    return None
+
+
+def _pytorch_port(replica_spec: dict[str, Any]) -> int:
+    """The replica's ``pytorchjob-port`` (controller.v1/pytorch getPortFromPyTorchJob), defaulted."""
+    containers = ((replica_spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    pytorch = next((c for c in containers if c.get("name") == "pytorch"), {})
+    return _named_port(pytorch) or PYTORCH_DEFAULT_PORT
+
+
+def _pytorch_env(job: dict[str, Any], replica: _Replica) -> list[dict[str, str]]:
+    """The variables the training-operator adds to every container of a PyTorchJob replica
+    (release-1.9 pkg/controller.v1/pytorch envvar.go setPodEnv, master.go, elastic.go), after its
+    defaulting (pytorch_defaults.go: nprocPerNode "auto" unless elasticPolicy.nProcPerNode is set)."""
+    spec = job.get("spec") or {}
+    specs = spec.get("pytorchReplicaSpecs") or {}
+    elastic = spec.get("elasticPolicy")
+    total = sum(int((r or {}).get("replicas", 1)) for r in specs.values())
+    nproc = spec.get("nprocPerNode")
+    if nproc is None and (elastic is None or elastic.get("nProcPerNode") is None):
+        nproc = "auto"
+    env = [("PYTHONUNBUFFERED", "1")]
+    if "Master" in specs:
+        port, address = str(_pytorch_port(specs["Master"])), f"{job['metadata']['name']}-master-0"
+        rank = str(replica.index + (1 if replica.rtype == "Worker" else 0))
+        world = total * (int(nproc) if str(nproc).isdigit() else 1)
+        env += [("MASTER_PORT", port), ("PET_MASTER_PORT", port), ("MASTER_ADDR", address)]
+        env += [
+            ("PET_MASTER_ADDR", address),
+            ("WORLD_SIZE", str(world)),
+            ("RANK", rank),
+            ("PET_NODE_RANK", rank),
+        ]
+    if nproc is not None:
+        env.append(("PET_NPROC_PER_NODE", str(nproc)))
+    env += _elastic_env(job, specs, elastic) if elastic is not None else [("PET_NNODES", str(total))]
+    return [{"name": name, "value": value} for name, value in env]
+
+
+def _elastic_env(
+    job: dict[str, Any], specs: dict[str, Any], elastic: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """elastic.go ElasticEnvVarGenerator, on the policy as setElasticPolicy defaults it."""
+    workers = int((specs.get("Worker") or {}).get("replicas", 1))
+    low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
+    low, high = (low if low is not None else high), (high if high is not None else low)
+    low, high = (workers if low is None else low), (workers if high is None else high)
+    host = elastic.get("rdzvHost") or f"{job['metadata']['name']}-worker-0"
+    port = elastic.get("rdzvPort") or _pytorch_port(specs.get("Worker") or {})
+    env = [
+        ("PET_RDZV_ENDPOINT", f"{host}:{port}"),
+        ("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d"),
+        ("PET_NNODES", f"{low}:{high}"),
+    ]
+    optional = (
+        ("maxRestarts", "PET_MAX_RESTARTS"),
+        ("nProcPerNode", "PET_NPROC_PER_NODE"),
+        ("rdzvId", "PET_RDZV_ID"),
+    )
+    env += [(name, str(elastic[field])) for field, name in optional if elastic.get(field) is not None]
+    if elastic.get("rdzvConf"):
+        env.append(
+            ("PET_RDZV_CONF", ",".join(f"{c.get('key')}={c.get('value')}" for c in elastic["rdzvConf"]))
+        )
+    if elastic.get("standalone"):
+        env.append(("PET_STANDALONE", ""))
+    return env
+
+
+def _unreachable_workers(kind: _JobKind, job: dict[str, Any], replicas: list[_Replica]) -> list[str]:
+    """The worker hostnames an MPIJob v2beta1 launcher's mpirun cannot reach over ssh: all of them
+    when the Worker container has a command or args, since the operator then starts no sshd."""
+    if kind.kind != "MPIJob" or not kind.specs_field:
+        return []
+    worker = ((job.get("spec") or {}).get(kind.specs_field) or {}).get("Worker") or {}
+    containers = ((worker.get("template") or {}).get("spec") or {}).get("containers") or [{}]
+    if not (containers[0].get("command") or containers[0].get("args")):
+        return []
+    meta = job["metadata"]
+    domain = f"{meta['name']}.{meta['namespace']}.svc"  # the hostfile's names (mpi-operator newConfigMap)
+    return [f"{r.pod_name}.{domain}" for r in replicas if r.rtype == "Worker"]
+
+
+def _ssh_refused_log(hosts: list[str]) -> list[str]:
+    """The launcher's log when no worker runs sshd: OpenSSH's connect error per host, then Open MPI's."""
+    return [
+        *(f"ssh: connect to host {host} port 22: Connection refused" for host in hosts),
+        "--------------------------------------------------------------------------",
+        "ORTE was unable to reliably start one or more daemons.",
+    ]
+
+
+def _pytorch_webhook_denial(job: dict[str, Any]) -> str:
+    """What the training-operator's PyTorchJob validating webhook denies, as the API server words it
+    (release-1.9 pkg/webhooks/pytorch/pytorchjob_webhook.go validatePyTorchJob; "" when allowed)."""
+    errors = []
+    name = job["metadata"].get("name") or ""
+    if len(name) > 63 or not DNS1035_LABEL.fullmatch(name):
+        errors.append(f'metadata.name: Invalid value: "{name}": should match: {DNS1035_LABEL_MESSAGE}')
+    spec = job.get("spec") or {}
+    specs = spec.get("pytorchReplicaSpecs")
+    elastic = spec.get("elasticPolicy")
+    path = "spec.pytorchReplicaSpecs"
+    if elastic is not None:
+        if "Worker" not in (specs or {}):
+            errors.append(f"{path}[Worker]: Required value: must be configured if elastic policy is used")
+        if elastic.get("nProcPerNode") is not None and spec.get("nprocPerNode") is not None:
+            errors.append(
+                "spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode"
+            )
+    if specs is None:
+        errors.append(f"{path}: Required value: must be required")
+    for rtype, replica_spec in (specs or {}).items():
+        errors += _pytorch_replica_errors(f"{path}[{rtype}]", rtype, replica_spec or {})
+    if not errors:
+        return ""
+    unique = list(dict.fromkeys(errors))
+    body = unique[0] if len(unique) == 1 else f"[{', '.join(unique)}]"
+    return f'admission webhook "{PYTORCH_WEBHOOK}" denied the request: {body}'
+
+
+def _pytorch_replica_errors(path: str, rtype: str, replica_spec: dict[str, Any]) -> list[str]:
+    errors = []
+    if rtype not in ("Master", "Worker"):
+        errors.append(f'{path}: Unsupported value: "{rtype}": supported values: "Master", "Worker"')
+    containers = ((replica_spec.get("template") or {}).get("spec") or {}).get("containers") or []
+    where = f"{path}.template.spec.containers"
+    if not containers:
+        errors.append(f"{where}: Required value: must be specified")
+    errors += [
+        f"{where}[{i}].image: Required value: must be required"
+        for i, c in enumerate(containers)
+        if not c.get("image")
+    ]
+    if "pytorch" not in [c.get("name") for c in containers]:
+        errors.append(f"{where}: Required value: must have at least one container with name pytorch")
+    replicas = replica_spec.get("replicas")
+    if rtype == "Master" and replicas != 1:
+        errors.append(f"{path}.replicas: Forbidden: must be 1")
+    elif rtype != "Master" and replicas is not None and replicas < 1:
+        errors.append(f"{path}.replicas: Forbidden: must be at least 1")
+    return errors
 
 
 def _failing_pods(kind: _JobKind, replicas: list[_Replica], script: TrainingScript) -> set[str]:
@@ -921,7 +1159,8 @@ def _job_conditions(
         if final == "Succeeded"
         else kind.failed_message.format(**names)
     )
-    terminal = _job_condition(final, "True", f"{kind.kind}{final}", script.message or default, timeline.end)
+    reason = kind.failed_reason if final == "Failed" and kind.failed_reason else f"{kind.kind}{final}"
+    terminal = _job_condition(final, "True", reason, script.message or default, timeline.end)
     # setCondition flips Running to False in place: its times stay those of the transition to True.
     return [created, {**running, "status": "False"}, terminal]
 
@@ -1066,21 +1305,26 @@ def _pod_status(pod: dict[str, Any], run: _Run, now: float, failing: bool) -> di
         "podIPs": [{"ip": ip}],
         "startTime": rfc3339(timeline.start),
         "containerStatuses": [
-            _container_status(pod["metadata"]["uid"], c, _with_termination_message(run, c, state))
+            _container_status(
+                pod["metadata"]["uid"], c, _with_termination_message(run.log_lines(pod), run, c, state)
+            )
             for c, (_, state) in zip(containers, states, strict=True)
         ],
     }
 
 
-def _with_termination_message(run: _Run, container: dict[str, Any], state: dict[str, Any]) -> dict[str, Any]:
-    """A terminated state with the message the kubelet reads from the termination log (or log tail)."""
+def _with_termination_message(
+    lines: list[str], run: _Run, container: dict[str, Any], state: dict[str, Any]
+) -> dict[str, Any]:
+    """A terminated state with the message the kubelet reads from the termination log (or the tail
+    of the container's log ``lines``)."""
     terminated = state.get("terminated")
     if terminated is None:
         return state
     message = run.script.termination_message
     fallback = container.get("terminationMessagePolicy") == "FallbackToLogsOnError"
-    if not message and fallback and terminated["exitCode"] != 0 and run.script.log_lines:
-        tail = "".join(f"{line}\n" for line in run.script.log_lines[-FALLBACK_LOG_LINES:]).encode()
+    if not message and fallback and terminated["exitCode"] != 0 and lines:
+        tail = "".join(f"{line}\n" for line in lines[-FALLBACK_LOG_LINES:]).encode()
         message = tail[-FALLBACK_LOG_BYTES:].decode(errors="replace")
     return {"terminated": {**terminated, "message": message}} if message else state
 
@@ -1235,6 +1479,8 @@ class KubernetesFake:
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {rt.plural: {} for rt in RESOURCES}
         self._born: dict[str, float] = {}
         self._runs: dict[str, _Run] = {}
+        #: VolumeAttachments by name: the PV, node and driver, and the pods that use it.
+        self._attachments: dict[str, dict[str, Any]] = {}
         self._httpd: ThreadingHTTPServer | None = None
         self._threads: list[threading.Thread] = []
 
@@ -1311,6 +1557,17 @@ class KubernetesFake:
         with self._lock:
             return list(self._records)
 
+    @property
+    def volume_attachments(self) -> dict[str, dict[str, str]]:
+        """The VolumeAttachments by name (persistentVolumeName, nodeName, attacher), after a controller
+        pass at :attr:`clock`'s time."""
+        with self._lock:
+            self.reconcile()
+            return {
+                name: {key: value for key, value in attachment.items() if key != "pods"}
+                for name, attachment in self._attachments.items()
+            }
+
     def count(self, method: str, path_contains: str = "") -> int:
         """How many ``method`` requests had a path containing ``path_contains``."""
         return sum(1 for r in self.requests if r.method == method.upper() and path_contains in r.path)
@@ -1320,6 +1577,7 @@ class KubernetesFake:
         with self._lock:
             now = self.clock()
             self._collect_garbage()
+            self._release_attachments()
             training_uids = self._reconcile_jobs(now)
             self._reconcile_bare_pods(now, training_uids)
             self._reconcile_volumes()
@@ -1530,7 +1788,7 @@ class KubernetesFake:
             and all(r.matches(obj["metadata"].get("labels") or {}) for r in requirements)
             and all((_field_value(obj, name) == value) == equal for name, equal, value in fields)
         ]
-        return sorted(items, key=lambda obj: (obj["metadata"].get("namespace", ""), obj["metadata"]["name"]))
+        return sorted(items, key=_list_key)
 
     def _list_body(
         self, target: _Target, items: list[dict[str, Any]], metadata: dict[str, Any]
@@ -1543,7 +1801,8 @@ class KubernetesFake:
         }
 
     def _list(self, target: _Target, call: _Call) -> _Reply:
-        page, metadata = _paginate(self._select(target, call.query), call.query)
+        selected = self._select(target, call.query)
+        page, metadata = _paginate(selected, call.query, str(self._resource_version))
         return _json_reply(200, self._list_body(target, page, metadata))
 
     def _read(self, target: _Target, _call: _Call) -> _Reply:
@@ -1665,9 +1924,8 @@ class KubernetesFake:
         if run is None:
             return []
         now_ns = round(self.clock() * 1e9)
-        return [
-            (t, line) for t, line in zip(run.log_times(), run.script.log_lines, strict=True) if t <= now_ns
-        ]
+        lines = run.log_lines(pod)
+        return [(t, line) for t, line in zip(run.log_times(len(lines)), lines, strict=True) if t <= now_ns]
 
     def _follow(
         self, uid: str, target: _Target, backlog: list[tuple[int, str]], sent: int, timestamps: bool
@@ -1725,7 +1983,7 @@ class KubernetesFake:
         name = obj["metadata"].get("name") or ""
         if not name:
             raise rtype.invalid(name, "metadata.name: Required value: name or generateName is required")
-        if len(name) > 253 or not DNS1123_SUBDOMAIN.match(name):
+        if len(name) > 253 or not DNS1123_SUBDOMAIN.fullmatch(name):
             raise rtype.invalid(
                 name,
                 f'metadata.name: Invalid value: "{name}": {DNS1123_SUBDOMAIN_MESSAGE}',
@@ -1733,6 +1991,11 @@ class KubernetesFake:
         problem = _validate_body(rtype, obj)
         if problem:
             raise rtype.invalid(name, problem)
+        denial = _pytorch_webhook_denial(obj) if rtype is PYTORCH_JOBS else ""
+        if (
+            denial
+        ):  # a validating webhook's Denied answer: 403 Forbidden, its message after the webhook's name
+            raise KubeApiError(403, denial)
 
     # ----------------------------------------------------------------------------- garbage collection
 
@@ -1791,6 +2054,15 @@ class KubernetesFake:
         run = self._run_for(job)
         replicas = _replicas(job, kind)
         if not run.pods_created:
+            unreachable = _unreachable_workers(kind, job, replicas)
+            if unreachable:  # mpirun fails on the launcher, whatever the script: no worker runs sshd
+                run.launcher_log = _ssh_refused_log(unreachable)
+                run.script = replace(
+                    run.script,
+                    outcome="Failed",
+                    exit_code=MPIRUN_UNREACHABLE_EXIT_CODE,
+                    failing_replica="launcher",
+                )
             self._create_job_pods(job, kind, run, replicas)
         failing = _failing_pods(kind, replicas, run.script)
         pods = self._owned_pods(job["metadata"]["uid"])
@@ -1812,7 +2084,7 @@ class KubernetesFake:
             if (job["metadata"]["namespace"], replica.pod_name) in self._store(PODS):
                 continue
             labels = _operator_labels(kind, job["metadata"]["name"], replica, replicas)
-            self._insert(PODS, _replica_pod(job, replica, labels))
+            self._insert(PODS, _replica_pod(job, kind, replica, labels))
             self._emit_event(
                 run,
                 f"create:{replica.pod_name}",
@@ -1939,9 +2211,10 @@ class KubernetesFake:
         status = _pod_status(pod, run, now, failing)
         scheduled = run.script.outcome != "Unschedulable"
         mount_errors = self._mount_errors(pod, run) if scheduled else {}
-        starting = scheduled and now >= timeline.running and not mount_errors
+        attach_errors = self._attach(pod) if scheduled else {}
+        starting = scheduled and now >= timeline.running and not mount_errors and not attach_errors
         config_errors = self._config_errors(pod, run) if starting else {}
-        if mount_errors:
+        if mount_errors or attach_errors:
             status = _mount_blocked_status(pod, status)
         elif config_errors:
             status = _config_error_status(pod, status, config_errors)
@@ -1950,6 +2223,10 @@ class KubernetesFake:
             message = f'MountVolume.SetUp failed for volume "{volume}" : {error}'
             key = f"{meta['uid']}:mount:{volume}:{error}"
             self._emit_event(run, key, pod, "FailedMount", message, timeline.start, "kubelet", "Warning")
+        for volume, error in attach_errors.items():
+            key = f"{meta['uid']}:attach:{volume}"
+            component = "attachdetach-controller"
+            self._emit_event(run, key, pod, "FailedAttachVolume", error, timeline.start, component, "Warning")
         if starting:
             for container in pod["spec"].get("containers") or []:
                 error = config_errors.get(container["name"])
@@ -1960,6 +2237,61 @@ class KubernetesFake:
                 self._emit_event(
                     run, key, pod, "Failed", f"Error: {error}", timeline.running, "kubelet", "Warning"
                 )
+
+    def _attach(self, pod: dict[str, Any]) -> dict[str, str]:
+        """Attach the pod's CSI volumes that need it to its node; the error of each that cannot be.
+
+        As the CSI attacher, one VolumeAttachment per (volume handle, driver, node), named by
+        :func:`volume_attachment_name`. A second PersistentVolume with the same handle and driver on
+        the node finds that name taken by the first: the fake keeps it unattached (and the pod
+        ContainerCreating) with a FailedAttachVolume Warning, where a cluster would treat both as
+        one volume (csi_attacher.go reuses an existing attachment; unverified what follows).
+        """
+        node = pod["spec"].get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return {}
+        errors = {}
+        for volume, pv in self._attachable_volumes(pod):
+            csi, pv_name = pv["spec"]["csi"], pv["metadata"]["name"]
+            name = volume_attachment_name(csi["volumeHandle"], csi["driver"], node)
+            holder = self._attachments.setdefault(
+                name,
+                {"persistentVolumeName": pv_name, "nodeName": node, "attacher": csi["driver"], "pods": set()},
+            )
+            if holder["persistentVolumeName"] == pv_name:
+                holder["pods"].add(pod["metadata"]["uid"])
+                continue
+            handle, holder_pv = csi["volumeHandle"], holder["persistentVolumeName"]
+            errors[volume] = (
+                f'AttachVolume.Attach failed for volume "{pv_name}" : volume handle "{handle}" of driver '
+                f'{csi["driver"]} is attached to node {node} as PersistentVolume "{holder_pv}" '
+                f"(VolumeAttachment {name}); a volume handle must be unique to one PersistentVolume"
+            )
+        return errors
+
+    def _attachable_volumes(self, pod: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(pod volume name, bound PV) of the pod's claims whose CSI driver requires attaching."""
+        namespace = pod["metadata"]["namespace"]
+        for volume in pod["spec"].get("volumes") or []:
+            claim_name = (volume.get("persistentVolumeClaim") or {}).get("claimName")
+            claim = self._store(PERSISTENT_VOLUME_CLAIMS).get((namespace, claim_name or ""))
+            pv_name = ((claim or {}).get("spec") or {}).get("volumeName")
+            pv = self._store(PERSISTENT_VOLUMES).get(("", pv_name or ""))
+            driver = (((pv or {}).get("spec") or {}).get("csi") or {}).get("driver")
+            if pv is not None and driver in ATTACH_REQUIRED_DRIVERS:
+                yield volume["name"], pv
+
+    def _release_attachments(self) -> None:
+        """Detach what no running pod on the node uses any more (the pods were deleted or finished)."""
+        pods = {pod["metadata"]["uid"]: pod for pod in self._store(PODS).values()}
+        for name, attachment in list(self._attachments.items()):
+            attachment["pods"] = {
+                uid
+                for uid in attachment["pods"]
+                if uid in pods and (pods[uid].get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+            }
+            if not attachment["pods"]:
+                del self._attachments[name]
 
     def _config_errors(self, pod: dict[str, Any], run: _Run) -> dict[str, str]:
         """Unstarted containers whose env names a missing Secret or key (not optional), with the error."""
@@ -2198,7 +2530,8 @@ def _validate_body(rtype: ResourceType, obj: dict[str, Any]) -> str:
     if rtype is SECRETS:
         return _validate_secret(obj)
     kind = JOB_KINDS.get((rtype.plural, obj.get("apiVersion", "")))
-    return _validate_training_job(kind, obj) if kind else ""
+    # PyTorchJobs are checked by the training-operator's webhook instead (see _validate).
+    return _validate_training_job(kind, obj) if kind and rtype is not PYTORCH_JOBS else ""
 
 
 def _validate_pod_volumes(spec: dict[str, Any]) -> str:
@@ -2253,23 +2586,40 @@ def _check_preconditions(target: _Target, obj: dict[str, Any], preconditions: di
 
 
 def _paginate(
-    items: list[dict[str, Any]], query: dict[str, str]
+    items: list[dict[str, Any]], query: dict[str, str], resource_version: str
 ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Apply ``limit``/``continue``; the token is the offset of the next item."""
-    offset = 0
+    """Apply ``limit``/``continue`` ("API Concepts: Retrieving large results sets in chunks").
+
+    The token is opaque to clients; like the API server's, it is base64 JSON naming the list's
+    resourceVersion and the key to continue from, so a page starts after the last key served even
+    when objects were deleted in between, and every page reports the first page's resourceVersion.
+    ``remainingItemCount`` is set only for lists without selectors (apimachinery ListMeta). Without
+    ``limit`` everything comes at once: Kubernetes has no default page size.
+    """
+    start = ""
     if query.get("continue"):
         try:
-            offset = int(base64.urlsafe_b64decode(query["continue"].encode()).decode())
-        except ValueError as exc:
-            raise KubeApiError(400, "continue key is not valid") from exc
+            token = json.loads(base64.urlsafe_b64decode(query["continue"].encode()))
+            start, resource_version = str(token["start"]), str(token["rv"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise KubeApiError(400, f"continue key is not valid: {exc}") from exc
+    remaining = [obj for obj in items if _list_key(obj) >= start]
+    metadata: dict[str, Any] = {"resourceVersion": resource_version}
     limit = _int_query(query, "limit") if query.get("limit") else 0
-    if not limit or offset + limit >= len(items):
-        return items[offset:], {}
-    token = base64.urlsafe_b64encode(str(offset + limit).encode()).decode()
-    return items[offset : offset + limit], {
-        "continue": token,
-        "remainingItemCount": len(items) - offset - limit,
-    }
+    if not limit or limit >= len(remaining):
+        return remaining, metadata
+    page, rest = remaining[:limit], remaining[limit:]
+    token = {"v": "meta.k8s.io/v1", "rv": int(resource_version), "start": _list_key(rest[0])}
+    metadata["continue"] = base64.urlsafe_b64encode(json.dumps(token).encode()).decode()
+    if not query.get("labelSelector") and not query.get("fieldSelector"):
+        metadata["remainingItemCount"] = len(rest)
+    return page, metadata
+
+
+def _list_key(obj: dict[str, Any]) -> str:
+    """An object's place in a list: etcd's key order, namespace then name."""
+    meta = obj["metadata"]
+    return f"{meta.get('namespace', '')}/{meta['name']}"
 
 
 def _volume_fits(volume: dict[str, Any], claim: dict[str, Any]) -> bool:

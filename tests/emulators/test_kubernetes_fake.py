@@ -9,6 +9,7 @@ do against a cluster. The clock is manual wherever timing matters, so no test sl
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -25,7 +26,7 @@ from kubernetes.dynamic import DynamicClient
 from kubernetes_asyncio import client as async_client
 
 from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
 
 NS = "training"
 GROUP = "kubeflow.org"
@@ -81,10 +82,15 @@ def tf_job(name: str) -> dict[str, Any]:
     }
 
 
-def mpi_job_v2beta1(name: str) -> dict[str, Any]:
+def mpi_job_v2beta1(name: str, worker_command: list[str] | None = None) -> dict[str, Any]:
+    """An MPIJob v2beta1: the launcher runs mpirun; workers without a command run the operator's sshd."""
+    worker = _template("worker")
+    worker["spec"]["containers"][0].pop("command")
+    if worker_command:
+        worker["spec"]["containers"][0]["command"] = worker_command
     specs = {
         "Launcher": {"replicas": 1, "template": _template("launcher")},
-        "Worker": {"replicas": 2, "template": _template("worker")},
+        "Worker": {"replicas": 2, "template": worker},
     }
     return {
         "apiVersion": f"{GROUP}/v2beta1",
@@ -420,7 +426,13 @@ def test_errors_carry_the_api_server_status_codes(
     body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["name"] = "main"
     with pytest.raises(ApiException) as rejected:
         _create(custom, body)
-    assert rejected.value.status == 422 and 'container named "pytorch"' in _status_of(rejected)["message"]
+    # The training-operator's validating webhook denies it: 403, its message after the webhook's name.
+    assert (rejected.value.status, _status_of(rejected)["message"]) == (
+        403,
+        'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied the request: '
+        "spec.pytorchReplicaSpecs[Master].template.spec.containers: Required value: must have at least one "
+        "container with name pytorch",
+    )
 
     with pytest.raises(ApiException) as watching:
         core.list_namespaced_pod(NS, watch=True, _preload_content=False)
@@ -721,6 +733,93 @@ def test_tfjob_runs_chief_ps_and_workers(
     assert job["status"]["replicaStatuses"]["PS"] == {"succeeded": 1}
 
 
+def elastic_job(name: str, **policy: Any) -> dict[str, Any]:
+    """An elastic PyTorchJob as the training-operator's examples write it: Worker replicas only."""
+    body = pytorch_job(name, workers=2)
+    del body["spec"]["pytorchReplicaSpecs"]["Master"]
+    body["spec"]["elasticPolicy"] = {"minReplicas": 1, "maxReplicas": 4, "rdzvBackend": "c10d", **policy}
+    return body
+
+
+WEBHOOK = 'admission webhook "validator.pytorchjob.training-operator.kubeflow.org" denied the request: '
+
+
+def _without_workers(body: dict[str, Any]) -> dict[str, Any]:
+    del body["spec"]["pytorchReplicaSpecs"]["Worker"]
+    return body
+
+
+def _with(body: dict[str, Any], path: list[str], value: Any) -> dict[str, Any]:
+    target = body
+    for key in path[:-1]:
+        target = target[key]
+    target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize(
+    ("body", "denied"),
+    [
+        (
+            _without_workers(elastic_job("no-workers")),
+            "spec.pytorchReplicaSpecs[Worker]: Required value: must be configured if elastic policy is used",
+        ),
+        (
+            _with(elastic_job("both-nproc", nProcPerNode=8), ["spec", "nprocPerNode"], "8"),
+            "spec.elasticPolicy.nProcPerNode: Forbidden: must not be used with spec.nprocPerNode",
+        ),
+        (
+            _with(pytorch_job("two-masters"), ["spec", "pytorchReplicaSpecs", "Master", "replicas"], 2),
+            "spec.pytorchReplicaSpecs[Master].replicas: Forbidden: must be 1",
+        ),
+        (
+            pytorch_job("9-starts-with-a-digit"),
+            'metadata.name: Invalid value: "9-starts-with-a-digit": should match: a DNS-1035 label',
+        ),
+    ],
+)
+def test_the_pytorchjob_webhook_denies_what_the_training_operator_denies(
+    custom: client.CustomObjectsApi, body: dict[str, Any], denied: str
+) -> None:
+    with pytest.raises(ApiException) as rejected:
+        _create(custom, body)
+    assert rejected.value.status == 403 and _status_of(rejected)["reason"] == "Forbidden"
+    assert _status_of(rejected)["message"].startswith(WEBHOOK + denied)
+
+
+def _env(pod: client.V1Pod) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def test_pytorchjob_pods_get_the_operators_master_or_rendezvous_variables(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    _create(custom, pytorch_job("ranks", workers=2))
+    worker = _env(core.read_namespaced_pod("ranks-worker-1", NS))
+    assert {k: worker[k] for k in ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")} == {
+        "MASTER_ADDR": "ranks-master-0",
+        "MASTER_PORT": "23456",
+        "WORLD_SIZE": "3",
+        "RANK": "2",
+        "PET_NNODES": "3",
+    }
+    assert worker["PET_NPROC_PER_NODE"] == "auto" and worker["PYTHONUNBUFFERED"] == "1"
+
+    _create(custom, elastic_job("stretch", nProcPerNode=8))
+    pods = _pods(core, f"{JOB}=stretch")
+    assert sorted(pods) == ["stretch-worker-0", "stretch-worker-1"]
+    env = _env(pods["stretch-worker-1"])
+    assert "MASTER_ADDR" not in env and "RANK" not in env and "WORLD_SIZE" not in env
+    assert {k: v for k, v in env.items() if k.startswith("PET_")} == {
+        "PET_RDZV_ENDPOINT": "stretch-worker-0:23456",
+        "PET_RDZV_BACKEND": "c10d",
+        "PET_NNODES": "1:4",
+        "PET_NPROC_PER_NODE": "8",
+    }
+    port = pods["stretch-worker-0"].spec.containers[0].ports[0]
+    assert (port.name, port.container_port) == ("pytorchjob-port", 23456)
+
+
 def test_mpijob_v2beta1_has_a_launcher_and_workers(
     custom: client.CustomObjectsApi, core: client.CoreV1Api, clock: ManualClock
 ) -> None:
@@ -756,6 +855,53 @@ def test_mpijob_v1alpha1_reports_launcher_status(
     clock.advance(1)
     job = _get_job(custom, "mpijobs", "old-mpi", "v1alpha1")
     assert job["apiVersion"] == f"{GROUP}/v1alpha1" and job["status"]["launcherStatus"] == "Succeeded"
+
+
+def test_mpijob_v2beta1_workers_without_a_command_run_the_operators_sshd(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    _create(custom, mpi_job_v2beta1("ssh-ok"))
+    pods = _pods(core, f"{JOB}=ssh-ok")
+    launcher = next(pod for name, pod in pods.items() if "-launcher-" in name)
+    assert pods["ssh-ok-worker-0"].spec.containers[0].command == ["/usr/sbin/sshd", "-De"]
+    assert launcher.spec.containers[0].command == ["sh", "-c", "train"]
+
+
+def test_mpijob_v2beta1_workers_with_a_command_leave_the_launchers_mpirun_unanswered(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    """mpi-operator newWorker starts sshd only in a worker whose command and args are both empty."""
+    _create(custom, mpi_job_v2beta1("ssh-refused", worker_command=["sh", "-c", "train"]))
+    pods = _pods(core, f"{JOB}=ssh-refused")
+    launcher = next(name for name in pods if "-launcher-" in name)
+    assert pods["ssh-refused-worker-0"].spec.containers[0].command == ["sh", "-c", "train"]
+    clock.advance(1)
+
+    log = _log(core, launcher)
+    assert (
+        "ssh: connect to host ssh-refused-worker-0.ssh-refused.training.svc port 22: Connection refused"
+        in log
+    )
+    assert "ssh-refused-worker-1.ssh-refused.training.svc port 22" in log
+    assert "ORTE was unable to reliably start one or more daemons." in log
+    terminated = core.read_namespaced_pod(launcher, NS).status.container_statuses[0].state.terminated
+    assert (terminated.reason, terminated.exit_code) == ("Error", 1)
+    job = _get_job(custom, "mpijobs", "ssh-refused", "v2beta1")
+    failed = job["status"]["conditions"][-1]
+    assert (failed["type"], failed["status"], failed["reason"]) == ("Failed", "True", "BackoffLimitExceeded/")
+    assert failed["message"] == "Job has reached the specified backoff limit: "
+    assert core.read_namespaced_pod("ssh-refused-worker-0", NS).status.phase == "Running"
+
+
+def test_mpijob_v1alpha1_workers_sleep_while_the_launcher_runs_the_template_command(
+    custom: client.CustomObjectsApi, core: client.CoreV1Api
+) -> None:
+    """arena's old mpi-operator (v1alpha1 newWorker) runs every worker as `sleep 365d`."""
+    _create(custom, mpi_job_v1alpha1("old-sleep"))
+    pods = _pods(core, "release=old-sleep")
+    roles = {p.metadata.labels["mpi_role_type"]: p.spec.containers[0] for p in pods.values()}
+    assert (roles["worker"].command, roles["worker"].args) == (["sleep"], ["365d"])
+    assert roles["launcher"].command == ["sh", "-c", "train"]
 
 
 def test_clean_pod_policy_and_ttl_after_finished(
@@ -805,6 +951,110 @@ def test_claim_binds_to_a_static_volume_by_selector(core: client.CoreV1Api) -> N
     assert core.read_persistent_volume("cpfs-pv").spec.claim_ref.name == "cpfs-data"
     core.delete_namespaced_persistent_volume_claim("cpfs-data", NS)
     assert core.read_persistent_volume("cpfs-pv").status.phase == "Released"
+
+
+def test_lists_page_by_key_with_one_resource_version_and_count_only_unselected_lists(
+    core: client.CoreV1Api,
+) -> None:
+    for name in ("a", "b", "c", "d"):
+        core.create_namespaced_config_map(NS, {"metadata": {"name": name, "labels": {"app": "x"}}})
+
+    first = core.list_namespaced_config_map(NS, limit=2)
+    assert [i.metadata.name for i in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 2 and first.metadata._continue
+    core.delete_namespaced_config_map("b", NS)  # deleted between pages: nothing after it is skipped
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "e"}})
+    rest = core.list_namespaced_config_map(NS, limit=2, _continue=first.metadata._continue)
+    assert [i.metadata.name for i in rest.items] == ["c", "d"]
+    assert rest.metadata.resource_version == first.metadata.resource_version
+    last = core.list_namespaced_config_map(NS, limit=2, _continue=rest.metadata._continue)
+    assert [i.metadata.name for i in last.items] == ["e"] and not last.metadata._continue
+
+    selected = core.list_namespaced_config_map(NS, limit=1, label_selector="app=x")
+    assert selected.metadata._continue and selected.metadata.remaining_item_count is None
+    with pytest.raises(ApiException) as bad:
+        core.list_namespaced_config_map(NS, limit=1, _continue="not-a-token")
+    assert bad.value.status == 400
+
+
+def _lingjun_volume(name: str, handle: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"alicloud-pvname": name}},
+        "spec": {
+            "capacity": {"storage": "1Ti"},
+            "accessModes": ["ReadWriteMany"],
+            "csi": {"driver": "bmcpfsplugin.csi.alibabacloud.com", "volumeHandle": handle},
+            "claimRef": {"namespace": NS, "name": name},
+        },
+    }
+
+
+def _claim(name: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": "1Ti"}},
+            "storageClassName": "",
+            "volumeName": name,
+        },
+    }
+
+
+def _pod_with_claims(name: str, node: str, claims: list[str]) -> dict[str, Any]:
+    mounts = [{"name": c, "mountPath": f"/mnt/{c}"} for c in claims]
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": "c", "image": IMAGE, "volumeMounts": mounts}],
+            "volumes": [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims],
+        },
+    }
+
+
+def test_two_volumes_with_one_handle_do_not_both_attach_to_a_node(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    """The attacher names a VolumeAttachment after (handle, driver, node): a second PV with the
+    same handle on the node finds the name taken, and its pod never starts."""
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
+    for name in ("v1", "v2", "v3"):
+        handle = "bmcpfs-0123" if name != "v3" else "bmcpfs-0123+/v3"
+        core.create_persistent_volume(_lingjun_volume(name, handle))
+        core.create_namespaced_persistent_volume_claim(NS, _claim(name))
+    core.create_namespaced_pod(NS, _pod_with_claims("first", "node-a", ["v1"]))
+    clock.advance(0.1)
+    core.create_namespaced_pod(NS, _pod_with_claims("second", "node-a", ["v2", "v3"]))
+    core.create_namespaced_pod(NS, _pod_with_claims("elsewhere", "node-b", ["v2"]))
+    clock.advance(0.1)
+
+    driver = "bmcpfsplugin.csi.alibabacloud.com"
+    shared = volume_attachment_name("bmcpfs-0123", driver, "node-a")
+    assert shared == "csi-" + hashlib.sha256(f"bmcpfs-0123{driver}node-a".encode()).hexdigest()
+    attachments = {name: a["persistentVolumeName"] for name, a in fake.volume_attachments.items()}
+    assert attachments == {
+        shared: "v1",
+        volume_attachment_name("bmcpfs-0123+/v3", driver, "node-a"): "v3",
+        volume_attachment_name("bmcpfs-0123", driver, "node-b"): "v2",
+    }
+    assert core.read_namespaced_pod("first", NS).status.phase == "Running"
+    assert core.read_namespaced_pod("elsewhere", NS).status.phase == "Running"
+    second = core.read_namespaced_pod("second", NS).status
+    assert (
+        second.phase == "Pending" and second.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    )
+    (event,) = core.list_namespaced_event(NS, field_selector="involvedObject.name=second,type=Warning").items
+    assert (event.reason, event.source.component) == ("FailedAttachVolume", "attachdetach-controller")
+    assert event.message.startswith(
+        'AttachVolume.Attach failed for volume "v2" : volume handle "bmcpfs-0123"'
+    )
+    assert f'as PersistentVolume "v1" (VolumeAttachment {shared})' in event.message
+
+    core.delete_namespaced_pod("first", NS)  # detached: the handle is free on the node again
+    clock.advance(0.1)
+    assert core.read_namespaced_pod("second", NS).status.phase == "Running"
+    assert fake.volume_attachments[shared]["persistentVolumeName"] == "v2"
 
 
 def test_secret_string_data_is_encoded_and_bad_base64_refused(core: client.CoreV1Api) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,11 +13,13 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.base import JobState
+from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
 from tests.cloud_harness import arena_job
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.kube_harness import NS, kubernetes_fake
+from tests.kube_harness import NS, arena_delete, core, kubernetes_fake
 from tests.operator_harness import defer, fire, task_context
 
 CONN_ID = "ack_cluster"
@@ -251,4 +254,129 @@ def test_an_invalid_spec_fails_before_anything_is_created(
     with pytest.raises(AirflowFailException, match=expected):
         operator(settings(**backend_settings), **overrides).execute(task_context())
 
+    assert fake.count("POST") == 0
+
+
+# -- what arena and the operators do with the objects -----------------------------------------------
+
+KINDS = [
+    ("pytorch", {}, "pytorchjobs", "v1", "pytorchjob"),
+    ("elastic", {}, "pytorchjobs", "v1", "pytorchjob"),
+    ("tensorflow", {}, "tfjobs", "v1", "tfjob"),
+    ("mpi", {}, "mpijobs", "v2beta1", "mpijob"),
+    ("mpi", {"mpi_api_version": "v1alpha1"}, "mpijobs", "v1alpha1", "mpijob"),
+]
+
+
+@pytest.mark.parametrize(("framework", "backend_settings", "plural", "version", "arena_type"), KINDS)
+def test_arena_delete_deletes_every_kind_of_job_this_backend_submits(
+    fake: KubernetesFake,
+    framework: str,
+    backend_settings: dict[str, Any],
+    plural: str,
+    version: str,
+    arena_type: str,
+) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
+    backend = ArenaBackend(**settings(**backend_settings))
+    backend.submit(TrainingJobSpec.parse(spec(framework=framework)), NAME)
+
+    deleted = arena_delete(NAME, arena_type, conn_id=CONN_ID)
+
+    assert deleted == [f"{arena_type}.kubeflow.org/{NAME}"]
+    assert custom_objects(fake, plural, version) == [] and f"{NAME}-{arena_type}" not in configmaps()
+    assert fake.count("DELETE", f"/{plural}/{NAME}") == 1
+
+
+def test_mpijob_v2beta1_workers_leave_the_command_to_the_launcher_and_run_sshd(fake: KubernetesFake) -> None:
+    backend = ArenaBackend(**settings())
+    handle = backend.submit(TrainingJobSpec.parse(spec(framework="mpi")), NAME)
+
+    sent = next(r.body for r in fake.requests if r.method == "POST" and r.path.endswith("/mpijobs"))
+    replicas = sent["spec"]["mpiReplicaSpecs"]
+    (launcher,) = replicas["Launcher"]["template"]["spec"]["containers"]
+    (worker,) = replicas["Worker"]["template"]["spec"]["containers"]
+    assert launcher["command"] == ["sh", "-c", "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK train.py"]
+    assert "command" not in worker and "args" not in worker
+    pods = {
+        p.metadata.name: p
+        for p in core(CONN_ID).list_namespaced_pod(NS, label_selector=f"release={NAME}").items
+    }
+    assert pods[f"{NAME}-worker-1"].spec.containers[0].command == ["/usr/sbin/sshd", "-De"]
+
+    deadline = time.monotonic() + 10
+    while not (status := backend.status(handle)).state.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert status.state is JobState.SUCCEEDED, status.reason
+
+
+def test_an_elastic_job_is_a_pytorchjob_of_workers_with_the_operators_rendezvous(
+    fake: KubernetesFake,
+) -> None:
+    backend = ArenaBackend(**settings())
+    elastic = spec(framework="elastic", nodes=2, min_nodes=1, max_nodes=4, gpus_per_node=8)
+    handle = backend.submit(TrainingJobSpec.parse(elastic), NAME)
+
+    (job,) = custom_objects(fake)
+    assert job["spec"]["elasticPolicy"] == {
+        "minReplicas": 1,
+        "maxReplicas": 4,
+        "rdzvBackend": "c10d",
+        "nProcPerNode": 8,
+    }
+    assert list(job["spec"]["pytorchReplicaSpecs"]) == ["Worker"]
+    assert job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 2
+    listed = core(CONN_ID).list_namespaced_pod(NS, label_selector=f"release={NAME}").items
+    assert sorted(p.metadata.name for p in listed) == [f"{NAME}-worker-0", f"{NAME}-worker-1"]
+    env = {e.name: e.value for e in listed[0].spec.containers[0].env}
+    assert env["PET_NNODES"] == "1:4" and env["PET_RDZV_ENDPOINT"] == f"{NAME}-worker-0:23456"
+    assert env["PET_RDZV_BACKEND"] == "c10d" and env["PET_NPROC_PER_NODE"] == "8"
+    assert "MASTER_ADDR" not in env and env["NCCL_DEBUG"] == "INFO"
+
+    deadline = time.monotonic() + 10
+    while not (status := backend.status(handle)).state.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert status.state is JobState.SUCCEEDED, status.reason
+    assert backend.logs(handle).lines[-1] == "Training finished"  # worker 0 logs the job
+
+
+def test_status_and_failure_details_read_every_page_of_pods_and_events(
+    fake: KubernetesFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two items a page: three pods take two pages, and each pod's three events two more."""
+    monkeypatch.setattr(kube_hooks, "LIST_PAGE_SIZE", 2)
+    fake.default_script = TrainingScript(outcome="ImagePullBackOff")
+    backend = ArenaBackend(**settings())
+    handle = backend.submit(TrainingJobSpec.parse(spec(nodes=3)), NAME)
+    time.sleep(0.2)  # the kubelet's pull attempts and their events
+
+    sync_details = backend.failure_details(handle)
+    async_details = asyncio.run(backend.afailure_details(handle))
+    status = asyncio.run(backend.astatus(handle))
+
+    last_pod = f"{NAME}-worker-1"  # the second page of pods
+    for details in (sync_details, async_details):
+        assert f'event {last_pod}: BackOff: Back-off pulling image "{spec()["image"]}"' in details
+    assert f"pod {last_pod}: ImagePullBackOff" in status.reason
+    pod_lists = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/pods")]
+    event_lists = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/events")]
+    assert pod_lists and all(r.query.get("limit") == "2" for r in pod_lists + event_lists)
+    assert any("continue" in r.query for r in pod_lists) and any("continue" in r.query for r in event_lists)
+
+
+@pytest.mark.parametrize(
+    ("backend_settings", "expected"),
+    [
+        ({"namespace": "ML_Team"}, "namespace: 'ML_Team' is not a DNS-1123 label"),
+        ({"max_gpus_per_node": 0}, "max_gpus_per_node: Input should be greater than or equal to 1"),
+        ({"nccl_env": {"MASTER_ADDR": "10.0.0.1"}}, "nccl_env: ['MASTER_ADDR'] are set on every node"),
+    ],
+)
+def test_bad_cluster_settings_fail_the_task_before_anything_is_created(
+    fake: KubernetesFake, backend_settings: dict[str, Any], expected: str
+) -> None:
+    with pytest.raises(AirflowFailException, match=re.escape(expected)) as failure:
+        operator(settings(**backend_settings)).execute(task_context())
+
+    assert "(fix:" in str(failure.value)
     assert fake.count("POST") == 0

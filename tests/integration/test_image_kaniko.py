@@ -461,6 +461,43 @@ async def test_a_missing_registry_secret_or_key_fails_the_build_with_the_kubelet
     )
 
 
+async def test_the_failed_mount_is_found_on_a_later_page_of_the_pods_events(
+    fake: KubernetesFake, clock: SteppedClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One event a page: the scheduler's event fills the first, the kubelet's FailedMount the next."""
+    from aliyun_training.hooks import kubernetes as kube_hooks
+
+    monkeypatch.setattr(kube_hooks, "LIST_PAGE_SIZE", 1)
+    core().delete_namespaced_secret("acr-push", NS)
+    fake.default_script = succeeding()
+    builder = KanikoBuilder(**settings())
+    handle = builder.submit()
+    clock.advance(30)
+
+    status = await builder.apoll(handle)
+
+    assert (
+        status.state == "failed"
+        and 'FailedMount: MountVolume.SetUp failed for volume "registry-auth"' in (status.message)
+    )
+    event_lists = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/events")]
+    assert [r.query.get("limit") for r in event_lists] == ["1", "1"]
+    assert "continue" not in event_lists[0].query and event_lists[1].query["continue"]
+
+
+def test_the_default_builder_is_a_pinned_release_of_a_maintained_kaniko_fork(fake: KubernetesFake) -> None:
+    """Upstream kaniko (gcr.io/kaniko-project) was archived in June 2025; the image stays a setting."""
+    fake.default_script = succeeding()
+    KanikoBuilder(**settings()).submit()
+    mirror = "registry-vpc.cn-wulanchabu.aliyuncs.com/mirror/kaniko:v1.28.3"
+    mirrored = build_pod(KanikoSettings(**settings(builder_image=mirror)))
+
+    (sent,) = posts(fake, "pods")
+    image = sent["spec"]["containers"][0]["image"]
+    assert re.fullmatch(r"ghcr\.io/osscontainertools/kaniko:v\d+\.\d+\.\d+", image)
+    assert mirrored["spec"]["containers"][0]["image"] == mirror
+
+
 async def test_a_secret_created_since_the_failed_mount_no_longer_fails_the_reattached_build(
     fake: KubernetesFake, clock: SteppedClock
 ) -> None:

@@ -92,7 +92,7 @@ def test_the_configmap_lets_arena_delete_find_the_job() -> None:
     assert configmap["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
     values = yaml.safe_load(configmap["data"]["values"])
     assert (
-        values["workers"] == 2 and values["gpuCount"] == 8 and values["dataset"] == {"cpfs-pvc": "/mnt/data"}
+        values["workers"] == 1 and values["gpuCount"] == 8 and values["dataset"] == {"cpfs-pvc": "/mnt/data"}
     )
 
 

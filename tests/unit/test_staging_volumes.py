@@ -16,7 +16,8 @@ from aliyun_training.staging.volumes import (
     ensure_version_volume,
     version_volume_name,
 )
-from tests.emulators.kubernetes_fake import KubernetesFake
+from tests.emulators.base import ManualClock
+from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
 from tests.kube_harness import CONN_ID, NS, core, kubernetes_fake
 
 SERVER = "cpfs-0123abcd-xyz.cn-wulanchabu.cpfs.aliyuncs.com"
@@ -91,7 +92,7 @@ def test_cpfs_general_purpose_objects_are_acks_static_volume() -> None:
     }
 
 
-def test_lingjun_cpfs_objects_address_the_file_system_by_id() -> None:
+def test_lingjun_cpfs_objects_address_the_file_system_and_directory_in_a_handle_of_their_own() -> None:
     pv, pvc = build_volume(
         namespace=NS,
         name="cifar10-v2",
@@ -100,9 +101,11 @@ def test_lingjun_cpfs_objects_address_the_file_system_by_id() -> None:
         labels={"aliyun-training/dataset": "cifar10"},
         **BMCPFS,
     )
+    # <file system id>+<path>: the driver attaches the file system before the "+", and Kubernetes
+    # gets a handle unique to this version's PV; the mount still reads volumeAttributes.path.
     assert pv["spec"]["csi"] == {
         "driver": "bmcpfsplugin.csi.alibabacloud.com",
-        "volumeHandle": "bmcpfs-0123456789abcdef",
+        "volumeHandle": "bmcpfs-0123456789abcdef+/datasets/cifar10/2026-11-22",
         "volumeAttributes": {
             "vscMountTarget": BMCPFS["vsc_mount_target"],
             "vpcMountTarget": BMCPFS["vpc_mount_target"],
@@ -216,7 +219,7 @@ def test_an_existing_volume_with_another_path_is_never_overwritten(fake: Kuberne
     message = str(raised.value)
     assert "PersistentVolume cifar10-2026-11-22 already exists with another spec" in message
     assert "spec.csi.volumeAttributes" in message and "/share/other" in message
-    assert "kubectl delete pv cifar10-2026-11-22" in message
+    assert f"kubectl delete pvc -n {NS} cifar10-2026-11-22 && kubectl delete pv cifar10-2026-11-22" in message
     assert fake.count("POST", "/persistentvolumes") == 1 and fake.count("PUT") == fake.count("PATCH") == 0
     volume = core().read_persistent_volume("cifar10-2026-11-22")
     assert volume.spec.csi.volume_attributes["path"] == CPFS["path"]
@@ -243,3 +246,74 @@ def test_the_same_capacity_written_differently_is_the_same_spec(fake: Kubernetes
     core().create_persistent_volume(pv)
     ensure_version_volume(CONN_ID, namespace=NS, name="cifar10-v5", **CPFS)
     assert fake.count("POST", "/persistentvolumes") == 1
+
+
+def test_a_lingjun_volume_made_with_the_bare_file_system_id_is_a_conflict_not_reused(
+    fake: KubernetesFake,
+) -> None:
+    """A PV from before handles were unique per PV shares its handle with every other version."""
+    old, old_claim = build_volume(namespace=NS, name="cifar10-v6", **BMCPFS)
+    old["spec"]["csi"]["volumeHandle"] = BMCPFS["file_system_id"]
+    core().create_persistent_volume(old)
+    core().create_namespaced_persistent_volume_claim(NS, old_claim)
+    posts = fake.count("POST")
+
+    with pytest.raises(VolumeConflictError) as raised:
+        ensure_version_volume(CONN_ID, namespace=NS, name="cifar10-v6", **BMCPFS, wait_seconds=0)
+
+    message = str(raised.value)
+    assert "PersistentVolume cifar10-v6 already exists with another spec" in message
+    assert (
+        "spec.csi.volumeHandle is 'bmcpfs-0123456789abcdef', not "
+        "'bmcpfs-0123456789abcdef+/datasets/cifar10/2026-11-22'"
+    ) in message
+    assert f"kubectl delete pvc -n {NS} cifar10-v6 && kubectl delete pv cifar10-v6" in message
+    assert fake.count("POST") == posts and fake.count("PUT") == fake.count("PATCH") == 0
+
+
+POD_ON_ONE_NODE = "fake-node-lingjun-0"
+
+
+def _pod_mounting(name: str, claims: list[str]) -> dict[str, Any]:
+    """A pod on one Lingjun node mounting ``claims`` (a job reading two versions of one file system)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": POD_ON_ONE_NODE,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "registry.example.com/train:1",
+                    "volumeMounts": [{"name": c, "mountPath": f"/mnt/{c}"} for c in claims],
+                }
+            ],
+            "volumes": [{"name": c, "persistentVolumeClaim": {"claimName": c}} for c in claims],
+        },
+    }
+
+
+def test_two_versions_of_one_lingjun_file_system_attach_side_by_side_on_a_node(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock(1_800_000_000.0)
+    with kubernetes_fake(tmp_path, monkeypatch, clock) as fake:
+        fake.script_for("reader", TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)]))
+        first = {**BMCPFS, "path": "/datasets/cifar10/v1"}
+        second = {**BMCPFS, "path": "/datasets/cifar10/v2"}
+        ensure_version_volume(CONN_ID, namespace=NS, name="cifar10-v1", **first, wait_seconds=0)
+        ensure_version_volume(CONN_ID, namespace=NS, name="cifar10-v2", **second, wait_seconds=0)
+        core().create_namespaced_pod(NS, _pod_mounting("reader", ["cifar10-v1", "cifar10-v2"]))
+        clock.advance(1)
+
+        pod = core().read_namespaced_pod("reader", NS)
+        assert pod.status.phase == "Running"
+        driver = "bmcpfsplugin.csi.alibabacloud.com"
+        handles = [f"{BMCPFS['file_system_id']}+{v['path']}" for v in (first, second)]
+        assert {
+            name: attachment["persistentVolumeName"] for name, attachment in fake.volume_attachments.items()
+        } == {
+            volume_attachment_name(handles[0], driver, POD_ON_ONE_NODE): "cifar10-v1",
+            volume_attachment_name(handles[1], driver, POD_ON_ONE_NODE): "cifar10-v2",
+        }
+        events = core().list_namespaced_event(NS, field_selector="involvedObject.name=reader").items
+        assert "FailedAttachVolume" not in [e.reason for e in events]

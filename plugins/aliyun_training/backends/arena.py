@@ -18,9 +18,15 @@ from typing import Any
 
 from aliyun_training.backends.arena_manifests import (
     GROUP,
+    KINDS,
+    MPI_JOB_V1ALPHA1,
+    MPI_JOB_V2,
     OUTPUT_DIR_ANNOTATION,
+    PYTORCH_JOB,
+    TF_JOB,
     ArenaSettings,
     JobKind,
+    arena_settings,
     build_configmap,
     build_job,
     check,
@@ -28,7 +34,7 @@ from aliyun_training.backends.arena_manifests import (
     job_kind,
 )
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from aliyun_training.hooks.kubernetes import KubernetesHooks
+from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
 from aliyun_training.spec import TrainingJobSpec
 
 log = logging.getLogger(__name__)
@@ -57,7 +63,7 @@ class ArenaBackend:
     name = "arena"
 
     def __init__(self, **settings: Any) -> None:
-        self.settings = ArenaSettings(**settings)
+        self.settings: ArenaSettings = arena_settings(settings)
         self._kinds: dict[str, JobKind] = {}
         #: Pods seen by the latest status call, which each poll makes just before reading logs.
         self._pods: dict[str, list[dict[str, Any]]] = {}
@@ -77,12 +83,14 @@ class ArenaBackend:
         return self._hooks.asynchronous
 
     def _list_pods(self, hook: Any, handle: JobHandle) -> list[dict[str, Any]]:
-        return _pods(hook.api_client, hook.core_v1_client.list_namespaced_pod(**self._pod_query(handle)))
+        listed = list_all(hook.core_v1_client.list_namespaced_pod, **self._pod_query(handle))
+        return _pods(hook.api_client, listed)
 
     async def _alist_pods(self, api: Any, handle: JobHandle) -> list[dict[str, Any]]:
         from kubernetes_asyncio import client
 
-        return _pods(api, await client.CoreV1Api(api).list_namespaced_pod(**self._pod_query(handle)))
+        listed = await alist_all(client.CoreV1Api(api).list_namespaced_pod, **self._pod_query(handle))
+        return _pods(api, listed)
 
     def _kind(self, handle: JobHandle) -> JobKind:
         return self._kinds.get(handle.name) or _kind_from_job_id(handle.job_id)
@@ -253,14 +261,11 @@ class ArenaBackend:
 
     def failure_details(self, handle: JobHandle) -> list[str]:
         hook = self._hook()
-        core = hook.core_v1_client
+        list_events = hook.core_v1_client.list_namespaced_event
         pods = self._list_pods(hook, handle)
         events = {
             pod["metadata"]["name"]: _items(
-                hook.api_client,
-                core.list_namespaced_event(
-                    self.settings.namespace, field_selector=f"involvedObject.name={pod['metadata']['name']}"
-                ),
+                hook.api_client, list_all(list_events, **self._event_query(pod["metadata"]["name"]))
             )
             for pod in pods
         }
@@ -270,16 +275,16 @@ class ArenaBackend:
         from kubernetes_asyncio import client
 
         async with self._async_hook().get_conn() as api:
-            core = client.CoreV1Api(api)
+            list_events = client.CoreV1Api(api).list_namespaced_event
             pods = await self._alist_pods(api, handle)
             events = {}
             for pod in pods:
                 name = pod["metadata"]["name"]
-                listed = await core.list_namespaced_event(
-                    self.settings.namespace, field_selector=f"involvedObject.name={name}"
-                )
-                events[name] = _items(api, listed)
+                events[name] = _items(api, await alist_all(list_events, **self._event_query(name)))
         return _describe_pods(pods, events)
+
+    def _event_query(self, pod: str) -> dict[str, Any]:
+        return {"namespace": self.settings.namespace, "field_selector": f"involvedObject.name={pod}"}
 
     # -- stop and links --------------------------------------------------------------------------
 
@@ -326,24 +331,21 @@ def _job_id(kind: JobKind, uid: str) -> str:
 
 
 def _kind_from_job_id(job_id: str) -> JobKind:
-    from aliyun_training.backends import arena_manifests as m
-
     plural, version, _uid = job_id.split("/")
-    for kind in (m.PYTORCH_JOB, m.TF_JOB, m.MPI_JOB_V2, m.MPI_JOB_V1ALPHA1):
+    for kind in KINDS:
         if (kind.plural, kind.version) == (plural, version):
             return kind
     raise LookupError(f"job id {job_id!r} names no known training job kind")
 
 
 def _candidate_kinds(settings: ArenaSettings) -> list[JobKind]:
-    from aliyun_training.backends import arena_manifests as m
-
-    mpi = m.MPI_JOB_V1ALPHA1 if settings.mpi_api_version == "v1alpha1" else m.MPI_JOB_V2
-    return [m.PYTORCH_JOB, m.TF_JOB, mpi]
+    mpi = MPI_JOB_V1ALPHA1 if settings.mpi_api_version == "v1alpha1" else MPI_JOB_V2
+    return [PYTORCH_JOB, TF_JOB, mpi]
 
 
-def _items(api_client: Any, listed: Any) -> list[dict[str, Any]]:
-    return api_client.sanitize_for_serialization(listed).get("items", [])
+def _items(api_client: Any, items: list[Any]) -> list[dict[str, Any]]:
+    """Listed objects (models of either client) as plain dicts."""
+    return api_client.sanitize_for_serialization(items)
 
 
 def _pods(api_client: Any, listed: Any) -> list[dict[str, Any]]:

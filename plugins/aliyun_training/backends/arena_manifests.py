@@ -3,6 +3,12 @@
 Teams on ACK keep using ``arena list``, ``arena logs`` and ``arena delete`` on jobs this pipeline
 submits, so the objects carry arena's labels, annotations, ConfigMap and ownerReference exactly as
 arena's helm charts (kubeflow/arena ``charts/<type>/``) render them. Pure functions, no I/O.
+
+Two kinds arena's charts do not render follow their operators' own specs: elastic PyTorch (arena
+has no elastic pytorchjob; the training-operator's ``elasticPolicy``) and MPIJob ``v2beta1``
+(arena's mpijob chart renders only ``v1alpha1``, and arena reads MPI jobs only through
+``v1alpha1``, so ``arena list`` does not show a ``v2beta1`` job; ``arena delete`` still works, it
+reads the ConfigMap).
 """
 
 from __future__ import annotations
@@ -10,12 +16,20 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
-from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
+from aliyun_training.spec import (
+    INJECTED_ENV_VARS,
+    Framework,
+    SpecError,
+    TrainingJobSpec,
+    field_fix,
+    invalid_env_names,
+    validate_record,
+)
 
 GROUP = "kubeflow.org"
 #: The training container's name; the PyTorch operator requires ``pytorch``.
@@ -42,43 +56,174 @@ class JobKind:
         return self.kind.lower()
 
 
-#: Chart versions as in kubeflow/arena charts/{pytorchjob,tfjob,mpijob}/Chart.yaml.
+#: Chart versions as in kubeflow/arena charts/{pytorchjob,tfjob,mpijob}/Chart.yaml (master, 2026).
 PYTORCH_JOB = JobKind("PyTorchJob", "pytorchjobs", "v1", "pytorchReplicaSpecs", "pytorchjob", "0.5.2")
-TF_JOB = JobKind("TFJob", "tfjobs", "v1", "tfReplicaSpecs", "tfjob", "0.26.0")
-MPI_JOB_V2 = JobKind("MPIJob", "mpijobs", "v2beta1", "mpiReplicaSpecs", "mpijob", "0.14.0")
-MPI_JOB_V1ALPHA1 = JobKind("MPIJob", "mpijobs", "v1alpha1", "mpiReplicaSpecs", "mpijob", "0.14.0")
+TF_JOB = JobKind("TFJob", "tfjobs", "v1", "tfReplicaSpecs", "tfjob", "0.39.1")
+MPI_JOB_V2 = JobKind("MPIJob", "mpijobs", "v2beta1", "mpiReplicaSpecs", "mpijob", "0.28.0")
+MPI_JOB_V1ALPHA1 = JobKind("MPIJob", "mpijobs", "v1alpha1", "mpiReplicaSpecs", "mpijob", "0.28.0")
+KINDS = (PYTORCH_JOB, TF_JOB, MPI_JOB_V2, MPI_JOB_V1ALPHA1)
 
 #: Where the CR records the job's output directory, for the artifacts stage.
 OUTPUT_DIR_ANNOTATION = "aliyun-training/output-dir"
+#: torchrun's rendezvous backend for elastic jobs; the operator points it at ``<job>-worker-0``.
+ELASTIC_RDZV_BACKEND = "c10d"
+#: Variables the platform or this pipeline sets on every node, which ``nccl_env`` must not override:
+#: the rendezvous (``spec.INJECTED_ENV_VARS``), the training-operator's torchrun ``PET_*``
+#: variables, and the job's data and output directories.
+RESERVED_ENV_VARS = INJECTED_ENV_VARS | {"OUTPUT_DIR", "DATA_DIR"}
+RESERVED_ENV_PREFIX = "PET_"
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+#: Kubernetes name rules (k8s.io/apimachinery pkg/util/validation), matched against the whole string.
+_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
+_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
+_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_MAX = 63
+_SUBDOMAIN_MAX = 253
 
 
 class ArenaSettings(BaseModel):
-    """Cluster-level settings of the ACK backend (``backend_config``)."""
+    """Cluster-level settings of the ACK backend (``backend_config``), checked as the cluster would.
+
+    Every rule is one the API server, the training-operator or the kubelet applies only once a job
+    is submitted; here it fails ``configure`` (through :func:`arena_settings`) naming the field.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    conn_id: str = "kubernetes_default"
-    namespace: str = "default"
+    conn_id: Annotated[
+        str, Field(min_length=1, json_schema_extra=field_fix("name a kubernetes connection"))
+    ] = "kubernetes_default"
+    namespace: Annotated[
+        str,
+        Field(
+            json_schema_extra=field_fix("use the namespace's name, e.g. training (lowercase, digits, '-')")
+        ),
+    ] = "default"
     #: Extended resource that grants RDMA: ``rdma/hca`` on Lingjun nodes, ``aliyun/erdma`` on ECS.
-    rdma_resource: str = "rdma/hca"
+    rdma_resource: Annotated[
+        str,
+        Field(json_schema_extra=field_fix("use the device plugin's resource, e.g. rdma/hca or aliyun/erdma")),
+    ] = "rdma/hca"
     host_network: bool = False
-    nccl_env: dict[str, str] = Field(default_factory=dict)
-    image_pull_secrets: list[str] = Field(default_factory=list)
+    nccl_env: Annotated[
+        dict[StrictStr, StrictStr],
+        Field(
+            json_schema_extra=field_fix(
+                'give NCCL variables as names to string values, e.g. {"NCCL_DEBUG": "INFO"}'
+            )
+        ),
+    ] = Field(default_factory=dict)
+    image_pull_secrets: Annotated[
+        list[str], Field(json_schema_extra=field_fix("name docker-registry Secrets of the namespace"))
+    ] = Field(default_factory=list)
     #: ``v2beta1`` for today's mpi-operator; ``v1alpha1`` for clusters on arena's old one.
-    mpi_api_version: str = "v2beta1"
+    mpi_api_version: Annotated[
+        Literal["v2beta1", "v1alpha1"],
+        Field(
+            json_schema_extra=field_fix("use v2beta1 (mpi-operator v0.3+) or v1alpha1 (arena's old operator)")
+        ),
+    ] = "v2beta1"
     #: GPUs in one node of the cluster's GPU node type; more per node can never schedule.
-    max_gpus_per_node: int = 8
+    max_gpus_per_node: Annotated[
+        StrictInt,
+        Field(ge=1, json_schema_extra=field_fix("give the GPUs of one GPU node as a whole number, e.g. 8")),
+    ] = 8
     #: PVC for a dataset mount whose URI names none (``pvc://<claim>/...`` does).
-    default_pvc: str | None = None
-    backoff_limit: int = 0
-    ttl_seconds_after_finished: int | None = None
-    clean_pod_policy: str = "Running"
+    default_pvc: Annotated[
+        str | None, Field(json_schema_extra=field_fix("name a PersistentVolumeClaim of the namespace"))
+    ] = None
+    backoff_limit: Annotated[StrictInt, Field(ge=0, json_schema_extra=field_fix("use 0 or more retries"))] = 0
+    ttl_seconds_after_finished: Annotated[
+        StrictInt | None, Field(ge=0, json_schema_extra=field_fix("use 0 or more seconds, or leave it unset"))
+    ] = None
+    clean_pod_policy: Annotated[
+        Literal["None", "Running", "All"], Field(json_schema_extra=field_fix("use None, Running or All"))
+    ] = "Running"
     #: /dev/shm size when the spec asks for none: arena's ``--share-memory`` default.
-    default_shm_gib: int = 2
+    default_shm_gib: Annotated[StrictInt, Field(ge=1, json_schema_extra=field_fix("use 1 GiB or more"))] = 2
     #: The Kubernetes user arena records as the job owner.
-    username: str = "airflow"
+    username: Annotated[str, Field(min_length=1, json_schema_extra=field_fix("name the submitting user"))] = (
+        "airflow"
+    )
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_is_a_label(cls, namespace: str) -> str:
+        if not is_dns_label(namespace):
+            raise ValueError(f"{namespace!r} is not a DNS-1123 label, as namespace names must be")
+        return namespace
+
+    @field_validator("image_pull_secrets")
+    @classmethod
+    def _secret_names(cls, names: list[str]) -> list[str]:
+        bad = [name for name in names if not is_dns_subdomain(name)]
+        if bad:
+            raise ValueError(f"{bad} are not DNS-1123 subdomains, as Secret names must be")
+        return names
+
+    @field_validator("default_pvc")
+    @classmethod
+    def _claim_name(cls, name: str | None) -> str | None:
+        if name is not None and not is_dns_subdomain(name):
+            raise ValueError(f"{name!r} is not a DNS-1123 subdomain, as PersistentVolumeClaim names must be")
+        return name
+
+    @field_validator("nccl_env")
+    @classmethod
+    def _nccl_names(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = invalid_env_names(env)
+        if bad:
+            raise ValueError(f"{bad} are not environment variable names (letters, digits and _)")
+        reserved = sorted(n for n in env if n in RESERVED_ENV_VARS or n.startswith(RESERVED_ENV_PREFIX))
+        if reserved:
+            raise ValueError(
+                f"{reserved} are set on every node by the training operator or this pipeline (the "
+                f"rendezvous {sorted(INJECTED_ENV_VARS)}, torchrun's {RESERVED_ENV_PREFIX}*, OUTPUT_DIR, "
+                "DATA_DIR); remove them"
+            )
+        return env
+
+    @field_validator("rdma_resource")
+    @classmethod
+    def _extended_resource(cls, name: str) -> str:
+        if not is_extended_resource_name(name):
+            raise ValueError(
+                f"{name!r} is not an extended resource name (<domain>/<name>, a domain outside "
+                "kubernetes.io, as device plugins advertise them)"
+            )
+        return name
+
+
+def arena_settings(config: ArenaSettings | dict[str, Any]) -> ArenaSettings:
+    """The ACK backend's settings from ``config``; ``SpecError`` naming each bad field and its fix."""
+    return validate_record(ArenaSettings, config)
+
+
+def is_extended_resource_name(name: str) -> bool:
+    """Whether ``name`` is an extended resource (k8s.io/kubernetes pkg/apis/core/helper
+    ``IsExtendedResourceName``): a qualified ``<domain>/<name>`` outside ``kubernetes.io/``,
+    not starting with ``requests.``."""
+    prefix, slash, rest = name.partition("/")
+    return bool(
+        slash
+        and "kubernetes.io/" not in name
+        and not name.startswith("requests.")
+        and len(prefix) <= _SUBDOMAIN_MAX
+        and _DNS1123_SUBDOMAIN.fullmatch(prefix)
+        and len(rest) <= _LABEL_MAX
+        and _QUALIFIED_NAME.fullmatch(rest)
+    )
+
+
+def is_dns_label(name: str) -> bool:
+    """Whether ``name`` is a DNS-1123 label (namespace names)."""
+    return len(name) <= _LABEL_MAX and bool(_DNS1123_LABEL.fullmatch(name))
+
+
+def is_dns_subdomain(name: str) -> bool:
+    """Whether ``name`` is a DNS-1123 subdomain (Secret, ConfigMap and PersistentVolumeClaim names)."""
+    return len(name) <= _SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(name))
 
 
 def job_kind(spec: TrainingJobSpec, settings: ArenaSettings) -> JobKind:
@@ -95,8 +240,14 @@ def configmap_name(name: str, kind: JobKind) -> str:
 
 def check(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> None:
     """Reject what the cluster would only reject after pods sat Pending: before anything is created."""
-    if not _DNS_LABEL.match(name):
-        raise SpecError(f"name: {name!r} is not a DNS-1123 label under 63 characters")
+    for host in replica_hostnames(spec, name, settings):
+        if len(host) > _LABEL_MAX or not _DNS1035_LABEL.fullmatch(host):
+            raise SpecError(
+                f"name: job {name!r} would name a replica's pod and Service {host!r}, which is not a "
+                f"DNS-1035 label (a lowercase letter first, then lowercase letters, digits and '-', at most "
+                f"{_LABEL_MAX} characters), so the training operator could not create it (fix: the job name "
+                "comes from the DAG id and task id: start them with a letter and shorten them)"
+            )
     if spec.gpus_per_node > settings.max_gpus_per_node:
         raise SpecError(
             f"gpus_per_node: {spec.gpus_per_node} GPUs per node, but the cluster's GPU nodes have "
@@ -107,10 +258,34 @@ def check(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> None:
         claim_name(mount.uri, settings)
 
 
+def replica_hostnames(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> list[str]:
+    """The job name and the longest pod hostnames and Service names its operator derives from it.
+
+    The training-operator names each replica's pod and Service ``<job>-<type>-<index>`` and its
+    webhook wants the job name a DNS-1035 label; the mpi-operator checks ``<job>-worker-<n-1>``
+    (pkg/apis/kubeflow/validation) and names the launcher ``<job>-launcher``. An elastic job's
+    workers may grow to ``max_nodes``.
+    """
+    kind = job_kind(spec, settings)
+    hosts = [name]
+    for role, count, _restart, _gpus in _replica_roles(spec, kind):
+        if role == "Launcher":
+            hosts.append(f"{name}-launcher")
+        elif count > 0:
+            last = (spec.elastic_max_nodes if spec.framework is Framework.ELASTIC else count) - 1
+            hosts.append(f"{name}-{role.lower()}-{last}")
+    return hosts
+
+
 def claim_name(uri: str | None, settings: ArenaSettings) -> str:
     """The PVC of a dataset mount: ``pvc://<claim>[/...]``, else the configured default PVC."""
     if uri and uri.startswith("pvc://"):
         claim = uri.removeprefix("pvc://").split("/", 1)[0]
+        if claim and not is_dns_subdomain(claim):
+            raise SpecError(
+                f"datasets: mount {uri!r} names PVC {claim!r}, which is not a DNS-1123 subdomain as "
+                "PersistentVolumeClaim names are (fix: use pvc://<claim-name>/... with the claim's name)"
+            )
         if claim:
             return claim
     if settings.default_pvc:
@@ -122,7 +297,8 @@ def claim_name(uri: str | None, settings: ArenaSettings) -> str:
 
 
 def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict[str, Any]:
-    """The training CR as arena's chart renders it."""
+    """The training CR as arena's chart renders it (elastic PyTorch and MPIJob v2beta1: as their
+    operators define them, arena's charts having neither)."""
     kind = job_kind(spec, settings)
     labels = arena_labels(name, kind, settings)
     annotations = arena_annotations(spec, settings)
@@ -132,14 +308,17 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
             "restartPolicy": restart,
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
-                "spec": _pod_spec(spec, settings, gpus=gpus),
+                "spec": _pod_spec(
+                    spec, settings, gpus=gpus, runs_command=role != "Worker" or kind != MPI_JOB_V2
+                ),
             },
         }
         for role, count, restart, gpus in _replica_roles(spec, kind)
         if count > 0
     }
     if kind == MPI_JOB_V1ALPHA1:
-        # arena's old mpi-operator: one pod template for every replica, no replica specs.
+        # arena's old mpi-operator: one pod template for every replica, no replica specs; the
+        # operator replaces the workers' command with `sleep 365d` and execs mpirun's daemons into them.
         worker = replicas["Worker"]["template"]
         job_spec: dict[str, Any] = {
             "replicas": spec.nodes,
@@ -149,6 +328,8 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
         }
     else:
         job_spec = {"runPolicy": _run_policy(spec, settings), kind.replica_specs_key: replicas}
+    if spec.framework is Framework.ELASTIC:
+        job_spec["elasticPolicy"] = elastic_policy(spec)
     body: dict[str, Any] = {
         "apiVersion": f"{GROUP}/{kind.version}",
         "kind": kind.kind,
@@ -166,6 +347,23 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
     if kind == MPI_JOB_V2:
         body["spec"]["slotsPerWorker"] = spec.procs_per_node
     return body
+
+
+def elastic_policy(spec: TrainingJobSpec) -> dict[str, Any]:
+    """The training-operator's ``elasticPolicy`` (kubeflow.org/v1 ``ElasticPolicy``) of an elastic job.
+
+    The operator gives every worker ``PET_NNODES=<min>:<max>``, ``PET_RDZV_BACKEND``,
+    ``PET_NPROC_PER_NODE`` and ``PET_RDZV_ENDPOINT=<job>-worker-0:23456`` (rdzvHost and rdzvPort
+    unset: worker 0 and the pytorch container's default port), which torchrun reads. ``nProcPerNode``
+    is the field every operator version with elasticPolicy reads (v1.7+ also ``spec.nprocPerNode``,
+    which must not be set beside it).
+    """
+    return {
+        "minReplicas": spec.elastic_min_nodes,
+        "maxReplicas": spec.elastic_max_nodes,
+        "rdzvBackend": ELASTIC_RDZV_BACKEND,
+        "nProcPerNode": spec.procs_per_node,
+    }
 
 
 def build_configmap(
@@ -191,10 +389,17 @@ def build_configmap(
         },
         "data": {
             "values": yaml.safe_dump(submit_values(spec, settings), sort_keys=True),
-            "app": f"{kind.arena_type}.{GROUP}/{name}\n",
+            "app": app_info([f"{kind.arena_type}.{GROUP}/{name}"]),
             kind.chart: kind.chart_version,
         },
     }
+
+
+def app_info(resources: list[str]) -> str:
+    """``data.app`` as arena writes it (pkg/util/kubectl ``SaveAppInfo``): one ``<resource>/<name>``
+    per line, joined by newlines with none at the end. ``arena delete`` splits it on newlines and
+    runs ``kubectl delete`` per element, so an empty element (a trailing newline) fails the delete."""
+    return "\n".join(resources)
 
 
 def arena_labels(name: str, kind: JobKind, settings: ArenaSettings) -> dict[str, str]:
@@ -216,10 +421,17 @@ def arena_annotations(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[st
 
 
 def submit_values(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any]:
-    """The chart values ``arena submit`` would have used, kept in the ConfigMap's ``values``."""
+    """The chart values ``arena submit`` would have used, kept in the ConfigMap's ``values``.
+
+    ``workers`` is what the chart renders as the Worker replicas: arena's pytorch submit counts the
+    master among ``--workers`` and stores ``nodes - 1`` (pkg/training/submit_pytorchjob.go), TFJob
+    and MPIJob store ``nodes``; an elastic job has only workers, ``nodes`` of them.
+    """
+    kind = job_kind(spec, settings)
+    workers = next(count for role, count, _, _ in _replica_roles(spec, kind) if role == "Worker")
     return {
         "image": spec.image,
-        "workers": spec.nodes,
+        "workers": workers,
         "gpuCount": spec.gpus_per_node,
         "cpu": str(spec.cpu),
         "memory": f"{spec.memory_gib}Gi",
@@ -236,7 +448,13 @@ def submit_values(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, A
 
 
 def _replica_roles(spec: TrainingJobSpec, kind: JobKind) -> list[tuple[str, int, str, bool]]:
-    """(replica type, replicas, restartPolicy, gets GPUs) for each role of the job kind."""
+    """(replica type, replicas, restartPolicy, gets GPUs) for each role of the job kind.
+
+    An elastic PyTorchJob has only workers (the operator's elastic examples; its webhook requires
+    the Worker replica): a Master would get a fixed MASTER_ADDR and RANK instead of the rendezvous.
+    """
+    if spec.framework is Framework.ELASTIC:
+        return [("Worker", spec.nodes, "OnFailure", True)]
     if kind.kind == "PyTorchJob":
         return [("Master", 1, "Never", True), ("Worker", spec.nodes - 1, "OnFailure", True)]
     if kind.kind == "MPIJob":
@@ -260,7 +478,12 @@ def _env(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, str]:
     return {**(settings.nccl_env if spec.rdma else {}), **spec.env, **output}
 
 
-def _pod_spec(spec: TrainingJobSpec, settings: ArenaSettings, gpus: bool) -> dict[str, Any]:
+def _pod_spec(
+    spec: TrainingJobSpec, settings: ArenaSettings, gpus: bool, runs_command: bool
+) -> dict[str, Any]:
+    """One replica's pod. A pod that does not run the command (an MPIJob v2beta1 worker) has no
+    command or args: only then does the mpi-operator start sshd in it for the launcher's mpirun
+    (pkg/controller/mpi_job_controller.go ``newWorker``)."""
     resources: dict[str, str] = {"cpu": str(spec.cpu), "memory": f"{spec.memory_gib}Gi"}
     if gpus and spec.gpus_per_node:
         resources["nvidia.com/gpu"] = str(spec.gpus_per_node)
@@ -271,7 +494,7 @@ def _pod_spec(spec: TrainingJobSpec, settings: ArenaSettings, gpus: bool) -> dic
         "image": spec.image,
         "imagePullPolicy": "IfNotPresent",
         "workingDir": spec.working_dir or "/root",
-        "command": ["sh", "-c", spec.command],
+        **({"command": ["sh", "-c", spec.command]} if runs_command else {}),
         "env": [{"name": key, "value": value} for key, value in sorted(_env(spec, settings).items())],
         "resources": {"requests": resources, "limits": dict(resources)},
         "volumeMounts": [

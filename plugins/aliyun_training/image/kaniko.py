@@ -12,12 +12,15 @@ and the pushed digest comes back as the container's termination message.
 
 Decisions:
 
-- Builder image: ``gcr.io/kaniko-project/executor:v1.23.2``, the last release of upstream kaniko
-  (GoogleContainerTools/kaniko was archived in June 2025). It is a pinned, immutable tag whose flags
-  are the ones used here; the maintained forks (Chainguard's, the community's) publish under other
-  names and tag schemes, so switching is a ``builder_image`` setting, not a code change. ACK nodes
-  in mainland China regions usually cannot pull from gcr.io: mirror the image into ACR and set
-  ``builder_image`` to the mirror.
+- Builder image: ``ghcr.io/osscontainertools/kaniko:v1.28.3``, a release of the maintained kaniko
+  fork osscontainertools/kaniko. Upstream GoogleContainerTools/kaniko was archived in June 2025 and
+  its ``gcr.io/kaniko-project/executor`` images are no longer updated; Chainguard's fork publishes
+  no public images. The fork keeps upstream's ``/kaniko/executor`` entrypoint, ``/kaniko/.docker``
+  Docker config and every flag used here (``--context=dir://``, ``--dockerfile``,
+  ``--destination``, ``--cache``, ``--cache-repo``, ``--build-arg``, ``--digest-file``), so another
+  executor image (a mirror, another fork, upstream's last ``v1.24.0``) is a ``builder_image``
+  setting, not a code change. ACK nodes in mainland China regions usually cannot pull from ghcr.io:
+  mirror the image into ACR and set ``builder_image`` to the mirror.
 - The context files are mounted one by one (``subPath``) over an ``emptyDir`` at
   /kaniko/buildcontext (kaniko's own context directory), not
   as a ConfigMap directory: the kubelet writes a ConfigMap directory as symlinks into ``..data/``,
@@ -56,6 +59,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
+from aliyun_training.hooks.kubernetes import alist_all
 from aliyun_training.kube_pods import (
     PodRun,
     PodSettings,
@@ -74,8 +78,9 @@ from aliyun_training.spec import SpecError, validate_record
 
 log = logging.getLogger(__name__)
 
-#: The last upstream kaniko release (GoogleContainerTools/kaniko, archived 2025); see the module docs.
-DEFAULT_BUILDER_IMAGE = "gcr.io/kaniko-project/executor:v1.23.2"
+#: A pinned release of the maintained fork osscontainertools/kaniko (its executor image); see the
+#: module docs.
+DEFAULT_BUILDER_IMAGE = "ghcr.io/osscontainertools/kaniko:v1.28.3"
 CONTAINER = "kaniko"
 CONTEXT_DIR = "/kaniko/buildcontext"
 CONTEXT_DIR_VOLUME = "workspace"
@@ -213,7 +218,7 @@ class KanikoSettings(PodSettings):
 
     @model_validator(mode="after")
     def _consistent(self) -> KanikoSettings:
-        match = _DESTINATION.match(self.destination)
+        match = _DESTINATION.fullmatch(self.destination)
         if match and match["tag"] != self.tag:
             raise ValueError(
                 f"destination: {self.destination} is not tagged {self.tag} (fix: push the content-addressed "
@@ -238,7 +243,7 @@ class KanikoSettings(PodSettings):
 def _check_context_path(path: str) -> None:
     parts = path.split("/")
     if posixpath.normpath(path) != path or any(
-        part in (".", "..") or not _CONFIG_KEY.match(part) for part in parts
+        part in (".", "..") or not _CONFIG_KEY.fullmatch(part) for part in parts
     ):
         raise ValueError(
             f"{path!r} is not a relative path of the build context (fix: use names of letters, digits, "
@@ -273,7 +278,7 @@ def context_map_name(pod_name: str) -> str:
 
 def context_key(path: str) -> str:
     """The ConfigMap key of a context file: its name, or (in a subdirectory) a name made unique."""
-    if _CONFIG_KEY.match(path):
+    if _CONFIG_KEY.fullmatch(path):
         return path
     return f"{hashlib.sha256(path.encode()).hexdigest()[:12]}-{path.rsplit('/', 1)[-1]}"
 
@@ -403,7 +408,7 @@ class KanikoBuilder(PodRun[KanikoSettings]):
         digest = ((terminated.message if terminated else None) or "").strip()
         lines = self.tail(hook, handle, RESULT_TAIL_LINES)
         try:
-            if not _DIGEST.match(digest):
+            if not _DIGEST.fullmatch(digest):
                 raise KanikoBuildError(
                     f"image build pod {where(handle)} succeeded but left no sha256 digest in "
                     f"{TERMINATION_LOG} (fix: keep --digest-file={TERMINATION_LOG}; use a kaniko executor "
@@ -500,14 +505,16 @@ class KanikoBuilder(PodRun[KanikoSettings]):
 
         async with self.async_hook().get_conn() as api:
             try:
-                events = await client.CoreV1Api(api).list_namespaced_event(
-                    pod.metadata.namespace, field_selector=f"involvedObject.uid={pod.metadata.uid}"
+                events = await alist_all(
+                    client.CoreV1Api(api).list_namespaced_event,
+                    pod.metadata.namespace,
+                    field_selector=f"involvedObject.uid={pod.metadata.uid}",
                 )
             except ApiException as exc:
                 if exc.status in (403, 404):  # events not readable: the pod's own status must do
                     return "", False
                 raise
-        return mount_problem([e for e in events.items if e.involved_object.uid == pod.metadata.uid])
+        return mount_problem([e for e in events if e.involved_object.uid == pod.metadata.uid])
 
 
 # -- interpreting the pod and kaniko's log --------------------------------------------------------

@@ -11,9 +11,19 @@ its own (``StagedDataset.pvc``). The objects follow ACK's documented static-volu
   subpath`` is a StorageClass parameter of dynamic provisioning and is not set on a static PV.
   The protocol service exports the file system under ``/share``, so ``path`` starts with it.
 - ``bmcpfs``: CPFS for Lingjun. CSI driver ``bmcpfsplugin.csi.alibabacloud.com``, ``volumeHandle``
-  = the file system id (``bmcpfs-...``), ``volumeAttributes`` ``{vscMountTarget, vpcMountTarget,
-  path}`` (VSC for Lingjun nodes, VPC for other nodes; at least one). The driver cannot mount the
-  same file system twice in one pod, so a pod mounts one version claim of a Lingjun file system.
+  = ``<file system id>+<path>``, ``volumeAttributes`` ``{vscMountTarget, vpcMountTarget, path}``
+  (VSC for Lingjun nodes, VPC for other nodes; at least one). Kubernetes keys a volume by its
+  handle (the attacher names the VolumeAttachment ``csi-<sha256(handle + driver + node)>``, the
+  kubelet a volume ``<driver>^<handle>``), so every PV needs its own; the driver attaches the file
+  system named before the ``+`` (kubernetes-sigs/alibaba-cloud-csi-driver pkg/bmcpfs
+  ``parseVolumeHandle``) and mounts ``<mount target>:<path>`` from ``volumeAttributes.path``, which
+  therefore stays. (ACK's and the driver's static examples name the bare file system id: right for
+  one PV per file system, not for one per version.) PVs made before handles were unique are
+  reported as conflicts, not reused. Unverified: on VSC nodes the driver's
+  ControllerUnpublishVolume passes the whole handle to the VSC detach, which its own comment says
+  errors for a ``+`` handle unless the NAS API answers a code it ignores or the plugin runs with
+  ``SKIP_BMCPFS_DETACH``; a VolumeAttachment left behind could hold up the next pod on that node
+  mounting the same version.
 
 Both: the PV carries the label ``alicloud-pvname: <name>`` and the claim binds by a selector on
 it (and by ``volumeName``, so no other volume can ever satisfy it); the PV is pre-bound to the
@@ -56,6 +66,9 @@ CPFS_MOUNT_OPTIONS = ["rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,nore
 PV_NAME_LABEL = "alicloud-pvname"
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "aliyun-training"
+#: Separates the file system id from the rest of a Lingjun CPFS volume handle (the driver's
+#: ``volumeHandleDelimiter``).
+BMCPFS_HANDLE_DELIMITER = "+"
 #: CPFS general-purpose exports the file system under this directory over NFS.
 CPFS_NFS_EXPORT = "/share"
 DEFAULT_CAPACITY = "1Ti"
@@ -115,7 +128,7 @@ def build_volume(
         targets = {"vscMountTarget": vsc_mount_target, "vpcMountTarget": vpc_mount_target}
         csi = {
             "driver": BMCPFS_DRIVER,
-            "volumeHandle": file_system_id,
+            "volumeHandle": bmcpfs_volume_handle(file_system_id or "", path),
             "volumeAttributes": {**{k: v for k, v in targets.items() if v}, "path": path},
         }
     common_labels = {**(labels or {}), MANAGED_BY_LABEL: MANAGED_BY}
@@ -155,6 +168,12 @@ def build_volume(
         },
     }
     return pv, pvc
+
+
+def bmcpfs_volume_handle(file_system_id: str, path: str) -> str:
+    """``<file system id>+<path>``: unique per directory; the driver attaches the file system named
+    before the first ``+`` whatever follows it (a ``+`` in the path included)."""
+    return f"{file_system_id}{BMCPFS_HANDLE_DELIMITER}{path}"
 
 
 def ensure_version_volume(hook_or_conn_id: Any, *, wait_seconds: float = 15.0, **volume: Any) -> str:
@@ -220,7 +239,7 @@ def _check(
     vsc_mount_target: str | None,
     vpc_mount_target: str | None,
 ) -> None:
-    if not _DNS_LABEL.match(name):
+    if not _DNS_LABEL.fullmatch(name):
         raise SpecError(
             f"name: {name!r} is not a DNS-1123 label of at most 63 characters "
             "(fix: use version_volume_name(dataset, version))"
@@ -324,10 +343,13 @@ class _Object:
         if not differences:
             return
         namespace = self.wanted["metadata"].get("namespace")
+        claim = self.wanted["spec"].get("claimRef") or {}
         command = (
             f"kubectl delete pvc -n {namespace} {self.name}"
             if namespace
-            else f"kubectl delete pv {self.name}"
+            # The PV is pre-bound to its claim: deleting the PV alone waits for the claim to go.
+            else f"kubectl delete pvc -n {claim.get('namespace')} {claim.get('name')} && kubectl delete pv "
+            f"{self.name}"
         )
         raise VolumeConflictError(
             f"{self.where} already exists with another spec: {'; '.join(differences)} "
