@@ -39,9 +39,14 @@ Decisions where the service's behaviour is not documented:
 - Any workspace id is accepted (workspaces themselves are not emulated); without WorkspaceId the
   ``default_workspace_id`` is used, and when that is None the request fails with 400
   ``InvalidParameter`` ("the default workspace does not exist", as the docstring describes).
-- The Uri scheme must fit the DataSourceType: ``oss://`` for OSS; ``nas://`` for NAS, EXTREMENAS
-  and CPFS; ``nas://`` or ``bmcpfs://`` for BMCPFS (sources disagree on the Lingjun CPFS form);
-  ``http(s)://`` for URL. Options, when given, must be a JSON object.
+- The Uri must fit the DataSourceType: ``oss://`` for OSS; ``nas://`` for NAS and EXTREMENAS;
+  ``http(s)://`` for URL. The SDK documents no form for CPFS or BMCPFS; the emulator takes the
+  forms the PAI Python SDK and DSW build: CPFS (general-purpose 2.0) is
+  ``cpfs://<fsid>.<region>/<protocol service id>/<export id>/<path>/`` (the ``nas://`` form is
+  reported refused for CPFS), BMCPFS (CPFS for Lingjun) is ``bmcpfs://<mount target domain>/<path>/``
+  whose host is a DNS name of at least three labels (a mount target's domain, never bare ids).
+  Whether the service itself refuses other shapes is unverified. Options, when given, must be a
+  JSON object.
 - PageSize above 100 is refused (no limit is documented; 100 is the usual PAI maximum).
 - DryRun validates and answers without creating anything (no DatasetId / VersionName).
 """
@@ -72,9 +77,21 @@ URI_SCHEMES: dict[str, tuple[str, ...]] = {
     "OSS": ("oss://",),
     "NAS": ("nas://",),
     "EXTREMENAS": ("nas://",),
-    "CPFS": ("nas://",),
-    "BMCPFS": ("nas://", "bmcpfs://"),
+    "CPFS": ("cpfs://",),
+    "BMCPFS": ("bmcpfs://",),
     "URL": ("http://", "https://"),
+}
+_LABEL = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+#: Whole-Uri shapes of the CPFS types (see the module docstring for their sources).
+URI_SHAPES: dict[str, tuple[re.Pattern[str], str]] = {
+    "CPFS": (
+        re.compile(r"cpfs://[a-z0-9-]+\.[a-z0-9-]+/ptc-[a-z0-9]+/exp-[a-z0-9]+/([^/]+/)*"),
+        "cpfs://<fsid>.<region>/<ptc-id>/<exp-id>/<path>/",
+    ),
+    "BMCPFS": (
+        re.compile(rf"bmcpfs://{_LABEL}(\.{_LABEL}){{2,}}/([^/]+/)*"),
+        "bmcpfs://<mount target domain>/<path>/",
+    ),
 }
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9_\-\u4e00-\u9fff]{0,126}$")
 LIST_DATASETS_FILTERS = frozenset(
@@ -499,6 +516,9 @@ def _check_version_fields(body: dict[str, Any], source_type: str) -> None:
     schemes = URI_SCHEMES.get(source_type)
     if schemes and not body["Uri"].startswith(schemes):
         raise _invalid("Uri", f"{body['Uri']!r} must start with {' or '.join(schemes)} for {source_type}")
+    shape = URI_SHAPES.get(source_type)
+    if shape and not shape[0].fullmatch(body["Uri"]):
+        raise _invalid("Uri", f"{body['Uri']!r} is not of the form {shape[1]} for {source_type}")
     if body.get("Options"):
         try:
             options = json.loads(body["Options"])

@@ -30,8 +30,10 @@ REGION = "cn-wulanchabu"
 WS = "ws-1"
 FS = "bmcpfs-0015abcd"
 DF = "df-194433a5be310001"
-URI1 = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/v1/"
-URI2 = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/v2/"
+#: A Lingjun CPFS Uri: the mount target's domain, then the path (see the AIWorkspace emulator).
+MOUNT_TARGET = "cpfs-0015abcd-vpc-9x8y.cn-wulanchabu.cpfs.aliyuncs.com"
+URI1 = f"bmcpfs://{MOUNT_TARGET}/datasets/cifar10/v1/"
+URI2 = f"bmcpfs://{MOUNT_TARGET}/datasets/cifar10/v2/"
 
 
 def _config(endpoint: str) -> Config:

@@ -18,8 +18,9 @@ from tests.emulators.base import FaultPlan, ManualClock
 
 AK, SK = "LTAI-dataset-test", "dataset-secret-value"
 WS = "ws-train"
-URI_A = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-22/"
-URI_B = "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-29/"
+MOUNT_TARGET = "cpfs-0015abcd-vpc-9x8y.cn-wulanchabu.cpfs.aliyuncs.com"
+URI_A = f"bmcpfs://{MOUNT_TARGET}/datasets/cifar10/2026-11-22/"
+URI_B = f"bmcpfs://{MOUNT_TARGET}/datasets/cifar10/2026-11-29/"
 CREATES = ("CreateDataset", "CreateDatasetVersion")
 
 
@@ -171,26 +172,64 @@ def test_api_errors_surface_as_alibaba_cloud_api_errors(workspace):
 
 
 def test_dataset_uri_builds_both_documented_cpfs_forms():
-    common = {"file_system_id": "bmcpfs-0015abcd", "region": "cn-wulanchabu"}
-    assert dataset_uri("cpfs", path="/datasets/cifar10/2026-11-22", **common) == (
-        "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/cifar10/2026-11-22/"
+    cpfs = {"file_system_id": "cpfs-0123abcd", "protocol_service_id": "ptc-45ef", "export_id": "exp-67ab"}
+    assert dataset_uri("cpfs", region="cn-wulanchabu", path="/datasets/cifar10/2026-11-22", **cpfs) == (
+        "cpfs://cpfs-0123abcd.cn-wulanchabu/ptc-45ef/exp-67ab/datasets/cifar10/2026-11-22/"
     )
-    assert dataset_uri("cpfs", path="/", **common) == "nas://bmcpfs-0015abcd.cn-wulanchabu/"
-    assert dataset_uri("bmcpfs", path="datasets/x/", mount_target="mt1", **common) == (
-        "bmcpfs://bmcpfs-0015abcd-mt1.cn-wulanchabu.cpfs.aliyuncs.com/datasets/x/"
+    assert dataset_uri("cpfs", region="cn-wulanchabu", path="/", **cpfs) == (
+        "cpfs://cpfs-0123abcd.cn-wulanchabu/ptc-45ef/exp-67ab/"
     )
+
+
+def test_a_lingjun_cpfs_uri_names_the_mount_target_domain_verbatim():
+    uri = dataset_uri(
+        "bmcpfs",
+        file_system_id="bmcpfs-0015abcd",
+        region="cn-wulanchabu",
+        path="datasets/x/",
+        mount_target=MOUNT_TARGET,
+    )
+
+    assert uri == f"bmcpfs://{MOUNT_TARGET}/datasets/x/"
 
 
 @pytest.mark.parametrize(
     ("kind", "arguments", "field"),
     [
         ("s3", {}, "dataset_uri_kind"),
-        ("bmcpfs", {}, "mount_target"),
-        ("cpfs", {"path": "/a/../b/"}, "path"),
+        ("bmcpfs", {}, "staging.mount_target"),
+        ("bmcpfs", {"mount_target": "mt1"}, "staging.mount_target"),
+        ("bmcpfs", {"mount_target": MOUNT_TARGET, "path": "/a/../b/"}, "path"),
         ("cpfs", {"region": ""}, "region"),
+        ("cpfs", {"protocol_service_id": None}, "staging.protocol_service_id"),
+        ("cpfs", {"export_id": "exp/1"}, "staging.export_id"),
     ],
 )
 def test_dataset_uri_names_the_bad_field(kind, arguments, field):
-    values = {"file_system_id": "bmcpfs-0015abcd", "region": "cn-wulanchabu", "path": "/d/", **arguments}
+    values = {
+        "file_system_id": "cpfs-0015abcd",
+        "region": "cn-wulanchabu",
+        "path": "/d/",
+        "protocol_service_id": "ptc-1",
+        "export_id": "exp-1",
+        **arguments,
+    }
     with pytest.raises(SpecError, match=rf"^{field}: .*\(fix: "):
         dataset_uri(kind, **values)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("source_type", "uri"),
+    [
+        ("BMCPFS", "bmcpfs://bmcpfs-0015abcd/datasets/x/"),
+        ("BMCPFS", "nas://bmcpfs-0015abcd.cn-wulanchabu/datasets/x/"),
+        ("CPFS", "nas://cpfs-0123abcd.cn-wulanchabu/datasets/x/"),
+        ("CPFS", "cpfs://cpfs-0123abcd.cn-wulanchabu/datasets/x/"),
+    ],
+)
+def test_the_emulator_refuses_cpfs_uris_not_of_the_documented_forms(workspace, source_type, uri):
+    with pytest.raises(AlibabaCloudApiError) as refused:
+        register(uri, data_source_type=source_type)
+
+    assert refused.value.code == "InvalidParameter" and "Uri" in str(refused.value)
+    assert workspace.datasets == {}

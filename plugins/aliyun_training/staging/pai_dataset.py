@@ -18,37 +18,50 @@ Facts from the AIWorkspace SDK (alibabacloud_aiworkspace20210204) docstrings:
 - CreateDatasetVersion requires DataSourceType (equal to the dataset's), Property and Uri; the
   service names the version (v1, v2, ...) and answers VersionName.
 - Options is a JSON string whose ``mountPath`` is the default mount path DLC uses.
-- Uri forms: see :func:`dataset_uri`.
+- Uri forms: see :func:`dataset_uri` (the SDK docstrings give none for CPFS or BMCPFS).
+- ListDatasets and ListDatasetVersions page with PageNumber/PageSize (default 10) and TotalCount;
+  every page is read.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Mapping
+import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.paging import NumberedPage, numbered_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import SpecError
 
 #: ListDatasets / ListDatasetVersions page size; fewer round trips on workspaces with many datasets.
 PAGE_SIZE = 100
 URI_KINDS = ("cpfs", "bmcpfs")
+_PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
+#: A DNS name of at least three labels, as mount target domains are.
+_MOUNT_TARGET_DOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?){2,}")
 
 
 def dataset_uri(
-    kind: str, *, file_system_id: str, region: str, path: str, mount_target: str | None = None
+    kind: str,
+    *,
+    file_system_id: str,
+    region: str,
+    path: str,
+    mount_target: str | None = None,
+    protocol_service_id: str | None = None,
+    export_id: str | None = None,
 ) -> str:
     """The one place a CPFS dataset Uri is built, for ``kind`` ``"cpfs"`` or ``"bmcpfs"``.
 
-    Sources disagree on the form for CPFS, so both are kept here and chosen by configuration:
-
-    - ``cpfs``: ``nas://<fsid>.<region>/<path>/``, the form every AIWorkspace SDK docstring gives
-      for NAS and CPFS 1.0 (``nas://<cpfs-fsid>.region/subpath/to/dir/``; CPFS 2.0 uses
-      ``nas://<cpfs-fsid>.region/<protocolserviceid>/``, pass the protocol service id as ``path``).
-    - ``bmcpfs``: ``bmcpfs://<fsid>-<mount_target>.<region>.cpfs.aliyuncs.com/<path>/``, the form
-      the PAI Python SDK uses for Lingjun CPFS (CPFS for AI computing, DataSourceType BMCPFS),
-      whose dataset ImportInfo also carries a mount target.
+    - ``cpfs`` (general-purpose CPFS 2.0, DataSourceType CPFS):
+      ``cpfs://<fsid>.<region>/<protocol service id>/<export id>/<path>/``, the form the PAI Python
+      SDK and DSW build; a job reaches CPFS 2.0 through a protocol service's export, so both ids are
+      part of the address (the ``nas://`` form of NAS is reported refused for CPFS).
+    - ``bmcpfs`` (CPFS for Lingjun, DataSourceType BMCPFS): ``bmcpfs://<mount target domain>/<path>/``,
+      the host being the mount target's domain exactly as the console lists it (e.g.
+      ``cpfs-0123abcd-vpc-xxxx.cn-wulanchabu.cpfs.aliyuncs.com``), never composed from ids.
 
     ``path`` is the directory inside the file system; the Uri always ends with ``/`` because a
     staged version is a directory (Property DIRECTORY).
@@ -57,23 +70,28 @@ def dataset_uri(
         raise SpecError(
             f"dataset_uri_kind: {kind!r} is not a known CPFS Uri form (fix: use one of {URI_KINDS})"
         )
-    for field, value in (("file_system_id", file_system_id), ("region", region)):
-        if not value or "/" in value or "." in value:
-            raise SpecError(
-                f"{field}: {value!r} is not a plain id (fix: give e.g. bmcpfs-0015xxxx / cn-wulanchabu)"
-            )
     parts = [p for p in path.split("/") if p]
     if any(p in (".", "..") for p in parts):
         raise SpecError(f"path: {path!r} must not contain . or .. segments (fix: give an absolute directory)")
     tail = "/".join(parts) + "/" if parts else ""
-    if kind == "cpfs":
-        return f"nas://{file_system_id}.{region}/{tail}"
-    if not mount_target:
-        raise SpecError(
-            "mount_target: a bmcpfs dataset Uri needs the Lingjun CPFS mount target "
-            "(fix: set mount_target, e.g. from the file system's mount target list)"
-        )
-    return f"bmcpfs://{file_system_id}-{mount_target}.{region}.cpfs.aliyuncs.com/{tail}"
+    if kind == "bmcpfs":
+        if not mount_target or not _MOUNT_TARGET_DOMAIN.fullmatch(mount_target):
+            raise SpecError(
+                f"staging.mount_target: {mount_target!r} is not a mount target domain (fix: copy the "
+                "Lingjun CPFS mount target's domain from the console, e.g. "
+                "cpfs-0123abcd-vpc-xxxx.cn-wulanchabu.cpfs.aliyuncs.com)"
+            )
+        return f"bmcpfs://{mount_target}/{tail}"
+    ids = {
+        "staging.file_system_id": (file_system_id, "the CPFS file system id, e.g. cpfs-0123abcd"),
+        "region": (region, "the connection's region, e.g. cn-wulanchabu"),
+        "staging.protocol_service_id": (protocol_service_id, "the protocol service id, e.g. ptc-0123abcd"),
+        "staging.export_id": (export_id, "the protocol service export id, e.g. exp-0123abcd"),
+    }
+    for field, (value, fix) in ids.items():
+        if not value or not _PLAIN_ID.fullmatch(value):
+            raise SpecError(f"{field}: {value!r} is not a plain id (fix: give {fix})")
+    return f"cpfs://{file_system_id}.{region}/{protocol_service_id}/{export_id}/{tail}"
 
 
 def register_dataset_version(
@@ -176,17 +194,14 @@ def _create_once(
 def _find_dataset(client: Any, models: Any, workspace_id: str, name: str) -> str | None:
     """The id of the dataset named exactly ``name`` (the API's Name filter is fuzzy)."""
 
-    def pages() -> Iterator[tuple[list[Any], int]]:
-        number = 1
-        while True:
-            request = models.ListDatasetsRequest(
-                workspace_id=workspace_id, name=name, page_number=number, page_size=PAGE_SIZE
-            )
-            body = client.list_datasets(request).body
-            yield body.datasets or [], body.total_count or 0
-            number += 1
+    def page(number: int) -> NumberedPage[Any]:
+        request = models.ListDatasetsRequest(
+            workspace_id=workspace_id, name=name, page_number=number, page_size=PAGE_SIZE
+        )
+        body = client.list_datasets(request).body
+        return body.datasets or [], body.total_count
 
-    for dataset in _all(pages()):
+    for dataset in numbered_pages(page):
         if dataset.name == name and (dataset.workspace_id in (None, workspace_id)):
             return dataset.dataset_id
     return None
@@ -195,29 +210,16 @@ def _find_dataset(client: Any, models: Any, workspace_id: str, name: str) -> str
 def _find_version(client: Any, models: Any, dataset_id: str, uri: str) -> str | None:
     """The name of the dataset's version whose Uri is ``uri`` (trailing ``/`` insensitive)."""
 
-    def pages() -> Iterator[tuple[list[Any], int]]:
-        number = 1
-        while True:
-            request = models.ListDatasetVersionsRequest(page_number=number, page_size=PAGE_SIZE)
-            body = client.list_dataset_versions(dataset_id, request).body
-            yield body.dataset_versions or [], body.total_count or 0
-            number += 1
+    def page(number: int) -> NumberedPage[Any]:
+        request = models.ListDatasetVersionsRequest(page_number=number, page_size=PAGE_SIZE)
+        body = client.list_dataset_versions(dataset_id, request).body
+        return body.dataset_versions or [], body.total_count
 
     wanted = uri.rstrip("/")
-    for version in _all(pages()):
+    for version in numbered_pages(page):
         if (version.uri or "").rstrip("/") == wanted:
             return version.version_name
     return None
-
-
-def _all(pages: Iterator[tuple[list[Any], int]]) -> Iterator[Any]:
-    """Every item of a PageNumber/PageSize listing, stopping at TotalCount or an empty page."""
-    seen = 0
-    for items, total in pages:
-        yield from items
-        seen += len(items)
-        if not items or seen >= total:
-            return
 
 
 def _labels(models: Any, labels: Mapping[str, str] | None) -> list[Any] | None:

@@ -2,9 +2,10 @@
 
 ``register`` settings (from the environment file) pick the kind:
 
-- ``{"kind": "pai_dataset", "workspace_id", "name", "uri_kind": "cpfs"|"bmcpfs", "file_system_id",
-  "mount_target" (bmcpfs), "cpfs_path", "provider_type": "Lingjun"|"Ecs", "mount_path"}``: DLC
-  mounts ``DataSources[{DataSourceId, DataSourceVersion}]``;
+- ``{"kind": "pai_dataset", "workspace_id", "name", "uri_kind": "cpfs"|"bmcpfs", "mount_target"
+  (bmcpfs: the mount target's domain), "file_system_id", "protocol_service_id" and "export_id"
+  (cpfs), "cpfs_path", "provider_type": "Lingjun"|"Ecs", "mount_path"}``: DLC mounts
+  ``DataSources[{DataSourceId, DataSourceVersion}]``;
 - ``{"kind": "pvc", "kubernetes_conn_id", "namespace", "volume_kind": "cpfs"|"bmcpfs",
   "cpfs_path", "server" (cpfs) or "file_system_id" and "vpc_mount_target"/"vsc_mount_target"
   (bmcpfs), "dataset"}``: ACK mounts a claim whose volume is exactly the version's directory.
@@ -82,7 +83,7 @@ def _pai_uri(register: dict[str, Any], path: str, region: str) -> str:
         file_system_id=register.get("file_system_id") or "",
         region=region,
         path=path,
-        mount_target=register.get("mount_target"),
+        **{k: register.get(k) for k in ("mount_target", "protocol_service_id", "export_id")},
     )
 
 
