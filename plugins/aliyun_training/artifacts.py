@@ -3,7 +3,9 @@
 The set lands at ``<artifact_root>/<model>/<dataset version>/<job name>/`` through a partial
 directory and a rename, so a consumer triggered by the model Asset never sees half a set. An
 ``oss://`` artifact root gets the same set uploaded with the staging engine's uploader, the
-manifest last: a reader that waits for manifest.json sees a complete set. The manifest says what
+manifest last: a reader that waits for manifest.json sees a complete set. Only a set this module
+published (its directory holds manifest.json) is ever replaced; any other directory at the target is
+refused before anything is copied (``publish.check_publishable``). The manifest says what
 produced it: dataset version, job, runtime, metrics (the per-epoch losses as lists) and timings.
 
 A cloud job's outputs outlive its nodes only in OSS (``output_uri`` mounted at its output root),
@@ -25,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.publish import publish_directory
+from aliyun_training.publish import check_publishable, partial_of, publish_directory
 from aliyun_training.report import render_report
 from aliyun_training.spec import (
     ArtifactSet,
@@ -111,8 +113,9 @@ def publish_artifacts(
 def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started: float) -> ArtifactSet:
     """Copy the collected outputs beside the completed manifest and report; publish by rename."""
     target = root / manifest["model"] / manifest["version"]
-    partial = target.with_name(f".{target.name}.partial")
-    shutil.rmtree(partial, ignore_errors=True)
+    check_publishable(target, MANIFEST_NAME, "artifact_root")
+    partial = partial_of(target)
+    shutil.rmtree(partial, ignore_errors=True)  # left by a killed try; not a link (checked above)
     partial.mkdir(parents=True)
     for name in COLLECTED:
         source = output / name
@@ -128,7 +131,7 @@ def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started
     }
     (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
     (partial / REPORT_NAME).write_text(render_report(manifest))
-    publish_directory(partial, target)
+    publish_directory(target, MANIFEST_NAME, "artifact_root")
     metrics = manifest["metrics"]
     return ArtifactSet(
         uri=str(target),

@@ -11,7 +11,7 @@ import pytest
 
 from aliyun_training.artifacts import ArtifactError, publish_artifacts, summarize_metrics
 from aliyun_training.report import loss_chart_svg, render_report
-from aliyun_training.spec import BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.spec import BandwidthCheck, BuiltImage, JobResult, SpecError, StagedDataset
 
 EPOCHS = [
     {"epoch": 1, "train_loss": 2.31, "test_loss": 2.05, "test_accuracy": 0.21, "seconds": 12.5},
@@ -342,3 +342,42 @@ def test_report_of_a_run_without_a_bandwidth_check_has_no_bandwidth_row(tmp_path
     report = Path(_publish(tmp_path, _job(_job_output(tmp_path))).report_uri).read_text()
 
     assert "RDMA bandwidth" not in report and "(verified)" not in report
+
+
+# -- publishing never replaces what it did not publish ---------------------------------------------
+
+
+def test_a_foreign_directory_where_an_artifact_set_goes_is_refused_and_kept(tmp_path):
+    job = _job(_job_output(tmp_path))
+    foreign = tmp_path / "artifacts" / "cifar10-resnet" / "v1" / job.display_name
+    foreign.mkdir(parents=True)
+    (foreign / "model.pt").write_bytes(b"someone else's model")
+
+    with pytest.raises(SpecError) as caught:
+        _publish(tmp_path, job)
+
+    assert str(caught.value).startswith(
+        f"artifact_root: {foreign} already exists and holds no manifest.json, so it was not published here"
+    )
+    assert [p.name for p in foreign.iterdir()] == ["model.pt"]
+    assert (foreign / "model.pt").read_bytes() == b"someone else's model"
+    assert sorted(p.name for p in foreign.parent.iterdir()) == [job.display_name]
+
+
+@pytest.mark.parametrize("link", ["target", "partial"])
+def test_a_symlinked_artifact_set_or_partial_is_refused(tmp_path, link):
+    job = _job(_job_output(tmp_path))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "manifest.json").write_text("{}")
+    (elsewhere / "precious.txt").write_text("keep me")
+    parent = tmp_path / "artifacts" / "cifar10-resnet" / "v1"
+    parent.mkdir(parents=True)
+    name = job.display_name if link == "target" else f".{job.display_name}.partial"
+    (parent / name).symlink_to(elsewhere)
+
+    with pytest.raises(SpecError, match=f"artifact_root: {parent / name} is a symbolic link"):
+        _publish(tmp_path, job)
+
+    assert sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "precious.txt"]
+    assert (elsewhere / "precious.txt").read_text() == "keep me"

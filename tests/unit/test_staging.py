@@ -290,7 +290,7 @@ def test_source_key_reserved_for_the_manifest_is_rejected(source, target_root):
     assert not (target_root / "v1").exists()
 
 
-@pytest.mark.parametrize("version", ["../x", ".hidden", "a/b", "", "v" * 65])
+@pytest.mark.parametrize("version", ["../x", ".hidden", "a/b", "", "v" * 65, "v1\n"])
 def test_invalid_version_names_dataset_version(source, tmp_path, version):
     target_root = tmp_path / "cpfs" / "cifar10"
 
@@ -487,60 +487,54 @@ def test_cli_exits_1_when_staging_fails(source, tmp_path):
     assert "cannot be created" in result.stderr
 
 
-def test_publish_directory_moves_partial_into_place(tmp_path):
-    partial = tmp_path / ".v1.partial"
-    partial.mkdir()
-    (partial / "data.bin").write_bytes(b"new")
+def _publication(directory: Path, data: bytes) -> Path:
+    """A directory as a publication leaves it: its data and the manifest that marks it as published."""
+    directory.mkdir()
+    (directory / "data.bin").write_bytes(data)
+    (directory / MANIFEST_NAME).write_text("{}")
+    return directory
 
-    publish_directory(partial, tmp_path / "v1")
+
+def test_publish_directory_moves_partial_into_place(tmp_path):
+    partial = _publication(tmp_path / ".v1.partial", b"new")
+
+    publish_directory(tmp_path / "v1", MANIFEST_NAME, "dataset_version")
 
     assert (tmp_path / "v1" / "data.bin").read_bytes() == b"new"
     assert not partial.exists()
 
 
 def test_publish_directory_replaces_an_existing_target_and_leaves_no_retired_dirs(tmp_path):
-    target = tmp_path / "v1"
-    target.mkdir()
+    target = _publication(tmp_path / "v1", b"old")
     (target / "old-only.bin").write_bytes(b"old")
-    (target / "data.bin").write_bytes(b"old")
-    partial = tmp_path / ".v1.partial"
-    partial.mkdir()
-    (partial / "data.bin").write_bytes(b"new")
+    _publication(tmp_path / ".v1.partial", b"new")
 
-    publish_directory(partial, target)
+    publish_directory(target, MANIFEST_NAME, "dataset_version")
 
-    assert sorted(p.name for p in target.iterdir()) == ["data.bin"]
+    assert sorted(p.name for p in target.iterdir()) == [MANIFEST_NAME, "data.bin"]
     assert (target / "data.bin").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v1"]
 
 
 def test_publish_directory_swaps_without_a_moment_with_no_version(tmp_path, monkeypatch):
     """With RENAME_EXCHANGE the old version is swapped out in one step: no rename to a retired name."""
-    target = tmp_path / "v1"
-    target.mkdir()
-    (target / "data.bin").write_bytes(b"old")
-    partial = tmp_path / ".v1.partial"
-    partial.mkdir()
-    (partial / "data.bin").write_bytes(b"new")
+    target = _publication(tmp_path / "v1", b"old")
+    partial = _publication(tmp_path / ".v1.partial", b"new")
     renames = []
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", lambda a, b: (renames.append((a, b)), real_replace(a, b))[1])
 
-    publish_directory(partial, target)
+    publish_directory(target, MANIFEST_NAME, "dataset_version")
 
     assert (target / "data.bin").read_bytes() == b"new" and not partial.exists()
     assert renames == [], "the swap is one renameat2 call, not two renames"
 
 
 def test_a_version_renamed_aside_by_a_killed_publication_is_restored(tmp_path):
-    retired = tmp_path / ".v1.retired-0badc0de"
-    retired.mkdir()
-    (retired / "data.bin").write_bytes(b"published before the crash")
-    partial = tmp_path / ".v1.partial"
-    partial.mkdir()
-    (partial / "data.bin").write_bytes(b"new")
+    _publication(tmp_path / ".v1.retired-0badc0de", b"published before the crash")
+    _publication(tmp_path / ".v1.partial", b"new")
 
-    publish_directory(partial, tmp_path / "v1")
+    publish_directory(tmp_path / "v1", MANIFEST_NAME, "dataset_version")
 
     assert (tmp_path / "v1" / "data.bin").read_bytes() == b"new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v1"]

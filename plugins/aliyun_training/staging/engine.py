@@ -13,7 +13,10 @@ Guarantees, because training jobs and backfills read these directories concurren
   re-staging a changed one copies only the objects whose ETag changed and hard-links the rest;
 - two runs staging the same version at once serialize on a lock file;
 - bad input (empty source, unsafe keys, no space, a source that changes mid-copy) fails before
-  anything is published and never removes what was there.
+  anything is published and never removes what was there;
+- only a version directory staging published (it holds ``_manifest.json``) is ever replaced: a
+  target that exists without one, or a link at the target, its partial directory or its lock, is
+  refused before anything is copied (see ``publish.py``).
 """
 
 from __future__ import annotations
@@ -37,7 +40,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.publish import publish_directory, restore_retired
+from aliyun_training.publish import (
+    check_publishable,
+    partial_of,
+    publish_directory,
+    refuse_link,
+    restore_retired,
+)
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset
 from aliyun_training.staging.sources import (
     ObjectSource,
@@ -50,6 +59,8 @@ from aliyun_training.staging.sources import (
 __all__ = ["JOURNAL_NAME", "MANIFEST_NAME", "StagingError", "stage_dataset"]
 
 MANIFEST_NAME = "_manifest.json"
+#: The setting a refused target is reported under: the version names the directory under the root.
+TARGET_FIELD = "dataset_version"
 JOURNAL_NAME = "_journal.jsonl"
 JOURNAL_FLUSH_SECONDS = 0.5
 #: Free space required beyond the data still to copy, for filesystem overhead and concurrent writers.
@@ -115,7 +126,8 @@ def stage_dataset(
     ``file://`` URI.
     """
     started = time.monotonic()
-    if not re.match(DATASET_VERSION_PATTERN, version):
+    # fullmatch: with re.match the pattern's "$" would also accept "v1\n" (a newline in a path).
+    if not re.fullmatch(DATASET_VERSION_PATTERN, version):
         raise SpecError(
             f"dataset_version: {version!r} is not a valid version name "
             "(fix: use letters, digits, '.', '_' or '-', starting with a letter or digit)"
@@ -124,20 +136,21 @@ def stage_dataset(
         source = open_source(source)
     objects = _checked_listing(source)
     root = Path(target_root)
-    _check_target(root)
     target = root / version
+    check_publishable(target, MANIFEST_NAME, TARGET_FIELD)
+    _check_target(root)
     with _version_lock(root, version):
-        restore_retired(target)  # a publication killed between its two renames (NFS) put it aside
+        restore_retired(target, MANIFEST_NAME)  # a publication killed between its two renames (NFS)
         published = _read_manifest(target)
         transferred: tuple[int, int] = (0, 0)
         manifest = published if published and _unchanged(published, target, objects) else None
         if manifest is None:
-            partial = root / f".{version}.partial"
+            partial = partial_of(target)
             transferred, entries = _copy_all(
                 source, objects, partial, published, target, workers, progress_interval
             )
             manifest = _write_manifest(partial, source.uri, version, entries)
-            publish_directory(partial, target)
+            publish_directory(target, MANIFEST_NAME, TARGET_FIELD)
             log.info("Published %s (%d files, %d copied)", target, len(objects), transferred[0])
         else:
             log.info("Version %s is already staged at %s and unchanged: nothing to copy", version, target)
@@ -199,9 +212,15 @@ def _check_space(root: Path, todo: list[SourceObject]) -> None:
 
 @contextlib.contextmanager
 def _version_lock(root: Path, version: str) -> Iterator[None]:
-    with (root / f".{version}.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    """An exclusive lock on ``.<version>.lock``, opened without following a link or truncating."""
+    path = root / f".{version}.lock"
+    refuse_link(path, TARGET_FIELD)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
+    finally:
+        os.close(fd)
 
 
 def _read_manifest(target: Path) -> dict[str, Any] | None:

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
+import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO, Literal, Protocol, TypeVar
+from typing import Any, BinaryIO, Literal, NoReturn, Protocol, TypeVar
 from urllib.parse import urlparse
 
 from aliyun_training.spec import SpecError
@@ -71,7 +72,16 @@ class ObjectSource(Protocol):
 
 
 class LocalObjectSource:
-    """A directory tree addressed as ``file:///path/prefix/``."""
+    """A directory tree addressed as ``file:///path/prefix/``.
+
+    Only regular files are objects. Listing refuses, naming the path and the fix, before anything is
+    read: a FIFO, socket or device (reading a FIFO blocks forever, the others are no data), a
+    dangling link, a link that leads out of the source directory (its content is not the dataset
+    version's, and it may be anything readable on this machine) and a link to a directory (walking
+    it could alias or loop back into the tree; its files would otherwise be silently missing). A link
+    to a regular file inside the source is copied as that file. The source directory itself may be
+    a link: it is what ``source_uri`` names.
+    """
 
     checksum: Literal["crc64", "sha256"] = "sha256"
     ranged_reads = False
@@ -86,12 +96,45 @@ class LocalObjectSource:
                 f"source_uri: {self.uri} does not exist "
                 "(fix: create the dataset version there or correct the URI)"
             )
+        real_root = self.root.resolve()
         objects = []
-        for dirpath, _dirs, files in os.walk(self.root):
-            for name in files:
+        for dirpath, dirs, files in os.walk(self.root, onerror=self._unlistable):
+            for name in sorted(dirs + files):
                 path = Path(dirpath, name)
+                if name in dirs and not path.is_symlink():
+                    continue  # a real directory: os.walk descends into it
+                self._check_entry(path, real_root)
                 objects.append(self._describe(path.relative_to(self.root).as_posix(), path))
         return sorted(objects, key=lambda o: o.key)
+
+    def _check_entry(self, path: Path, real_root: Path) -> None:
+        """Refuse what is not a regular file, or a link that is not to one inside the source."""
+        if path.is_symlink():
+            try:
+                resolved = path.resolve(strict=True)
+            except (OSError, RuntimeError):  # dangling, or a loop of links
+                self._refuse(path, f"is a symbolic link to {os.readlink(path)}, which leads to no file")
+            if not resolved.is_relative_to(real_root):
+                self._refuse(path, f"is a symbolic link to {resolved}, outside the source directory")
+            if resolved.is_dir():
+                self._refuse(path, f"is a symbolic link to the directory {resolved}")
+        kind = _special_kind(path.stat().st_mode)
+        if kind:
+            self._refuse(path, f"is a {kind}, not a regular file")
+
+    def _unlistable(self, error: OSError) -> NoReturn:
+        """os.walk skips a directory it cannot read unless told otherwise: its files would be missing."""
+        raise SpecError(
+            f"source_uri: {error.filename} cannot be listed ({error.strerror}); nothing was copied "
+            "(fix: make it readable by the user the staging runs as)"
+        )
+
+    def _refuse(self, path: Path, problem: str) -> NoReturn:
+        raise SpecError(
+            f"source_uri: {path} {problem}; nothing was copied (fix: replace it with the regular "
+            f"files it stands for, or remove it from the dataset version under {self.uri}: only "
+            "regular files and directories are staged)"
+        )
 
     def read(self, obj: SourceObject, start: int, end: int, sink: ChunkSink) -> str | None:
         copied = 0
@@ -108,7 +151,17 @@ class LocalObjectSource:
         return None
 
     def open(self, key: str) -> BinaryIO:
-        return (self.root / key).open("rb")
+        """The object's file; a path that became something else since listing is a changed source.
+
+        Opened non-blocking, so a FIFO swapped in after listing cannot hang the copy.
+        """
+        fd = os.open(self.root / key, os.O_RDONLY | os.O_NONBLOCK)
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            raise SourceChangedError(key, "a regular file", f"a {_special_kind(mode) or 'directory'}")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
 
     def head(self, key: str) -> SourceObject:
         return self._describe(key, self.root / key)
@@ -118,8 +171,19 @@ class LocalObjectSource:
 
     @staticmethod
     def _describe(key: str, path: Path) -> SourceObject:
-        stat = path.stat()
-        return SourceObject(key=key, size=stat.st_size, etag=f"{stat.st_size:x}-{stat.st_mtime_ns:x}")
+        info = path.stat()
+        return SourceObject(key=key, size=info.st_size, etag=f"{info.st_size:x}-{info.st_mtime_ns:x}")
+
+
+def _special_kind(mode: int) -> str | None:
+    """What a non-regular, non-directory file is, in words; None for a regular file or directory."""
+    kinds = {
+        stat.S_ISFIFO: "FIFO (named pipe)",
+        stat.S_ISSOCK: "socket",
+        stat.S_ISCHR: "character device",
+        stat.S_ISBLK: "block device",
+    }
+    return next((kind for test, kind in kinds.items() if test(mode)), None)
 
 
 def open_source(uri: str, **oss_options: Any) -> ObjectSource:
