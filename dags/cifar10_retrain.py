@@ -37,6 +37,7 @@ import pendulum
 from airflow.sdk import DAG, Asset, Param, TaskGroup, task
 
 from aliyun_training.backends import IMPLEMENTED_BACKENDS
+from aliyun_training.form import overrides_schema
 from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator, RdmaBandwidthOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
@@ -44,13 +45,12 @@ from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.sensors.quota import QuotaCapacitySensor
-from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.spec import DATASET_VERSION_PATTERN, whole_string_pattern
 
 #: The project root: training scripts are referenced relative to it, as they would be in an image.
 PROJECT_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ENVIRONMENTS = {
-    backend: os.path.join(PROJECT_DIR, "include", "config", f"{backend}.json") for backend in ("dlc", "arena")
-}
+#: Where the environment files are unless the deployment sets ALIYUN_TRAINING_ENVIRONMENT_DIR.
+DEFAULT_ENVIRONMENT_DIR = os.path.join(PROJECT_DIR, "include", "config")
 MODEL_ASSET = Asset(name="cifar10_model", uri="model://cifar10")
 BACKEND_LABELS = {
     "local": "local — torchrun processes on the Airflow worker",
@@ -104,7 +104,7 @@ with DAG(
         "dataset_version": Param(
             None,
             type=["null", "string"],
-            pattern=DATASET_VERSION_PATTERN,
+            pattern=whole_string_pattern(DATASET_VERSION_PATTERN),
             title="Dataset version",
             description="Version to train on, e.g. 2026-11-22. Empty: the version named after the run date.",
         ),
@@ -136,9 +136,10 @@ with DAG(
         "image": Param(
             None,
             type=["null", "string"],
-            pattern=r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$",
+            pattern=whole_string_pattern(r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$"),
             title="Pin an image",
-            description="Train in this image as it is: no build, no verification (cloud backends).",
+            description="Train in this image as it is: no build, no verification (cloud backends). "
+            "It must be a tag or digest of a repository the environment file uses.",
         ),
         "force_rebuild": Param(
             False,
@@ -154,9 +155,12 @@ with DAG(
         ),
         "backend_overrides": Param(
             {},
-            type="object",
+            **overrides_schema(),
             title="Backend overrides",
-            description='Keys of include/config/<backend>.json to change for one run, e.g. {"image": "x"}.',
+            description="The few environment settings a run may change: priority and quota_id (DLC; "
+            "quota_id among those the environment offers), rdma, cpu_per_node, memory_gib_per_node, "
+            'shared_memory_gib_per_node; e.g. {"priority": 5}. Everything else is an administrator\'s '
+            "setting in the environment file.",
         ),
     },
 ) as dag:
@@ -169,14 +173,15 @@ with DAG(
         from airflow.sdk.exceptions import AirflowFailException
 
         from aliyun_training.pipeline import resolve_run
-        from aliyun_training.settings import local_paths
+        from aliyun_training.settings import environment_files, local_paths
         from aliyun_training.spec import SpecError
 
         run_date = (logical_date or dag_run.run_after).strftime("%Y-%m-%d")
+        environments = environment_files(Path(DEFAULT_ENVIRONMENT_DIR))
         try:
-            environments = {backend: Path(path) for backend, path in ENVIRONMENTS.items()}
             return resolve_run(dict(params), run_date, PROJECT_DIR, local_paths(), environments)
         except SpecError as exc:
+            # A bad setting stays bad on retry: fail at once, naming the field and the fix.
             raise AirflowFailException(str(exc)) from None
 
     @task.branch

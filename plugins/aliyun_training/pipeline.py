@@ -6,8 +6,10 @@ value fails that task, naming the field and its fix, before anything is copied o
 
 Cloud settings come from one environment file per backend (``include/config/dlc.json``: workspace,
 quota, VPC, image, registry connection; ``include/config/arena.json``: kubernetes connection,
-namespace, PVC, RDMA resource, NCCL env); a run may override any key of its backend's file through
-the form's ``backend_overrides``. Empty strings in a file mean "not configured".
+namespace, PVC, RDMA resource, NCCL env), parsed by ``aliyun_training.environments``. They are an
+administrator's settings: the form is untrusted input, typed by ``aliyun_training.form``, and may
+change only the allow-listed ``backend_overrides`` and pin an image of the environment's own
+repositories. Empty strings in a file mean "not configured".
 
 A cloud environment's ``staging`` block turns on staging from OSS onto CPFS: ``mode`` is where the
 copy runs (``direct`` on a worker that mounts CPFS, ``pod`` in a pod on ACK, ``dataflow`` by a CPFS
@@ -25,10 +27,11 @@ trains and the artifacts stage is skipped, naming the setting to fill in.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment
+from aliyun_training.form import RunForm, parse_form
 from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import Backend, FixedDataset, SpecError, TrainingJobSpec
 
@@ -40,31 +43,6 @@ TORCHRUN = (
 )
 
 
-def load_environment(path: Path, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Read an environment file and apply a run's overrides; unknown override keys are errors."""
-    try:
-        environment = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise SpecError(
-            f"environment file {path} does not exist (fix: create it from the README example)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"environment file {path} is not valid JSON: {exc}") from None
-    unknown = sorted(set(overrides or {}) - set(environment))
-    if unknown:
-        raise SpecError(
-            f"backend_overrides: unknown keys {unknown} "
-            f"(fix: use keys of {path.name}: {', '.join(sorted(environment))})"
-        )
-    return _blank_to_none({**environment, **(overrides or {})})
-
-
-def _blank_to_none(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: _blank_to_none(item) for key, item in value.items()}
-    return None if value == "" else value
-
-
 def resolve_run(
     params: dict[str, Any],
     run_date: str,
@@ -74,22 +52,25 @@ def resolve_run(
     dataset: str = "cifar10",
 ) -> dict[str, Any]:
     """Everything the stages of one run need, as JSON; raises SpecError on any bad value."""
-    version = params.get("dataset_version") or run_date
+    form = parse_form(params)
+    params = form.model_dump(mode="json")
+    version = form.dataset_version or run_date
     command = TORCHRUN.format(
-        procs=max(params["gpus_per_node"], 1), epochs=params["epochs"], batch_size=params["batch_size"]
+        procs=max(form.gpus_per_node, 1), epochs=form.epochs, batch_size=form.batch_size
     )
     common = {
-        "backend": params["backend"],
-        "nodes": params["nodes"],
-        "gpus_per_node": params["gpus_per_node"],
+        "backend": form.backend,
+        "nodes": form.nodes,
+        "gpus_per_node": form.gpus_per_node,
         "command": command,
-        "timeout_minutes": params["timeout_minutes"],
+        "timeout_minutes": form.timeout_minutes,
     }
     staging_root = paths.cpfs / "datasets" / dataset
     source_uri = f"file://{paths.object_store / dataset / version}/"
     preflight: dict[str, Any] = {"source_uri": source_uri, "target_root": str(staging_root)}
-    if params["backend"] == Backend.DLC:
-        env = load_environment(environments["dlc"], params.get("backend_overrides"))
+    overrides = form.overrides()
+    if form.backend == Backend.DLC:
+        env = _environment(environments["dlc"], "dlc", form, overrides)
         spec, backend_config, output_root = _dlc_run(common, env, version)
         preflight.update(
             lingjun_regions=env.get("lingjun_regions") or [],
@@ -97,8 +78,8 @@ def resolve_run(
             role_name=env.get("role_name"),
             policy_file=str(Path(project_dir, "include", "config", "dlc_role_policy.json")),
         )
-    elif params["backend"] == Backend.ARENA:
-        env = load_environment(environments["arena"], params.get("backend_overrides"))
+    elif form.backend == Backend.ARENA:
+        env = _environment(environments["arena"], "arena", form, overrides)
         spec, backend_config, output_root = _arena_run(common, env, version)
     else:
         spec = {
@@ -150,6 +131,44 @@ def resolve_run(
         "backend_config": backend_config,
         "preflight": preflight,
     }
+
+
+def _environment(path: Path, backend: str, form: RunForm, overrides: dict[str, Any]) -> dict[str, Any]:
+    """The backend's environment file with the run's allow-listed overrides, as plain settings."""
+    environment = load_environment(path, backend)
+    quota = overrides.get("quota_id")
+    if quota is not None and isinstance(environment, DlcEnvironment):
+        offered = [q for q in (environment.quota_id, *environment.allowed_quota_ids) if q]
+        if quota not in offered:
+            raise SpecError(
+                f"backend_overrides.quota_id: {quota!r} is not a quota this environment offers "
+                f"(fix: use one of {offered}; an administrator adds quotas to allowed_quota_ids in "
+                f"{path.name})"
+            )
+    if form.image:
+        _check_pinned_image(form.image, environment, path.name)
+    return environment.model_copy(update=overrides).model_dump()
+
+
+def _check_pinned_image(image: str, environment: CloudEnvironment, environment_file: str) -> None:
+    """A pinned image must come from a repository the environment already trusts with the job."""
+    from aliyun_training.image.context import image_repository
+
+    trusted = {
+        image_repository(ref)
+        for ref in (
+            environment.image,
+            environment.image_build.repository,
+            *environment.allowed_image_repositories,
+        )
+        if ref
+    }
+    if image_repository(image) not in trusted:
+        raise SpecError(
+            f"image: {image!r} is not from a repository of this environment (fix: pin a tag or digest of "
+            f"{sorted(trusted) or 'the environment image'}; an administrator adds repositories to "
+            f"allowed_image_repositories in {environment_file})"
+        )
 
 
 def _fixed_dataset(
@@ -342,8 +361,10 @@ def _cloud_staging(backend: str, env: dict[str, Any], dataset: str, version: str
             "workspace_id": env.get("workspace_id"),
             "name": dataset,
             "uri_kind": block.get("uri_kind") or "bmcpfs",
-            "file_system_id": block.get("file_system_id"),
-            "mount_target": block.get("mount_target"),
+            **{
+                k: block.get(k)
+                for k in ("file_system_id", "mount_target", "protocol_service_id", "export_id")
+            },
             "cpfs_path": cpfs_path,
             "provider_type": "Lingjun" if (env.get("resource_type") or "lingjun") == "lingjun" else "Ecs",
             "mount_path": _mount_path(backend, env),
@@ -410,7 +431,9 @@ def _dlc_run(
         **_cluster_resources(env),
         "resource_type": env.get("resource_type") or "lingjun",
         "quota_id": env.get("quota_id"),
+        "ecs_spec": env.get("ecs_spec"),
         "gpu_type": env.get("gpu_type"),
+        "priority": env.get("priority") or 1,
         "datasets": datasets,
         "env": {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
     }
@@ -440,12 +463,14 @@ def _cluster_resources(env: dict[str, Any]) -> dict[str, Any]:
 def _arena_run(
     common: dict[str, Any], env: dict[str, Any], version: str
 ) -> tuple[dict[str, Any], dict[str, Any], str]:
+    from aliyun_training.backends.arena_manifests import arena_settings
+
     mount_path = env.get("mount_path") or "/mnt/data"
     pvc = env.get("data_pvc")
     if not pvc and not _stages(env):
         raise SpecError(
-            "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in "
-            'include/config/arena.json or pass {"data_pvc": "<claim>"} in backend_overrides)'
+            "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in the "
+            "environment file arena.json, or a staging block that stages each version)"
         )
     spec = {
         **common,
@@ -465,4 +490,6 @@ def _arena_run(
         "max_gpus_per_node": env.get("max_gpus_per_node") or 8,
         "username": env.get("username") or "airflow",
     }
+    # The cluster's own rules (names, NCCL variables, API versions) are checked before anything runs.
+    arena_settings(backend_config)
     return spec, backend_config, env.get("output_root") or "/mnt/data/outputs"

@@ -1,4 +1,6 @@
-"""Where the local backend keeps its files; read when a task runs, never at DAG parse time.
+"""Where the local backend keeps its files and the environment files are; read when a task runs.
+
+Nothing here is read at DAG parse time.
 
 One root (``ALIYUN_TRAINING_LOCAL_ROOT``, default ``$AIRFLOW_HOME/aliyun-training``) holds the
 local stand-ins for the cloud: an object store (OSS), a shared filesystem (CPFS), job run
@@ -12,6 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCAL_ROOT_ENV = "ALIYUN_TRAINING_LOCAL_ROOT"
+#: The directory holding the cloud backends' environment files (``dlc.json``, ``arena.json``).
+ENVIRONMENT_DIR_ENV = "ALIYUN_TRAINING_ENVIRONMENT_DIR"
+#: Backends configured by an environment file.
+CLOUD_BACKENDS = ("dlc", "arena")
 
 
 @dataclass(frozen=True)
@@ -51,3 +57,15 @@ def local_paths() -> LocalPaths:
         return LocalPaths(Path(configured).expanduser().resolve())
     airflow_home = os.environ.get("AIRFLOW_HOME", "~/airflow")
     return LocalPaths(Path(airflow_home).expanduser().resolve() / "aliyun-training")
+
+
+def environment_files(default_dir: Path) -> dict[str, Path]:
+    """Each cloud backend's environment file: ``<dir>/<backend>.json``.
+
+    The directory is the deployment's ``ALIYUN_TRAINING_ENVIRONMENT_DIR``, else ``default_dir`` (a
+    project's ``include/config``). It is an administrator's setting of the worker's environment,
+    never a run parameter, because the files decide what a run may reach.
+    """
+    configured = os.environ.get(ENVIRONMENT_DIR_ENV)
+    directory = Path(configured).expanduser() if configured else default_dir
+    return {backend: directory / f"{backend}.json" for backend in CLOUD_BACKENDS}

@@ -26,6 +26,7 @@ from tests.cloud_harness import (
 from tests.emulators.dlc import JobScript
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.emulators.oss import OssEmulator
+from tests.environment_files import use_environments
 from tests.kube_harness import bound_claim, cpfs_volume, kube_configuration, oss_volume
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
@@ -85,7 +86,15 @@ def _asset_event_extras(asset_name: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("conf", "field"),
-    [({"nodes": 0}, "nodes"), ({"epochs": -1}, "epochs"), ({"dataset_version": "../x"}, "dataset_version")],
+    [
+        ({"nodes": 0}, "nodes"),
+        ({"epochs": -1}, "epochs"),
+        ({"dataset_version": "../x"}, "dataset_version"),
+        ({"dataset_version": "v1\n"}, "dataset_version"),
+        ({"image": "registry.example.com/train:1\n"}, "image"),
+        ({"backend_overrides": {"namespace": "kube-system"}}, "backend_overrides"),
+        ({"backend_overrides": {"priority": 10}}, "backend_overrides"),
+    ],
 )
 def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, conf: dict, field: str) -> None:
     with pytest.raises(ParamValidationError) as rejected:
@@ -100,7 +109,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
 ) -> None:
     with emulated_cloud(monkeypatch) as cloud:
         ids = cloud.ids
-        overrides = {
+        settings = {
             "quota_id": QUOTA,
             "gpu_type": "GU8TF",
             "image": "registry.example.com/train:1",
@@ -116,6 +125,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
             "artifact_root": ARTIFACT_ROOT,
         }
 
+        use_environments(monkeypatch, local_root / "config", dlc=settings)
         cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
         cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
         outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
@@ -123,7 +133,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
-            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8},
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
@@ -163,7 +173,9 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     assert create["UserVpc"]["VpcId"] == ids.vpc_id
     assert create["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"
     assert create["JobSpecs"][0]["Image"] == "registry.example.com/train:1"
-    assert {"Uri": OUTPUT_URI, "MountPath": "/mnt/output/cifar10", "MountAccess": "RW"} in create[
+    assert create["UserVpc"]["ExtendedCIDRs"] == ["172.16.0.0/12"], "every CIDR block of the VPC"
+    mounted_output = f"oss://{BUCKET}.oss-{REGION}-internal.aliyuncs.com/outputs/cifar10/"
+    assert {"Uri": mounted_output, "MountPath": "/mnt/output/cifar10", "MountAccess": "RW"} in create[
         "DataSources"
     ]
     assert verify["UserCommand"].endswith(check_command()) and "base64 -d" in verify["UserCommand"]
@@ -193,15 +205,17 @@ def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with emulated_cloud(monkeypatch) as cloud:
-        overrides = {
+        settings = {
             "quota_id": "quota-missing",
             "gpu_type": "GU8TF",
             "image": "registry.example.com/train:1",
         }
 
+        use_environments(monkeypatch, local_root / "config", dlc=settings)
+
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
-            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8},
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
@@ -228,7 +242,7 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
         core.create_namespaced_persistent_volume_claim("training", bound_claim("cpfs-train"))
         core.create_persistent_volume(oss_volume("oss-outputs", OUTPUT_URI))
         core.create_namespaced_persistent_volume_claim("training", bound_claim("oss-outputs"))
-        overrides = {
+        settings = {
             "image": "registry.example.com/train:1",
             "data_pvc": "cpfs-train",
             "namespace": "training",
@@ -236,6 +250,7 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
             "output_pvc": "oss-outputs",
             "artifact_root": ARTIFACT_ROOT,
         }
+        use_environments(monkeypatch, local_root / "config", arena=settings)
         cluster.script_for("cifar10-retrain-verify-image", TrainingScript(log_lines=GOOD_PROBE))
         cluster.script_for("cifar10-retrain-check-rdma", TrainingScript(log_lines=IB_WRITE_BW_SERVER))
         outputs = JobOutputs(oss, OUTPUT_URI, "cifar10-retrain-train", epochs=2)
@@ -243,7 +258,7 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 8, tz="UTC"),
-            run_conf={"backend": "arena", "nodes": 2, "gpus_per_node": 8, "backend_overrides": overrides},
+            run_conf={"backend": "arena", "nodes": 2, "gpus_per_node": 8},
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
@@ -280,23 +295,18 @@ def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with emulated_cloud(monkeypatch) as cloud:
-        overrides = {
+        settings = {
             "quota_id": QUOTA,
             "gpu_type": "GU8TF",
             "image": "registry.example.com/train:1",
             "artifact_root": ARTIFACT_ROOT,
         }
+        use_environments(monkeypatch, local_root / "config", dlc=settings)
         cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
-            run_conf={
-                "backend": "dlc",
-                "nodes": 1,
-                "gpus_per_node": 8,
-                "skip_preflight": True,
-                "backend_overrides": overrides,
-            },
+            run_conf={"backend": "dlc", "nodes": 1, "gpus_per_node": 8, "skip_preflight": True},
         )
 
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}

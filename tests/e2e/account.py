@@ -31,6 +31,7 @@ from tests.emulators.oss import OssEmulator, OssFaultPlan
 from tests.emulators.paistudio import PaiStudioEmulator
 from tests.emulators.ram import RamEmulator
 from tests.emulators.registry import RegistryEmulator
+from tests.environment_files import write_environment
 from tests.kube_harness import bound_claim, cpfs_volume, kube_configuration, oss_volume
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -140,8 +141,21 @@ class Account:
         repo_id = self.repositories[repository][0]
         return sum(1 for build in self.acr.builds.values() if build.repo_id == repo_id)
 
-    def dlc_overrides(self, repository: str = "train") -> dict[str, Any]:
-        """``backend_overrides`` for a DLC run: staging from OSS, an ACR image build, artifacts to OSS."""
+    @property
+    def environment_dir(self) -> Path:
+        """Where the deployment reads its environment files (ALIYUN_TRAINING_ENVIRONMENT_DIR)."""
+        return self.root / "config"
+
+    def write_environments(self, repository: str = "train") -> None:
+        """The administrator's environment files: both backends build into ``repository``.
+
+        Files are read when a run is configured, so a test may rewrite them between runs.
+        """
+        write_environment(self.environment_dir, "dlc", self.dlc_environment(repository))
+        write_environment(self.environment_dir, "arena", self.arena_environment(repository))
+
+    def dlc_environment(self, repository: str = "train") -> dict[str, Any]:
+        """The DLC environment: staging from OSS, an ACR image build, artifacts to OSS."""
         return {
             "quota_id": QUOTA,
             "gpu_type": "GU8TF",
@@ -169,8 +183,8 @@ class Account:
             "artifact_root": ARTIFACT_ROOT,
         }
 
-    def arena_overrides(self, repository: str = "train") -> dict[str, Any]:
-        """``backend_overrides`` for an ACK run: the bound CPFS claim, an ACR image, artifacts to OSS."""
+    def arena_environment(self, repository: str = "train") -> dict[str, Any]:
+        """The ACK environment: the bound CPFS claim, an ACR image, artifacts to OSS."""
         return {
             "namespace": NAMESPACE,
             "data_pvc": DATA_PVC,

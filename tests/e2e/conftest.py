@@ -32,6 +32,7 @@ def latest_weekly_date(now: datetime) -> str:
 @pytest.fixture(scope="module")
 def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
     with emulated_account(tmp_path_factory.mktemp("account")) as emulated:
+        emulated.write_environments()
         yield emulated
 
 
@@ -43,7 +44,11 @@ def airflow(
     local_root = root / "local"
     scheduled = latest_weekly_date(datetime.now(UTC))
     _synthetic_dataset(local_root / "object-store" / "cifar10" / scheduled)
-    env = {**account.connections(), "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root)}
+    env = {
+        **account.connections(),
+        "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root),
+        "ALIYUN_TRAINING_ENVIRONMENT_DIR": str(account.environment_dir),
+    }
     with deployment(root, env, TUNING) as airflow:
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:

@@ -28,23 +28,13 @@ RUN_TIMEOUT = 420.0
 TRAIN_POLL_SECONDS = 5.0
 
 
-def dlc_conf(account: Account, **fields: object) -> dict[str, object]:
-    return {
-        "backend": "dlc",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "backend_overrides": account.dlc_overrides(),
-        **fields,
-    }
+def dlc_conf(**fields: object) -> dict[str, object]:
+    """A DLC run's form; the environment (``Account.write_environments``) configures the rest."""
+    return {"backend": "dlc", "nodes": 2, "gpus_per_node": 8, **fields}
 
 
-def arena_conf(account: Account) -> dict[str, object]:
-    return {
-        "backend": "arena",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "backend_overrides": account.arena_overrides(),
-    }
+def arena_conf() -> dict[str, object]:
+    return {"backend": "arena", "nodes": 2, "gpus_per_node": 8}
 
 
 def logical(version: str) -> str:
@@ -53,7 +43,7 @@ def logical(version: str) -> str:
 
 def run_dlc(airflow: Deployment, account: Account, version: str, **fields: object) -> str:
     account.put_dataset(version)
-    return airflow.trigger(DAG_ID, dlc_conf(account, **fields), logical(version))
+    return airflow.trigger(DAG_ID, dlc_conf(**fields), logical(version))
 
 
 def assert_succeeded(airflow: Deployment, run_id: str) -> dict[str, str | None]:
@@ -78,6 +68,13 @@ def test_a_bad_trigger_form_value_is_rejected_by_the_api_before_a_run_exists(air
 
     assert answer.status_code == 400
     assert "nodes" in answer.json()["detail"] and "minimum of 1" in answer.json()["detail"]
+    # The form may override only the allow-listed settings, never e.g. the cluster's namespace.
+    conf = {"backend": "arena", "backend_overrides": {"namespace": "kube-system"}}
+    answer = airflow.api(
+        "POST", f"/dags/{DAG_ID}/dagRuns", json={"conf": conf, "logical_date": logical("2026-11-24")}
+    )
+    assert answer.status_code == 400
+    assert "backend_overrides" in answer.json()["detail"] and "namespace" in answer.json()["detail"]
     assert _manual_runs(airflow) == before
 
 
@@ -115,7 +112,7 @@ def test_a_dlc_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
 def test_an_arena_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
     airflow: Deployment, account: Account
 ) -> None:
-    run_id = airflow.trigger(DAG_ID, arena_conf(account), logical("2026-11-22"))
+    run_id = airflow.trigger(DAG_ID, arena_conf(), logical("2026-11-22"))
 
     states = assert_succeeded(airflow, run_id)
 
@@ -239,14 +236,17 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
     weeks = ["2026-10-04", "2026-10-11", "2026-10-18"]
     for week in weeks:
         account.put_dataset(week)
-    conf = dlc_conf(account, backend_overrides=account.dlc_overrides(repository="train-weekly"))
     creates = len(account.creates())
 
-    airflow.cli(
-        "backfill", "create", "--dag-id", DAG_ID, "--from-date", weeks[0], "--to-date", weeks[-1],
-        "--dag-run-conf", json.dumps(conf),
-    )  # fmt: skip
-    runs = _wait_for_backfill(airflow, weeks)
+    account.write_environments(repository="train-weekly")
+    try:
+        airflow.cli(
+            "backfill", "create", "--dag-id", DAG_ID, "--from-date", weeks[0], "--to-date", weeks[-1],
+            "--dag-run-conf", json.dumps(dlc_conf()),
+        )  # fmt: skip
+        runs = _wait_for_backfill(airflow, weeks)
+    finally:
+        account.write_environments()
 
     assert sorted(runs) == weeks and set(runs.values()) == {"success"}
     staged = sorted(p.name for p in (account.cpfs / "datasets" / "cifar10").iterdir() if p.name in weeks)

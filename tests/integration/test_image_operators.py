@@ -703,6 +703,14 @@ def test_ack_measures_ib_write_bw_between_two_pods(
         assert '"$MASTER_ADDR"' in command
 
 
+def test_the_rdma_device_reaches_the_check_command_quoted() -> None:
+    """The environment validates the device name; the command quotes it anyway, as any shell word."""
+    command = rdma_operator("arena", device="mlx5_0; reboot")._spec().command
+
+    assert "ib_write_bw -d 'mlx5_0; reboot' -x 3" in command
+    assert "-d mlx5_0; reboot" not in command
+
+
 def test_dlc_runs_all_reduce_perf_as_an_mpi_job_over_rdma(dlc: DlcEmulator) -> None:
     cluster = Cluster("dlc", dlc=dlc)
     cluster.script(sample("rdma/all_reduce_perf_2x8.txt"))

@@ -24,9 +24,7 @@ from kubernetes import client
 
 from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.pipeline import resolve_run
 from aliyun_training.remote import remote_run
-from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import SpecError, StagedDataset
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
@@ -39,12 +37,12 @@ from tests.emulators.dlc import DlcEmulator
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.emulators.nas import NasDataFlowEmulator
 from tests.emulators.oss import OssEmulator
+from tests.environment_files import resolve_configured
 from tests.kube_harness import NS, kubernetes_fake
 from tests.operator_harness import defer as defer_training
 from tests.operator_harness import task_context
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-ENVIRONMENTS = {name: PROJECT_DIR / "include" / "config" / f"{name}.json" for name in ("dlc", "arena")}
 AK, SK = "LTAI-staging-test", "staging-secret-value"
 REGION = "cn-wulanchabu"
 BUCKET = "ml-datasets"
@@ -60,7 +58,7 @@ WORKSPACE = "ws-1"
 MOUNT_PATH = "/mnt/data/cifar10"
 # Lingjun CPFS for the data flow, general-purpose CPFS (NFS) for ACK.
 BMCPFS = "bmcpfs-0015abcd"
-MOUNT_TARGET = "vsc-0a1b2c"
+MOUNT_TARGET = "cpfs-0015abcd-vpc-0a1b2c.cn-wulanchabu.cpfs.aliyuncs.com"
 DATA_FLOW = "df-194433a5be310001"
 CPFS_SERVER = "cpfs-0123abcd.cn-wulanchabu.cpfs.aliyuncs.com"
 K8S_CONN = "kubernetes_default"
@@ -221,6 +219,8 @@ def direct_operator(target_root: Path) -> DatasetStagingOperator:
             "name": "cifar10",
             "uri_kind": "cpfs",
             "file_system_id": "cpfs-0123abcd",
+            "protocol_service_id": "ptc-0456",
+            "export_id": "exp-0789",
             "cpfs_path": "/datasets/cifar10",
             "provider_type": "Lingjun",
             "mount_path": MOUNT_PATH,
@@ -245,7 +245,7 @@ def test_direct_staging_from_oss_registers_a_pai_dataset_version_once(cloud: Clo
     assert dataset is not None and staged["pai_dataset_id"] == dataset.dataset_id
     (version,) = dataset.versions
     assert staged["pai_dataset_version"] == version.version_name
-    assert version.uri == f"nas://cpfs-0123abcd.{REGION}/datasets/cifar10/{VERSION}/"
+    assert version.uri == f"cpfs://cpfs-0123abcd.{REGION}/ptc-0456/exp-0789/datasets/cifar10/{VERSION}/"
     assert json.loads(version.options or "{}") == {"mountPath": MOUNT_PATH}
     creates, gets = cloud.workspace_creates(), cloud.oss.count("GetObject")
 
@@ -505,10 +505,7 @@ def test_a_data_flow_import_is_verified_and_registered_as_a_pai_dataset_version(
     assert dataset is not None and staged["pai_dataset_id"] == dataset.dataset_id
     (version,) = dataset.versions
     assert staged["pai_dataset_version"] == version.version_name
-    assert (
-        version.uri
-        == f"bmcpfs://{BMCPFS}-{MOUNT_TARGET}.{REGION}.cpfs.aliyuncs.com/datasets/cifar10/{VERSION}/"
-    )
+    assert version.uri == f"bmcpfs://{MOUNT_TARGET}/datasets/cifar10/{VERSION}/"
     assert version.data_source_type == "BMCPFS"
 
 
@@ -620,19 +617,6 @@ def test_killing_a_deferred_import_cancels_the_task(cloud: Cloud) -> None:
 # -- environment files ----------------------------------------------------------------------------
 
 
-def run_params(backend: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "backend": backend,
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "dataset_version": VERSION,
-        "epochs": 1,
-        "batch_size": 32,
-        "timeout_minutes": 30,
-        "backend_overrides": overrides,
-    }
-
-
 DLC_CONFIGURED = {
     "quota_id": "quota1ab2",
     "gpu_type": "GU8TF",
@@ -643,9 +627,10 @@ DLC_CONFIGURED = {
 ARENA_CONFIGURED = {"image": "registry.example.com/train:1", "namespace": NS}
 
 
-def resolve(tmp_path: Path, backend: str, overrides: dict[str, Any]) -> dict[str, Any]:
-    return resolve_run(
-        run_params(backend, overrides), VERSION, str(PROJECT_DIR), LocalPaths(tmp_path), ENVIRONMENTS
+def resolve(tmp_path: Path, backend: str, environment: dict[str, Any]) -> dict[str, Any]:
+    """resolve_run of an 8-GPU run of VERSION on ``backend`` whose environment file holds ``environment``."""
+    return resolve_configured(
+        tmp_path, environment, VERSION, backend=backend, gpus_per_node=8, dataset_version=VERSION
     )
 
 
@@ -733,12 +718,12 @@ def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end
         ("arena", {"mode": "pod", "source_uri": "s3://b/{version}/"}, "staging.source_uri"),
         (
             "dlc",
-            {"mode": "direct", "source_uri": "oss://b/{version}/", "target_root": "cpfs/x"},
+            {"mode": "direct", "source_uri": "oss://ml-bucket/{version}/", "target_root": "cpfs/x"},
             "staging.target_root",
         ),
         (
             "arena",
-            {"mode": "pod", "source_uri": "oss://b/{version}/", "target_root": "mnt/x"},
+            {"mode": "pod", "source_uri": "oss://ml-bucket/{version}/", "target_root": "mnt/x"},
             "staging.target_root",
         ),
         # Settings the copy or the registration needs fail at configure, not after the copy.
@@ -746,7 +731,17 @@ def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end
         (
             "dlc",
             {"mode": "direct", "cpfs_path": "/datasets/cifar10", "file_system_id": BMCPFS},
-            "mount_target",
+            "staging.mount_target",
+        ),
+        (
+            "dlc",
+            {
+                "mode": "direct",
+                "cpfs_path": "/datasets/cifar10",
+                "uri_kind": "cpfs",
+                "file_system_id": "cpfs-1",
+            },
+            "staging.protocol_service_id",
         ),
         ("dlc", {"mode": "dataflow", "file_system_id": BMCPFS}, "data_flow_id"),
         ("arena", {"mode": "pod", "cpfs_path": "/share/datasets/cifar10"}, "image"),
@@ -762,7 +757,7 @@ def test_a_bad_staging_block_fails_naming_the_field(
 ) -> None:
     configured = DLC_CONFIGURED if backend == "dlc" else ARENA_CONFIGURED
     block = {
-        "source_uri": "oss://b/{dataset}/{version}/",
+        "source_uri": "oss://ml-bucket/{dataset}/{version}/",
         "target_root": "/mnt/cpfs/datasets/cifar10",
         **staging,
     }

@@ -8,12 +8,11 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.pipeline import load_environment, resolve_run
-from aliyun_training.settings import LocalPaths
+from aliyun_training.environments import load_environment
 from aliyun_training.spec import SpecError, TrainingJobSpec
+from tests.environment_files import resolve_configured
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
-ENVIRONMENTS = {name: PROJECT_DIR / "include" / "config" / f"{name}.json" for name in ("dlc", "arena")}
 CONFIGURED = {
     "quota_id": "quota1ab2",
     "gpu_type": "GU8TF",
@@ -23,24 +22,8 @@ CONFIGURED = {
 }
 
 
-def params(**overrides: Any) -> dict[str, Any]:
-    return {
-        "backend": "local",
-        "nodes": 2,
-        "gpus_per_node": 0,
-        "dataset_version": None,
-        "epochs": 1,
-        "batch_size": 32,
-        "timeout_minutes": 30,
-        "backend_overrides": {},
-        **overrides,
-    }
-
-
-def resolve(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
-    return resolve_run(
-        params(**overrides), "2026-11-22", str(PROJECT_DIR), LocalPaths(tmp_path), ENVIRONMENTS
-    )
+def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: Any) -> dict[str, Any]:
+    return resolve_configured(tmp_path, environment, **form)
 
 
 def test_a_local_run_trains_on_the_version_named_after_its_date(tmp_path: Path) -> None:
@@ -63,7 +46,7 @@ def test_a_named_version_wins_over_the_run_date(tmp_path: Path) -> None:
 
 
 def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_overrides(tmp_path: Path) -> None:
-    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=CONFIGURED)
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=CONFIGURED)
 
     spec = TrainingJobSpec.parse(run["spec"])
     assert spec.quota_id == "quota1ab2" and spec.gpu_type == "GU8TF" and spec.rdma is True
@@ -82,34 +65,34 @@ def test_a_dlc_run_without_a_quota_fails_naming_the_field(tmp_path: Path) -> Non
     with pytest.raises(
         SpecError, match="quota_id: Lingjun resources are only usable through a resource quota"
     ):
-        resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
-
-
-def test_an_unknown_override_key_lists_the_valid_ones(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match=r"backend_overrides: unknown keys \['quota'\].*quota_id"):
-        resolve(tmp_path, backend="dlc", backend_overrides={"quota": "x"})
+        resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides)
 
 
 def test_environment_files_report_missing_and_broken_files(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="does not exist"):
-        load_environment(tmp_path / "missing.json")
+        load_environment(tmp_path / "missing.json", "dlc")
     broken = tmp_path / "broken.json"
     broken.write_text("{not json")
     with pytest.raises(SpecError, match="is not valid JSON"):
-        load_environment(broken)
+        load_environment(broken, "dlc")
 
 
 def test_blank_values_in_the_environment_mean_not_configured(tmp_path: Path) -> None:
     environment = tmp_path / "dlc.json"
-    environment.write_text(json.dumps({"quota_id": "", "vpc": {"vpc_id": ""}, "rdma": True}))
+    environment.write_text(
+        json.dumps({"quota_id": "", "vpc": {"vpc_id": ""}, "rdma": True, "cpu_per_node": ""})
+    )
 
-    assert load_environment(environment) == {"quota_id": None, "vpc": {"vpc_id": None}, "rdma": True}
+    loaded = load_environment(environment, "dlc")
+
+    assert (loaded.quota_id, loaded.vpc.vpc_id, loaded.rdma) == (None, None, True)
+    assert loaded.cpu_per_node == 8, "a blank setting takes its default"
 
 
 def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_path: Path) -> None:
     overrides = {"data_pvc": "cpfs-train", "image": "registry.example.com/train:1", "namespace": "ml"}
 
-    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
     spec = TrainingJobSpec.parse(run["spec"])
     assert spec.datasets[0].uri == "pvc://cpfs-train" and spec.datasets[0].mount_path == "/mnt/data/cifar10"
@@ -122,7 +105,7 @@ def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_p
 
 def test_an_arena_run_without_a_pvc_fails_naming_data_pvc(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match="data_pvc: the arena environment names no PVC"):
-        resolve(tmp_path, backend="arena", backend_overrides={"image": "registry.example.com/train:1"})
+        resolve(tmp_path, backend="arena", environment={"image": "registry.example.com/train:1"})
 
 
 REPOSITORY = "ml-registry.cn-wulanchabu.cr.aliyuncs.com/ml/train"
@@ -133,7 +116,7 @@ def test_a_cloud_run_carries_the_image_build_and_rdma_check_settings(tmp_path: P
     image_build = {"mode": "acr", "repository": REPOSITORY, "acr": ACR_BUILD}
     overrides = {**CONFIGURED, "image_build": image_build, "rdma_check": {"line_rate_gbps": 400}}
 
-    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides, force_rebuild=True)
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides, force_rebuild=True)
 
     assert (run["image_build_mode"], run["image_repository"]) == ("acr", REPOSITORY)
     assert run["image_builder"] == {**ACR_BUILD, "alibaba_cloud_conn_id": "alibaba_cloud_default"}
@@ -183,15 +166,15 @@ def test_bad_image_build_settings_fail_at_configure_naming_the_field(
         }
     )
     with pytest.raises(SpecError, match=message):
-        resolve(tmp_path, backend=backend, gpus_per_node=8, backend_overrides=overrides)
+        resolve(tmp_path, backend=backend, gpus_per_node=8, environment=overrides)
 
 
 def test_a_pinned_image_needs_no_build_settings(tmp_path: Path) -> None:
     overrides = {**CONFIGURED, "image_build": {"mode": "acr", "repository": "", "acr": {}}}
 
-    run = resolve(tmp_path, backend="dlc", backend_overrides=overrides, image="registry.example.com/pinned:7")
+    run = resolve(tmp_path, backend="dlc", environment=overrides, image="registry.example.com/train:7")
 
-    assert run["image_pinned"] == "registry.example.com/pinned:7"
+    assert run["image_pinned"] == "registry.example.com/train:7"
 
 
 def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path: Path) -> None:
@@ -206,7 +189,7 @@ def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path:
         "image_build": image_build,
     }
 
-    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
     assert run["image_builder"] == {
         "kubernetes_conn_id": "ack_prod",
@@ -226,7 +209,7 @@ ARENA = {"data_pvc": "cpfs-train", "image": "registry.example.com/train:1"}
 def test_a_dlc_run_mounts_output_uri_read_write_at_output_root_and_records_the_fixed_dataset(
     tmp_path: Path,
 ) -> None:
-    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides={**CONFIGURED, **OUTPUTS})
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment={**CONFIGURED, **OUTPUTS})
 
     spec = TrainingJobSpec.parse(run["spec"])
     assert [(m.dataset_id, m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
@@ -247,7 +230,7 @@ def test_a_dlc_mount_may_name_the_buckets_endpoint_and_artifacts_read_the_bucket
     mounted = "oss://ml-bucket.oss-cn-wulanchabu-internal.aliyuncs.com/outputs/cifar10/"
     overrides = {**CONFIGURED, **OUTPUTS, "output_uri": mounted}
 
-    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
+    run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides)
 
     assert run["spec"]["datasets"][-1]["uri"] == mounted
     assert run["output_uri"] == "oss://ml-bucket/outputs/cifar10/"
@@ -256,7 +239,7 @@ def test_a_dlc_mount_may_name_the_buckets_endpoint_and_artifacts_read_the_bucket
 def test_an_arena_run_mounts_its_oss_backed_output_claim_read_write(tmp_path: Path) -> None:
     overrides = {**ARENA, **OUTPUTS, "output_pvc": "oss-outputs"}
 
-    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
     spec = TrainingJobSpec.parse(run["spec"])
     assert [(m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
@@ -272,11 +255,15 @@ def test_an_arena_run_mounts_its_oss_backed_output_claim_read_write(tmp_path: Pa
         ("dlc", {"output_uri": "/mnt/outputs"}, r"output_uri: '/mnt/outputs' is not an OSS URI"),
         ("dlc", {"artifact_root": "/srv/artifacts"}, r"artifact_root: '/srv/artifacts' is not an OSS URI"),
         ("dlc", {"output_root": "outputs"}, r"output_root: 'outputs' is not an absolute path"),
-        ("arena", {"output_uri": "oss://b/out/"}, r"output_pvc: output_uri is set but no claim mounts it"),
+        (
+            "arena",
+            {"output_uri": "oss://ml-bucket/out/"},
+            r"output_pvc: output_uri is set but no claim mounts it",
+        ),
         ("arena", {"output_pvc": "oss-out"}, r"output_uri: output_pvc 'oss-out' is set but not which OSS"),
         (
             "arena",
-            {"output_uri": "oss://b/out/", "output_pvc": "cpfs-train"},
+            {"output_uri": "oss://ml-bucket/out/", "output_pvc": "cpfs-train"},
             r"output_pvc: 'cpfs-train' is also data_pvc",
         ),
     ],
@@ -287,7 +274,7 @@ def test_bad_output_settings_fail_at_configure_naming_the_field_and_fix(
     base = CONFIGURED if backend == "dlc" else ARENA
 
     with pytest.raises(SpecError, match=message) as rejected:
-        resolve(tmp_path, backend=backend, gpus_per_node=8, backend_overrides={**base, **overrides})
+        resolve(tmp_path, backend=backend, gpus_per_node=8, environment={**base, **overrides})
 
     assert "fix:" in str(rejected.value)
 
@@ -295,7 +282,7 @@ def test_bad_output_settings_fail_at_configure_naming_the_field_and_fix(
 def test_a_cloud_run_with_blank_output_settings_trains_and_says_what_to_set(tmp_path: Path) -> None:
     overrides = {**ARENA, "artifact_root": OUTPUTS["artifact_root"]}
 
-    run = resolve(tmp_path, backend="arena", gpus_per_node=8, backend_overrides=overrides)
+    run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
     mounts = TrainingJobSpec.parse(run["spec"]).datasets
     assert [(m.uri, m.read_only) for m in mounts] == [("pvc://cpfs-train", True)], "no output mount"

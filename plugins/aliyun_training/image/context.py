@@ -68,3 +68,13 @@ def image_reference(repository: str, tag: str) -> str:
             "myinst-registry.cn-wulanchabu.cr.aliyuncs.com/ml/train)"
         )
     return f"{repository}:{tag}"
+
+
+def image_repository(image: str) -> str:
+    """The repository of an image reference: ``registry/ns/repo`` of ``registry/ns/repo:tag@sha256:...``.
+
+    A ``:`` after the last ``/`` starts a tag; one before it is the registry's port.
+    """
+    name = image.split("@", 1)[0]
+    head, _, last = name.rpartition("/")
+    return f"{head}/{last.split(':', 1)[0]}" if head else last.split(":", 1)[0]

@@ -15,6 +15,7 @@ stop-on-kill rules as ``TrainingJobOperator``), which read their verdict from th
 
 from __future__ import annotations
 
+import shlex
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -358,7 +359,9 @@ class RdmaBandwidthOperator(_CheckJobOperator):
         else:
             # A PyTorchJob sets RANK on both pods and MASTER_ADDR to the master; the client retries
             # until the server listens, so a slow start is not a failed check.
-            test = f"ib_write_bw -d {self.device} -x {int(self.gid_index)} -F --report_gbits -D 15"
+            test = (
+                f"ib_write_bw -d {shlex.quote(self.device)} -x {int(self.gid_index)} -F --report_gbits -D 15"
+            )
             command = (
                 f'if [ "$RANK" = "0" ]; then {test}; else for i in $(seq 30); do '
                 f'{test} "$MASTER_ADDR" && exit 0; sleep 2; done; exit 1; fi'

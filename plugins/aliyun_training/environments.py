@@ -1,0 +1,340 @@
+"""The environment files: one per cloud backend, written by an administrator, parsed before a run.
+
+``include/config/dlc.json`` and ``include/config/arena.json`` (or the files in the directory
+``ALIYUN_TRAINING_ENVIRONMENT_DIR`` names) say where a backend's jobs run: workspace, quota, VPC,
+cluster, namespace, volumes, images, staging and image builds. They are admin settings: whoever may
+trigger a DAG changes only what the trigger form marks overridable (``aliyun_training.form``).
+
+Each file is parsed into its model here, so a malformed file (not UTF-8, not an object, a key this
+version does not know, a value of the wrong type or shape) fails the run's first task, naming the
+file, the key path and the fix, before anything is submitted or copied. Empty strings mean "not
+configured" and become None. The models check the shape of each value; the rules that depend on
+several settings (a staging mode's required ids, outputs that go together) stay with the code that
+turns the environment into a run (``aliyun_training.pipeline``).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import string
+from collections.abc import Callable
+from pathlib import Path, PurePosixPath
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from aliyun_training.backends.arena_manifests import is_dns_label, is_dns_subdomain
+from aliyun_training.spec import SpecError, explain, field_fix
+
+#: The placeholders a ``staging.source_uri`` template may use.
+SOURCE_URI_FIELDS = frozenset({"dataset", "version"})
+
+
+def _absolute_path(value: str) -> str:
+    path = PurePosixPath(value)
+    if not path.is_absolute() or ".." in path.parts or any(c in value for c in "\0\n\r"):
+        raise ValueError(f"{value!r} is not an absolute path without '..' or control characters")
+    return value
+
+
+def _oss_uri(value: str) -> str:
+    """An ``oss://bucket/prefix/`` URI; the error is parse_oss_uri's, whose fix says the form."""
+    from aliyun_training.staging.oss import parse_oss_uri
+
+    try:
+        parse_oss_uri(value, field="uri")
+    except SpecError as exc:
+        # The key path comes from the model; keep what is wrong and the fix.
+        raise ValueError(str(exc).removeprefix("uri: ")) from None
+    return value
+
+
+def _source_template(value: str) -> str:
+    """A ``{dataset}``/``{version}`` template that renders to an OSS folder for every version."""
+    try:
+        parts = list(string.Formatter().parse(value))
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not a valid template ({exc})") from None
+    fields = {name for _, name, spec, conversion in parts if name is not None and not spec and not conversion}
+    odd = [name or "{}" for _, name, spec, conversion in parts if name is not None and (spec or conversion)]
+    unknown = sorted({name for _, name, _, _ in parts if name is not None} - SOURCE_URI_FIELDS)
+    if unknown or odd:
+        raise ValueError(
+            f"{value!r} uses placeholders other than {{dataset}} and {{version}}: "
+            f"{', '.join(repr('{' + (n or '') + '}') for n in unknown + odd)}"
+        )
+    if "version" not in fields:
+        raise ValueError(f"{value!r} has no {{version}}, so every version would stage the same folder")
+    _oss_uri(value.format(dataset="dataset", version="v1"))
+    return value
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as exc:
+        raise ValueError(f"not a CIDR block: {exc}") from None
+
+
+def _kubernetes_name(valid: Callable[[str], bool], kind: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if not valid(value):
+            raise ValueError(
+                f"{value!r} is not {kind} (lower-case letters, digits and '-', as Kubernetes names)"
+            )
+        return value
+
+    return check
+
+
+AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
+OssUri = Annotated[str, AfterValidator(_oss_uri)]
+#: An id or name sent to an API as it is: printable, no whitespace, no path separators.
+PlainId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$", max_length=128)]
+DnsLabel = Annotated[str, AfterValidator(_kubernetes_name(is_dns_label, "a DNS-1123 label"))]
+DnsSubdomain = Annotated[str, AfterValidator(_kubernetes_name(is_dns_subdomain, "a DNS-1123 subdomain"))]
+Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z0-9]+)+$")]
+
+
+class _Settings(BaseModel):
+    """A block of an environment file: unknown keys are errors; ``""`` and null mean "use the default"."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _blank_is_unset(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {
+                key: value
+                for key, value in data.items()
+                if key not in cls.model_fields or value not in ("", None)
+            }
+        return data
+
+
+class VpcSettings(_Settings):
+    vpc_id: PlainId | None = None
+    switch_id: PlainId | None = None
+    security_group_id: PlainId | None = None
+    #: Every CIDR block of the VPC; DLC requires them with a vSwitch. Empty: read from DescribeVpcs.
+    extended_cidrs: Annotated[
+        list[Annotated[str, AfterValidator(_cidr)]],
+        Field(
+            json_schema_extra=field_fix(
+                'list the VPC\'s CIDR blocks, e.g. ["192.168.0.0/16"], or leave it empty'
+            )
+        ),
+    ] = Field(default_factory=list)
+
+
+class DlcDatasetSettings(_Settings):
+    """The fixed dataset a DLC job mounts when the run stages nothing."""
+
+    dataset_id: PlainId | None = None
+    uri: OssUri | None = None
+    mount_path: Annotated[
+        AbsolutePath, Field(json_schema_extra=field_fix("use an absolute path such as /mnt/data/cifar10"))
+    ] = "/mnt/data"
+
+
+class StagingSettings(_Settings):
+    """Where and how each dataset version is copied onto CPFS (``mode`` empty: not staged)."""
+
+    mode: str | None = None
+    source_uri: Annotated[
+        Annotated[str, AfterValidator(_source_template)] | None,
+        Field(json_schema_extra=field_fix("use oss://bucket/datasets/{dataset}/{version}/")),
+    ] = None
+    target_root: Annotated[
+        AbsolutePath | None,
+        Field(json_schema_extra=field_fix("use an absolute path such as /mnt/cpfs/datasets")),
+    ] = None
+    cpfs_path: Annotated[
+        AbsolutePath | None,
+        Field(json_schema_extra=field_fix("the versions' directory inside the file system")),
+    ] = None
+    file_system_id: PlainId | None = None
+
+
+class DlcStagingSettings(StagingSettings):
+    data_flow_id: PlainId | None = None
+    #: How the PAI dataset names the CPFS location: ``bmcpfs`` (CPFS for Lingjun) or ``cpfs`` (2.0).
+    uri_kind: Annotated[str, Field(json_schema_extra=field_fix("use bmcpfs or cpfs"))] = "bmcpfs"
+    #: bmcpfs: the mount target's domain, verbatim as the console shows it.
+    mount_target: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+            json_schema_extra=field_fix(
+                "copy the mount target's domain from the CPFS console, "
+                "e.g. cpfs-xxx-vpc-xxx.cn-wulanchabu.cpfs.aliyuncs.com"
+            ),
+        ),
+    ] = None
+    #: cpfs (general-purpose CPFS 2.0): the protocol service and its export the job mounts.
+    protocol_service_id: PlainId | None = None
+    export_id: PlainId | None = None
+
+
+class ArenaStagingSettings(StagingSettings):
+    staging_pvc: DnsSubdomain | None = None
+    image: str | None = None
+    credentials_secret: DnsSubdomain | None = None
+    region: Region | None = None
+    oss_endpoint: str | None = None
+    volume_kind: Annotated[str, Field(json_schema_extra=field_fix("use cpfs or bmcpfs"))] = "cpfs"
+    server: str | None = None
+    vpc_mount_target: str | None = None
+    vsc_mount_target: str | None = None
+
+
+class AcrBuildBlock(_Settings):
+    instance_id: PlainId | None = None
+    repo_id: PlainId | None = None
+    build_rule_id: PlainId | None = None
+
+
+class KanikoBuildBlock(_Settings):
+    registry_secret: DnsSubdomain | None = None
+    builder_image: str | None = None
+
+
+class ImageBuildSettings(_Settings):
+    mode: str | None = None
+    repository: str | None = None
+    registry_conn_id: str | None = None
+    base_image: str | None = None
+    acr: AcrBuildBlock = Field(default_factory=AcrBuildBlock)
+
+
+class ArenaImageBuildSettings(ImageBuildSettings):
+    kaniko: KanikoBuildBlock = Field(default_factory=KanikoBuildBlock)
+
+
+class RdmaCheckSettings(_Settings):
+    line_rate_gbps: Annotated[
+        float, Field(gt=0, json_schema_extra=field_fix("one node's RDMA bandwidth in Gb/s, NICs x line rate"))
+    ] = 200.0
+    pass_ratio: Annotated[float, Field(gt=0, le=1, json_schema_extra=field_fix("a fraction, e.g. 0.9"))] = 0.9
+
+
+class ArenaRdmaCheckSettings(RdmaCheckSettings):
+    #: The ``ib_write_bw -d`` device, e.g. mlx5_0 (it reaches a shell: only a device name).
+    device: Annotated[
+        str,
+        Field(pattern=r"^[A-Za-z0-9_.-]+$", json_schema_extra=field_fix("an RDMA device name, e.g. mlx5_0")),
+    ] = "mlx5_0"
+    gid_index: Annotated[int, Field(ge=0, le=255, json_schema_extra=field_fix("a GID index, e.g. 3"))] = 3
+
+
+class CloudEnvironment(_Settings):
+    """What both cloud environments name alike: node resources, image, code, outputs, images."""
+
+    connection_id: PlainId | None = None
+    image: str | None = None
+    #: Repositories the trigger form may pin an image from, besides the build's and ``image``'s.
+    allowed_image_repositories: list[str] = Field(default_factory=list)
+    cpu_per_node: Annotated[int, Field(ge=1, le=512, json_schema_extra=field_fix("use 1 to 512 CPUs"))] = 8
+    memory_gib_per_node: Annotated[
+        int, Field(ge=1, le=4096, json_schema_extra=field_fix("use 1 to 4096 GiB"))
+    ] = 32
+    shared_memory_gib_per_node: Annotated[
+        int, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 to 4096 GiB"))
+    ] = 0
+    rdma: bool = False
+    code_dir: Annotated[
+        AbsolutePath | None,
+        Field(json_schema_extra=field_fix("where the image keeps the training code, e.g. /workspace")),
+    ] = None
+    output_root: Annotated[
+        AbsolutePath | None,
+        Field(json_schema_extra=field_fix("use an absolute path, e.g. /mnt/output/cifar10")),
+    ] = None
+    output_uri: OssUri | None = None
+    artifact_root: OssUri | None = None
+
+
+class DlcEnvironment(CloudEnvironment):
+    """``dlc.json``: PAI workspace, quota, VPC, and DLC's own settings."""
+
+    region: Region | None = None
+    lingjun_regions: list[Region] = Field(default_factory=lambda: ["cn-wulanchabu"])
+    zone_id: PlainId | None = None
+    workspace_id: PlainId | None = None
+    role_name: PlainId | None = None
+    resource_type: Annotated[
+        str, Field(pattern=r"^(lingjun|ecs)$", json_schema_extra=field_fix("use lingjun or ecs"))
+    ] = "lingjun"
+    quota_id: PlainId | None = None
+    #: Quotas the trigger form may choose instead of ``quota_id``.
+    allowed_quota_ids: list[PlainId] = Field(default_factory=list)
+    ecs_spec: PlainId | None = None
+    gpu_type: PlainId | None = None
+    #: DLC job priority within the quota (1-9); the trigger form may change it per run.
+    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))] = 1
+    image_registry_conn_id: str | None = None
+    vpc: VpcSettings = Field(default_factory=VpcSettings)
+    dataset: DlcDatasetSettings = Field(default_factory=DlcDatasetSettings)
+    staging: DlcStagingSettings = Field(default_factory=DlcStagingSettings)
+    image_build: ImageBuildSettings = Field(default_factory=ImageBuildSettings)
+    rdma_check: RdmaCheckSettings = Field(default_factory=RdmaCheckSettings)
+
+
+class ArenaEnvironment(CloudEnvironment):
+    """``arena.json``: the Kubernetes connection, namespace, volumes, RDMA and NCCL of ACK jobs."""
+
+    namespace: Annotated[DnsLabel, Field(json_schema_extra=field_fix("a namespace name, e.g. training"))] = (
+        "default"
+    )
+    image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list)
+    max_gpus_per_node: Annotated[
+        int, Field(ge=1, le=64, json_schema_extra=field_fix("the GPUs of one GPU node"))
+    ] = 8
+    rdma_resource: str | None = None
+    host_network: bool = False
+    nccl_env: dict[str, str] = Field(default_factory=dict)
+    mpi_api_version: str | None = None
+    data_pvc: Annotated[
+        DnsSubdomain | None, Field(json_schema_extra=field_fix("the dataset claim's name"))
+    ] = None
+    mount_path: Annotated[
+        AbsolutePath, Field(json_schema_extra=field_fix("use an absolute path such as /mnt/data/cifar10"))
+    ] = "/mnt/data"
+    output_pvc: Annotated[
+        DnsSubdomain | None, Field(json_schema_extra=field_fix("the output claim's name"))
+    ] = None
+    username: Annotated[str, Field(min_length=1, max_length=253)] = "airflow"
+    staging: ArenaStagingSettings = Field(default_factory=ArenaStagingSettings)
+    image_build: ArenaImageBuildSettings = Field(default_factory=ArenaImageBuildSettings)
+    rdma_check: ArenaRdmaCheckSettings = Field(default_factory=ArenaRdmaCheckSettings)
+
+
+ENVIRONMENT_MODELS: dict[str, type[CloudEnvironment]] = {"dlc": DlcEnvironment, "arena": ArenaEnvironment}
+
+
+def load_environment(path: Path, backend: str) -> CloudEnvironment:
+    """Parse ``backend``'s environment file; SpecError names the file, the key path and the fix."""
+    model = ENVIRONMENT_MODELS[backend]
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise SpecError(
+            f"environment file {path} does not exist (fix: create it from the example in the README)"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"environment file {path} is not UTF-8 text ({exc}; fix: save it as UTF-8)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"environment file {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(
+            f"environment file {path} holds a JSON {type(data).__name__ if data is not None else 'null'}, "
+            "not an object of settings (fix: write the settings as one JSON object, as in the README)"
+        )
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError(explain(model, exc, title=f"environment file {path}")) from None

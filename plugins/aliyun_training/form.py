@@ -1,0 +1,147 @@
+"""The trigger form as untrusted input: its values typed, and the few settings it may override.
+
+Whoever may trigger a DAG is not an administrator of the deployment: the environment files and the
+connections are. So the form's ``backend_overrides`` is an allow-list, not a way into the
+environment file. A run may change only what is a field of :class:`RunOverrides`, on the backends
+:data:`OVERRIDABLE` lists, within the field's bounds:
+
+- ``priority`` (DLC, 1-9): queue order within the quota, as the PAI console lets any job owner set it;
+- ``quota_id`` (DLC): one of the environment's ``quota_id`` and ``allowed_quota_ids``, so a busy
+  quota can be swapped for another the administrator offered, never for any quota the role reaches;
+- ``rdma`` (DLC, ACK): turn RDMA off for one run (e.g. to compare against TCP, as the bare-metal
+  guide does); turning it on for an environment without RDMA fails in preflight, not silently;
+- ``cpu_per_node``, ``memory_gib_per_node``, ``shared_memory_gib_per_node`` (DLC, ACK): size one run's
+  nodes; the quota or the nodes bound what is granted.
+
+Everything else (connections, namespace, volumes, images and registries, staging and build settings,
+NCCL environment, code and output paths) comes only from the environment file: each of those could
+move data, credentials or shell text somewhere the administrator did not choose. The form's pinned
+``image`` must be a tag or digest of a repository the environment uses (or lists in
+``allowed_image_repositories``), because the job hands its image the run's mounts and credentials.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from aliyun_training.spec import (
+    DATASET_VERSION_PATTERN,
+    Backend,
+    SpecError,
+    explain,
+    field_fix,
+    whole_string_pattern,
+)
+
+
+class RunOverrides(BaseModel):
+    """What the trigger form may change of a backend's environment for one run."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    priority: Annotated[
+        int | None, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))
+    ] = None
+    quota_id: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
+            max_length=64,
+            json_schema_extra=field_fix("use quota_id or one of allowed_quota_ids of the environment file"),
+        ),
+    ] = None
+    rdma: bool | None = None
+    cpu_per_node: Annotated[
+        int | None, Field(ge=1, le=512, json_schema_extra=field_fix("use 1 to 512 CPUs per node"))
+    ] = None
+    memory_gib_per_node: Annotated[
+        int | None, Field(ge=1, le=4096, json_schema_extra=field_fix("use 1 to 4096 GiB per node"))
+    ] = None
+    shared_memory_gib_per_node: Annotated[
+        int | None, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 to 4096 GiB per node"))
+    ] = None
+
+
+#: Which overrides apply on which backend; the local backend runs on this machine and takes none.
+OVERRIDABLE: dict[Backend, frozenset[str]] = {
+    Backend.LOCAL: frozenset(),
+    Backend.DLC: frozenset(RunOverrides.model_fields),
+    Backend.ARENA: frozenset({"rdma", "cpu_per_node", "memory_gib_per_node", "shared_memory_gib_per_node"}),
+}
+
+
+class RunForm(BaseModel):
+    """The trigger form's values, typed: what ``configure`` works from.
+
+    The DAG's Params validate the form before a run exists; this model is what the run itself
+    trusts. JSON does not tell ``2.0`` from ``2`` and JSON Schema's ``integer`` accepts both, so an
+    integral number becomes an int here instead of reaching a command line as ``--epochs 2.0``; a
+    fraction is refused.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    backend: Backend = Backend.LOCAL
+    nodes: Annotated[int, Field(ge=1, le=128)] = 1
+    gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 0
+    dataset_version: Annotated[
+        str | None,
+        Field(
+            pattern=DATASET_VERSION_PATTERN,
+            json_schema_extra=field_fix(
+                "use letters, digits, '.', '_' or '-', starting with a letter or digit"
+            ),
+        ),
+    ] = None
+    epochs: Annotated[int, Field(ge=1)] = 1
+    batch_size: Annotated[int, Field(ge=1)] = 64
+    timeout_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
+    image: str | None = None
+    force_rebuild: bool = False
+    skip_bandwidth_check: bool = False
+    backend_overrides: RunOverrides = Field(default_factory=RunOverrides)
+
+    def overrides(self) -> dict[str, Any]:
+        """The overrides this run set, refused when one does not apply to its backend."""
+        given = self.backend_overrides.model_dump(exclude_none=True)
+        refused = sorted(set(given) - OVERRIDABLE[self.backend])
+        if refused:
+            allowed = sorted(OVERRIDABLE[self.backend])
+            raise SpecError(
+                f"backend_overrides: {refused} cannot be overridden on the {self.backend.value} backend "
+                f"(fix: leave them out; the form may override {allowed or 'nothing'} there, everything else "
+                "is set by an administrator in the environment file)"
+            )
+        return given
+
+
+def parse_form(params: dict[str, Any]) -> RunForm:
+    """The run's form values, typed; SpecError names each bad field and its fix."""
+    try:
+        return RunForm.model_validate(params)
+    except ValidationError as exc:
+        raise SpecError(explain(RunForm, exc, title="Invalid trigger form values")) from None
+
+
+def overrides_schema() -> dict[str, Any]:
+    """The JSON Schema of ``backend_overrides`` for the DAG's Param: only the allow-listed keys."""
+    properties = {
+        name: {
+            key: whole_string_pattern(value) if key == "pattern" else value
+            for key, value in schema.items()
+            if key in ("type", "minimum", "maximum", "pattern", "maxLength")
+        }
+        for name, schema in _plain_properties().items()
+    }
+    return {"type": "object", "additionalProperties": False, "properties": properties}
+
+
+def _plain_properties() -> dict[str, dict[str, Any]]:
+    """Each field's schema without pydantic's ``anyOf [..., null]`` wrapping of optional fields."""
+    properties = RunOverrides.model_json_schema()["properties"]
+    return {
+        name: next((option for option in schema.get("anyOf", [schema]) if option.get("type") != "null"), {})
+        for name, schema in properties.items()
+    }

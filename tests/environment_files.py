@@ -1,0 +1,71 @@
+"""Environment files for tests: the shipped ``include/config/<backend>.json`` with a test's settings.
+
+Environment files are an administrator's settings, never run parameters, so a test that needs a
+configured backend writes the files the deployment would read (``ALIYUN_TRAINING_ENVIRONMENT_DIR``)
+rather than passing settings through the trigger form.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aliyun_training.pipeline import resolve_run
+from aliyun_training.settings import ENVIRONMENT_DIR_ENV, LocalPaths
+
+PROJECT_DIR = Path(__file__).resolve().parents[1]
+SHIPPED = PROJECT_DIR / "include" / "config"
+#: A small run's trigger form; tests lay their own values over it.
+FORM: dict[str, Any] = {
+    "backend": "local",
+    "nodes": 2,
+    "gpus_per_node": 0,
+    "epochs": 1,
+    "batch_size": 32,
+    "timeout_minutes": 30,
+}
+
+
+def merged(base: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """``base`` with ``settings`` laid over it; nested blocks merge key by key."""
+    result = dict(base)
+    for key, value in settings.items():
+        nested = isinstance(value, dict) and isinstance(base.get(key), dict)
+        result[key] = merged(base[key], value) if nested else value
+    return result
+
+
+def write_environment(directory: Path, backend: str, settings: dict[str, Any]) -> Path:
+    """``<directory>/<backend>.json``: the shipped file of ``backend`` with ``settings`` over it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    shipped = json.loads((SHIPPED / f"{backend}.json").read_text())
+    path = directory / f"{backend}.json"
+    path.write_text(json.dumps(merged(shipped, settings), indent=2))
+    return path
+
+
+def use_environments(
+    monkeypatch: pytest.MonkeyPatch, directory: Path, **settings: dict[str, Any]
+) -> dict[str, Path]:
+    """Write an environment file per backend in ``settings`` and point the deployment at them."""
+    for backend in ("dlc", "arena"):
+        write_environment(directory, backend, settings.get(backend, {}))
+    monkeypatch.setenv(ENVIRONMENT_DIR_ENV, str(directory))
+    return {backend: directory / f"{backend}.json" for backend in ("dlc", "arena")}
+
+
+def resolve_configured(
+    tmp_path: Path, environment: dict[str, Any] | None = None, run_date: str = "2026-11-22", **form: Any
+) -> dict[str, Any]:
+    """resolve_run of ``FORM`` + ``form``, with ``environment`` in the run's backend's file."""
+    run = {**FORM, **form}
+    files = {
+        backend: write_environment(
+            tmp_path / "config", backend, (environment or {}) if backend == run["backend"] else {}
+        )
+        for backend in ("dlc", "arena")
+    }
+    return resolve_run(run, run_date, str(PROJECT_DIR), LocalPaths(tmp_path), files)
