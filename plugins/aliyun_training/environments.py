@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from aliyun_training.backends.arena_manifests import is_dns_label, is_dns_subdomain
+from aliyun_training.kube_names import is_dns_label, is_dns_subdomain
 from aliyun_training.spec import SpecError, explain, field_fix
 
 #: The placeholders a ``staging.source_uri`` template may use.

@@ -14,13 +14,19 @@ reads the ConfigMap).
 from __future__ import annotations
 
 import hashlib
-import re
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
+from aliyun_training.kube_names import (
+    LABEL_MAX,
+    is_dns1035_label,
+    is_dns_label,
+    is_dns_subdomain,
+    is_extended_resource_name,
+)
 from aliyun_training.spec import (
     INJECTED_ENV_VARS,
     Framework,
@@ -72,14 +78,6 @@ ELASTIC_RDZV_BACKEND = "c10d"
 #: variables, and the job's data and output directories.
 RESERVED_ENV_VARS = INJECTED_ENV_VARS | {"OUTPUT_DIR", "DATA_DIR"}
 RESERVED_ENV_PREFIX = "PET_"
-
-#: Kubernetes name rules (k8s.io/apimachinery pkg/util/validation), matched against the whole string.
-_DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
-_DNS1123_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
-_DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
-_QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
-_LABEL_MAX = 63
-_SUBDOMAIN_MAX = 253
 
 
 class ArenaSettings(BaseModel):
@@ -200,32 +198,6 @@ def arena_settings(config: ArenaSettings | dict[str, Any]) -> ArenaSettings:
     return validate_record(ArenaSettings, config)
 
 
-def is_extended_resource_name(name: str) -> bool:
-    """Whether ``name`` is an extended resource (k8s.io/kubernetes pkg/apis/core/helper
-    ``IsExtendedResourceName``): a qualified ``<domain>/<name>`` outside ``kubernetes.io/``,
-    not starting with ``requests.``."""
-    prefix, slash, rest = name.partition("/")
-    return bool(
-        slash
-        and "kubernetes.io/" not in name
-        and not name.startswith("requests.")
-        and len(prefix) <= _SUBDOMAIN_MAX
-        and _DNS1123_SUBDOMAIN.fullmatch(prefix)
-        and len(rest) <= _LABEL_MAX
-        and _QUALIFIED_NAME.fullmatch(rest)
-    )
-
-
-def is_dns_label(name: str) -> bool:
-    """Whether ``name`` is a DNS-1123 label (namespace names)."""
-    return len(name) <= _LABEL_MAX and bool(_DNS1123_LABEL.fullmatch(name))
-
-
-def is_dns_subdomain(name: str) -> bool:
-    """Whether ``name`` is a DNS-1123 subdomain (Secret, ConfigMap and PersistentVolumeClaim names)."""
-    return len(name) <= _SUBDOMAIN_MAX and bool(_DNS1123_SUBDOMAIN.fullmatch(name))
-
-
 def job_kind(spec: TrainingJobSpec, settings: ArenaSettings) -> JobKind:
     if spec.framework is Framework.TENSORFLOW:
         return TF_JOB
@@ -241,11 +213,11 @@ def configmap_name(name: str, kind: JobKind) -> str:
 def check(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> None:
     """Reject what the cluster would only reject after pods sat Pending: before anything is created."""
     for host in replica_hostnames(spec, name, settings):
-        if len(host) > _LABEL_MAX or not _DNS1035_LABEL.fullmatch(host):
+        if not is_dns1035_label(host):
             raise SpecError(
                 f"name: job {name!r} would name a replica's pod and Service {host!r}, which is not a "
                 f"DNS-1035 label (a lowercase letter first, then lowercase letters, digits and '-', at most "
-                f"{_LABEL_MAX} characters), so the training operator could not create it (fix: the job name "
+                f"{LABEL_MAX} characters), so the training operator could not create it (fix: the job name "
                 "comes from the DAG id and task id: start them with a letter and shorten them)"
             )
     if spec.gpus_per_node > settings.max_gpus_per_node:

@@ -51,6 +51,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from aliyun_training.kube_names import LABEL_MAX, is_dns_label
 from aliyun_training.spec import SpecError
 
 log = logging.getLogger(__name__)
@@ -73,9 +74,6 @@ BMCPFS_HANDLE_DELIMITER = "+"
 CPFS_NFS_EXPORT = "/share"
 DEFAULT_CAPACITY = "1Ti"
 
-_DNS_LABEL_MAX = 63
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-
 
 class VolumeConflictError(RuntimeError):
     """A PV or claim of that name exists with another spec; it is never overwritten."""
@@ -90,10 +88,10 @@ def version_volume_name(dataset: str, version: str) -> str:
     """
     raw = f"{dataset}-{version}"
     readable = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-") or "dataset"
-    if readable == raw and len(readable) <= _DNS_LABEL_MAX:
+    if readable == raw and len(readable) <= LABEL_MAX:
         return readable
     digest = hashlib.sha256(f"{dataset}\n{version}".encode()).hexdigest()[:8]
-    return f"{readable[: _DNS_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+    return f"{readable[: LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
 
 
 def build_volume(
@@ -239,7 +237,7 @@ def _check(
     vsc_mount_target: str | None,
     vpc_mount_target: str | None,
 ) -> None:
-    if not _DNS_LABEL.fullmatch(name):
+    if not is_dns_label(name):
         raise SpecError(
             f"name: {name!r} is not a DNS-1123 label of at most 63 characters "
             "(fix: use version_volume_name(dataset, version))"
