@@ -56,15 +56,15 @@ def _source_template(value: str) -> str:
         parts = list(string.Formatter().parse(value))
     except ValueError as exc:
         raise ValueError(f"{value!r} is not a valid template ({exc})") from None
-    fields = {name for _, name, spec, conversion in parts if name is not None and not spec and not conversion}
-    odd = [name or "{}" for _, name, spec, conversion in parts if name is not None and (spec or conversion)]
-    unknown = sorted({name for _, name, _, _ in parts if name is not None} - SOURCE_URI_FIELDS)
-    if unknown or odd:
+    placeholders = [(name, spec or conversion) for _, name, spec, conversion in parts if name is not None]
+    # A format spec or conversion ({version!r}, {version:>8}) would change the folder's name.
+    bad = [name for name, decorated in placeholders if decorated or name not in SOURCE_URI_FIELDS]
+    if bad:
         raise ValueError(
             f"{value!r} uses placeholders other than {{dataset}} and {{version}}: "
-            f"{', '.join(repr('{' + (n or '') + '}') for n in unknown + odd)}"
+            f"{', '.join(repr('{' + name + '}') for name in bad)}"
         )
-    if "version" not in fields:
+    if "version" not in {name for name, _ in placeholders}:
         raise ValueError(f"{value!r} has no {{version}}, so every version would stage the same folder")
     _oss_uri(value.format(dataset="dataset", version="v1"))
     return value
