@@ -22,10 +22,10 @@ from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.kube_names import is_dns_label, is_dns_subdomain
-from aliyun_training.spec import SpecError, explain, field_fix
+from aliyun_training.spec import SpecError, field_fix, validate_record
 
 #: The placeholders a ``staging.source_uri`` template may use.
 SOURCE_URI_FIELDS = frozenset({"dataset", "version"})
@@ -334,7 +334,4 @@ def load_environment(path: Path, backend: str) -> CloudEnvironment:
             f"environment file {path} holds a JSON {type(data).__name__ if data is not None else 'null'}, "
             "not an object of settings (fix: write the settings as one JSON object, as in the README)"
         )
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(explain(model, exc, title=f"environment file {path}")) from None
+    return validate_record(model, data, title=f"environment file {path}")

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     Backend,
     SpecError,
-    explain,
     field_fix,
+    validate_record,
     whole_string_pattern,
 )
 
@@ -119,10 +119,7 @@ class RunForm(BaseModel):
 
 def parse_form(params: dict[str, Any]) -> RunForm:
     """The run's form values, typed; SpecError names each bad field and its fix."""
-    try:
-        return RunForm.model_validate(params)
-    except ValidationError as exc:
-        raise SpecError(explain(RunForm, exc, title="Invalid trigger form values")) from None
+    return validate_record(RunForm, params, title="Invalid trigger form values")
 
 
 def overrides_schema() -> dict[str, Any]:

@@ -379,14 +379,15 @@ class ArtifactSet(BaseModel):
     metrics: dict[str, Any]
 
 
-def validate_record(model: type[M], data: M | dict[str, Any]) -> M:
-    """Build ``model`` from ``data`` or raise ``SpecError`` with one line per bad field and its fix."""
+def validate_record(model: type[M], data: M | dict[str, Any], title: str | None = None) -> M:
+    """Build ``model`` from ``data`` or raise ``SpecError`` with one line per bad field and its fix,
+    under ``title`` (default: ``Invalid <model>``)."""
     if isinstance(data, model):
         return data
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(explain(model, exc)) from None
+        raise SpecError(explain(model, exc, title)) from None
 
 
 def explain(model: type[BaseModel], exc: ValidationError, title: str | None = None) -> str:
