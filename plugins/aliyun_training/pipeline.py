@@ -211,7 +211,7 @@ def _cloud_outputs(
     bucket_uri = None
     if output_uri:
         location = parse_oss_uri(output_uri, field="output_uri")
-        bucket_uri = OssLocation(location.bucket.split(".", 1)[0], location.prefix).uri
+        bucket_uri = OssLocation(location.bucket_name, location.prefix).uri
         mount = f"pvc://{output_pvc}" if backend == Backend.ARENA else output_uri
         spec["datasets"] = [*spec["datasets"], {"uri": mount, "mount_path": output_root, "read_only": False}]
     fixes = {

@@ -544,7 +544,7 @@ def dlc_mount_uri(uri: str | None, region: str) -> str | None:
     if not uri or not uri.startswith("oss://"):
         return uri
     location = parse_oss_uri(uri, field="datasets.uri")
-    if "." in location.bucket:
+    if location.endpoint:
         return uri
     return f"oss://{location.bucket}.{oss_endpoint(region, internal=True)}/{location.prefix}"
 

@@ -35,7 +35,11 @@ _READ_CHUNK = 1024 * 1024
 
 @dataclass(frozen=True)
 class OssLocation:
-    """``oss://bucket/prefix/``: the prefix always ends with ``/`` so ``v1`` never matches ``v10``."""
+    """``oss://bucket/prefix/``: the prefix always ends with ``/`` so ``v1`` never matches ``v10``.
+
+    ``bucket`` is the URI's host as written: the bucket, or ``<bucket>.<endpoint>`` where the URI
+    names the bucket's endpoint (DLC mounts do).
+    """
 
     bucket: str
     prefix: str
@@ -43,6 +47,16 @@ class OssLocation:
     @property
     def uri(self) -> str:
         return f"oss://{self.bucket}/{self.prefix}"
+
+    @property
+    def bucket_name(self) -> str:
+        """The bucket alone (bucket names have no dot)."""
+        return self.bucket.partition(".")[0]
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint the URI names after the bucket, or ``""``."""
+        return self.bucket.partition(".")[2]
 
 
 def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
@@ -61,18 +75,19 @@ def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
         )
     if ".." in PurePosixPath(prefix).parts:
         raise SpecError(f"{field}: {uri!r} contains '..' (fix: use the folder's plain key prefix)")
-    bucket, _, endpoint = parsed.netloc.partition(".")
-    if not _BUCKET_NAME.fullmatch(bucket):
+    location = OssLocation(parsed.netloc, prefix.rstrip("/") + "/")
+    if not _BUCKET_NAME.fullmatch(location.bucket_name):
         raise SpecError(
-            f"{field}: {bucket!r} in {uri!r} is not an OSS bucket name (fix: bucket names are 3 to 63 "
-            "lower-case letters, digits and hyphens, starting and ending with a letter or digit)"
+            f"{field}: {location.bucket_name!r} in {uri!r} is not an OSS bucket name (fix: bucket names "
+            "are 3 to 63 lower-case letters, digits and hyphens, starting and ending with a letter or digit)"
         )
-    if endpoint and not _OSS_ENDPOINT.fullmatch(endpoint):
+    if location.endpoint and not _OSS_ENDPOINT.fullmatch(location.endpoint):
         raise SpecError(
-            f"{field}: {endpoint!r} in {uri!r} is not an OSS endpoint (fix: write oss://bucket/prefix/, or "
-            "name the bucket's endpoint as oss://bucket.oss-<region>[-internal].aliyuncs.com/prefix/)"
+            f"{field}: {location.endpoint!r} in {uri!r} is not an OSS endpoint (fix: write "
+            "oss://bucket/prefix/, or name the bucket's endpoint as "
+            "oss://bucket.oss-<region>[-internal].aliyuncs.com/prefix/)"
         )
-    return OssLocation(parsed.netloc, prefix.rstrip("/") + "/")
+    return location
 
 
 #: OSS bucket naming rules: 3-63 characters of lower-case letters, digits and hyphens, starting and
