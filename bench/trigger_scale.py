@@ -171,7 +171,7 @@ async def create_jobs(count: int) -> list[str]:
     from aliyun_training.backends.dlc import DlcBackend
 
     backend, spec = DlcBackend(CONN_ID), job_spec()
-    client = backend.hook.dlc
+    client = backend.hook.conn
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
     async def create(index: int) -> str:
@@ -386,7 +386,7 @@ async def run_baseline(
     _IDLE.set(idle)
     hook = DlcHook(CONN_ID)
     await hook.aload()
-    client = hook.dlc
+    client = hook.conn
     outcomes = await asyncio.gather(
         *(bare_monitor(client, job_id, polls, interval, running) for job_id in job_ids)
     )

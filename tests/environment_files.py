@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.pipeline import resolve_run
+from aliyun_training.plan.models import RunPlan
+from aliyun_training.plan.resolve import resolve_run
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV, LocalPaths
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
@@ -51,21 +52,21 @@ def use_environments(
     monkeypatch: pytest.MonkeyPatch, directory: Path, **settings: dict[str, Any]
 ) -> dict[str, Path]:
     """Write an environment file per backend in ``settings`` and point the deployment at them."""
-    for backend in ("dlc", "arena"):
+    for backend in ("local", "dlc", "arena"):
         write_environment(directory, backend, settings.get(backend, {}))
     monkeypatch.setenv(ENVIRONMENT_DIR_ENV, str(directory))
-    return {backend: directory / f"{backend}.json" for backend in ("dlc", "arena")}
+    return {backend: directory / f"{backend}.json" for backend in ("local", "dlc", "arena")}
 
 
 def resolve_configured(
     tmp_path: Path, environment: dict[str, Any] | None = None, run_date: str = "2026-11-22", **form: Any
-) -> dict[str, Any]:
+) -> RunPlan:
     """resolve_run of ``FORM`` + ``form``, with ``environment`` in the run's backend's file."""
     run = {**FORM, **form}
     files = {
         backend: write_environment(
             tmp_path / "config", backend, (environment or {}) if backend == run["backend"] else {}
         )
-        for backend in ("dlc", "arena")
+        for backend in ("local", "dlc", "arena")
     }
     return resolve_run(run, run_date, str(PROJECT_DIR), LocalPaths(tmp_path), files)

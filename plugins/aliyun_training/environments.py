@@ -10,7 +10,7 @@ version does not know, a value of the wrong type or shape) fails the run's first
 file, the key path and the fix, before anything is submitted or copied. Empty strings mean "not
 configured" and become None. The models check the shape of each value; the rules that depend on
 several settings (a staging mode's required ids, outputs that go together) stay with the code that
-turns the environment into a run (``aliyun_training.pipeline``).
+plans the run (``aliyun_training.plan``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import json
 import string
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
@@ -159,6 +159,15 @@ class StagingSettings(_Settings):
 
 
 class DlcStagingSettings(StagingSettings):
+    #: ``direct`` copies on a worker that mounts CPFS; ``dataflow`` has CPFS import from OSS itself.
+    mode: Annotated[
+        Literal["direct", "dataflow"] | None,
+        Field(
+            json_schema_extra=field_fix(
+                "use direct or dataflow (a staging pod runs on ACK), or leave it empty"
+            )
+        ),
+    ] = None
     data_flow_id: PlainId | None = None
     #: How the PAI dataset names the CPFS location: ``bmcpfs`` (CPFS for Lingjun) or ``cpfs`` (2.0).
     uri_kind: Annotated[str, Field(json_schema_extra=field_fix("use bmcpfs or cpfs"))] = "bmcpfs"
@@ -179,6 +188,11 @@ class DlcStagingSettings(StagingSettings):
 
 
 class ArenaStagingSettings(StagingSettings):
+    #: ``direct`` copies on a worker that mounts CPFS; ``pod`` copies in a pod on the cluster.
+    mode: Annotated[
+        Literal["direct", "pod"] | None,
+        Field(json_schema_extra=field_fix("use direct or pod (data flows stage for DLC), or leave it empty")),
+    ] = None
     staging_pvc: DnsSubdomain | None = None
     image: str | None = None
     credentials_secret: DnsSubdomain | None = None
@@ -202,7 +216,11 @@ class KanikoBuildBlock(_Settings):
 
 
 class ImageBuildSettings(_Settings):
-    mode: str | None = None
+    #: DLC builds with ACR Enterprise's build service (a kaniko pod needs a cluster: ACK only).
+    mode: Annotated[
+        Literal["acr"] | None,
+        Field(json_schema_extra=field_fix("use acr (kaniko builds run on ACK), or leave it empty")),
+    ] = None
     repository: str | None = None
     registry_conn_id: str | None = None
     base_image: str | None = None
@@ -210,6 +228,10 @@ class ImageBuildSettings(_Settings):
 
 
 class ArenaImageBuildSettings(ImageBuildSettings):
+    mode: Annotated[  # type: ignore[assignment]
+        Literal["kaniko", "acr"] | None,
+        Field(json_schema_extra=field_fix("use kaniko or acr, or leave it empty")),
+    ] = None
     kaniko: KanikoBuildBlock = Field(default_factory=KanikoBuildBlock)
 
 
@@ -283,8 +305,13 @@ class DlcEnvironment(CloudEnvironment):
 
 
 class ArenaEnvironment(CloudEnvironment):
-    """``arena.json``: the Kubernetes connection, namespace, volumes, RDMA and NCCL of ACK jobs."""
+    """``arena.json``: the Kubernetes connection, namespace, volumes, RDMA and NCCL of ACK jobs.
 
+    ``connection_id`` is the cluster's (a kubernetes connection); ``alibaba_cloud_conn_id`` the
+    alibaba_cloud connection OSS and ACR are reached through (direct staging, artifacts, ACR builds).
+    """
+
+    alibaba_cloud_conn_id: PlainId | None = None
     namespace: Annotated[DnsLabel, Field(json_schema_extra=field_fix("a namespace name, e.g. training"))] = (
         "default"
     )
@@ -311,10 +338,37 @@ class ArenaEnvironment(CloudEnvironment):
     rdma_check: ArenaRdmaCheckSettings = Field(default_factory=ArenaRdmaCheckSettings)
 
 
-ENVIRONMENT_MODELS: dict[str, type[CloudEnvironment]] = {"dlc": DlcEnvironment, "arena": ArenaEnvironment}
+class LocalEnvironment(_Settings):
+    """``local.json`` (optional): how the local backend runs torchrun on the worker."""
+
+    #: The rendezvous port of node 0; empty: a free port is picked per job.
+    master_port: Annotated[
+        int | None,
+        Field(ge=1024, le=65535, json_schema_extra=field_fix("use a free port from 1024 to 65535")),
+    ] = None
+    #: Seconds a stopped job's processes get to exit after SIGTERM before SIGKILL.
+    stop_grace_seconds: Annotated[
+        float, Field(gt=0, le=600, json_schema_extra=field_fix("use 1 to 600 seconds"))
+    ] = 10.0
 
 
-def load_environment(path: Path, backend: str) -> CloudEnvironment:
+Environment = LocalEnvironment | CloudEnvironment
+ENVIRONMENT_MODELS: dict[str, type[Environment]] = {
+    "local": LocalEnvironment,
+    "dlc": DlcEnvironment,
+    "arena": ArenaEnvironment,
+}
+
+
+def environment_schema(backend: str) -> dict[str, Any]:
+    """The JSON Schema of ``backend``'s environment file, for the docs and for editors."""
+    model = ENVIRONMENT_MODELS[backend]
+    schema = model.model_json_schema()
+    schema["title"] = f"{backend}.json"
+    return schema
+
+
+def load_environment(path: Path, backend: str) -> Environment:
     """Parse ``backend``'s environment file; SpecError names the file, the key path and the fix."""
     model = ENVIRONMENT_MODELS[backend]
     try:

@@ -101,6 +101,8 @@ class RunForm(BaseModel):
     image: str | None = None
     force_rebuild: bool = False
     skip_bandwidth_check: bool = False
+    skip_preflight: bool = False
+    dry_run: bool = False
     backend_overrides: RunOverrides = Field(default_factory=RunOverrides)
 
     def overrides(self) -> dict[str, Any]:

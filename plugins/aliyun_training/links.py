@@ -31,3 +31,19 @@ class TrainingJobConsoleLink(BaseOperatorLink):
         finds a value instead of logging a missing XCom.
         """
         context["ti"].xcom_push(key=self.xcom_key, value=url or "")
+
+
+class RunPlanLink(BaseOperatorLink):
+    """The dry run's readable plan (``plan.html``) that the show_plan task wrote."""
+
+    name = "Run plan"
+
+    @property
+    def xcom_key(self) -> str:
+        return "run_plan_url"
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        return XCom.get_value(key=self.xcom_key, ti_key=ti_key) or ""
+
+    def persist(self, context: Any, url: str) -> None:
+        context["ti"].xcom_push(key=self.xcom_key, value=url)

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 LOCAL_ROOT_ENV = "ALIYUN_TRAINING_LOCAL_ROOT"
-#: The directory holding the cloud backends' environment files (``dlc.json``, ``arena.json``).
+#: The directory holding the backends' environment files (``local.json``, ``dlc.json``, ``arena.json``).
 ENVIRONMENT_DIR_ENV = "ALIYUN_TRAINING_ENVIRONMENT_DIR"
-#: Backends configured by an environment file.
-CLOUD_BACKENDS = ("dlc", "arena")
+#: Backends configured by an environment file (the local one's is optional).
+ENVIRONMENT_BACKENDS = ("local", "dlc", "arena")
 
 
 @dataclass(frozen=True)
@@ -60,7 +60,7 @@ def local_paths() -> LocalPaths:
 
 
 def environment_files(default_dir: Path) -> dict[str, Path]:
-    """Each cloud backend's environment file: ``<dir>/<backend>.json``.
+    """Each backend's environment file: ``<dir>/<backend>.json``.
 
     The directory is the deployment's ``ALIYUN_TRAINING_ENVIRONMENT_DIR``, else ``default_dir`` (a
     project's ``include/config``). It is an administrator's setting of the worker's environment,
@@ -68,4 +68,4 @@ def environment_files(default_dir: Path) -> dict[str, Path]:
     """
     configured = os.environ.get(ENVIRONMENT_DIR_ENV)
     directory = Path(configured).expanduser() if configured else default_dir
-    return {backend: directory / f"{backend}.json" for backend in CLOUD_BACKENDS}
+    return {backend: directory / f"{backend}.json" for backend in ENVIRONMENT_BACKENDS}

@@ -165,6 +165,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
         "train": "success",
         "stage_dataset": "skipped",
         "training_runtime": "skipped",
+        "show_plan": "skipped",
         "publish_artifacts": "success",
     }
     assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
@@ -313,3 +314,59 @@ def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_
         uploaded = cloud.oss.keys(BUCKET)
     assert states["train"] == "success" and states["publish_artifacts"] == "skipped"
     assert uploaded == []
+
+
+def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
+    dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes import client
+
+    with KubernetesFake() as cluster, OssEmulator({AK: SK}, region=REGION) as oss:
+        oss.create_bucket(BUCKET)
+        oss.put(BUCKET, f"datasets/cifar10/{VERSION}/train.bin", b"0" * 64)
+        use_alibaba_connection(monkeypatch, {"oss": oss.endpoint.removeprefix("http://")}, AK, SK)
+        kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
+        monkeypatch.setenv("AIRFLOW_CONN_KUBERNETES_DEFAULT", json.dumps(connection))
+        monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
+        core = client.CoreV1Api(client.ApiClient(kube_configuration(kubeconfig)))
+        core.create_persistent_volume(cpfs_volume("cpfs-train"))
+        core.create_namespaced_persistent_volume_claim("training", bound_claim("cpfs-train"))
+        staging = {
+            "mode": "direct",
+            "source_uri": f"oss://{BUCKET}/datasets/{{dataset}}/{{version}}/",
+            "target_root": str(local_root / "cpfs" / "datasets" / "cifar10"),
+            "cpfs_path": "/share/datasets/cifar10",
+            "server": "cpfs-0123.cn-wulanchabu.cpfs.aliyuncs.com",
+        }
+        settings = {"image": "registry.example.com/train:1", "namespace": "training", "staging": staging}
+        use_environments(monkeypatch, local_root / "config", arena=settings)
+        setup_writes = len([r for r in cluster.requests if r.method != "GET"])
+        oss_setup = len(oss.records())
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 22, tz="UTC"),
+            run_conf={"backend": "arena", "nodes": 2, "gpus_per_node": 8, "dry_run": True},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        document = run.get_task_instance("show_plan").xcom_pull(task_ids="show_plan")
+        writes = [(r.method, r.path) for r in cluster.requests if r.method != "GET"][setup_writes:]
+        oss_calls = {r.operation for r in oss.records()[oss_setup:]}
+    assert states["show_plan"] == "success" and states["preflight.report"] == "success"
+    assert {t: states[t] for t in ("stage_dataset", "build_image", "verify_image", "train")} == dict.fromkeys(
+        ("stage_dataset", "build_image", "verify_image", "train"), "skipped"
+    )
+    assert writes == [], "a dry run only reads"
+    assert oss_calls <= {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject"}, oss_calls
+    staging_check = document["checks"]["staging"]
+    assert staging_check["files_to_copy"] == 1 and staging_check["bytes"] == 64
+    assert [r["action"] for r in document["requests"]][:3] == [
+        "copy and publish",
+        "create PersistentVolume",
+        "create PersistentVolumeClaim",
+    ]
+    written = list((local_root / "dry-runs" / "cifar10").glob("*/plan.json"))
+    assert len(written) == 1 and json.loads(written[0].read_text())["requests"] == document["requests"]
+    assert "Nothing was created" in (written[0].parent / "plan.html").read_text()
+    assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()

@@ -55,6 +55,9 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     assert report.upstream_task_ids == checks and report.trigger_rule == "all_done"
     assert dag.get_task("route").upstream_task_ids == {"preflight.report", "configure"}
     assert dag.get_task("route").downstream_task_ids == {
+        "show_plan",
+        "train",
+        "publish_artifacts",
         "stage_dataset",
         "training_runtime",
         "build_image",
@@ -65,6 +68,7 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     assert dag.get_task("check_rdma").upstream_task_ids == {"configure", "verify_image"}
     assert dag.get_task("train").upstream_task_ids == {
         "configure",
+        "route",
         "stage_dataset",
         "training_runtime",
         "wait_for_capacity",
@@ -76,6 +80,7 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     publish = dag.get_task("publish_artifacts")
     assert publish.upstream_task_ids == {
         "configure",
+        "route",
         "train",
         "stage_dataset",
         "training_runtime",

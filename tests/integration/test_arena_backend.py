@@ -57,8 +57,7 @@ def spec(**overrides: Any) -> dict[str, Any]:
 def operator(backend_settings: dict[str, Any] | None = None, **overrides: Any) -> TrainingJobOperator:
     return TrainingJobOperator(
         task_id="train",
-        spec=spec(**overrides),
-        backend_config=backend_settings or settings(),
+        job={"spec": spec(**overrides), "backend_config": backend_settings or settings()},
         poll_interval=0.05,
     )
 
@@ -380,3 +379,30 @@ def test_bad_cluster_settings_fail_the_task_before_anything_is_created(
 
     assert "(fix:" in str(failure.value)
     assert fake.count("POST") == 0
+
+
+def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(fake: KubernetesFake) -> None:
+    """A retried worker or a new triggerer builds a new backend: it reads the pods itself."""
+    lines = [f"epoch {i}" for i in range(1, 6)]
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 0.3)], log_lines=lines)
+    handle = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    deadline = time.monotonic() + 10
+    while not ArenaBackend(**settings()).status(handle).state.is_terminal and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert ArenaBackend(**settings()).logs(handle).lines == lines
+    assert ArenaBackend(**settings()).tail(handle, 0, 2) == lines[-2:]
+    assert asyncio.run(ArenaBackend(**settings()).alogs(handle)).lines == lines
+    assert asyncio.run(ArenaBackend(**settings()).atail(handle, 0, 2)) == lines[-2:]
+
+
+def test_logs_read_the_pods_of_now_not_those_an_earlier_status_saw(fake: KubernetesFake) -> None:
+    """The same backend instance asked for logs after the pods started, without a status call between."""
+    fake.default_script = TrainingScript(phases=[("Created", 0.3), ("Running", 0.3)])
+    backend = ArenaBackend(**settings())
+    handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
+    assert backend.status(handle).state is JobState.PENDING
+    time.sleep(1.0)
+
+    assert backend.logs(handle).lines[-1] == "Training finished"
+    assert asyncio.run(backend.alogs(handle)).lines[-1] == "Training finished"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from airflow.sdk.exceptions import (
+    AirflowException,
     AirflowFailException,
     AirflowSensorTimeout,
     AirflowSkipException,
@@ -57,9 +58,8 @@ def run_check(
     operator = PreflightCheckOperator(
         task_id=f"check_{group}",
         group=group,
-        spec=spec(**spec_overrides),
-        backend_config={"workspace_id": "ws-1", "vpc": network},
-        settings={
+        job={"spec": spec(**spec_overrides), "backend_config": {"workspace_id": "ws-1", "vpc": network}},
+        preflight={
             "lingjun_regions": ["cn-wulanchabu"],
             "zone_id": ids.zone_id,
             "role_name": ROLE,
@@ -266,9 +266,8 @@ def test_lingjun_outside_its_regions_fails_naming_where_it_is_offered(cloud: Clo
     operator = PreflightCheckOperator(
         task_id="check_network",
         group="network",
-        spec=spec(),
-        backend_config={"region": "cn-hangzhou", "vpc": None},
-        settings={"lingjun_regions": ["cn-wulanchabu"]},
+        job={"spec": spec(), "backend_config": {"region": "cn-hangzhou", "vpc": None}},
+        preflight={"lingjun_regions": ["cn-wulanchabu"]},
     )
 
     found = finding(operator.execute({}), "region")
@@ -339,9 +338,8 @@ def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_permissions",
         group="permissions",
-        spec=spec(),
-        backend_config={"workspace_id": "ws-1"},
-        settings={"role_name": "thin-role", "policy_file": str(POLICY_FILE)},
+        job={"spec": spec(), "backend_config": {"workspace_id": "ws-1"}},
+        preflight={"role_name": "thin-role", "policy_file": str(POLICY_FILE)},
     )
 
     found = finding(operator.execute({}), "ram_role")
@@ -359,9 +357,8 @@ def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_permissions",
         group="permissions",
-        spec=spec(),
-        backend_config={"workspace_id": "ws-1"},
-        settings={"role_name": "no-such-role", "policy_file": str(POLICY_FILE)},
+        job={"spec": spec(), "backend_config": {"workspace_id": "ws-1"}},
+        preflight={"role_name": "no-such-role", "policy_file": str(POLICY_FILE)},
     )
 
     found = finding(operator.execute({}), "ram_role")
@@ -409,9 +406,7 @@ def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_roo
 ) -> None:
     cloud.studio.set_allocated("quota1", 60)
     cloud.studio.add_workload("quota1", "dlc-ahead")
-    sensor = QuotaCapacitySensor(
-        task_id="wait", spec=spec(), backend_config={}, poke_interval=0.05, timeout=30
-    )
+    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec()}, poke_interval=0.05, timeout=30)
 
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
@@ -433,7 +428,9 @@ def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_roo
 
 
 def test_skip_preflight_runs_nothing_and_warns(cloud: Cloud, capfd: pytest.CaptureFixture[str]) -> None:
-    operator = PreflightCheckOperator(task_id="check_network", group="network", spec=spec(), skip="True")
+    operator = PreflightCheckOperator(
+        task_id="check_network", group="network", job={"spec": spec()}, skip="True"
+    )
 
     findings = operator.execute({})
 
@@ -458,7 +455,37 @@ def test_the_capacity_sensor_times_out_by_failing_or_skipping_as_configured(
 ) -> None:
     from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
-    sensor = QuotaCapacitySensor(task_id="wait", spec=spec(), timeout=60, soft_fail=soft_fail)
+    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec()}, timeout=60, soft_fail=soft_fail)
 
     with pytest.raises(expected):
         sensor.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, {})
+
+
+def test_an_unknown_quota_fails_the_sensor_and_ends_its_trigger_alike(cloud: Cloud) -> None:
+    """The sensor's poke and the trigger read the quota through one hook call (sync and async
+    twins): an unknown quota is the same answer to both, never an endless wait."""
+    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec(quota_id="quota-nope")}, timeout=30)
+    trigger = QuotaCapacityTrigger(quota_id="quota-nope", gpus=16, poll_interval=0.05)
+
+    with pytest.raises(AirflowException, match="quota quota-nope does not exist"):
+        sensor.poke({})
+    event = asyncio.run(asyncio.wait_for(_first_event(trigger), 10))
+
+    assert event == {"status": "error", "message": "quota quota-nope does not exist"}
+    with pytest.raises(AirflowException, match="quota quota-nope does not exist"):
+        sensor.execute_complete({}, event)
+    assert cloud.studio.count("ListQuotaWorkloads") == 0
+
+
+def test_a_vpc_lookup_answered_not_found_is_a_missing_vpc(cloud: Cloud) -> None:
+    cloud.network.strict_vpc_lookup = True  # InvalidVpcId.NotFound rather than an empty list
+    vpc = {
+        "vpc_id": "vpc-missing",
+        "switch_id": cloud.ids.vswitch_id,
+        "security_group_id": cloud.ids.security_group_id,
+    }
+
+    found = finding(run_check(cloud, "network", vpc=vpc), "vpc")
+
+    assert found["verdict"] == "FAIL"
+    assert found["found"] == "VPC vpc-missing does not exist in cn-wulanchabu"

@@ -78,8 +78,14 @@ def spec(**overrides: Any) -> dict[str, Any]:
 def operator(**overrides: Any) -> TrainingJobOperator:
     return TrainingJobOperator(
         task_id="train",
-        spec=spec(**overrides),
-        backend_config={"workspace_id": "ws-1", "vpc": VPC, "image_registry_conn_id": "training_registry"},
+        job={
+            "spec": spec(**overrides),
+            "backend_config": {
+                "workspace_id": "ws-1",
+                "vpc": VPC,
+                "image_registry_conn_id": "training_registry",
+            },
+        },
         poll_interval=0.05,
     )
 
@@ -253,7 +259,7 @@ def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_cre
     job_spec = TrainingJobSpec.parse(spec(datasets=[]))
     # A CreateJob reached DLC but its answer never came back: the job exists, the caller saw an error.
     # The emulator plays the lost answer as a dropped connection on the submit's first CreateJob.
-    created = backend.hook.dlc.create_job(backend.create_request(job_spec, "lost-answer")).body.job_id
+    created = backend.hook.conn.create_job(backend.create_request(job_spec, "lost-answer")).body.job_id
     connected.faults = FaultPlan(drop_rate=1.0, actions=frozenset({"CreateJob"}))
 
     handle = backend.submit(job_spec, "lost-answer")

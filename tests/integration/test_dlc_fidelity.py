@@ -19,9 +19,9 @@ import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.base import JobHandle
-from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend
+from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend, create_job_request
 from aliyun_training.spec import SpecError, TrainingJobSpec
-from tests.cloud_harness import dlc_job, use_alibaba_connection
+from tests.cloud_harness import REGION, dlc_job, use_alibaba_connection
 from tests.emulators.base import ManualClock
 from tests.emulators.dlc import DlcEmulator, JobScript
 from tests.emulators.network import NetworkEmulator
@@ -120,6 +120,34 @@ def test_a_vpc_without_cidr_blocks_fails_naming_extended_cidrs_before_anything_i
     assert connected.count("CreateJob") == 0
 
 
+def test_submit_sends_exactly_the_request_the_pure_builder_makes(
+    connected: DlcEmulator, network: NetworkEmulator
+) -> None:
+    """The dry run shows ``create_job_request``; submit reads the VPC's blocks, then sends that body."""
+    spec = job_spec(datasets=[{"uri": "oss://pai-training/cifar10/v1/", "mount_path": "/mnt/data"}])
+    backend = DlcBackend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
+
+    sent = submitted_body(connected, backend, spec, "built")
+
+    built = create_job_request(
+        spec,
+        "built",
+        workspace_id="ws-1",
+        region=REGION,
+        vpc=VPC,
+        extended_cidrs=["172.16.0.0/12"],
+        image_config=None,
+    )
+    assert sent == _as_sent(built.to_map())
+    assert network.count("DescribeVpcs") == 1
+
+
+def _as_sent(body: dict[str, Any]) -> dict[str, Any]:
+    """A request's ``to_map()`` as CreateJob sends it: the client sends each top-level field only
+    when it is set, where ``to_map`` writes an unset list of models as ``[]``."""
+    return {key: value for key, value in body.items() if value != []}
+
+
 # -- DataSources: OSS with the bucket's endpoint -----------------------------------------------------
 
 
@@ -181,7 +209,7 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
     created = backend.submit(job_spec(), "long-queued")
     clock.now = time.time()
 
-    default_window = backend.hook.dlc.list_jobs(dlc_models.ListJobsRequest(display_name="long-queued"))
+    default_window = backend.hook.conn.list_jobs(dlc_models.ListJobsRequest(display_name="long-queued"))
     found = backend.find("long-queued", since=datetime.now(UTC) - timedelta(days=9))
     found_without_since = backend.find("long-queued")
 
@@ -199,7 +227,7 @@ def test_find_pages_past_a_full_page_of_fuzzy_matches_to_the_exact_name(connecte
     exact = backend.submit(job_spec(), "nightly")
     for index in range(100):  # newer jobs whose names contain "nightly": page 1 holds only them
         clock.advance(1)
-        backend.hook.dlc.create_job(backend.create_request(job_spec(), f"nightly-{index}"))
+        backend.hook.conn.create_job(backend.create_request(job_spec(), f"nightly-{index}"))
 
     found = backend.find("nightly", since=datetime.now(UTC) - timedelta(hours=1))
 
@@ -272,6 +300,47 @@ def test_streamed_logs_read_forwards_from_the_jobs_start_each_line_once(connecte
 
     assert seen == lines
     assert all("StartTime" in r.query for r in connected.requests_for("GetPodLogs"))
+
+
+def test_logs_and_tail_need_no_earlier_status_on_the_same_backend(connected: DlcEmulator) -> None:
+    """Each read stands alone: a backend rebuilt for every call (as a retried task or a new trigger
+    has) looks the job's pods and times up itself, sync and async alike."""
+    lines = [f"epoch {i}" for i in range(30)]
+    clock = ManualClock()
+    connected.clock = clock
+    connected.default_script = JobScript(
+        phases=[("Creating", 1.0), ("Running", 30.0)], final="Failed", log_lines=lines
+    )
+    handle = DlcBackend().submit(job_spec(), "fresh")
+    clock.advance(31.0 + 60)
+
+    chunk = DlcBackend().logs(handle)
+    achunk = asyncio.run(DlcBackend().alogs(handle))
+    tail = DlcBackend().tail(handle, 0, 5)
+    atail = asyncio.run(DlcBackend().atail(handle, 0, 5))
+
+    assert chunk.lines == achunk.lines == lines
+    assert chunk.cursor["recent"][-1] == "epoch 29"
+    assert tail == atail == lines[-5:]
+    assert connected.count("GetJob") == 4, "each fresh backend read the job once"
+    assert DlcBackend().tail(handle, 5, 5) == [], "a node the job does not have has no lines"
+
+
+def test_a_log_read_right_after_a_status_reuses_what_the_status_read(connected: DlcEmulator) -> None:
+    clock = ManualClock()
+    connected.clock = clock
+    connected.default_script = JobScript(
+        phases=[("Creating", 1.0), ("Running", 40.0)], log_lines=["a", "b", "c", "d"]
+    )  # lines at 11, 21, 31 and 41 s
+    backend = DlcBackend()
+    handle = backend.submit(job_spec(), "reuse")
+    clock.advance(25)
+
+    backend.status(handle)
+    lines = backend.logs(handle).lines
+
+    assert lines == ["a", "b"]
+    assert connected.count("GetJob") == 1, "the monitor's poll (status, then logs) reads the job once"
 
 
 # -- failure evidence ----------------------------------------------------------------------------------

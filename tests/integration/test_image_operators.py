@@ -32,6 +32,7 @@ from aliyun_training.operators.image import (
     check_command,
 )
 from aliyun_training.operators.training import HANDLE_KEY
+from aliyun_training.plan.models import ImagePlan
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.spec import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
@@ -205,16 +206,20 @@ def fire(trigger: BaseTrigger) -> dict[str, Any]:
     return asyncio.run(asyncio.wait_for(first(), timeout=20))
 
 
-def build_operator(**overrides: Any) -> ImageBuildOperator:
+def build_operator(**plan: Any) -> ImageBuildOperator:
+    """The build stage of a plan with these ImagePlan fields (``mode=""``: no build)."""
+    plan = {"mode": plan.pop("mode") or None, **plan} if "mode" in plan else plan
     return ImageBuildOperator(
-        **{
-            "task_id": "build_image",
-            "context_dir": str(CONTEXT_DIR),
-            "build_args": BUILD_ARGS,
-            "registry_conn_id": REGISTRY_CONN,
-            "poll_interval": 0.01,
-            **overrides,
-        }
+        task_id="build_image",
+        build=ImagePlan(
+            **{
+                "context_dir": str(CONTEXT_DIR),
+                "build_args": BUILD_ARGS,
+                "registry_conn_id": REGISTRY_CONN,
+                **plan,
+            }
+        ),
+        poll_interval=0.01,
     )
 
 
@@ -347,7 +352,7 @@ def test_a_pinned_image_is_used_as_is_without_asking_the_registry(
 ) -> None:
     pinned = "registry.example.com/ml/train:hotfix-1"
 
-    result = kaniko_operator(registry, pinned_image=pinned).execute(task_context())
+    result = kaniko_operator(registry, pinned=pinned).execute(task_context())
 
     assert result == ImageRef(uri=pinned, source="pinned").model_dump(mode="json")
     assert registry.calls == [] and posted(kube, "pods") == []
@@ -356,7 +361,7 @@ def test_a_pinned_image_is_used_as_is_without_asking_the_registry(
 def test_without_a_build_mode_the_fixed_image_is_used_without_asking_the_registry(
     registry: RegistryEmulator,
 ) -> None:
-    result = build_operator(fixed_image=SPEC_IMAGE, mode="").execute(task_context())
+    result = build_operator(fixed=SPEC_IMAGE, mode="").execute(task_context())
 
     assert result == ImageRef(uri=SPEC_IMAGE, source="existing").model_dump(mode="json")
     assert registry.calls == []
@@ -540,8 +545,7 @@ def verify_operator(backend: str, image: Any = None) -> ImageVerifyOperator:
         task_id="verify_image",
         image=image or image_ref(),
         poll_interval=0.01,
-        output_root="/mnt/data/outputs",
-        **job_args(backend),
+        job={**job_args(backend), "output_root": "/mnt/data/outputs"},
     )
 
 
@@ -666,11 +670,9 @@ def rdma_operator(backend: str, line_rate_gbps: Any = 200, **overrides: Any) -> 
     return RdmaBandwidthOperator(
         task_id="check_rdma",
         image=overrides.pop("image", verified.model_dump(mode="json")),
-        line_rate_gbps=line_rate_gbps,
+        check={"line_rate_gbps": line_rate_gbps, **overrides},
         poll_interval=0.01,
-        output_root="/mnt/data/outputs",
-        **overrides,
-        **job_args(backend, nodes=nodes),
+        job={**job_args(backend, nodes=nodes), "output_root": "/mnt/data/outputs"},
     )
 
 
@@ -779,8 +781,8 @@ def test_a_run_without_rdma_or_without_gpus_on_dlc_gets_no_bandwidth_job(cluster
     no_rdma = RdmaBandwidthOperator(
         task_id="check_rdma",
         image=rdma_operator(cluster.backend).image,
-        line_rate_gbps=200,
-        **{
+        check={"line_rate_gbps": 200},
+        job={
             **job_args(cluster.backend, nodes=2),
             "spec": {**job_args(cluster.backend, nodes=2)["spec"], "rdma": False},
         },
@@ -792,8 +794,8 @@ def test_a_run_without_rdma_or_without_gpus_on_dlc_gets_no_bandwidth_job(cluster
         cpu_only = RdmaBandwidthOperator(
             task_id="check_rdma",
             image=rdma_operator("dlc").image,
-            line_rate_gbps=200,
-            **{**job_args("dlc", nodes=2), "spec": spec},
+            check={"line_rate_gbps": 200},
+            job={**job_args("dlc", nodes=2), "spec": spec},
         ).execute(task_context())
         assert "all_reduce_perf needs GPUs" in cpu_only["message"]
     assert cluster.jobs_created() == 0

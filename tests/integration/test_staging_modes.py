@@ -24,6 +24,7 @@ from kubernetes import client
 
 from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.plan.models import PaiDatasetRegistration, PvcRegistration, RunPlan, StagingPlan
 from aliyun_training.remote import remote_run
 from aliyun_training.spec import SpecError, StagedDataset
 from aliyun_training.staging.dataflow import DataFlowStager
@@ -207,24 +208,26 @@ def nas_polls(cloud: Cloud) -> Callable[[], int]:
 
 
 def direct_operator(target_root: Path) -> DatasetStagingOperator:
+    registration = PaiDatasetRegistration(
+        workspace_id=WORKSPACE,
+        name="cifar10",
+        uri_kind="cpfs",
+        file_system_id="cpfs-0123abcd",
+        protocol_service_id="ptc-0456",
+        export_id="exp-0789",
+        cpfs_path="/datasets/cifar10",
+        provider_type="Lingjun",
+        mount_path=MOUNT_PATH,
+    )
     return DatasetStagingOperator(
         task_id="stage_dataset",
-        source_uri=SOURCE,
-        target_root=str(target_root),
-        version=VERSION,
-        mode="direct",
-        register={
-            "kind": "pai_dataset",
-            "workspace_id": WORKSPACE,
-            "name": "cifar10",
-            "uri_kind": "cpfs",
-            "file_system_id": "cpfs-0123abcd",
-            "protocol_service_id": "ptc-0456",
-            "export_id": "exp-0789",
-            "cpfs_path": "/datasets/cifar10",
-            "provider_type": "Lingjun",
-            "mount_path": MOUNT_PATH,
-        },
+        staging=StagingPlan(
+            mode="direct",
+            source_uri=SOURCE,
+            target_root=str(target_root),
+            version=VERSION,
+            registration=registration,
+        ),
         workers=4,
     )
 
@@ -273,10 +276,12 @@ def test_a_dlc_job_mounts_the_staged_pai_dataset_version_at_the_mount_path(
     staged = direct_operator(tmp_path / "cpfs" / "datasets" / "cifar10").execute(task_context())
     train = TrainingJobOperator(
         task_id="train",
-        spec=dlc_spec(),
-        backend_config={"workspace_id": WORKSPACE},
+        job={
+            "spec": dlc_spec(),
+            "backend_config": {"workspace_id": WORKSPACE},
+            "dataset_mount_path": MOUNT_PATH,
+        },
         dataset=staged,
-        dataset_mount_path=MOUNT_PATH,
         poll_interval=0.05,
     )
 
@@ -348,12 +353,14 @@ def pvc_register() -> dict[str, Any]:
 def pod_operator() -> DatasetStagingOperator:
     return DatasetStagingOperator(
         task_id="stage_dataset",
-        source_uri=SOURCE,
-        target_root="/mnt/cpfs/datasets/cifar10",
-        version=VERSION,
-        mode="pod",
-        remote=pod_remote(),
-        register=pvc_register(),
+        staging=StagingPlan(
+            mode="pod",
+            source_uri=SOURCE,
+            target_root="/mnt/cpfs/datasets/cifar10",
+            version=VERSION,
+            remote=pod_remote(),
+            registration=PvcRegistration.model_validate(pvc_register()),
+        ),
         poll_interval=0.01,
     )
 
@@ -427,10 +434,12 @@ def test_an_ack_job_mounts_the_staged_claim_read_only_at_the_mount_path(kube: Ku
     staged = stage_by_pod(kube)
     train = TrainingJobOperator(
         task_id="train",
-        spec=arena_job(command=JOB_COMMAND, output_dir="/mnt/data/outputs/run-1"),
-        backend_config={"conn_id": K8S_CONN, "namespace": NS},
+        job={
+            "spec": arena_job(command=JOB_COMMAND, output_dir="/mnt/data/outputs/run-1"),
+            "backend_config": {"conn_id": K8S_CONN, "namespace": NS},
+            "dataset_mount_path": MOUNT_PATH,
+        },
         dataset=staged,
-        dataset_mount_path=MOUNT_PATH,
         poll_interval=0.05,
     )
 
@@ -470,12 +479,14 @@ def dataflow_register() -> dict[str, Any]:
 def dataflow_operator() -> DatasetStagingOperator:
     return DatasetStagingOperator(
         task_id="stage_dataset",
-        source_uri=SOURCE,
-        target_root="/datasets/cifar10",
-        version=VERSION,
-        mode="dataflow",
-        remote={"file_system_id": BMCPFS, "data_flow_id": DATA_FLOW},
-        register=dataflow_register(),
+        staging=StagingPlan(
+            mode="dataflow",
+            source_uri=SOURCE,
+            target_root="/datasets/cifar10",
+            version=VERSION,
+            remote={"file_system_id": BMCPFS, "data_flow_id": DATA_FLOW},
+            registration=PaiDatasetRegistration.model_validate(dataflow_register()),
+        ),
         poll_interval=0.01,
     )
 
@@ -627,24 +638,16 @@ DLC_CONFIGURED = {
 ARENA_CONFIGURED = {"image": "registry.example.com/train:1", "namespace": NS}
 
 
-def resolve(tmp_path: Path, backend: str, environment: dict[str, Any]) -> dict[str, Any]:
+def resolve(tmp_path: Path, backend: str, environment: dict[str, Any]) -> RunPlan:
     """resolve_run of an 8-GPU run of VERSION on ``backend`` whose environment file holds ``environment``."""
     return resolve_configured(
         tmp_path, environment, VERSION, backend=backend, gpus_per_node=8, dataset_version=VERSION
     )
 
 
-def staging_operator(run: dict[str, Any]) -> DatasetStagingOperator:
-    return DatasetStagingOperator(
-        task_id="stage_dataset",
-        source_uri=run["source_uri"],
-        target_root=run["staging_root"],
-        version=run["dataset_version"],
-        mode=run["staging_mode"],
-        remote=run["staging_remote"],
-        register=run["staging_register"],
-        poll_interval=0.01,
-    )
+def staging_operator(run: RunPlan) -> DatasetStagingOperator:
+    assert run.staging is not None
+    return DatasetStagingOperator(task_id="stage_dataset", staging=run.staging, poll_interval=0.01)
 
 
 def test_a_dlc_environment_with_a_data_flow_stages_and_registers_end_to_end(
@@ -661,10 +664,10 @@ def test_a_dlc_environment_with_a_data_flow_stages_and_registers_end_to_end(
         "mount_target": MOUNT_TARGET,
     }
     run = resolve(tmp_path, "dlc", {**DLC_CONFIGURED, "staging": staging})
-    assert (run["staging_mode"], run["source_uri"]) == ("dataflow", SOURCE)
-    assert run["dataset_mount_path"] == MOUNT_PATH
+    assert run.staging is not None and (run.staging.mode, run.staging.source_uri) == ("dataflow", SOURCE)
+    assert run.job.dataset_mount_path == MOUNT_PATH
     op, context = staging_operator(run), task_context()
-    assert isinstance(remote_run("staging", op.mode, op._remote_config()), DataFlowStager)
+    assert isinstance(remote_run("staging", op.plan.mode, op.plan.remote_config()), DataFlowStager)
 
     event = fire(deferred(op, context), cloud.nas_clock, nas_polls(cloud))
     staged = op.execute_complete(context, event)
@@ -690,9 +693,9 @@ def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end
         "server": CPFS_SERVER,
     }
     run = resolve(tmp_path, "arena", {**ARENA_CONFIGURED, "staging": staging})
-    assert (run["staging_mode"], run["source_uri"]) == ("pod", SOURCE)
+    assert run.staging is not None and (run.staging.mode, run.staging.source_uri) == ("pod", SOURCE)
     op, context = staging_operator(run), task_context()
-    stager = remote_run("staging", op.mode, op._remote_config())
+    stager = remote_run("staging", op.plan.mode, op.plan.remote_config())
     assert isinstance(stager, PodStager) and stager.settings.staging_pvc == "cpfs-root"
     kube.script_for(
         "stage-",
@@ -706,7 +709,7 @@ def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end
     assert staged["mode"] == "pod" and staged["pvc"] == f"cifar10-{VERSION}"
     volume = core().read_persistent_volume(staged["pvc"])
     assert volume.spec.csi.volume_attributes["path"] == f"/share/datasets/cifar10/{VERSION}"
-    assert run["dataset_mount_path"] == MOUNT_PATH
+    assert run.job.dataset_mount_path == MOUNT_PATH
 
 
 @pytest.mark.parametrize(

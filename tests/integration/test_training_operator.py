@@ -79,9 +79,11 @@ def context(tmp_path: Path) -> dict[str, Any]:
 def operator(runs: Path, command: str, nodes: int = 2, **spec: Any) -> TrainingJobOperator:
     return TrainingJobOperator(
         task_id="train",
-        spec={"nodes": nodes, "command": command, **spec},
-        backend_config={"root": str(runs), "stop_grace_seconds": 2},
-        output_root=str(runs.parent / "outputs"),
+        job={
+            "spec": {"nodes": nodes, "command": command, **spec},
+            "backend_config": {"root": str(runs), "stop_grace_seconds": 2},
+            "output_root": str(runs.parent / "outputs"),
+        },
         poll_interval=0.2,
     )
 

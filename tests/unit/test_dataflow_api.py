@@ -1,4 +1,4 @@
-"""CPFS data-flow calls (staging/dataflow_api.py) through AlibabaCloudHook against the NAS emulator."""
+"""CPFS data-flow calls (staging/dataflow_api.py) through NasHook against the NAS emulator."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import SpecError
 from aliyun_training.staging.dataflow_api import (
@@ -19,6 +19,7 @@ from aliyun_training.staging.dataflow_api import (
     describe_task,
     describe_task_async,
     find_data_flow,
+    import_task_request,
 )
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.base import FaultPlan, ManualClock
@@ -57,7 +58,7 @@ def nas(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[NasDataFlow
 
 def start_import(client_token: str = "stage-cifar10-2026-11-22") -> str:
     return create_import_task(
-        AlibabaCloudHook(),
+        NasHook(),
         file_system_id=FS,
         data_flow_id=DF,
         directory=f"/{VERSION}/",
@@ -68,7 +69,7 @@ def start_import(client_token: str = "stage-cifar10-2026-11-22") -> str:
 
 def test_find_data_flow_reports_where_it_maps(nas):
     nas.add_data_flow(FS, DF + "-2", status="Stopped")  # a longer id the API's partial match also finds
-    info = find_data_flow(AlibabaCloudHook(), FS, DF)
+    info = find_data_flow(NasHook(), FS, DF)
     assert info == DataFlowInfo(
         id=DF,
         status="Running",
@@ -81,18 +82,18 @@ def test_find_data_flow_reports_where_it_maps(nas):
 
 def test_missing_data_flow_is_a_spec_error_naming_the_field_and_fix(nas):
     with pytest.raises(SpecError, match=r"^data_flow_id: data flow df-nope does not exist on .*\(fix: "):
-        find_data_flow(AlibabaCloudHook(), FS, "df-nope")
+        find_data_flow(NasHook(), FS, "df-nope")
 
 
 def test_missing_file_system_is_a_spec_error(nas):
     with pytest.raises(SpecError, match=r"^file_system_id: CPFS file system bmcpfs-nope does not exist"):
-        find_data_flow(AlibabaCloudHook(), "bmcpfs-nope", DF)
+        find_data_flow(NasHook(), "bmcpfs-nope", DF)
 
 
 def test_a_data_flow_that_is_not_running_is_a_spec_error(nas):
     nas.set_data_flow_status(FS, DF, "Misconfigured")
     with pytest.raises(SpecError, match=r"^data_flow_id: .* is Misconfigured, not Running: .*\(fix: "):
-        find_data_flow(AlibabaCloudHook(), FS, DF)
+        find_data_flow(NasHook(), FS, DF)
 
 
 def test_import_runs_to_completed_and_the_files_appear(nas):
@@ -104,7 +105,7 @@ def test_import_runs_to_completed_and_the_files_appear(nas):
         "OVERWRITE_EXISTING",
     )
     assert request["CreateDirIfNotExist"].lower() == "true"  # a bmcpfs- file system
-    hook = AlibabaCloudHook()
+    hook = NasHook()
     assert describe_task(hook, FS, task_id).status == "Pending"
     nas.clock.advance(1 + 10)
     halfway = describe_task(hook, FS, task_id)
@@ -120,10 +121,26 @@ def test_import_runs_to_completed_and_the_files_appear(nas):
     assert (staged / "manifest.json").read_bytes() == b'{"files": 2}'
 
 
+def test_the_import_sends_exactly_the_request_the_pure_builder_makes(nas):
+    start_import()
+
+    built = import_task_request(
+        file_system_id=FS,
+        data_flow_id=DF,
+        directory=f"/{VERSION}/",
+        dst_directory=f"/cifar10/{VERSION}/",
+        client_token="stage-cifar10-2026-11-22",
+    )
+    sent = nas.requests_for("CreateDataFlowTask")[0].query
+    assert {key: sent[key] for key in built.to_map()} == {
+        key: str(value) for key, value in built.to_map().items()
+    }
+
+
 async def test_describe_task_async_twin(nas):
     task_id = start_import()
     nas.clock.advance(60)
-    info = await describe_task_async(AlibabaCloudHook(), FS, task_id)
+    info = await describe_task_async(NasHook(), FS, task_id)
     assert (info.status, info.files_done) == ("Completed", 3)
 
 
@@ -131,7 +148,7 @@ def test_a_failed_task_surfaces_its_error_message(nas):
     nas.fail_next_task("OSS access denied: the data flow role cannot read oss://train-data/cifar10/")
     task_id = start_import()
     nas.clock.advance(60)
-    info = describe_task(AlibabaCloudHook(), FS, task_id)
+    info = describe_task(NasHook(), FS, task_id)
     assert (info.status, info.finished, info.succeeded) == ("Failed", True, False)
     assert info.error_message == "OSS access denied: the data flow role cannot read oss://train-data/cifar10/"
 
@@ -153,7 +170,7 @@ def test_retried_creates_under_faults_make_one_task(nas):
 
 
 def test_bad_directories_and_tokens_are_refused_before_any_call(nas):
-    hook = AlibabaCloudHook()
+    hook = NasHook()
     common = {"file_system_id": FS, "data_flow_id": DF, "client_token": "t"}
     with pytest.raises(SpecError, match=r"^directory: .*\(fix: "):
         create_import_task(hook, directory="2026-11-22", dst_directory="/x/", **common)  # type: ignore[arg-type]
@@ -180,23 +197,23 @@ def test_api_refusals_surface_as_alibaba_cloud_api_errors(nas):
 
 def test_cancel_stops_the_task(nas):
     task_id = start_import()
-    cancel_task(AlibabaCloudHook(), FS, DF, task_id)
-    assert describe_task(AlibabaCloudHook(), FS, task_id).status == "Canceling"
+    cancel_task(NasHook(), FS, DF, task_id)
+    assert describe_task(NasHook(), FS, task_id).status == "Canceling"
     nas.clock.advance(60)
-    info = describe_task(AlibabaCloudHook(), FS, task_id)
+    info = describe_task(NasHook(), FS, task_id)
     assert (info.status, info.finished) == ("Canceled", True)
     assert not (nas.filesystem_root / "datasets" / "cifar10").exists()
 
 
 async def test_cancel_task_async_twin(nas):
     task_id = start_import()
-    await cancel_task_async(AlibabaCloudHook(), FS, DF, task_id)
+    await cancel_task_async(NasHook(), FS, DF, task_id)
     assert nas.tasks[task_id].status == "Canceling"
 
 
 def test_an_unknown_task_is_a_lookup_error(nas):
     with pytest.raises(DataFlowTaskNotFoundError, match="task-0000"):
-        describe_task(AlibabaCloudHook(), FS, "task-0000")
+        describe_task(NasHook(), FS, "task-0000")
 
 
 def test_the_data_flow_is_found_behind_a_page_of_partial_id_matches(nas):
@@ -206,7 +223,7 @@ def test_the_data_flow_is_found_behind_a_page_of_partial_id_matches(nas):
         nas.add_data_flow(FS, f"{DF}{n:03d}", file_system_path=f"/other-{n}/", source_storage="oss://other/")
     nas.add_data_flow(FS, DF, file_system_path="/datasets/", source_storage="oss://train-data/cifar10/")
 
-    flow = find_data_flow(AlibabaCloudHook(), FS, DF)
+    flow = find_data_flow(NasHook(), FS, DF)
 
     assert (flow.id, flow.file_system_path) == (DF, "/datasets/")
     assert [

@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
-from aliyun_training.image.acr import AcrBuilder, AcrBuildError, failure_message, normalize_digest
+from aliyun_training.image.acr import (
+    AcrBuilder,
+    AcrBuildError,
+    build_record_request,
+    failure_message,
+    normalize_digest,
+    rule_update_request,
+)
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import SpecError
 from tests.cloud_harness import use_alibaba_connection
@@ -100,6 +108,36 @@ async def test_build_polled_to_success_returns_the_digest(acr, repo, rule):
     assert result["digest"] == "sha256:" + acr.tags[(repo.repo_id, TAG)].digest
     assert result["log_tail"] == acr.log_of(handle["build_record_id"])[-20:]
     assert len(result["log_tail"]) == 20
+
+
+def test_submit_sends_exactly_the_requests_the_pure_builders_make(acr, repo, rule):
+    build = builder(repo, rule)
+    listed = SimpleNamespace(
+        build_args=list(rule.build_args),
+        dockerfile_location=rule.dockerfile_location,
+        dockerfile_name=rule.dockerfile_name,
+        platforms=list(rule.platforms),
+        push_name=rule.push_name,
+        push_type=rule.push_type,
+    )  # the rule as ListRepoBuildRule reports it, before the update
+
+    build.submit()
+
+    (update,) = acr.requests_for("UpdateRepoBuildRule")
+    (create,) = acr.requests_for("CreateBuildRecordByRule")
+    assert update.query == _flat(rule_update_request(build.settings, repo.repo_id, listed).to_map())
+    assert create.query == _flat(build_record_request(build.settings, repo.repo_id).to_map())
+
+
+def _flat(body: dict[str, Any]) -> dict[str, str]:
+    """A request map as an RPC query carries it: lists flattened to ``Key.1``, ``Key.2``, ..."""
+    flat: dict[str, str] = {}
+    for key, value in body.items():
+        if isinstance(value, list):
+            flat.update({f"{key}.{n}": str(item) for n, item in enumerate(value, start=1)})
+        else:
+            flat[key] = str(value)
+    return flat
 
 
 async def test_rule_already_on_the_tag_is_not_updated(acr, repo, rule):

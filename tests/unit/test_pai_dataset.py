@@ -1,4 +1,4 @@
-"""PAI dataset registration (staging/pai_dataset.py) through AlibabaCloudHook, against the AIWorkspace
+"""PAI dataset registration (staging/pai_dataset.py) through AIWorkspaceHook, against the AIWorkspace
 emulator."""
 
 from __future__ import annotations
@@ -8,10 +8,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import SpecError
-from aliyun_training.staging.pai_dataset import dataset_uri, register_dataset_version
+from aliyun_training.staging.pai_dataset import (
+    create_dataset_request,
+    create_dataset_version_request,
+    dataset_uri,
+    register_dataset_version,
+)
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.aiworkspace import AIWorkspaceEmulator
 from tests.emulators.base import FaultPlan, ManualClock
@@ -44,7 +49,7 @@ def register(uri: str, name: str = "cifar10", **extra: object) -> tuple[str, str
         "version_description": f"staged {uri}",
         **extra,
     }
-    return register_dataset_version(AlibabaCloudHook(), **arguments)  # type: ignore[arg-type]
+    return register_dataset_version(AIWorkspaceHook(), **arguments)  # type: ignore[arg-type]
 
 
 def creates(emulator: AIWorkspaceEmulator) -> int:
@@ -61,6 +66,33 @@ def test_first_registration_creates_the_dataset_whose_v1_is_the_version(workspac
     (v1,) = dataset.versions
     assert (v1.uri, v1.property, v1.description) == (URI_A, "DIRECTORY", f"staged {URI_A}")
     assert json.loads(v1.options) == {"mountPath": "/mnt/data/cifar10/"}
+
+
+def test_the_creates_send_exactly_the_requests_the_pure_builders_make(workspace):
+    dataset_id, _ = register(URI_A, labels={"pipeline": "cifar10"})
+    register(URI_B, version_labels={"run": "r2"})
+
+    common = {
+        "data_source_type": "BMCPFS",
+        "mount_path": "/mnt/data/cifar10/",
+    }
+    dataset = create_dataset_request(
+        workspace_id=WS,
+        name="cifar10",
+        version_uri=URI_A,
+        provider_type="Lingjun",
+        version_description=f"staged {URI_A}",
+        labels={"pipeline": "cifar10"},
+        **common,
+    )
+    version = create_dataset_version_request(
+        version_uri=URI_B, version_description=f"staged {URI_B}", version_labels={"run": "r2"}, **common
+    )
+    (sent_dataset,) = workspace.requests_for("CreateDataset")
+    (sent_version,) = workspace.requests_for("CreateDatasetVersion")
+    assert sent_dataset.body == {key: value for key, value in dataset.to_map().items() if value != []}
+    assert sent_version.body == {key: value for key, value in version.to_map().items() if value != []}
+    assert sent_version.path.endswith(f"/{dataset_id}/versions")
 
 
 def test_registering_again_creates_nothing(workspace):
@@ -133,16 +165,14 @@ def test_creates_whose_answers_were_lost_are_not_repeated(workspace):
 
 def test_a_concurrent_create_of_the_same_dataset_is_adopted(workspace, monkeypatch):
     """Another run creates the dataset between our look-up and our create: its refusal is not an error."""
-    from aliyun_training.staging import pai_dataset
-
-    real_find = pai_dataset._find_dataset
+    real_find = AIWorkspaceHook.find_dataset
     calls = []
 
     def find_then_race(*args: object) -> str | None:
         calls.append(args)
         if len(calls) == 1:
             register_dataset_version(
-                AlibabaCloudHook(),
+                AIWorkspaceHook(),
                 workspace_id=WS,
                 name="cifar10",
                 version_uri=URI_A,
@@ -154,7 +184,7 @@ def test_a_concurrent_create_of_the_same_dataset_is_adopted(workspace, monkeypat
             return None
         return real_find(*args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(pai_dataset, "_find_dataset", find_then_race)
+    monkeypatch.setattr(AIWorkspaceHook, "find_dataset", find_then_race)
     _, version = register(URI_A)
     assert (version, len(workspace.datasets)) == ("v1", 1)
     assert workspace.requests_for("CreateDataset")[-1].status == 409

@@ -1,4 +1,4 @@
-"""resolve_run: one validated description of a run, per backend, from the form and the environment file."""
+"""resolve_run: one typed plan of a run, per backend, from the form and the environment file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,9 @@ from typing import Any
 import pytest
 
 from aliyun_training.environments import load_environment
-from aliyun_training.spec import SpecError, TrainingJobSpec
+from aliyun_training.plan.models import RunPlan
+from aliyun_training.plan.requests import training_spec
+from aliyun_training.spec import SpecError
 from tests.environment_files import resolve_configured
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -22,41 +24,47 @@ CONFIGURED = {
 }
 
 
-def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: Any) -> dict[str, Any]:
+def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: Any) -> RunPlan:
     return resolve_configured(tmp_path, environment, **form)
 
 
 def test_a_local_run_trains_on_the_version_named_after_its_date(tmp_path: Path) -> None:
     run = resolve(tmp_path)
 
-    assert run["dataset_version"] == "2026-11-22"
-    assert run["source_uri"] == f"file://{tmp_path}/object-store/cifar10/2026-11-22/"
-    assert run["spec"]["env"]["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
-    assert run["spec"]["working_dir"] == str(PROJECT_DIR)
+    assert run.dataset.version == run.staging.version == "2026-11-22"
     assert (
-        "--nproc_per_node=1 " in run["spec"]["command"]
-        and "--epochs 1 --batch-size 32" in run["spec"]["command"]
+        run.dataset.source_uri
+        == run.staging.source_uri
+        == f"file://{tmp_path}/object-store/cifar10/2026-11-22/"
     )
-    assert run["output_root"] == str(tmp_path / "outputs")
-    TrainingJobSpec.parse(run["spec"])
+    assert "DATA_DIR" not in run.job.spec.env, "DATA_DIR is set once, when the staged version is mounted"
+    assert training_spec(run, None).env["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
+    assert run.job.spec.working_dir == str(PROJECT_DIR)
+    assert (
+        "--nproc_per_node=1 " in run.job.spec.command and "--epochs 1 --batch-size 32" in run.job.spec.command
+    )
+    assert run.job.output_root == str(tmp_path / "outputs")
+    assert RunPlan.model_validate(run.model_dump(mode="json")) == run, (
+        "the plan round-trips through XCom JSON"
+    )
 
 
 def test_a_named_version_wins_over_the_run_date(tmp_path: Path) -> None:
-    assert resolve(tmp_path, dataset_version="v7")["dataset_version"] == "v7"
+    assert resolve(tmp_path, dataset_version="v7").dataset.version == "v7"
 
 
 def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_overrides(tmp_path: Path) -> None:
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=CONFIGURED)
 
-    spec = TrainingJobSpec.parse(run["spec"])
+    spec = run.job.spec
     assert spec.quota_id == "quota1ab2" and spec.gpu_type == "GU8TF" and spec.rdma is True
     assert spec.resource_type.value == "lingjun" and spec.image == "registry.example.com/train:1"
     assert spec.env["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
     assert spec.datasets[0].dataset_id == "d-cifar" and spec.datasets[0].uri is None
     assert "--nproc_per_node=8 " in spec.command
-    assert run["backend_config"]["workspace_id"] == "ws-9"
-    assert run["backend_config"]["vpc"] is None, "an unconfigured VPC is left out, not sent half-empty"
-    assert run["output_root"] == "/mnt/output/cifar10"
+    assert run.job.backend_config["workspace_id"] == "ws-9"
+    assert run.job.backend_config["vpc"] is None, "an unconfigured VPC is left out, not sent half-empty"
+    assert run.job.output_root == "/mnt/output/cifar10"
 
 
 def test_a_dlc_run_without_a_quota_fails_naming_the_field(tmp_path: Path) -> None:
@@ -94,12 +102,13 @@ def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_p
 
     run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
-    spec = TrainingJobSpec.parse(run["spec"])
+    spec = run.job.spec
     assert spec.datasets[0].uri == "pvc://cpfs-train" and spec.datasets[0].mount_path == "/mnt/data/cifar10"
     assert spec.env["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
-    assert run["backend_config"]["namespace"] == "ml"
+    assert run.job.backend_config["namespace"] == "ml"
     assert (
-        run["backend_config"]["rdma_resource"] == "rdma/hca" and run["backend_config"]["host_network"] is True
+        run.job.backend_config["rdma_resource"] == "rdma/hca"
+        and run.job.backend_config["host_network"] is True
     )
 
 
@@ -118,16 +127,20 @@ def test_a_cloud_run_carries_the_image_build_and_rdma_check_settings(tmp_path: P
 
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides, force_rebuild=True)
 
-    assert (run["image_build_mode"], run["image_repository"]) == ("acr", REPOSITORY)
-    assert run["image_builder"] == {**ACR_BUILD, "alibaba_cloud_conn_id": "alibaba_cloud_default"}
-    assert run["image_build_args"] == {}
-    assert run["image_fixed"] == "registry.example.com/train:1" and run["image_pinned"] is None
-    assert run["image_force_rebuild"] is True
-    assert (run["rdma_line_rate_gbps"], run["rdma_pass_ratio"], run["rdma_skip"]) == (400.0, 0.9, False)
+    image, check = run.image, run.rdma_check
+    assert image is not None and check is not None
+    assert (image.mode, image.repository) == ("acr", REPOSITORY)
+    assert image.tag and len(image.tag) == 16, "the content-addressed tag is known when the run is planned"
+    assert image.builder == {**ACR_BUILD, "alibaba_cloud_conn_id": "alibaba_cloud_default"}
+    assert image.build_args == {}
+    assert image.fixed == "registry.example.com/train:1" and image.pinned is None
+    assert image.force_rebuild is True
+    assert (check.line_rate_gbps, check.pass_ratio, check.skip) == (400.0, 0.9, False)
 
 
 def test_a_local_run_has_no_image_stages(tmp_path: Path) -> None:
-    assert not any(key.startswith(("image_", "rdma_")) for key in resolve(tmp_path))
+    run = resolve(tmp_path)
+    assert run.image is None and run.rdma_check is None
 
 
 @pytest.mark.parametrize(
@@ -136,7 +149,7 @@ def test_a_local_run_has_no_image_stages(tmp_path: Path) -> None:
         (
             "dlc",
             {"mode": "kaniko", "repository": REPOSITORY},
-            r"^image_build.mode: 'kaniko' is not available on dlc",
+            r"image_build.mode: Input should be 'acr' \(fix: use acr \(kaniko builds run on ACK\)",
         ),
         (
             "dlc",
@@ -145,7 +158,11 @@ def test_a_local_run_has_no_image_stages(tmp_path: Path) -> None:
         ),
         ("dlc", {"mode": "acr", "repository": REPOSITORY, "acr": {}}, r"instance_id"),
         ("arena", {"mode": "kaniko", "repository": REPOSITORY, "kaniko": {}}, r"registry_secret"),
-        ("arena", {"mode": "docker", "repository": REPOSITORY}, r"^image_build.mode: 'docker'"),
+        (
+            "arena",
+            {"mode": "docker", "repository": REPOSITORY},
+            r"image_build.mode: Input should be 'kaniko' or",
+        ),
         (
             "dlc",
             {"mode": "acr", "repository": REPOSITORY, "base_image": "base:1", "acr": ACR_BUILD},
@@ -174,7 +191,7 @@ def test_a_pinned_image_needs_no_build_settings(tmp_path: Path) -> None:
 
     run = resolve(tmp_path, backend="dlc", environment=overrides, image="registry.example.com/train:7")
 
-    assert run["image_pinned"] == "registry.example.com/train:7"
+    assert run.image is not None and run.image.pinned == "registry.example.com/train:7"
 
 
 def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path: Path) -> None:
@@ -191,13 +208,14 @@ def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path:
 
     run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
-    assert run["image_builder"] == {
+    assert run.image is not None
+    assert run.image.builder == {
         "kubernetes_conn_id": "ack_prod",
         "namespace": "training",
         "image_pull_secrets": ["acr-pull"],
         "registry_secret": "acr-push",
     }
-    assert run["image_build_args"] == {"BASE_IMAGE": "base:1"}
+    assert run.image.build_args == {"BASE_IMAGE": "base:1"}
 
 
 # -- job outputs and artifacts of cloud runs ----------------------------------------------------------
@@ -211,14 +229,19 @@ def test_a_dlc_run_mounts_output_uri_read_write_at_output_root_and_records_the_f
 ) -> None:
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment={**CONFIGURED, **OUTPUTS})
 
-    spec = TrainingJobSpec.parse(run["spec"])
+    spec = run.job.spec
     assert [(m.dataset_id, m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
         ("d-cifar", None, "/mnt/data/cifar10", True),
         (None, "oss://ml-bucket/outputs/cifar10/", "/mnt/output/cifar10", False),
     ]
-    assert (run["output_uri"], run["artifact_root"]) == (OUTPUTS["output_uri"], OUTPUTS["artifact_root"])
-    assert run["artifacts_unavailable"] is None and run["oss_conn_id"] == "alibaba_cloud_default"
-    assert run["fixed_dataset"] == {
+    assert (run.job.output_uri, run.artifacts.artifact_root) == (
+        OUTPUTS["output_uri"],
+        OUTPUTS["artifact_root"],
+    )
+    assert (
+        run.artifacts.unavailable is None and run.artifacts.alibaba_cloud_conn_id == "alibaba_cloud_default"
+    )
+    assert run.dataset.fixed is not None and run.dataset.fixed.model_dump() == {
         "version": "2026-11-22",
         "uri": None,
         "dataset_id": "d-cifar",
@@ -232,8 +255,8 @@ def test_a_dlc_mount_may_name_the_buckets_endpoint_and_artifacts_read_the_bucket
 
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides)
 
-    assert run["spec"]["datasets"][-1]["uri"] == mounted
-    assert run["output_uri"] == "oss://ml-bucket/outputs/cifar10/"
+    assert run.job.spec.datasets[-1].uri == mounted
+    assert run.job.output_uri == "oss://ml-bucket/outputs/cifar10/"
 
 
 def test_an_arena_run_mounts_its_oss_backed_output_claim_read_write(tmp_path: Path) -> None:
@@ -241,12 +264,13 @@ def test_an_arena_run_mounts_its_oss_backed_output_claim_read_write(tmp_path: Pa
 
     run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
-    spec = TrainingJobSpec.parse(run["spec"])
+    spec = run.job.spec
     assert [(m.uri, m.mount_path, m.read_only) for m in spec.datasets] == [
         ("pvc://cpfs-train", "/mnt/data/cifar10", True),
         ("pvc://oss-outputs", "/mnt/data/outputs/cifar10", False),
     ]
-    assert run["output_uri"] == OUTPUTS["output_uri"] and run["fixed_dataset"]["uri"] == "pvc://cpfs-train"
+    assert run.job.output_uri == OUTPUTS["output_uri"]
+    assert run.dataset.fixed is not None and run.dataset.fixed.uri == "pvc://cpfs-train"
 
 
 @pytest.mark.parametrize(
@@ -284,10 +308,10 @@ def test_a_cloud_run_with_blank_output_settings_trains_and_says_what_to_set(tmp_
 
     run = resolve(tmp_path, backend="arena", gpus_per_node=8, environment=overrides)
 
-    mounts = TrainingJobSpec.parse(run["spec"]).datasets
+    mounts = run.job.spec.datasets
     assert [(m.uri, m.read_only) for m in mounts] == [("pvc://cpfs-train", True)], "no output mount"
-    assert run["output_uri"] is None
-    unavailable = run["artifacts_unavailable"]
+    assert run.job.output_uri is None
+    unavailable = run.artifacts.unavailable or ""
     assert "output_uri left blank in arena.json" in unavailable and "output_pvc" in unavailable
     assert "artifact_root" not in unavailable
 
@@ -295,5 +319,5 @@ def test_a_cloud_run_with_blank_output_settings_trains_and_says_what_to_set(tmp_
 def test_a_local_run_publishes_under_the_local_root_with_nothing_to_map(tmp_path: Path) -> None:
     run = resolve(tmp_path)
 
-    assert run["artifact_root"] == str(tmp_path / "artifacts")
-    assert run["output_uri"] is run["artifacts_unavailable"] is run["fixed_dataset"] is None
+    assert run.artifacts.artifact_root == str(tmp_path / "artifacts")
+    assert run.job.output_uri is run.artifacts.unavailable is run.dataset.fixed is None

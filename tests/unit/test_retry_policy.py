@@ -319,3 +319,22 @@ def test_from_extras_max_attempts_limits_calls() -> None:
     with pytest.raises(AlibabaCloudApiError, match="after 2 attempts"):
         policy.call("GetJob", fn)
     assert fn.calls == 2
+
+
+# --------------------------------------------------------------------------------- nested calls
+
+
+def test_an_api_error_of_a_call_made_inside_the_call_is_raised_as_it_is_sync_and_async() -> None:
+    """A look-up inside a retried create (e.g. before repeating a CreateJob) spent its own retries:
+    its error reaches the caller with its own action and code, and the outer call is not repeated."""
+    inner = AlibabaCloudApiError("ListJobs", "Forbidden.RAM", "not authorized", "INNER-RID", 1)
+    outer = Script(inner, inner)
+
+    with pytest.raises(AlibabaCloudApiError) as sync_error:
+        FAST.call("CreateJob", outer)
+    with pytest.raises(AlibabaCloudApiError) as async_error:
+        asyncio.run(FAST.acall("CreateJob", outer.run_async))
+
+    assert sync_error.value is inner and async_error.value is inner
+    assert (inner.action, inner.code, inner.request_id) == ("ListJobs", "Forbidden.RAM", "INNER-RID")
+    assert outer.calls == 2, "one call each: an inner failure is not retried again"

@@ -30,8 +30,7 @@ HANDLE = JobHandle(backend="dlc", job_id="dlc-1", name="job")
 
 
 def dlc_status(status: str, **fields: object) -> JobStatus:
-    response = dlc.GetJobResponse(body=dlc.GetJobResponseBody(job_id="dlc-1", status=status, **fields))
-    return DlcBackend()._interpret(HANDLE, response)
+    return DlcBackend()._interpret(HANDLE, dlc.GetJobResponseBody(job_id="dlc-1", status=status, **fields))
 
 
 def test_every_dlc_status_of_the_fact_sheet_has_a_state() -> None:

@@ -15,7 +15,8 @@ import pytest
 
 from aliyun_training.environments import load_environment
 from aliyun_training.form import overrides_schema
-from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, TrainingJobSpec, whole_string_pattern
+from aliyun_training.plan.models import RunPlan
+from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, whole_string_pattern
 from tests.environment_files import resolve_configured, write_environment
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ DLC = {
 ARENA = {"data_pvc": "cpfs-train", "image": "registry.example.com/train:1"}
 
 
-def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: Any) -> dict[str, Any]:
+def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: Any) -> RunPlan:
     return resolve_configured(tmp_path, environment, **form)
 
 
@@ -68,7 +69,7 @@ def test_allowed_overrides_change_the_job(tmp_path: Path) -> None:
 
     run = resolve(tmp_path, DLC, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
 
-    spec = TrainingJobSpec.parse(run["spec"])
+    spec = run.job.spec
     assert (spec.priority, spec.rdma, spec.cpu, spec.quota_id) == (7, False, 16, "quota9zz9")
 
 
@@ -96,7 +97,7 @@ def test_a_pinned_image_must_come_from_a_repository_of_the_environment(tmp_path:
     run = resolve(
         tmp_path, allowed, backend="dlc", gpus_per_node=8, image="registry.example.com/experiments:3"
     )
-    assert run["image_pinned"] == "registry.example.com/experiments:3"
+    assert run.image is not None and run.image.pinned == "registry.example.com/experiments:3"
 
 
 # -- typed values: whole strings, integers --------------------------------------------------------
@@ -116,7 +117,7 @@ def test_a_version_with_a_trailing_newline_is_refused_by_the_form_and_by_configu
 def test_an_integral_float_reaches_the_command_as_an_integer(tmp_path: Path) -> None:
     run = resolve(tmp_path, epochs=2.0, batch_size=64.0)
 
-    assert "--epochs 2 --batch-size 64" in run["spec"]["command"]
+    assert "--epochs 2 --batch-size 64" in run.job.spec.command
 
 
 def test_a_fractional_count_is_refused_naming_the_field(tmp_path: Path) -> None:

@@ -4,7 +4,9 @@ The spec's command is the torchrun line the local backend runs: DLC injects MAST
 MASTER_PORT, WORLD_SIZE (nodes) and RANK (node index), and on Lingjun the NCCL_IB_* variables.
 The deterministic job name is the DisplayName (and a tag), so ``find`` reattaches through ListJobs;
 CreateJob has no idempotency token, so a CreateJob retried after a lost response first looks the
-job up by name instead of creating a second one.
+job up by name instead of creating a second one. Every call goes through ``hooks.dlc.DlcHook``
+(DescribeVpcs through ``VpcHook``); :func:`create_job_request` builds the CreateJob body with no
+call and no connection, so a dry run can show it.
 """
 
 from __future__ import annotations
@@ -18,9 +20,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, shared_hook
+from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
-from aliyun_training.hooks.paging import numbered_pages
 from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
 from aliyun_training.staging.oss import oss_endpoint, parse_oss_uri
 
@@ -83,6 +84,9 @@ LOGGING_STATUSES = frozenset(
 LOG_OVERLAP_SECONDS = 2.0
 #: Lines kept in the cursor to recognise re-read lines.
 LOG_MEMORY_LINES = 100
+#: How long the pods and times a GetJob answered serve the log reads after it: a monitor reads the
+#: logs right after the status; a later read, or one on a backend that never read it, asks GetJob.
+LOG_VIEW_MAX_AGE_SECONDS = 5.0
 #: GetPodLogs answers at most MaxLines lines, "Default value: 2000" (GetPodLogsRequest docstring).
 POD_LOGS_MAX_LINES = 2000
 #: A tail read's first window before the job's end, how much each step widens or narrows it, and
@@ -90,8 +94,6 @@ POD_LOGS_MAX_LINES = 2000
 TAIL_FIRST_WINDOW_SECONDS = 60.0
 TAIL_WINDOW_FACTOR = 8.0
 TAIL_MAX_REQUESTS = 8
-#: ListJobs' largest page ("PageSize": maximum 100, default 10, in the API reference's metadata).
-LIST_JOBS_PAGE_SIZE = 100
 #: How far back ``find`` searches when the caller knows no earlier bound. ListJobs filters on the
 #: creation time and, without StartTime, only looks 7 days back; a job runs at most
 #: ``timeout_minutes`` (capped at 30 days by the spec) after it was created and queued, so a day
@@ -117,8 +119,132 @@ def roles(spec: TrainingJobSpec) -> list[tuple[str, int, bool]]:
     return [("Worker", spec.nodes, True)]
 
 
+def create_job_request(
+    spec: TrainingJobSpec,
+    name: str,
+    *,
+    workspace_id: str | None,
+    region: str,
+    vpc: dict[str, Any] | None,
+    extended_cidrs: list[str],
+    image_config: Any | None,
+) -> Any:
+    """The CreateJob request that runs ``spec`` under the job name ``name``, in the SDK's own models.
+
+    Pure: no call, no connection, no secret beyond what ``image_config`` carries. ``region`` is the
+    job's (the endpoint of bare OSS mounts); ``vpc`` is the environment's ``{vpc_id, switch_id,
+    security_group_id}`` and ``extended_cidrs`` every CIDR block of that VPC, which DLC requires
+    once a vSwitch is named; ``image_config`` is an ``ImageConfig`` with the private registry's
+    login, or None. :meth:`DlcBackend.create_request` reads the last two from DescribeVpcs and the
+    registry connection; a dry run passes what it knows.
+    """
+    from alibabacloud_pai_dlc20201203 import models
+
+    job_specs = []
+    for role, pods, gpus in roles(spec):
+        resources = (
+            models.ResourceConfig(
+                cpu=str(spec.cpu) if gpus else LAUNCHER_CPU,
+                gpu=str(spec.gpus_per_node if gpus else 0),
+                gputype=spec.gpu_type if gpus and spec.gpus_per_node else None,
+                memory=f"{spec.memory_gib}Gi" if gpus else LAUNCHER_MEMORY,
+                shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib and gpus else None,
+            )
+            if spec.quota_id
+            else None
+        )
+        job_specs.append(
+            models.JobSpec(
+                type=role,
+                image=spec.image,
+                pod_count=pods,
+                resource_config=resources,
+                ecs_spec=None if spec.quota_id else spec.ecs_spec,
+                image_config=image_config,
+            )
+        )
+    envs = {**spec.env, **({"OUTPUT_DIR": spec.output_dir} if spec.output_dir else {})}
+    return models.CreateJobRequest(
+        display_name=name,
+        job_type=JOB_TYPES[spec.framework],
+        job_specs=job_specs,
+        elastic_spec=_elastic_spec(spec),
+        user_command=_user_command(spec),
+        resource_id=spec.quota_id,
+        workspace_id=workspace_id,
+        envs=envs or None,
+        data_sources=[
+            models.CreateJobRequestDataSources(
+                data_source_id=mount.dataset_id,
+                data_source_version=mount.dataset_version,
+                uri=None if mount.dataset_id else dlc_mount_uri(mount.uri, region),
+                mount_path=mount.mount_path,
+                mount_access="RO" if mount.read_only else "RW",
+            )
+            for mount in spec.datasets
+        ]
+        or None,
+        user_vpc=_user_vpc(vpc, extended_cidrs),
+        settings=models.JobSettings(enable_rdma=spec.rdma or None, tags={NAME_TAG: name}),
+        job_max_running_time_minutes=spec.timeout_minutes,
+        priority=spec.priority,
+    )
+
+
+def _user_vpc(vpc: dict[str, Any] | None, extended_cidrs: list[str]) -> Any:
+    """UserVpc with every CIDR block of the VPC: DLC requires them once a vSwitch is named.
+
+    The SDK's CreateJobRequestUserVpc says of ExtendedCIDRs: "If the vSwitch ID is specified,
+    this parameter is required. Specify all CIDR blocks in the VPC."
+    """
+    if not vpc:
+        return None
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.CreateJobRequestUserVpc(
+        vpc_id=vpc["vpc_id"],
+        switch_id=vpc["switch_id"],
+        security_group_id=vpc["security_group_id"],
+        extended_cidrs=list(extended_cidrs) or None,
+    )
+
+
+@dataclass(frozen=True)
+class LogView:
+    """What reading a job's logs takes from one GetJob answer."""
+
+    #: The job's pods in node order (master first); none before the job has run.
+    pods: tuple[str, ...]
+    #: GmtRunningTime as DLC writes it: where the first log poll starts.
+    since: str | None
+    #: When the job can first have logged, and when it finished (None while it runs), epoch seconds.
+    first: float
+    finished: float | None
+    #: When this backend read it (monotonic seconds).
+    read_at: float
+
+    @classmethod
+    def of(cls, job: Any) -> LogView:
+        terminal = DLC_STATES.get(job.status, JobState.RUNNING).is_terminal
+        return cls(
+            pods=tuple(pod.pod_id for pod in _node_order(job)) if job.status in LOGGING_STATUSES else (),
+            since=job.gmt_running_time,
+            first=_epoch(job.gmt_running_time or job.gmt_create_time),
+            finished=_epoch(job.gmt_finish_time) if terminal and job.gmt_finish_time else None,
+            read_at=time.monotonic(),
+        )
+
+    def pod(self, node: int) -> str | None:
+        return self.pods[node] if node < len(self.pods) else None
+
+
 class DlcBackend:
-    """Jobs on PAI-DLC. Sync calls serve the worker; ``a*`` calls use the SDK's ``*_async`` methods."""
+    """Jobs on PAI-DLC. Sync calls serve the worker; ``a*`` calls use the SDK's ``*_async`` methods.
+
+    Every call stands alone: ``logs`` and ``tail`` read the job's pods and times themselves on a
+    backend that never read the status. What a ``status`` just read is reused for
+    ``LOG_VIEW_MAX_AGE_SECONDS``, so a monitor's poll (status, then logs) asks GetJob once.
+    """
 
     name = "dlc"
 
@@ -138,10 +264,8 @@ class DlcBackend:
         self.region = region
         self.log_lines_per_poll = log_lines_per_poll
         self.hook = shared_hook(DlcHook, conn_id, region)
-        self._pods: dict[str, list[str]] = {}
-        self._started: dict[str, str | None] = {}
-        #: Per job: (first time it can have logged, finish time or None while it runs), epoch seconds.
-        self._log_span: dict[str, tuple[float, float | None]] = {}
+        #: Per job: the last GetJob's LogView (an optimisation: see LOG_VIEW_MAX_AGE_SECONDS).
+        self._views: dict[str, LogView] = {}
         #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
         self._vpc_cidrs: list[str] | None = None
 
@@ -159,81 +283,29 @@ class DlcBackend:
     # -- request ---------------------------------------------------------------------------------
 
     def create_request(self, spec: TrainingJobSpec, name: str) -> Any:
-        """The CreateJob request for ``spec``; built with the SDK's own models."""
-        from alibabacloud_pai_dlc20201203 import models
-
-        image_config = self._image_config()
-        job_specs = []
-        for role, pods, gpus in roles(spec):
-            resources = (
-                models.ResourceConfig(
-                    cpu=str(spec.cpu) if gpus else LAUNCHER_CPU,
-                    gpu=str(spec.gpus_per_node if gpus else 0),
-                    gputype=spec.gpu_type if gpus and spec.gpus_per_node else None,
-                    memory=f"{spec.memory_gib}Gi" if gpus else LAUNCHER_MEMORY,
-                    shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib and gpus else None,
-                )
-                if spec.quota_id
-                else None
-            )
-            job_specs.append(
-                models.JobSpec(
-                    type=role,
-                    image=spec.image,
-                    pod_count=pods,
-                    resource_config=resources,
-                    ecs_spec=None if spec.quota_id else spec.ecs_spec,
-                    image_config=image_config,
-                )
-            )
-        envs = {**spec.env, **({"OUTPUT_DIR": spec.output_dir} if spec.output_dir else {})}
-        return models.CreateJobRequest(
-            display_name=name,
-            job_type=JOB_TYPES[spec.framework],
-            job_specs=job_specs,
-            elastic_spec=_elastic_spec(spec),
-            user_command=_user_command(spec),
-            resource_id=spec.quota_id,
+        """The CreateJob request ``submit`` sends: :func:`create_job_request` with the VPC's CIDR
+        blocks and the private registry's login read from their sources."""
+        return create_job_request(
+            spec,
+            name,
             workspace_id=self.workspace_id,
-            envs=envs or None,
-            data_sources=[
-                models.CreateJobRequestDataSources(
-                    data_source_id=mount.dataset_id,
-                    data_source_version=mount.dataset_version,
-                    uri=None if mount.dataset_id else dlc_mount_uri(mount.uri, self.hook.region),
-                    mount_path=mount.mount_path,
-                    mount_access="RO" if mount.read_only else "RW",
-                )
-                for mount in spec.datasets
-            ]
-            or None,
-            user_vpc=self._user_vpc(),
-            settings=models.JobSettings(enable_rdma=spec.rdma or None, tags={NAME_TAG: name}),
-            job_max_running_time_minutes=spec.timeout_minutes,
-            priority=spec.priority,
+            region=self.hook.region,
+            vpc=self.vpc,
+            extended_cidrs=self._extended_cidrs(),
+            image_config=self._image_config(),
         )
 
-    def _user_vpc(self) -> Any:
-        """UserVpc with every CIDR block of the VPC: DLC requires them once a vSwitch is named.
-
-        The SDK's CreateJobRequestUserVpc says of ExtendedCIDRs: "If the vSwitch ID is specified,
-        this parameter is required. Specify all CIDR blocks in the VPC." They come from the
-        environment's ``vpc.extended_cidrs``, else from DescribeVpcs (read once per backend).
-        """
+    def _extended_cidrs(self) -> list[str]:
+        """The environment's ``vpc.extended_cidrs``, else the VPC's blocks from DescribeVpcs."""
         if not self.vpc:
-            return None
-        from alibabacloud_pai_dlc20201203 import models
-
-        return models.CreateJobRequestUserVpc(
-            vpc_id=self.vpc["vpc_id"],
-            switch_id=self.vpc["switch_id"],
-            security_group_id=self.vpc["security_group_id"],
-            extended_cidrs=list(self.vpc.get("extended_cidrs") or []) or self._described_cidrs(),
-        )
+            return []
+        return list(self.vpc.get("extended_cidrs") or []) or self._described_cidrs()
 
     def _described_cidrs(self) -> list[str]:
         if self._vpc_cidrs is None:
-            self._vpc_cidrs = vpc_cidr_blocks(self.hook, self.vpc["vpc_id"])
+            from aliyun_training.hooks.vpc import VpcHook
+
+            self._vpc_cidrs = shared_hook(VpcHook, self.conn_id, self.region).cidr_blocks(self.vpc["vpc_id"])
         if not self._vpc_cidrs:
             raise SpecError(
                 f"vpc.extended_cidrs: DescribeVpcs reports no CIDR block for VPC {self.vpc['vpc_id']} in "
@@ -247,36 +319,32 @@ class DlcBackend:
         """Private-registry credentials from an Airflow connection (host, login, password)."""
         if not self.image_registry_conn_id:
             return None
-        from airflow.sdk.log import mask_secret
         from alibabacloud_pai_dlc20201203 import models
 
-        registry = self.hook.get_connection(self.image_registry_conn_id)
-        if not (registry.host and registry.login and registry.password):
+        from aliyun_training.hooks.registry import ContainerRegistryHook
+
+        login = ContainerRegistryHook(self.image_registry_conn_id).login()
+        if login is None or not (login.host and login.login and login.password):
             raise SpecError(
                 f"image_registry_conn_id: connection {self.image_registry_conn_id} needs host "
                 "(the registry), login and password"
             )
-        mask_secret(registry.password, "registry_password")
-        return models.ImageConfig(
-            docker_registry=registry.host, username=registry.login, password=registry.password
-        )
+        return models.ImageConfig(docker_registry=login.host, username=login.login, password=login.password)
 
     # -- submit and find -------------------------------------------------------------------------
 
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """CreateJob once: a retry after a lost response first looks for the job it may have made."""
         request = self.create_request(spec, name)
-        attempts = 0
 
-        def create() -> str:
-            nonlocal attempts
-            attempts += 1
-            if attempts > 1 and (made := self._find_active(name)) is not None:
-                log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
-                return made.job_id
-            return self.hook.dlc.create_job(request).body.job_id
+        def existing() -> str | None:
+            made = self._find_active(name)
+            if made is None:
+                return None
+            log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
+            return made.job_id
 
-        return JobHandle(backend=self.name, job_id=self.hook.call("CreateJob", create), name=name)
+        return JobHandle(backend=self.name, job_id=self.hook.create_job(request, existing), name=name)
 
     def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
         """The newest job whose DisplayName is exactly ``name``, created at or after ``since``.
@@ -285,24 +353,9 @@ class DlcBackend:
         (``name`` also finds ``name-2``), so this asks from ``since`` (else ``FIND_HORIZON`` ago),
         newest first, and pages until the first exact match or the end of the listing.
         """
-        from alibabacloud_pai_dlc20201203 import models
-
         start_time = _dlc_time((since or datetime.now(UTC) - FIND_HORIZON).timestamp())
-
-        def page(number: int) -> tuple[list[Any], int | None]:
-            request = models.ListJobsRequest(
-                display_name=name,
-                workspace_id=self.workspace_id,
-                start_time=start_time,
-                sort_by="GmtCreateTime",
-                order="desc",
-                page_number=number,
-                page_size=LIST_JOBS_PAGE_SIZE,
-            )
-            body = self.hook.call("ListJobs", lambda: self.hook.dlc.list_jobs(request)).body
-            return body.jobs or [], body.total_count
-
-        newest = next((job for job in numbered_pages(page) if job.display_name == name), None)
+        jobs = self.hook.jobs(display_name=name, workspace_id=self.workspace_id, start_time=start_time)
+        newest = next((job for job in jobs if job.display_name == name), None)
         return JobHandle(backend=self.name, job_id=newest.job_id, name=name) if newest else None
 
     def _find_active(self, name: str) -> JobHandle | None:
@@ -314,19 +367,12 @@ class DlcBackend:
     # -- status ----------------------------------------------------------------------------------
 
     def status(self, handle: JobHandle) -> JobStatus:
-        return self._interpret(
-            handle, self.hook.call("GetJob", lambda: self.hook.dlc.get_job(handle.job_id, _get_job()))
-        )
+        return self._interpret(handle, self.hook.get_job(handle.job_id))
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
-        await self.hook.aload()
-        response = await self.hook.acall(
-            "GetJob", lambda: self.hook.dlc.get_job_async(handle.job_id, _get_job())
-        )
-        return self._interpret(handle, response)
+        return self._interpret(handle, await self.hook.aget_job(handle.job_id))
 
-    def _interpret(self, handle: JobHandle, response: Any) -> JobStatus:
-        job = response.body
+    def _interpret(self, handle: JobHandle, job: Any) -> JobStatus:
         state = DLC_STATES.get(job.status)
         if state is None:
             log.warning(
@@ -335,16 +381,8 @@ class DlcBackend:
                 job.status,
             )
             state = JobState.RUNNING
-        pods = sorted(
-            job.pods or [], key=lambda pod: (pod.type != "Master", pod.type == "Worker", pod.pod_id)
-        )
-        self._pods[handle.job_id] = [pod.pod_id for pod in pods] if job.status in LOGGING_STATUSES else []
-        self._started[handle.job_id] = job.gmt_running_time
-        self._log_span[handle.job_id] = (
-            _epoch(job.gmt_running_time or job.gmt_create_time),
-            _epoch(job.gmt_finish_time) if state.is_terminal and job.gmt_finish_time else None,
-        )
-        failed = next((rank for rank, pod in enumerate(pods) if pod.status == "Failed"), None)
+        self._views[handle.job_id] = LogView.of(job)
+        failed = next((rank for rank, pod in enumerate(_node_order(job)) if pod.status == "Failed"), None)
         reason = ": ".join(part for part in (job.reason_code, job.reason_message) if part)
         return JobStatus(
             state=state,
@@ -358,32 +396,49 @@ class DlcBackend:
 
     # -- logs ------------------------------------------------------------------------------------
 
+    def _recent_view(self, handle: JobHandle) -> LogView | None:
+        view = self._views.get(handle.job_id)
+        fresh = view is not None and time.monotonic() - view.read_at <= LOG_VIEW_MAX_AGE_SECONDS
+        return view if fresh else None
+
+    def _view(self, handle: JobHandle) -> LogView:
+        """The job's pods and times: what a status just read, else GetJob now."""
+        view = self._recent_view(handle)
+        if view is None:
+            view = self._views[handle.job_id] = LogView.of(self.hook.get_job(handle.job_id))
+        return view
+
+    async def _aview(self, handle: JobHandle) -> LogView:
+        view = self._recent_view(handle)
+        if view is None:
+            view = self._views[handle.job_id] = LogView.of(await self.hook.aget_job(handle.job_id))
+        return view
+
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         """New lines of the master pod since ``cursor``: none twice, at most ``log_lines_per_poll``.
 
         DLC returns log lines without times, filtered by StartTime. Each poll asks from a little
-        before the previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already seen.
+        before the previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already seen;
+        the first asks from the job's start.
         """
-        plan = self._log_plan(handle, cursor)
-        if plan is None:
+        view = self._view(handle)
+        if not view.pods:
             return LogChunk(cursor=cursor or {})
-        pod, request, asked_at = plan
-        return self._log_chunk(handle, cursor, self._pod_logs(handle, pod, request), asked_at)
+        asked_at = time.time()
+        fetched = self.hook.get_pod_logs(
+            handle.job_id, view.pods[0], max_lines=self.log_lines_per_poll, start_time=_since(view, cursor)
+        )
+        return self._log_chunk(handle, cursor, fetched, asked_at)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
-        plan = self._log_plan(handle, cursor)
-        if plan is None:
+        view = await self._aview(handle)
+        if not view.pods:
             return LogChunk(cursor=cursor or {})
-        pod, request, asked_at = plan
-        return self._log_chunk(handle, cursor, await self._apod_logs(handle, pod, request), asked_at)
-
-    def _log_plan(self, handle: JobHandle, cursor: dict[str, Any] | None) -> tuple[str, Any, float] | None:
-        """The master pod and this poll's GetPodLogs request; None while no pod has logs yet."""
-        pod = self._pod(handle, 0)
-        if pod is None:
-            return None
-        since = (cursor or {}).get("since") or self._started.get(handle.job_id)
-        return pod, _logs_request(max_lines=self.log_lines_per_poll, start_time=since), time.time()
+        asked_at = time.time()
+        fetched = await self.hook.aget_pod_logs(
+            handle.job_id, view.pods[0], max_lines=self.log_lines_per_poll, start_time=_since(view, cursor)
+        )
+        return self._log_chunk(handle, cursor, fetched, asked_at)
 
     def _log_chunk(
         self, handle: JobHandle, cursor: dict[str, Any] | None, fetched: list[str], asked_at: float
@@ -402,114 +457,65 @@ class DlcBackend:
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         """The last ``lines`` lines of node ``node`` (at most ``POD_LOGS_MAX_LINES`` - 1)."""
-        pod, search = self._tail_search(handle, node, lines)
+        view = self._view(handle)
+        pod = view.pod(node)
         if pod is None:
             return []
-        while (request := search.next_request()) is not None:
-            search.record(self._pod_logs(handle, pod, request))
+        search = TailSearch(lines=lines, first=view.first, end=view.finished or time.time())
+        while (start := search.next_start()) is not None:
+            search.record(
+                self.hook.get_pod_logs(handle.job_id, pod, max_lines=POD_LOGS_MAX_LINES, start_time=start)
+            )
         return search.result(handle.job_id)
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
-        pod, search = self._tail_search(handle, node, lines)
+        view = await self._aview(handle)
+        pod = view.pod(node)
         if pod is None:
             return []
-        while (request := search.next_request()) is not None:
-            search.record(await self._apod_logs(handle, pod, request))
+        search = TailSearch(lines=lines, first=view.first, end=view.finished or time.time())
+        while (start := search.next_start()) is not None:
+            search.record(
+                await self.hook.aget_pod_logs(
+                    handle.job_id, pod, max_lines=POD_LOGS_MAX_LINES, start_time=start
+                )
+            )
         return search.result(handle.job_id)
-
-    def _tail_search(self, handle: JobHandle, node: int, lines: int) -> tuple[str | None, TailSearch]:
-        """The pod of ``node`` and the search for its tail, over the job's run as the last status saw it."""
-        first, finished = self._log_span.get(handle.job_id, (0.0, None))
-        return self._pod(handle, node), TailSearch(lines=lines, first=first, end=finished or time.time())
-
-    def _pod(self, handle: JobHandle, node: int) -> str | None:
-        pods = self._pods.get(handle.job_id) or []
-        return pods[node] if node < len(pods) else None
-
-    def _pod_logs(self, handle: JobHandle, pod: str, request: Any) -> list[str]:
-        response = self.hook.call(
-            "GetPodLogs", lambda: self.hook.dlc.get_pod_logs(handle.job_id, pod, request)
-        )
-        return list(response.body.logs or [])
-
-    async def _apod_logs(self, handle: JobHandle, pod: str, request: Any) -> list[str]:
-        await self.hook.aload()
-        response = await self.hook.acall(
-            "GetPodLogs", lambda: self.hook.dlc.get_pod_logs_async(handle.job_id, pod, request)
-        )
-        return list(response.body.logs or [])
 
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
-        events = self.hook.call(
-            "GetJobEvents", lambda: self.hook.dlc.get_job_events(handle.job_id, _events_request())
+        return _describe_failure(
+            self.hook.get_job_events(handle.job_id), self.hook.get_sanity_checks(handle.job_id)
         )
-        checks = self.hook.call(
-            "ListJobSanityCheckResults",
-            lambda: self.hook.dlc.list_job_sanity_check_results(handle.job_id, _sanity_checks_request()),
-        )
-        return _describe_failure(events.body, checks.body)
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
-        await self.hook.aload()
-        events = await self.hook.acall(
-            "GetJobEvents", lambda: self.hook.dlc.get_job_events_async(handle.job_id, _events_request())
-        )
-        checks = await self.hook.acall(
-            "ListJobSanityCheckResults",
-            lambda: self.hook.dlc.list_job_sanity_check_results_async(
-                handle.job_id, _sanity_checks_request()
-            ),
-        )
-        return _describe_failure(events.body, checks.body)
+        events = await self.hook.aget_job_events(handle.job_id)
+        return _describe_failure(events, await self.hook.aget_sanity_checks(handle.job_id))
 
     # -- stop and links --------------------------------------------------------------------------
 
     def stop(self, handle: JobHandle) -> None:
-        self.hook.call("StopJob", lambda: self.hook.dlc.stop_job(handle.job_id))
+        self.hook.stop_job(handle.job_id)
 
     async def astop(self, handle: JobHandle) -> None:
-        await self.hook.aload()
-        await self.hook.acall("StopJob", lambda: self.hook.dlc.stop_job_async(handle.job_id))
+        await self.hook.astop_job(handle.job_id)
 
     def output_uri(self, handle: JobHandle) -> str | None:
-        job = self.hook.call("GetJob", lambda: self.hook.dlc.get_job(handle.job_id, _get_job())).body
-        return (job.envs or {}).get("OUTPUT_DIR")
+        return (self.hook.get_job(handle.job_id).envs or {}).get("OUTPUT_DIR")
 
     def console_url(self, handle: JobHandle) -> str | None:
         return self.hook.console_url(handle.job_id, self.workspace_id)
 
 
-def _get_job() -> Any:
-    from alibabacloud_pai_dlc20201203 import models
-
-    return models.GetJobRequest(need_detail=True)
-
-
-def _logs_request(**fields: Any) -> Any:
-    from alibabacloud_pai_dlc20201203 import models
-
-    return models.GetPodLogsRequest(**fields)
+def _node_order(job: Any) -> list[Any]:
+    """The job's pods by node: the master (rank 0), then the workers, then any other role."""
+    return sorted(job.pods or [], key=lambda pod: (pod.type != "Master", pod.type == "Worker", pod.pod_id))
 
 
-def _events_request() -> Any:
-    """GetJobEvents with its defaults (the last 7 days, at most 2000 events, per the SDK docstring).
-
-    Which end of a longer list MaxEventsNum keeps is not documented; asking the default and keeping
-    the last ``FAILURE_EVENTS`` shows the newest events either way, where asking for 20 could show
-    the first 20.
-    """
-    from alibabacloud_pai_dlc20201203 import models
-
-    return models.GetJobEventsRequest()
-
-
-def _sanity_checks_request() -> Any:
-    """ListJobSanityCheckResults takes no paging parameters: one answer holds every round."""
-    from alibabacloud_pai_dlc20201203 import models
-
-    return models.ListJobSanityCheckResultsRequest()
+def _since(view: LogView, cursor: dict[str, Any] | None) -> str | None:
+    """Where a log poll starts: after the previous poll, or (the first poll) at the job's start."""
+    return (cursor or {}).get("since") or view.since
 
 
 def _user_command(spec: TrainingJobSpec) -> str:
@@ -549,22 +555,6 @@ def dlc_mount_uri(uri: str | None, region: str) -> str | None:
     return f"oss://{location.bucket}.{oss_endpoint(region, internal=True)}/{location.prefix}"
 
 
-def vpc_cidr_blocks(hook: AlibabaCloudHook, vpc_id: str) -> list[str]:
-    """Every IPv4 CIDR block of the VPC, as DescribeVpcs' response model names them: CidrBlock,
-    SecondaryCidrBlocks.SecondaryCidrBlock and UserCidrs.UserCidr. Empty when the VPC is not found."""
-    from alibabacloud_vpc20160428 import models as vpc_models
-
-    request = vpc_models.DescribeVpcsRequest(region_id=hook.region, vpc_id=vpc_id)
-    listed = hook.call("DescribeVpcs", lambda: hook.client("vpc").describe_vpcs(request)).body.vpcs
-    found = next((vpc for vpc in (listed.vpc if listed else None) or [] if vpc.vpc_id == vpc_id), None)
-    if found is None:
-        return []
-    secondary = found.secondary_cidr_blocks.secondary_cidr_block if found.secondary_cidr_blocks else None
-    user = found.user_cidrs.user_cidr if found.user_cidrs else None
-    blocks = [found.cidr_block, *(secondary or []), *(user or [])]
-    return list(dict.fromkeys(block for block in blocks if block))
-
-
 @dataclass
 class TailSearch:
     """The GetPodLogs windows that find the last ``lines`` lines of a pod, shared by sync and async.
@@ -593,13 +583,13 @@ class TailSearch:
     reached_end: list[str] | None = None
     cut_short: list[str] | None = None
 
-    def next_request(self) -> Any | None:
-        """The next GetPodLogs request, or None once the tail is known or the budget is spent."""
+    def next_start(self) -> str | None:
+        """The StartTime of the next GetPodLogs request (MaxLines ``POD_LOGS_MAX_LINES``), or None
+        once the tail is known or the budget is spent."""
         if self.done or self.requests >= TAIL_MAX_REQUESTS:
             return None
         self.requests += 1
-        start = max(self.end - self.window, self.first)
-        return _logs_request(max_lines=POD_LOGS_MAX_LINES, start_time=_dlc_time(start))
+        return _dlc_time(max(self.end - self.window, self.first))
 
     def record(self, fetched: list[str]) -> None:
         """Take the answer to the last request and choose the next window."""

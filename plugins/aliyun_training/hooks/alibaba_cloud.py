@@ -1,5 +1,16 @@
 """The ``alibaba_cloud`` connection: credentials, endpoints and the one client factory for every SDK.
 
+:class:`AlibabaCloudHook` is the base of one hook per service (``hooks/dlc.py``, ``paistudio.py``,
+``vpc.py``, ``ecs.py``, ``ram.py``, ``nas.py``, ``aiworkspace.py``, ``cr.py``, ``oss.py``), as
+apache-airflow-providers-amazon's AwsBaseHook is of its service hooks: the base holds the
+connection, the credentials and the client factory; a subclass names its ``service`` (its client
+is :attr:`AlibabaCloudHook.conn`) and exposes typed methods, sync and async side by side as the
+databricks provider's are (``get_x`` / ``aget_x``). Each method is a call under the retry policy
+(:meth:`~AlibabaCloudHook.call` / :meth:`~AlibabaCloudHook.acall`), reads every page of a list
+(:meth:`~AlibabaCloudHook.call_pages`), and answers None for a thing that does not exist with one
+rule for both twins (:meth:`~AlibabaCloudHook.call_or_none`). A container registry is not an
+``alibaba_cloud`` service: ``hooks/registry.py`` is its hook, over a registry connection.
+
 Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``access_key_secret``):
 
 - ``access_key_id``, ``access_key_secret``: an AccessKey pair (a RAM user's, ideally);
@@ -24,12 +35,16 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from functools import cached_property
 from typing import Any, TypeVar
 
 from airflow.sdk import BaseHook
 
-from aliyun_training.hooks.retry import RetryPolicy
+from aliyun_training.hooks.paging import NumberedPage, TokenPage, atoken_pages, numbered_pages, token_pages
+from aliyun_training.hooks.retry import AlibabaCloudApiError, RetryPolicy
+
+T = TypeVar("T")
 
 #: How long a process keeps one hook per connection before reading the connection again.
 SHARED_HOOK_MAX_AGE_SECONDS = 300.0
@@ -52,6 +67,8 @@ PUBLIC_ENDPOINTS = {
 }
 SERVICES = (*PUBLIC_ENDPOINTS, "oss")
 _SECRET_EXTRAS = ("access_key_secret", "security_token")
+#: Error codes about the caller's credentials, never about the resource a call asked for.
+_CREDENTIAL_CODES = ("InvalidAccessKeyId", "InvalidSecurityToken", "SignatureDoesNotMatch")
 
 
 class AlibabaCloudConnectionError(ValueError):
@@ -59,12 +76,14 @@ class AlibabaCloudConnectionError(ValueError):
 
 
 class AlibabaCloudHook(BaseHook):
-    """Credentials and SDK clients for one ``alibaba_cloud`` connection."""
+    """Credentials and SDK clients for one ``alibaba_cloud`` connection; the base of the service hooks."""
 
     conn_name_attr = "alibaba_cloud_conn_id"
     default_conn_name = "alibaba_cloud_default"
     conn_type = "alibaba_cloud"
     hook_name = "Alibaba Cloud"
+    #: The service (a key of :data:`SERVICES`) whose client :attr:`conn` is; set by each service hook.
+    service: str | None = None
 
     def __init__(self, alibaba_cloud_conn_id: str = default_conn_name, region: str | None = None) -> None:
         super().__init__()
@@ -218,6 +237,18 @@ class AlibabaCloudHook(BaseHook):
             self._clients[service] = self._build_client(service, self.credential_client())
         return self._clients[service]
 
+    @property
+    def conn(self) -> Any:
+        """The SDK client of this hook's :attr:`service` (AwsBaseHook's ``conn``)."""
+        if self.service is None:
+            raise AlibabaCloudConnectionError(
+                f"{type(self).__name__} serves no one service (fix: use a service hook, e.g. DlcHook)"
+            )
+        return self.client(self.service)
+
+    def get_conn(self) -> Any:
+        return self.conn
+
     def _build_client(self, service: str, credential: Any) -> Any:
         from alibabacloud_tea_openapi.utils_models import Config
 
@@ -232,12 +263,78 @@ class AlibabaCloudHook(BaseHook):
         )
         return client_class(config)
 
-    def call(self, action: str, fn: Any) -> Any:
+    # -- calls ---------------------------------------------------------------------------------
+
+    def call(self, action: str, fn: Callable[[], T]) -> T:
         """Run one SDK call under the retry policy (refreshing an expired STS token once)."""
         return self.retry_policy.call(action, fn, refresh=self.refresh_credentials)
 
-    async def acall(self, action: str, fn: Any) -> Any:
+    async def acall(self, action: str, fn: Callable[[], Awaitable[T]]) -> T:
+        """The async twin of :meth:`call`; reads the connection first without blocking the loop."""
+        await self.aload()
         return await self.retry_policy.acall(action, fn, refresh=self.refresh_credentials)
+
+    def call_or_none(self, action: str, fn: Callable[[], T], missing: Callable[[str], bool]) -> T | None:
+        """:meth:`call`, answering None where the error code says the thing asked for does not exist.
+
+        A code about the caller's credentials (``InvalidAccessKeyId.NotFound``) is raised whatever
+        ``missing`` says: an unknown AccessKey must not read as an unknown quota or role.
+        """
+        try:
+            return self.call(action, fn)
+        except AlibabaCloudApiError as exc:
+            if _absent(exc.code, missing):
+                return None
+            raise
+
+    async def acall_or_none(
+        self, action: str, fn: Callable[[], Awaitable[T]], missing: Callable[[str], bool]
+    ) -> T | None:
+        """The async twin of :meth:`call_or_none`: the same codes mean "does not exist"."""
+        try:
+            return await self.acall(action, fn)
+        except AlibabaCloudApiError as exc:
+            if _absent(exc.code, missing):
+                return None
+            raise
+
+    def call_once(self, action: str, create: Callable[[], T], find: Callable[[], T | None]) -> T:
+        """``create`` under the retry policy, for a create API without an idempotency token.
+
+        A create whose answer was lost (a dropped connection, a 503 after the commit) may have
+        made the thing: each retry first asks ``find`` and answers what it finds instead of
+        creating a second one.
+        """
+        attempts = 0
+
+        def attempt() -> T:
+            nonlocal attempts
+            attempts += 1
+            if attempts > 1 and (made := find()):
+                return made
+            return create()
+
+        return self.call(action, attempt)
+
+    def call_pages(
+        self, action: str, fetch: Callable[[int], NumberedPage[T]], max_pages: int | None = None
+    ) -> Iterator[T]:
+        """Every item of a numbered listing (:func:`numbered_pages`), each page one retried call."""
+        return numbered_pages(lambda number: self.call(action, lambda: fetch(number)), max_pages)
+
+    def call_token_pages(self, action: str, fetch: Callable[[str | None], TokenPage[T]]) -> Iterator[T]:
+        """Every item of a NextToken listing (:func:`token_pages`), each page one retried call."""
+        return token_pages(lambda token: self.call(action, lambda: fetch(token)))
+
+    def acall_token_pages(
+        self, action: str, fetch: Callable[[str | None], Awaitable[TokenPage[T]]]
+    ) -> AsyncIterator[T]:
+        """The async twin of :meth:`call_token_pages`."""
+
+        async def page(token: str | None) -> TokenPage[T]:
+            return await self.acall(action, lambda: fetch(token))
+
+        return atoken_pages(page)
 
 
 H = TypeVar("H", bound=AlibabaCloudHook)
@@ -265,6 +362,20 @@ def forget_shared_hooks() -> None:
     """Drop every shared hook, so the next use reads its connection again."""
     with _shared_lock:
         _shared.clear()
+
+
+def credential_error(code: str) -> bool:
+    """Whether an error code is about the caller's credentials rather than what it asked for."""
+    return code.startswith(_CREDENTIAL_CODES)
+
+
+def _absent(code: str, missing: Callable[[str], bool]) -> bool:
+    return missing(code) and not credential_error(code)
+
+
+async def abody(call: Awaitable[Any]) -> Any:
+    """The body of an async SDK call's answer: ``lambda: abody(client.x_async(request))``."""
+    return (await call).body
 
 
 def default_endpoint(service: str, region: str) -> str:

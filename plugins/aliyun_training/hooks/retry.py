@@ -116,7 +116,13 @@ class RetryPolicy:
         raise AssertionError("unreachable")  # the last attempt returns or raises
 
     def _should_refresh(self, action: str, exc: Exception, attempt: int, can_refresh: bool) -> bool:
-        """True: refresh credentials and call again. False: back off and retry. Else raise."""
+        """True: refresh credentials and call again. False: back off and retry. Else raise.
+
+        An ``AlibabaCloudApiError`` is final as it is: a call made inside this one (a look-up
+        before a repeated create) already spent its own retries, and its code must reach the caller.
+        """
+        if isinstance(exc, AlibabaCloudApiError):
+            raise exc
         info = classify(exc)
         if info.expired_token and can_refresh and attempt < self.max_attempts:
             log.warning("%s: security token expired; refreshing credentials and retrying", action)

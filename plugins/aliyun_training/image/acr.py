@@ -16,6 +16,10 @@ elsewhere from our Dockerfile and build context; this builder only makes ACR bui
    ``ListRepoBuildRecordLog`` watch it; ``GetRepoTag`` gives the pushed image's digest;
    ``CancelRepoBuildRecord`` stops it.
 
+Every call goes through ``hooks.cr.CrHook``. :func:`rule_update_request` and
+:func:`build_record_request` build the requests of steps 3 and 4 with no call and no connection,
+so a dry run can show them.
+
 Requirements the service cannot check for us, so they are the operator's:
 
 - The bound source repository, at the branch or tag of the build rule (PushType/PushName), must
@@ -56,15 +60,17 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Awaitable
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aliyun_training.hooks.paging import numbered_pages
+from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import SpecError, validate_record
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.cr import CrHook
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +78,6 @@ SUCCEEDED_STATUS = "SUCCESS"
 FAILED_STATUSES = frozenset({"FAILED", "CANCELED", "CANCELLED"})
 #: How many log lines a failure message and ``result``'s ``log_tail`` carry.
 LOG_TAIL_LINES = 20
-#: Items per page of ListRepoBuildRecord / ListRepoBuildRule. The SDK and the API reference give no
-#: default or maximum (the reference's example is 30); pages end by TotalCount, not by a short page,
-#: so a service that answers fewer per page is still read to the end.
-PAGE_SIZE = 100
 #: ListRepoBuildRecord pages looked through for a build of the same tag (newest records first).
 MAX_RECORD_PAGES = 10
 #: ListRepoBuildRecordLog pages read per call, a guard against a service that never ends a log.
@@ -175,6 +177,41 @@ class AcrBuildSettings(BaseModel):
         return self
 
 
+def rule_update_request(settings: AcrBuildSettings, repo_id: str, rule: Any) -> Any:
+    """The UpdateRepoBuildRule request that points ``rule`` (a ListRepoBuildRule entry) at the tag.
+
+    The rule's other settings are sent back unchanged: an update is not documented to keep fields
+    it is not given. Pure: no call, no connection, no secret.
+    """
+    from alibabacloud_cr20181201 import models
+
+    return models.UpdateRepoBuildRuleRequest(
+        instance_id=settings.instance_id,
+        repo_id=repo_id,
+        build_rule_id=settings.build_rule_id,
+        image_tag=settings.tag,
+        build_args=rule.build_args or None,
+        dockerfile_location=rule.dockerfile_location,
+        dockerfile_name=rule.dockerfile_name,
+        platforms=rule.platforms or None,
+        push_name=rule.push_name,
+        push_type=rule.push_type,
+    )
+
+
+def build_record_request(settings: AcrBuildSettings, repo_id: str) -> Any:
+    """The CreateBuildRecordByRule request that starts a build of the settings' build rule.
+
+    ``repo_id`` is the repository's id (``settings.repo_id``, or what GetRepository answered for
+    namespace/repo_name). Pure: no call, no connection, no secret.
+    """
+    from alibabacloud_cr20181201 import models
+
+    return models.CreateBuildRecordByRuleRequest(
+        instance_id=settings.instance_id, repo_id=repo_id, build_rule_id=settings.build_rule_id
+    )
+
+
 class AcrBuilder:
     """RemoteRun over one ACR Enterprise build record (mode ``acr``)."""
 
@@ -183,21 +220,19 @@ class AcrBuilder:
         #: build record id -> log lines read so far (the triggerer polls one builder repeatedly).
         self._logs: dict[str, dict[int, str]] = {}
 
-    def _hook(self) -> Any:
-        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, shared_hook
+    def _hook(self) -> CrHook:
+        from aliyun_training.hooks.alibaba_cloud import shared_hook
+        from aliyun_training.hooks.cr import CrHook
 
-        return shared_hook(AlibabaCloudHook, self.settings.alibaba_cloud_conn_id)
+        return shared_hook(CrHook, self.settings.alibaba_cloud_conn_id)
 
     # -- submit ----------------------------------------------------------------------------------
 
     def submit(self) -> dict[str, Any]:
         """Reattach to a live or finished build of ``tag``, or point the rule at it and build."""
-        from alibabacloud_cr20181201 import models
-
         settings = self.settings
         hook = self._hook()
-        client = hook.client("cr")
-        repo_id = self._repository(hook, client)
+        repo_id = self._repository(hook)
         handle = {
             "instance_id": settings.instance_id,
             "repo_id": repo_id,
@@ -205,13 +240,11 @@ class AcrBuilder:
             "tag": settings.tag,
             "image": settings.image,
         }
-        existing = self._existing_record(hook, client, repo_id)
+        existing = self._existing_record(hook, repo_id)
         if existing is not None:
             record_id, status = existing
             rebuild = status == SUCCEEDED_STATUS and settings.force
-            if not rebuild and (
-                status != SUCCEEDED_STATUS or self._tag_digest(hook, client, repo_id) is not None
-            ):
+            if not rebuild and (status != SUCCEEDED_STATUS or self._tag_digest(hook, repo_id) is not None):
                 log.info("ACR build %s of tag %s is %s: reattaching to it", record_id, settings.tag, status)
                 return {**handle, "build_record_id": record_id, "reattached": True}
             log.info(
@@ -220,35 +253,13 @@ class AcrBuilder:
                 settings.tag,
             )
 
-        rule = self._build_rule(hook, client, repo_id)
+        rule = self._build_rule(hook, repo_id)
         if rule.image_tag != settings.tag:
             log.info(
                 "ACR build rule %s: ImageTag %s -> %s", settings.build_rule_id, rule.image_tag, settings.tag
             )
-            update = models.UpdateRepoBuildRuleRequest(
-                instance_id=settings.instance_id,
-                repo_id=repo_id,
-                build_rule_id=settings.build_rule_id,
-                image_tag=settings.tag,
-                # Sent back unchanged: an update is not documented to keep fields it is not given.
-                build_args=rule.build_args or None,
-                dockerfile_location=rule.dockerfile_location,
-                dockerfile_name=rule.dockerfile_name,
-                platforms=rule.platforms or None,
-                push_name=rule.push_name,
-                push_type=rule.push_type,
-            )
-            _checked(
-                "UpdateRepoBuildRule",
-                hook.call("UpdateRepoBuildRule", lambda: client.update_repo_build_rule(update).body),
-            )
-        create = models.CreateBuildRecordByRuleRequest(
-            instance_id=settings.instance_id, repo_id=repo_id, build_rule_id=settings.build_rule_id
-        )
-        body = _checked(
-            "CreateBuildRecordByRule",
-            hook.call("CreateBuildRecordByRule", lambda: client.create_build_record_by_rule(create).body),
-        )
+            hook.update_build_rule(rule_update_request(settings, repo_id, rule))
+        body = hook.create_build_record(build_record_request(settings, repo_id))
         if not body.build_record_id:
             raise AcrBuildError(
                 f"CreateBuildRecordByRule answered no BuildRecordId (RequestId: {body.request_id})"
@@ -256,23 +267,19 @@ class AcrBuilder:
         log.info("ACR build %s started for %s", body.build_record_id, settings.image)
         return {**handle, "build_record_id": body.build_record_id, "reattached": False}
 
-    def _repository(self, hook: Any, client: Any) -> str:
+    def _repository(self, hook: CrHook) -> str:
         """The repository's id, after checking that ``image`` is in it (a SpecError otherwise)."""
-        from alibabacloud_cr20181201 import models
-
         settings = self.settings
-        request = models.GetRepositoryRequest(
-            instance_id=settings.instance_id,
-            repo_id=settings.repo_id,
-            repo_namespace_name=None if settings.repo_id else settings.namespace,
-            repo_name=None if settings.repo_id else settings.repo_name,
-        )
         wanted = settings.repo_id or f"{settings.namespace}/{settings.repo_name}"
         try:
-            body = hook.call("GetRepository", lambda: client.get_repository(request).body)
-            body = _checked("GetRepository", body)
+            body = hook.get_repository(
+                settings.instance_id,
+                repo_id=settings.repo_id,
+                namespace=settings.namespace,
+                repo_name=settings.repo_name,
+            )
         except AlibabaCloudApiError as exc:
-            if _not_found(exc.code):
+            if not_found(exc.code):
                 field = "repo_id" if settings.repo_id else "namespace"
                 raise SpecError(
                     f"{field}: repository {wanted} does not exist in ACR instance {settings.instance_id} "
@@ -292,45 +299,19 @@ class AcrBuilder:
             )
         return body.repo_id
 
-    def _existing_record(self, hook: Any, client: Any, repo_id: str) -> tuple[str, str] | None:
+    def _existing_record(self, hook: CrHook, repo_id: str) -> tuple[str, str] | None:
         """The newest build record of ``tag`` that is running or succeeded, as (id, status)."""
-        from alibabacloud_cr20181201 import models
+        for record in hook.build_records(self.settings.instance_id, repo_id, max_pages=MAX_RECORD_PAGES):
+            tag = record.image.image_tag if record.image else None
+            status = (record.build_status or "").upper()
+            if tag == self.settings.tag and _state(status) != "failed":
+                return record.build_record_id, status
+        return None
 
+    def _build_rule(self, hook: CrHook, repo_id: str) -> Any:
         settings = self.settings
-
-        def page(number: int) -> tuple[list[Any], str | None]:
-            request = models.ListRepoBuildRecordRequest(
-                instance_id=settings.instance_id, repo_id=repo_id, page_no=number, page_size=PAGE_SIZE
-            )
-            body = _checked("ListRepoBuildRecord", client.list_repo_build_record(request).body)
-            return body.build_records or [], body.total_count
-
-        def lookup() -> tuple[str, str] | None:
-            for record in numbered_pages(page, max_pages=MAX_RECORD_PAGES):
-                tag = record.image.image_tag if record.image else None
-                status = (record.build_status or "").upper()
-                if tag == settings.tag and _state(status) != "failed":
-                    return record.build_record_id, status
-            return None
-
-        return hook.call("ListRepoBuildRecord", lookup)
-
-    def _build_rule(self, hook: Any, client: Any, repo_id: str) -> Any:
-        from alibabacloud_cr20181201 import models
-
-        settings = self.settings
-
-        def page(number: int) -> tuple[list[Any], str | None]:
-            request = models.ListRepoBuildRuleRequest(
-                instance_id=settings.instance_id, repo_id=repo_id, page_no=number, page_size=PAGE_SIZE
-            )
-            body = _checked("ListRepoBuildRule", client.list_repo_build_rule(request).body)
-            return body.build_rules or [], body.total_count
-
-        def lookup() -> Any:
-            return next((r for r in numbered_pages(page) if r.build_rule_id == settings.build_rule_id), None)
-
-        rule = hook.call("ListRepoBuildRule", lookup)
+        rules = hook.build_rules(settings.instance_id, repo_id)
+        rule = next((r for r in rules if r.build_rule_id == settings.build_rule_id), None)
         if rule is None:
             raise SpecError(
                 f"build_rule_id: repository {repo_id} has no build rule {settings.build_rule_id} "
@@ -342,21 +323,9 @@ class AcrBuilder:
     # -- poll ------------------------------------------------------------------------------------
 
     async def apoll(self, handle: dict[str, Any]) -> RemoteStatus:
-        from alibabacloud_cr20181201 import models
-
         hook = self._hook()
-        await hook.aload()
-        client = hook.client("cr")
-        request = models.GetRepoBuildRecordRequest(
-            instance_id=handle["instance_id"], build_record_id=handle["build_record_id"]
-        )
-        body = _checked(
-            "GetRepoBuildRecord",
-            await hook.acall(
-                "GetRepoBuildRecord", lambda: _body(client.get_repo_build_record_async(request))
-            ),
-        )
-        lines = await self._aread_log(hook, client, handle)
+        body = await hook.aget_build_record(handle["instance_id"], handle["build_record_id"])
+        lines = await self._aread_log(hook, handle)
         return self._status(handle, body, lines)
 
     def _status(self, handle: dict[str, Any], body: Any, lines: list[str]) -> RemoteStatus:
@@ -384,15 +353,13 @@ class AcrBuilder:
 
     def result(self, handle: dict[str, Any]) -> dict[str, Any]:
         """``{"image", "digest", "log_tail"}`` of a succeeded build; AcrBuildError otherwise."""
-
         hook = self._hook()
-        client = hook.client("cr")
-        record = self._record(hook, client, handle)
-        lines = self._read_log(hook, client, handle)
+        record = hook.get_build_record(handle["instance_id"], handle["build_record_id"])
+        lines = self._read_log(hook, handle)
         status = self._status(handle, record, lines)
         if status.state != "succeeded":
             raise AcrBuildError(status.message or f"ACR build {handle['build_record_id']} has not finished")
-        digest = self._tag_digest(hook, client, handle["repo_id"])
+        digest = self._tag_digest(hook, handle["repo_id"])
         if digest is None:
             raise AcrBuildError(
                 f"ACR build {handle['build_record_id']} succeeded but tag {handle['tag']} is not in "
@@ -401,102 +368,59 @@ class AcrBuilder:
             )
         return {"image": handle["image"], "digest": digest, "log_tail": lines[-LOG_TAIL_LINES:]}
 
-    def _tag_digest(self, hook: Any, client: Any, repo_id: str) -> str | None:
+    def _tag_digest(self, hook: CrHook, repo_id: str) -> str | None:
         """``sha256:...`` of ``tag`` in the repository (GetRepoTag), None when there is no such tag."""
-        from alibabacloud_cr20181201 import models
-
-        request = models.GetRepoTagRequest(
-            instance_id=self.settings.instance_id, repo_id=repo_id, tag=self.settings.tag
-        )
-        try:
-            tag = _checked("GetRepoTag", hook.call("GetRepoTag", lambda: client.get_repo_tag(request).body))
-        except AlibabaCloudApiError as exc:
-            if _not_found(exc.code):
-                return None
-            raise
+        tag = hook.get_repo_tag(self.settings.instance_id, repo_id, self.settings.tag)
+        if tag is None:
+            return None
         if not tag.digest:
             raise AcrBuildError(f"GetRepoTag answered no Digest for {self.settings.image}")
         return normalize_digest(tag.digest)
 
     def stop(self, handle: dict[str, Any]) -> None:
         """CancelRepoBuildRecord; a build already finished (or gone) is left alone."""
-        from alibabacloud_cr20181201 import models
-
         hook = self._hook()
-        client = hook.client("cr")
-        try:
-            record = self._record(hook, client, handle)
-        except AlibabaCloudApiError as exc:
-            if _not_found(exc.code):
-                return
-            raise
-        if _state((record.status or "").upper()) != "running":
+        if not self._running(hook, handle, gone_ok=True):
             return
-        request = models.CancelRepoBuildRecordRequest(
-            instance_id=handle["instance_id"],
-            repo_id=handle["repo_id"],
-            build_record_id=handle["build_record_id"],
-        )
         try:
-            _checked(
-                "CancelRepoBuildRecord",
-                hook.call("CancelRepoBuildRecord", lambda: client.cancel_repo_build_record(request).body),
-            )
+            hook.cancel_build_record(handle["instance_id"], handle["repo_id"], handle["build_record_id"])
         except AlibabaCloudApiError:
             # It may have finished between the two calls: only a build still running is an error.
-            if _state((self._record(hook, client, handle).status or "").upper()) == "running":
+            if self._running(hook, handle, gone_ok=False):
                 raise
         log.info("ACR build %s canceled", handle["build_record_id"])
 
-    def _record(self, hook: Any, client: Any, handle: dict[str, Any]) -> Any:
-        from alibabacloud_cr20181201 import models
-
-        request = models.GetRepoBuildRecordRequest(
-            instance_id=handle["instance_id"], build_record_id=handle["build_record_id"]
-        )
-        return _checked(
-            "GetRepoBuildRecord",
-            hook.call("GetRepoBuildRecord", lambda: client.get_repo_build_record(request).body),
-        )
+    def _running(self, hook: CrHook, handle: dict[str, Any], gone_ok: bool) -> bool:
+        """Whether the build record is still running; a record that is gone is not, if ``gone_ok``."""
+        try:
+            record = hook.get_build_record(handle["instance_id"], handle["build_record_id"])
+        except AlibabaCloudApiError as exc:
+            if gone_ok and not_found(exc.code):
+                return False
+            raise
+        return _state((record.status or "").upper()) == "running"
 
     # -- logs ------------------------------------------------------------------------------------
 
-    def _log_request(self, handle: dict[str, Any], offset: int) -> Any:
-        from alibabacloud_cr20181201 import models
-
-        return models.ListRepoBuildRecordLogRequest(
-            instance_id=handle["instance_id"],
-            repo_id=handle["repo_id"],
-            build_record_id=handle["build_record_id"],
-            offset=offset,
-        )
-
-    def _read_log(self, hook: Any, client: Any, handle: dict[str, Any]) -> list[str]:
+    def _read_log(self, hook: CrHook, handle: dict[str, Any]) -> list[str]:
         """Every log line of the build, reading only what was not read before."""
         seen = self._logs.setdefault(handle["build_record_id"], {})
-
-        def read() -> None:
-            for _ in range(MAX_LOG_PAGES):
-                request = self._log_request(handle, len(seen))
-                body = _checked("ListRepoBuildRecordLog", client.list_repo_build_record_log(request).body)
-                if not _merge(seen, body.build_record_logs or []):
-                    return
-
-        hook.call("ListRepoBuildRecordLog", read)
+        for _ in range(MAX_LOG_PAGES):
+            entries = hook.build_log(
+                handle["instance_id"], handle["repo_id"], handle["build_record_id"], len(seen)
+            )
+            if not _merge(seen, entries):
+                break
         return _lines(seen)
 
-    async def _aread_log(self, hook: Any, client: Any, handle: dict[str, Any]) -> list[str]:
+    async def _aread_log(self, hook: CrHook, handle: dict[str, Any]) -> list[str]:
         seen = self._logs.setdefault(handle["build_record_id"], {})
-
-        async def read() -> None:
-            for _ in range(MAX_LOG_PAGES):
-                request = self._log_request(handle, len(seen))
-                response = await client.list_repo_build_record_log_async(request)
-                body = _checked("ListRepoBuildRecordLog", response.body)
-                if not _merge(seen, body.build_record_logs or []):
-                    return
-
-        await hook.acall("ListRepoBuildRecordLog", read)
+        for _ in range(MAX_LOG_PAGES):
+            entries = await hook.abuild_log(
+                handle["instance_id"], handle["repo_id"], handle["build_record_id"], len(seen)
+            )
+            if not _merge(seen, entries):
+                break
         return _lines(seen)
 
 
@@ -553,23 +477,6 @@ def _merge(seen: dict[int, str], entries: list[Any]) -> bool:
 
 def _lines(seen: dict[int, str]) -> list[str]:
     return [line for number in sorted(seen) for line in seen[number].splitlines() or [""]]
-
-
-def _checked(action: str, body: Any) -> Any:
-    """ACR answers some refusals with HTTP 200 and ``IsSuccess: false``: make those errors too."""
-    if body is not None and body.is_success is False:
-        raise AlibabaCloudApiError(
-            action, body.code or "IsSuccessFalse", "IsSuccess is false", body.request_id, 1
-        )
-    return body
-
-
-async def _body(call: Awaitable[Any]) -> Any:
-    return (await call).body
-
-
-def _not_found(code: str) -> bool:
-    return "NOT_EXIST" in code.upper() or "NOTFOUND" in code.upper().replace(".", "").replace("_", "")
 
 
 def _image_path(image: str) -> str:

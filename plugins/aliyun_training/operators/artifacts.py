@@ -8,6 +8,7 @@ from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts import ArtifactError, publish_artifacts
+from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.spec import (
     BandwidthCheck,
     BuiltImage,
@@ -32,80 +33,67 @@ class ArtifactsOperator(BaseOperator):
 
     Records of stages that sit on alternative branches (a local runtime probe or a verified image;
     a staged version or none) arrive as None from the branch that did not run, so ``runtime`` may
-    list candidates and ``fixed_dataset`` stands in when nothing was staged.
+    list candidates and the plan's fixed dataset stands in when nothing was staged.
 
-    :param model: model name; the first path segment under ``artifact_root``.
-    :param artifact_root: root of the versioned artifact store (templated).
+    :param artifacts: the run plan's ``ArtifactsPlan`` (or its dict form, or an XComArg of it;
+        templated): the model, the artifact root, why nothing can be published (a setting left
+        blank: the task then skips with that message) and the alibaba_cloud connection whose OSS
+        endpoint and credentials read ``oss://`` job outputs and write an ``oss://`` artifact root.
+    :param planned_dataset: the run plan's ``DatasetPlan``; its ``fixed`` dataset is recorded when
+        ``dataset`` is None.
     :param job_result: the training task's JobResult (an XComArg or templated); None (the training
         task was skipped) skips this task.
     :param dataset: the staging task's StagedDataset, or None when the run staged nothing.
-    :param fixed_dataset: the FixedDataset the job mounted instead, recorded when ``dataset`` is None.
     :param runtime: the BuiltImage the job ran in, or a list of candidates of which the first present
         one is used.
     :param bandwidth: the RDMA bandwidth check's BandwidthCheck, if the run measured one.
-    :param unavailable: why this run cannot publish (a setting left blank); when set, the task is
-        skipped with this message.
-    :param alibaba_cloud_conn_id: connection whose OSS endpoint and credentials read an ``oss://``
-        job output and write an ``oss://`` artifact root (templated).
     """
 
-    template_fields = (
-        "artifact_root",
-        "job_result",
-        "dataset",
-        "fixed_dataset",
-        "runtime",
-        "bandwidth",
-        "unavailable",
-        "alibaba_cloud_conn_id",
-    )
+    template_fields = ("artifacts", "planned_dataset", "job_result", "dataset", "runtime", "bandwidth")
 
     def __init__(
         self,
         *,
-        model: str,
-        artifact_root: Any,
+        artifacts: ArtifactsPlan | dict[str, Any],
         job_result: Any,
         runtime: Any,
+        planned_dataset: DatasetPlan | dict[str, Any] | None = None,
         dataset: Any = None,
-        fixed_dataset: Any = None,
         bandwidth: Any = None,
-        unavailable: Any = None,
-        alibaba_cloud_conn_id: str = "alibaba_cloud_default",
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
-        self.model = model
-        self.artifact_root = artifact_root
+        self.artifacts = (
+            artifacts.model_dump(mode="json") if isinstance(artifacts, ArtifactsPlan) else artifacts
+        )
+        self.planned_dataset = (
+            planned_dataset.model_dump(mode="json")
+            if isinstance(planned_dataset, DatasetPlan)
+            else planned_dataset
+        )
         self.job_result = job_result
         self.dataset = dataset
-        self.fixed_dataset = fixed_dataset
         self.runtime = runtime
         self.bandwidth = bandwidth
-        self.unavailable = unavailable
 
     def execute(self, context: Context) -> dict[str, Any]:
-        if self.unavailable:
-            self.log.warning("!!! NO ARTIFACTS PUBLISHED for this run: %s !!!", self.unavailable)
-            raise AirflowSkipException(self.unavailable)
+        plan = validate_record(ArtifactsPlan, self.artifacts)
+        if plan.unavailable:
+            self.log.warning("!!! NO ARTIFACTS PUBLISHED for this run: %s !!!", plan.unavailable)
+            raise AirflowSkipException(plan.unavailable)
         if not self.job_result:
             raise AirflowSkipException("the training task did not run: there is nothing to publish")
         try:
             job = validate_record(JobResult, self.job_result)
-            dataset = (
-                validate_record(StagedDataset, self.dataset)
-                if self.dataset
-                else validate_record(FixedDataset, self.fixed_dataset)
-            )
+            dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
             artifacts = publish_artifacts(
-                model=self.model,
-                artifact_root=self.artifact_root,
+                model=plan.model,
+                artifact_root=plan.artifact_root or "",
                 job=job,
                 dataset=dataset,
                 runtime=runtime,
-                oss=self._oss_config(job),
+                oss=_oss_config(plan, job),
                 bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
             )
         except (SpecError, ArtifactError) as exc:
@@ -122,12 +110,20 @@ class ArtifactsOperator(BaseOperator):
             }
         return artifacts.model_dump(mode="json")
 
-    def _oss_config(self, job: JobResult) -> OssClientConfig | None:
-        if not any(uri.startswith("oss://") for uri in (self.artifact_root, job.output_uri or "")):
-            return None
-        from aliyun_training.staging.oss import OssClientConfig
+    def _fixed_dataset(self) -> FixedDataset:
+        """The dataset the job mounted as the environment configures it, when nothing was staged."""
+        planned = validate_record(DatasetPlan, self.planned_dataset) if self.planned_dataset else None
+        if planned is None or planned.fixed is None:
+            raise SpecError("dataset: the run staged nothing and its plan names no fixed dataset")
+        return planned.fixed
 
-        return OssClientConfig.from_connection(self.alibaba_cloud_conn_id)
+
+def _oss_config(plan: ArtifactsPlan, job: JobResult) -> OssClientConfig | None:
+    if not any(uri.startswith("oss://") for uri in (plan.artifact_root or "", job.output_uri or "")):
+        return None
+    from aliyun_training.staging.oss import OssClientConfig
+
+    return OssClientConfig.from_connection(plan.alibaba_cloud_conn_id)
 
 
 def _first_present(candidates: Any) -> Any:

@@ -26,6 +26,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from aliyun_training.backends.base import JobHandle, TrainingBackend
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.plan.models import ImagePlan, RdmaCheckPlan
 from aliyun_training.spec import (
     Backend,
     BandwidthCheck,
@@ -63,29 +64,15 @@ def check_command() -> str:
 class ImageBuildOperator(RemoteRunMixin, BaseOperator):
     """Return the run's image as an ``ImageRef``, building it only when its tag is not in the registry.
 
-    :param context_dir: the build context (``include/docker``); the check script is added to it.
-    :param code_dir: the training code (``include/training``), copied into the image.
-    :param repository: ``registry/namespace/repo`` the tag is pushed to (templated).
-    :param mode: ``kaniko`` or ``acr``; empty: no build, use ``fixed_image`` (templated).
-    :param builder: the builder's settings (kaniko: namespace, registry_secret, builder_image...;
-        acr: instance_id, repo_id, build_rule_id) (templated).
-    :param build_args: Dockerfile build arguments; part of the tag (templated).
-    :param registry_conn_id: connection (host, login, password) the registry is asked with.
-    :param pinned_image: an image the trigger form names: no build and no verification (templated).
-    :param fixed_image: the environment's image when no build is configured (templated).
-    :param force_rebuild: build even when the tag exists (templated).
+    :param build: the run plan's ``ImagePlan`` (or its dict form, or an XComArg of it; templated):
+        a pinned image (no build, no verification), the environment's fixed image, or a build
+        (``kaniko`` or ``acr``) of ``context_dir`` and ``code_dir`` pushed to ``repository`` under
+        the content-addressed tag, asked of the registry with ``registry_conn_id`` first.
+    :param poll_interval: seconds between checks of a running build.
+    :param build_timeout: how long a build may take before it is stopped and the task fails.
     """
 
-    template_fields = (
-        "repository",
-        "mode",
-        "builder",
-        "build_args",
-        "registry_conn_id",
-        "pinned_image",
-        "fixed_image",
-        "force_rebuild",
-    )
+    template_fields = ("build",)
     ui_color = "#ffe0b2"
     remote_kind = "image"
     remote_key = BUILD_HANDLE_KEY
@@ -93,63 +80,56 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
     def __init__(
         self,
         *,
-        context_dir: str,
-        code_dir: str | None = None,
-        repository: str | None = None,
-        mode: str | None = None,
-        builder: dict[str, Any] | None = None,
-        build_args: dict[str, str] | None = None,
-        registry_conn_id: str | None = None,
-        pinned_image: str | None = None,
-        fixed_image: str | None = None,
-        force_rebuild: Any = False,
+        build: ImagePlan | dict[str, Any],
         poll_interval: float = 15.0,
         build_timeout: timedelta = timedelta(hours=2),
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.context_dir = context_dir
-        self.code_dir = code_dir
-        self.repository = repository
-        self.mode = mode
-        self.builder = builder or {}
-        self.build_args = build_args or {}
-        self.registry_conn_id = registry_conn_id
-        self.pinned_image = pinned_image
-        self.fixed_image = fixed_image
-        self.force_rebuild = force_rebuild
+        self.build = build.model_dump(mode="json") if isinstance(build, ImagePlan) else build
         self.poll_interval = poll_interval
         self.build_timeout = build_timeout
 
+    @property
+    def plan(self) -> ImagePlan:
+        """The image's part of the run plan, once templates are rendered."""
+        return validate_record(ImagePlan, self.build)
+
     def execute(self, context: Context) -> dict[str, Any]:
         try:
-            if self.pinned_image:
+            plan = self.plan
+            if plan.pinned:
                 self.log.warning(
-                    "Image %s is pinned by the trigger form: not built, not verified", self.pinned_image
+                    "Image %s is pinned by the trigger form: not built, not verified", plan.pinned
                 )
-                return ImageRef(uri=self.pinned_image, source="pinned").model_dump(mode="json")
-            if not self.mode:
-                if not self.fixed_image:
+                return ImageRef(uri=plan.pinned, source="pinned").model_dump(mode="json")
+            if not plan.mode:
+                if not plan.fixed:
                     raise SpecError(
                         "image: the environment names no image and builds none "
                         "(fix: set image, or image_build.mode and image_build.repository)"
                     )
-                return ImageRef(uri=self.fixed_image, source="existing").model_dump(mode="json")
-            return self._build_unless_present(context)
+                return ImageRef(uri=plan.fixed, source="existing").model_dump(mode="json")
+            return self._build_unless_present(context, plan)
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None
 
-    def _build_unless_present(self, context: Context) -> dict[str, Any]:
+    def _build_unless_present(self, context: Context, plan: ImagePlan) -> dict[str, Any]:
         from aliyun_training.image.context import build_context, image_reference, image_tag
         from aliyun_training.image.registry import RegistryAuthError, image_digest
         from aliyun_training.remote import remote_run
 
-        files = build_context(Path(self.context_dir), self.code_dir)
-        tag = image_tag(files, self.build_args)
-        reference = image_reference(self.repository or "", tag)
-        if not _truthy(self.force_rebuild):
+        files = build_context(Path(plan.context_dir), plan.code_dir)
+        tag = image_tag(files, plan.build_args)
+        if plan.tag and tag != plan.tag:
+            raise SpecError(
+                f"image: the build context changed since the run was planned (tag {plan.tag}, now {tag}) "
+                "(fix: clear the run's configure task so it plans the current code)"
+            )
+        reference = image_reference(plan.repository or "", tag)
+        if not plan.force_rebuild:
             try:
-                digest = image_digest(reference, self.registry_conn_id)
+                digest = image_digest(reference, plan.registry_conn_id)
             except RegistryAuthError as exc:
                 raise AirflowFailException(str(exc)) from None  # a retry cannot fix credentials
             if digest:
@@ -157,27 +137,18 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
                 return ImageRef(uri=reference, digest=digest, tag=tag, source="existing").model_dump(
                     mode="json"
                 )
-        config = self._builder_config(files, tag, reference)
-        handle = remote_run("image", self.mode or "", config).submit()
-        self.log.info("Building %s with %s: %s", reference, self.mode, handle)
-        self.defer_to_remote(context, self.mode or "", config, handle, self.poll_interval, self.build_timeout)
-
-    def _builder_config(self, files: dict[str, str], tag: str, reference: str) -> dict[str, Any]:
-        if self.mode == "kaniko":
-            return {
-                **self.builder,
-                "destination": reference,
-                "tag": tag,
-                "context_files": files,
-                "build_args": self.build_args,
-            }
-        return {**self.builder, "tag": tag, "image": reference, "force": _truthy(self.force_rebuild)}
+        mode = plan.mode or ""
+        config = _builder_config(plan, files, tag, reference)
+        handle = remote_run("image", mode, config).submit()
+        self.log.info("Building %s with %s: %s", reference, mode, handle)
+        self.defer_to_remote(context, mode, config, handle, self.poll_interval, self.build_timeout)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
+        mode = self.plan.mode or ""
         if event["status"] != "succeeded":
-            raise AirflowException(f"Image build ({self.mode}) failed: {event.get('message')}")
-        result = self.remote_result(self.mode or "", event)
+            raise AirflowException(f"Image build ({mode}) failed: {event.get('message')}")
+        result = self.remote_result(mode, event)
         tail = result.get("log_tail", [])[-20:]
         for line in tail:
             self.log.info("build | %s", line)
@@ -190,9 +161,61 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
         ).model_dump(mode="json")
 
 
-def _truthy(value: Any) -> bool:
-    """A templated flag arrives as a bool or as its rendered string."""
-    return value is True or str(value).strip().lower() in ("true", "1", "yes")
+def _builder_config(plan: ImagePlan, files: dict[str, str], tag: str, reference: str) -> dict[str, Any]:
+    """The remote build's settings: the plan's builder block with this build's inputs."""
+    if plan.mode == "kaniko":
+        return {
+            **plan.builder,
+            "destination": reference,
+            "tag": tag,
+            "context_files": files,
+            "build_args": plan.build_args,
+        }
+    return {**plan.builder, "tag": tag, "image": reference, "force": plan.force_rebuild}
+
+
+def verification_spec(spec: TrainingJobSpec, timeout_minutes: int = 30) -> TrainingJobSpec:
+    """The image check job: the check script on one GPU node of the run's backend, in its image."""
+    return spec.model_copy(
+        update={
+            "nodes": 1,
+            "gpus_per_node": 1,  # NCCL reports its version only with a GPU
+            "command": check_command(),
+            "datasets": [],
+            "timeout_minutes": timeout_minutes,
+        }
+    )
+
+
+def bandwidth_spec(spec: TrainingJobSpec, check: RdmaCheckPlan, timeout_minutes: int = 20) -> TrainingJobSpec:
+    """The two-node bandwidth job: nccl-tests under mpirun on DLC, ib_write_bw between two pods else."""
+    gpus = max(spec.gpus_per_node, 1)
+    if spec.backend is Backend.DLC:
+        forwarded = " ".join(f"-x {name}" for name in NCCL_FORWARDED)
+        command = (
+            f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO {forwarded} "
+            "all_reduce_perf -b 8M -e 1G -f 2 -g 1"
+        )
+        framework = Framework.MPI
+    else:
+        # A PyTorchJob sets RANK on both pods and MASTER_ADDR to the master; the client retries
+        # until the server listens, so a slow start is not a failed check.
+        test = f"ib_write_bw -d {shlex.quote(check.device)} -x {check.gid_index} -F --report_gbits -D 15"
+        command = (
+            f'if [ "$RANK" = "0" ]; then {test}; else for i in $(seq 30); do '
+            f'{test} "$MASTER_ADDR" && exit 0; sleep 2; done; exit 1; fi'
+        )
+        framework = Framework.PYTORCH
+    return spec.model_copy(
+        update={
+            "nodes": 2,
+            "framework": framework,
+            "command": command,
+            "datasets": [],
+            "env": {**spec.env, "NCCL_DEBUG": "INFO"},
+            "timeout_minutes": timeout_minutes,
+        }
+    )
 
 
 class _CheckJobOperator(TrainingJobOperator):
@@ -232,16 +255,7 @@ class ImageVerifyOperator(_CheckJobOperator):
         return super().execute(context)
 
     def _spec(self) -> TrainingJobSpec:
-        spec = super()._spec()
-        return spec.model_copy(
-            update={
-                "nodes": 1,
-                "gpus_per_node": 1,  # NCCL reports its version only with a GPU
-                "command": check_command(),
-                "datasets": [],
-                "timeout_minutes": self.timeout_minutes,
-            }
-        )
+        return verification_spec(super()._spec(), self.timeout_minutes)
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         from aliyun_training.image.checks import parse_probe_output, verify_probe
@@ -289,39 +303,29 @@ class RdmaBandwidthOperator(_CheckJobOperator):
     :param device: the RDMA device ``ib_write_bw`` uses; ``gid_index`` its GID index.
     """
 
-    template_fields = (
-        *TrainingJobOperator.template_fields,
-        "line_rate_gbps",
-        "pass_ratio",
-        "device",
-        "gid_index",
-        "skip",
-    )
+    template_fields = (*TrainingJobOperator.template_fields, "check")
 
     def __init__(
         self,
         *,
         image: Any,
-        line_rate_gbps: Any,
-        pass_ratio: Any = 0.9,
-        skip: Any = False,
-        device: str = "mlx5_0",
-        gid_index: Any = 3,
+        check: RdmaCheckPlan | dict[str, Any],
         timeout_minutes: int = 20,
         **kwargs: Any,
     ) -> None:
         super().__init__(image=image, **kwargs)
-        self.line_rate_gbps = line_rate_gbps
-        self.pass_ratio = pass_ratio
-        self.skip = skip
-        self.device = device
-        self.gid_index = gid_index
+        self.check = check.model_dump(mode="json") if isinstance(check, RdmaCheckPlan) else check
         self.timeout_minutes = timeout_minutes
+
+    @property
+    def settings(self) -> RdmaCheckPlan:
+        """The bandwidth check's part of the run plan, once templates are rendered."""
+        return validate_record(RdmaCheckPlan, self.check)
 
     log_lines = BANDWIDTH_LOG_LINES
 
     def execute(self, context: Context) -> dict[str, Any]:
-        why = self._skip_reason(TrainingJobSpec.parse(self.spec))
+        why = self._skip_reason(self.plan.spec)
         if why:
             self.log.warning("RDMA bandwidth check skipped: %s", why)
             return BandwidthCheck(verdict="SKIPPED", message=why).model_dump(mode="json")
@@ -329,7 +333,7 @@ class RdmaBandwidthOperator(_CheckJobOperator):
 
     def _skip_reason(self, spec: TrainingJobSpec) -> str:
         """Why this run gets no bandwidth check, or "" when it gets one."""
-        if _truthy(self.skip):
+        if self.settings.skip:
             return "skipped by the trigger form"
         if spec.nodes < 2:
             return "a single-node run uses no RDMA link"
@@ -347,36 +351,7 @@ class RdmaBandwidthOperator(_CheckJobOperator):
         return ""
 
     def _spec(self) -> TrainingJobSpec:
-        spec = super()._spec()
-        gpus = max(spec.gpus_per_node, 1)
-        if spec.backend is Backend.DLC:
-            forwarded = " ".join(f"-x {name}" for name in NCCL_FORWARDED)
-            command = (
-                f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO {forwarded} "
-                "all_reduce_perf -b 8M -e 1G -f 2 -g 1"
-            )
-            framework = Framework.MPI
-        else:
-            # A PyTorchJob sets RANK on both pods and MASTER_ADDR to the master; the client retries
-            # until the server listens, so a slow start is not a failed check.
-            test = (
-                f"ib_write_bw -d {shlex.quote(self.device)} -x {int(self.gid_index)} -F --report_gbits -D 15"
-            )
-            command = (
-                f'if [ "$RANK" = "0" ]; then {test}; else for i in $(seq 30); do '
-                f'{test} "$MASTER_ADDR" && exit 0; sleep 2; done; exit 1; fi'
-            )
-            framework = Framework.PYTORCH
-        return spec.model_copy(
-            update={
-                "nodes": 2,
-                "framework": framework,
-                "command": command,
-                "datasets": [],
-                "env": {**spec.env, "NCCL_DEBUG": "INFO"},
-                "timeout_minutes": self.timeout_minutes,
-            }
-        )
+        return bandwidth_spec(super()._spec(), self.settings, self.timeout_minutes)
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         from aliyun_training.image.checks import (
@@ -388,8 +363,8 @@ class RdmaBandwidthOperator(_CheckJobOperator):
         from aliyun_training.preflight.report import Verdict
 
         text = "\n".join(lines)
-        line_rate = float(self.line_rate_gbps)
-        ratios = {"pass_ratio": float(self.pass_ratio)}
+        line_rate = self.settings.line_rate_gbps
+        ratios = {"pass_ratio": self.settings.pass_ratio}
         try:
             if spec.framework is Framework.MPI:
                 perf = parse_all_reduce_perf(text)

@@ -16,8 +16,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training.backends import get_backend
+from aliyun_training.plan.models import JobPlan, PreflightPlan
 from aliyun_training.preflight.report import Finding, PreflightReport, Verdict
-from aliyun_training.spec import Backend, SpecError, TrainingJobSpec
+from aliyun_training.spec import Backend, SpecError, TrainingJobSpec, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -36,22 +37,20 @@ class PreflightCheckOperator(BaseOperator):
     """Run one group of preflight checks for the run's backend; return findings, never fail on them.
 
     :param group: one of ``CHECK_GROUPS``.
-    :param spec: the training job (templated).
-    :param backend_config: the backend's settings (templated).
-    :param settings: preflight settings (templated): lingjun_regions, zone_id, role_name,
-        policy_file, source_uri and target_root (local disk check).
+    :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated).
+    :param preflight: the run plan's ``PreflightPlan`` (templated): lingjun_regions, zone_id,
+        role_name, policy_file, source_uri and target_root (local disk check).
     :param skip: skip the checks (templated, e.g. from a ``skip_preflight`` param); logs a warning.
     """
 
-    template_fields = ("spec", "backend_config", "settings", "skip")
+    template_fields = ("job", "preflight", "skip")
 
     def __init__(
         self,
         *,
         group: str,
-        spec: Any,
-        backend_config: Any = None,
-        settings: Any = None,
+        job: JobPlan | dict[str, Any],
+        preflight: PreflightPlan | dict[str, Any] | None = None,
         skip: Any = False,
         **kwargs: Any,
     ) -> None:
@@ -59,13 +58,15 @@ class PreflightCheckOperator(BaseOperator):
         if group not in CHECK_GROUPS:
             raise ValueError(f"group must be one of {sorted(CHECK_GROUPS)}, not {group!r}")
         self.group = group
-        self.spec = spec
-        self.backend_config = backend_config or {}
-        self.settings = settings or {}
+        self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
+        self.preflight = (
+            preflight.model_dump(mode="json") if isinstance(preflight, PreflightPlan) else preflight or {}
+        )
         self.skip = skip
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        spec = TrainingJobSpec.parse(self.spec)
+        job = validate_record(JobPlan, self.job)
+        spec = job.spec
         if str(self.skip).lower() in ("true", "1"):
             self.log.warning(
                 "!!! PREFLIGHT SKIPPED (skip_preflight) — %s checks were NOT run; a broken network, quota "
@@ -76,6 +77,8 @@ class PreflightCheckOperator(BaseOperator):
         if spec.backend not in CHECK_GROUPS[self.group]:
             self.log.info("%s checks do not apply to backend %s", self.group, spec.backend.value)
             return []
+        self.backend_config = job.backend_config
+        self.settings = validate_record(PreflightPlan, self.preflight).model_dump()
         findings = self._checks(spec)
         self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
         return [finding.model_dump(mode="json") for finding in findings]
@@ -88,14 +91,16 @@ class PreflightCheckOperator(BaseOperator):
             from aliyun_training.preflight.arena import check_dataset_pvcs
 
             return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
-        hook = backend.hook  # type: ignore[attr-defined]
         if self.group == "network":
-            return _network(hook, spec, backend.config, self.settings)
+            return _network(backend, spec, self.settings)
         if self.group == "quota":
+            from aliyun_training.hooks.alibaba_cloud import shared_hook
+            from aliyun_training.hooks.paistudio import PaiStudioHook
             from aliyun_training.preflight.quota import check_quota
 
-            return _guard("quota", lambda: check_quota(hook, spec))
-        return _permissions(backend, hook, self.settings)
+            studio = shared_hook(PaiStudioHook, backend.conn_id, backend.region)  # type: ignore[attr-defined]
+            return _guard("quota", lambda: check_quota(studio, spec))
+        return _permissions(backend, self.settings)
 
 
 class PreflightReportOperator(BaseOperator):
@@ -160,17 +165,20 @@ def _machine(
     ]
 
 
-def _network(
-    hook: Any, spec: TrainingJobSpec, config: dict[str, Any], settings: dict[str, Any]
-) -> list[Finding]:
+def _network(backend: Any, spec: TrainingJobSpec, settings: dict[str, Any]) -> list[Finding]:
+    from aliyun_training.hooks.alibaba_cloud import shared_hook
+    from aliyun_training.hooks.ecs import EcsHook
+    from aliyun_training.hooks.vpc import VpcHook
     from aliyun_training.preflight.network import NetworkSettings, check_network, check_region
     from aliyun_training.spec import ResourceType
 
+    vpc_hook = shared_hook(VpcHook, backend.conn_id, backend.region)
+    ecs_hook = shared_hook(EcsHook, backend.conn_id, backend.region)
     lingjun = spec.resource_type is ResourceType.LINGJUN
     findings = _guard(
-        "region", lambda: [check_region(hook.region, lingjun, settings.get("lingjun_regions") or [])]
+        "region", lambda: [check_region(vpc_hook.region, lingjun, settings.get("lingjun_regions") or [])]
     )
-    vpc = config.get("vpc")
+    vpc = backend.vpc
     if not vpc:
         return [
             *findings,
@@ -190,10 +198,12 @@ def _network(
     from aliyun_training.backends.dlc import roles
 
     pods = sum(count for _role, count, _gpus in roles(spec))
-    return [*findings, *_guard("network", lambda: check_network(hook, network, pods))]
+    return [*findings, *_guard("network", lambda: check_network(vpc_hook, ecs_hook, network, pods))]
 
 
-def _permissions(backend: Any, hook: Any, settings: dict[str, Any]) -> list[Finding]:
+def _permissions(backend: Any, settings: dict[str, Any]) -> list[Finding]:
+    from aliyun_training.hooks.alibaba_cloud import shared_hook
+    from aliyun_training.hooks.ram import RamHook
     from aliyun_training.preflight.dlc import check_dlc_access
     from aliyun_training.preflight.permissions import check_role_permissions, required_actions
 
@@ -210,4 +220,5 @@ def _permissions(backend: Any, hook: Any, settings: dict[str, Any]) -> list[Find
             ),
         ]
     required = required_actions(Path(settings["policy_file"]))
-    return [*findings, *_guard("ram_role", lambda: [check_role_permissions(hook, role, required)])]
+    ram = shared_hook(RamHook, backend.conn_id, backend.region)
+    return [*findings, *_guard("ram_role", lambda: [check_role_permissions(ram, role, required)])]

@@ -20,6 +20,7 @@ from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
 from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import JobMonitor
+from aliyun_training.plan.models import JobPlan
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import (
     JobResult,
@@ -43,60 +44,50 @@ CLOCK_SKEW = timedelta(hours=1)
 
 
 class TrainingJobOperator(BaseOperator):
-    """Run ``spec`` on its backend; return a ``JobResult`` (as a dict) when the job succeeds.
+    """Run the plan's job on its backend; return a ``JobResult`` (as a dict) when the job succeeds.
 
-    :param spec: a ``TrainingJobSpec`` or its dict form (templated).
-    :param backend_config: backend settings (templated); the local backend needs none.
-    :param output_root: where a job without ``spec.output_dir`` writes, one directory per job name;
-        the default is the local root's ``outputs/``.
-    :param output_uri: the OSS location mounted at ``output_root`` on every node (templated); the
-        result's ``output_uri`` then names the job's outputs there, where they outlive the nodes.
+    :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated): the
+        spec, the backend's settings and where the job writes. A job whose spec has no
+        ``output_dir`` writes to ``<output_root>/<job name>`` (the local root's ``outputs/`` when
+        ``output_root`` is unset); with ``output_uri`` mounted there, the result's ``output_uri``
+        names the job's outputs in OSS, where they outlive the nodes.
     :param dataset: the staging task's StagedDataset (templated): the job reads that version, mounted
-        at ``dataset_mount_path`` when it was registered for the backend.
-    :param dataset_mount_path: where a registered dataset version is mounted on every node.
+        at the plan's ``dataset_mount_path`` when it was registered for the backend.
     :param image: the image stage's record (an ``ImageRef`` or ``BuiltImage``) or an image reference
         (templated): the job runs in it instead of the spec's image.
     :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
     :param poll_interval: seconds between status polls.
     """
 
-    template_fields = (
-        "spec",
-        "backend_config",
-        "output_root",
-        "output_uri",
-        "dataset",
-        "dataset_mount_path",
-        "image",
-    )
+    template_fields = ("job", "dataset", "image")
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 
     def __init__(
         self,
         *,
-        spec: TrainingJobSpec | dict[str, Any],
-        backend_config: dict[str, Any] | None = None,
-        output_root: str | None = None,
-        output_uri: str | None = None,
+        job: JobPlan | dict[str, Any],
         dataset: Any = None,
-        dataset_mount_path: str | None = None,
         image: Any = None,
         deferrable: bool = True,
         poll_interval: float = 10.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.spec = spec.model_dump(mode="json") if isinstance(spec, TrainingJobSpec) else spec
-        self.backend_config = backend_config or {}
-        self.output_root = output_root
-        self.output_uri = output_uri
+        self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
         self.dataset = dataset
-        self.dataset_mount_path = dataset_mount_path
         self.image = image
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._waiting_for: JobHandle | None = None
+
+    @property
+    def plan(self) -> JobPlan:
+        """The job's part of the run plan, once templates are rendered."""
+        return validate_record(JobPlan, self.job)
+
+    def _backend(self, name: str) -> TrainingBackend:
+        return get_backend(name, self.plan.backend_config)
 
     # -- entry points ----------------------------------------------------------------------------
 
@@ -130,7 +121,7 @@ class TrainingJobOperator(BaseOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: turn its event into a result or a precise error."""
         spec = self._spec()
-        return self._finish(spec, get_backend(spec.backend, self.backend_config), event)
+        return self._finish(spec, self._backend(spec.backend), event)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         """On a deferral timeout, stop the job before failing: a wait bound must also bound the cost."""
@@ -143,7 +134,7 @@ class TrainingJobOperator(BaseOperator):
             if not stored:
                 raise
             spec = self._spec()
-            backend = get_backend(spec.backend, self.backend_config)
+            backend = self._backend(spec.backend)
             self._stop_after_timeout(backend, JobHandle.model_validate(stored), spec)
 
     def on_kill(self) -> None:
@@ -151,14 +142,15 @@ class TrainingJobOperator(BaseOperator):
         handle = self._waiting_for
         if handle is not None:
             self.log.info("Task killed: stopping job %s", handle.job_id)
-            get_backend(handle.backend, self.backend_config).stop(handle)
+            self._backend(handle.backend).stop(handle)
 
     # -- steps -----------------------------------------------------------------------------------
 
     def _spec(self) -> TrainingJobSpec:
-        spec = TrainingJobSpec.parse(self.spec)
+        plan = self.plan
+        spec = plan.spec
         if self.dataset:
-            spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), self.dataset_mount_path)
+            spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), plan.dataset_mount_path)
         if self.image:
             spec = spec.model_copy(update={"image": _image_reference(self.image)})
         return spec
@@ -169,9 +161,9 @@ class TrainingJobOperator(BaseOperator):
         try:
             spec = self._spec()
             if spec.output_dir is None:
-                output_root = self.output_root or str(local_paths().outputs)
+                output_root = self.plan.output_root or str(local_paths().outputs)
                 spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
-            backend = get_backend(spec.backend, self.backend_config)
+            backend = self._backend(spec.backend)
         except SpecError as exc:
             # Retrying cannot fix a bad spec: fail at once, before anything is submitted.
             raise AirflowFailException(str(exc)) from None
@@ -297,7 +289,9 @@ class TrainingJobOperator(BaseOperator):
             node_hours=round(spec.nodes * wall / 3600, 6),
             gpu_hours=round(spec.nodes * spec.gpus_per_node * wall / 3600, 6),
             console_url=backend.console_url(handle),
-            output_uri=mounted_output_uri(backend.output_uri(handle), self.output_root, self.output_uri),
+            output_uri=mounted_output_uri(
+                backend.output_uri(handle), self.plan.output_root, self.plan.output_uri
+            ),
             status_history=status.history,
             phase_seconds=phase_seconds,
         )

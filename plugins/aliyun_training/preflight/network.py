@@ -1,12 +1,12 @@
-"""Network prerequisites of a DLC job, checked through the VPC and ECS SDKs.
+"""Network prerequisites of a DLC job, checked through the VPC and ECS hooks.
 
 The Lingjun guide asks for a VPC with a vSwitch and a security group, and a public NAT gateway
 whose SNAT table covers that vSwitch (otherwise pods cannot pull images or reach the internet);
 Lingjun itself is offered only in some regions. A mistake here shows up as a job stuck in Queuing
 or failing after minutes, so every part is checked before anything is submitted.
 
-NAT gateways and SNAT entries are read over every page (VPC answers 10 per page unless asked for
-more): a VPC with many gateways or a long SNAT table must not look like one without the entry.
+NAT gateways and SNAT entries are read over every page (``VpcHook``), so a VPC with many gateways
+or a long SNAT table never looks like one without the entry.
 """
 
 from __future__ import annotations
@@ -15,15 +15,11 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-from aliyun_training.hooks.paging import numbered_pages
-from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.hooks.ecs import EcsHook
+from aliyun_training.hooks.vpc import VpcHook
 from aliyun_training.preflight.report import Finding, Verdict
 
 VPC_CONSOLE = "the VPC console (https://vpc.console.aliyun.com)"
-#: Items per page of DescribeNatGateways and DescribeSnatTableEntries: the most they answer (their
-#: SDK docstrings: default 10, maximum 50), so a long listing costs the fewest calls.
-PAGE_SIZE = 50
 
 
 @dataclass(frozen=True)
@@ -56,21 +52,11 @@ def check_region(region: str, lingjun: bool, lingjun_regions: list[str]) -> Find
     )
 
 
-def check_network(hook: AlibabaCloudHook, network: NetworkSettings, pods: int) -> list[Finding]:
+def check_network(vpc: VpcHook, ecs: EcsHook, network: NetworkSettings, pods: int) -> list[Finding]:
     """VPC, vSwitch (VPC, zone, free IPs), security group, public NAT and its SNAT entry."""
-    from alibabacloud_ecs20140526 import models as ecs
-    from alibabacloud_vpc20160428 import models as vpc
-
-    region = hook.region
-    vpc_client, ecs_client = hook.client("vpc"), hook.client("ecs")
+    region = vpc.region
     findings: list[Finding] = []
-
-    # Filtered by the one VpcId, so the answer is at most one VPC: the first page holds it.
-    vpcs = hook.call(
-        "DescribeVpcs",
-        lambda: vpc_client.describe_vpcs(vpc.DescribeVpcsRequest(region_id=region, vpc_id=network.vpc_id)),
-    ).body.vpcs.vpc
-    found_vpc = next((v for v in vpcs or [] if v.vpc_id == network.vpc_id), None)
+    found_vpc = vpc.describe_vpc(network.vpc_id)
     if found_vpc is None:
         findings.append(
             _fail("vpc", f"VPC {network.vpc_id} does not exist in {region}", f"create it in {VPC_CONSOLE}")
@@ -86,25 +72,11 @@ def check_network(hook: AlibabaCloudHook, network: NetworkSettings, pods: int) -
     else:
         findings.append(_pass("vpc", f"VPC {network.vpc_id} ({found_vpc.cidr_block}) is Available"))
 
-    switch = _vswitch(hook, network.switch_id)
+    switch = vpc.describe_vswitch(network.switch_id)
     findings.append(_check_vswitch(switch, network, pods))
-    findings.append(_check_security_group(hook, ecs_client, ecs, network))
-    findings.extend(_check_nat(hook, vpc_client, vpc, network, switch))
+    findings.append(_check_security_group(ecs, network))
+    findings.extend(_check_nat(vpc, network, switch))
     return findings
-
-
-def _vswitch(hook: AlibabaCloudHook, switch_id: str) -> Any:
-    from alibabacloud_vpc20160428 import models as vpc
-
-    request = vpc.DescribeVSwitchAttributesRequest(region_id=hook.region, v_switch_id=switch_id)
-    try:
-        return hook.call(
-            "DescribeVSwitchAttributes", lambda: hook.client("vpc").describe_vswitch_attributes(request)
-        ).body
-    except AlibabaCloudApiError as exc:
-        if exc.code.startswith("InvalidVSwitchId") or exc.code.endswith("NotFound"):
-            return None
-        raise
 
 
 def _check_vswitch(switch: Any, network: NetworkSettings, pods: int) -> Finding:
@@ -130,24 +102,14 @@ def _check_vswitch(switch: Any, network: NetworkSettings, pods: int) -> Finding:
     )
 
 
-def _check_security_group(
-    hook: AlibabaCloudHook, ecs_client: Any, ecs: Any, network: NetworkSettings
-) -> Finding:
-    request = ecs.DescribeSecurityGroupAttributeRequest(
-        region_id=hook.region, security_group_id=network.security_group_id
-    )
-    try:
-        group = hook.call(
-            "DescribeSecurityGroupAttribute", lambda: ecs_client.describe_security_group_attribute(request)
-        ).body
-    except AlibabaCloudApiError as exc:
-        if "NotFound" in exc.code:
-            return _fail(
-                "security_group",
-                f"security group {network.security_group_id} does not exist",
-                f"create one in VPC {network.vpc_id} (ECS console, Security Groups)",
-            )
-        raise
+def _check_security_group(ecs: EcsHook, network: NetworkSettings) -> Finding:
+    group = ecs.describe_security_group(network.security_group_id)
+    if group is None:
+        return _fail(
+            "security_group",
+            f"security group {network.security_group_id} does not exist",
+            f"create one in VPC {network.vpc_id} (ECS console, Security Groups)",
+        )
     if group.vpc_id != network.vpc_id:
         return _fail(
             "security_group",
@@ -157,11 +119,9 @@ def _check_security_group(
     return _pass("security_group", f"security group {network.security_group_id} is in VPC {network.vpc_id}")
 
 
-def _check_nat(
-    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, network: NetworkSettings, switch: Any
-) -> list[Finding]:
+def _check_nat(vpc: VpcHook, network: NetworkSettings, switch: Any) -> list[Finding]:
     """A public (internet) NAT gateway in the VPC, Available, with an SNAT entry for the vSwitch."""
-    gateways = _nat_gateways(hook, vpc_client, vpc, network.vpc_id)
+    gateways = vpc.nat_gateways(network.vpc_id)
     available = [g for g in gateways if g.status == "Available"]
     if not available:
         found = "no public NAT gateway" if not gateways else "no Available public NAT gateway"
@@ -175,7 +135,7 @@ def _check_nat(
         ]
     findings = [_pass("nat_gateway", f"public NAT gateway {available[0].nat_gateway_id} is Available")]
     tables = [table for g in available for table in (g.snat_table_ids.snat_table_id or [])]
-    covering = _covering_entry(hook, vpc_client, vpc, tables, network.switch_id, switch)
+    covering = _covering_entry(vpc, tables, network.switch_id, switch)
     if covering is None:
         findings.append(
             _fail(
@@ -194,26 +154,7 @@ def _check_nat(
     return findings
 
 
-def _nat_gateways(hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, vpc_id: str) -> list[Any]:
-    """Every internet NAT gateway of the VPC, over as many pages as there are."""
-
-    def page(number: int) -> tuple[list[Any], int | None]:
-        request = vpc.DescribeNatGatewaysRequest(
-            region_id=hook.region,
-            vpc_id=vpc_id,
-            network_type="internet",
-            page_number=number,
-            page_size=PAGE_SIZE,
-        )
-        body = vpc_client.describe_nat_gateways(request).body
-        return (body.nat_gateways.nat_gateway if body.nat_gateways else None) or [], body.total_count
-
-    return hook.call("DescribeNatGateways", lambda: list(numbered_pages(page)))
-
-
-def _covering_entry(
-    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, tables: list[str], switch_id: str, switch: Any
-) -> Any | None:
+def _covering_entry(vpc: VpcHook, tables: list[str], switch_id: str, switch: Any) -> Any | None:
     """The SNAT entry that gives the vSwitch internet access, or None.
 
     Asked first with the SourceVSwitchId filter, so the usual entry (made for the vSwitch) costs one
@@ -224,31 +165,11 @@ def _covering_entry(
         if source_vswitch_id is None and (switch is None or not switch.cidr_block):
             return None  # without the vSwitch's CIDR no other entry can be shown to cover it
         for table_id in tables:
-            entries = _snat_entries(hook, vpc_client, vpc, table_id, source_vswitch_id)
+            entries = vpc.snat_entries(table_id, source_vswitch_id)
             found = next((e for e in entries if _covers(e, switch_id, switch)), None)
             if found is not None:
                 return found
     return None
-
-
-def _snat_entries(
-    hook: AlibabaCloudHook, vpc_client: Any, vpc: Any, table_id: str, source_vswitch_id: str | None = None
-) -> list[Any]:
-    """The entries of one SNAT table (those of one vSwitch when it is given), over every page."""
-
-    def page(number: int) -> tuple[list[Any], int | None]:
-        request = vpc.DescribeSnatTableEntriesRequest(
-            region_id=hook.region,
-            snat_table_id=table_id,
-            source_vswitch_id=source_vswitch_id,
-            page_number=number,
-            page_size=PAGE_SIZE,
-        )
-        body = vpc_client.describe_snat_table_entries(request).body
-        listed = body.snat_table_entries.snat_table_entry if body.snat_table_entries else None
-        return listed or [], body.total_count
-
-    return hook.call("DescribeSnatTableEntries", lambda: list(numbered_pages(page)))
 
 
 def _covers(entry: Any, switch_id: str, switch: Any) -> bool:

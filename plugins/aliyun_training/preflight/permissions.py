@@ -1,4 +1,4 @@
-"""Does the RAM role that runs DLC jobs hold every action of the DLC default role policy? (RAM SDK)
+"""Does the RAM role that runs DLC jobs hold every action of the DLC default role policy? (RAM hook)
 
 The Lingjun guide lists the actions a role needs (``include/config/dlc_role_policy.json``); a role
 missing some fails jobs late (no network interface, no dataset mount). The check reads the role's
@@ -12,8 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.hooks.ram import RamHook
 from aliyun_training.preflight.report import Finding, Verdict
 
 
@@ -33,42 +32,25 @@ def role_name(role_arn: str) -> str:
     return role_arn.rsplit("role/", 1)[-1]
 
 
-def allowed_patterns(hook: AlibabaCloudHook, role: str) -> tuple[list[str], list[str]]:
+def allowed_patterns(hook: RamHook, role: str) -> tuple[list[str], list[str]]:
     """(Allow, Deny) action patterns of every policy attached to ``role``."""
-    from alibabacloud_ram20150501 import models
-
-    ram = hook.client("ram")
-    # One answer lists every attached policy: neither the request nor the answer has RAM's
-    # Marker/MaxItems/IsTruncated paging (ListRoles and ListPolicies do), so there is no second page.
-    attached = hook.call(
-        "ListPoliciesForRole",
-        lambda: ram.list_policies_for_role(models.ListPoliciesForRoleRequest(role_name=role)),
-    ).body.policies.policy
     allow: list[str] = []
     deny: list[str] = []
-    for policy in attached or []:
-        request = models.GetPolicyRequest(policy_name=policy.policy_name, policy_type=policy.policy_type)
-        body = hook.call("GetPolicy", lambda request=request: ram.get_policy(request)).body
-        document = json.loads(body.default_policy_version.policy_document)
+    for policy in hook.role_policies(role):
+        document = hook.policy_document(policy.policy_name, policy.policy_type)
         for statement in document.get("Statement", []):
             (allow if statement.get("Effect") == "Allow" else deny).extend(_actions(statement))
     return allow, deny
 
 
-def check_role_permissions(hook: AlibabaCloudHook, role: str, required: list[str]) -> Finding:
-    from alibabacloud_ram20150501 import models
-
-    try:
-        hook.call("GetRole", lambda: hook.client("ram").get_role(models.GetRoleRequest(role_name=role)))
-    except AlibabaCloudApiError as exc:
-        if "NotExist" in exc.code or "NotFound" in exc.code:
-            return Finding(
-                check="ram_role",
-                verdict=Verdict.FAIL,
-                found=f"RAM role {role} does not exist",
-                fix="create it in the RAM console (trusted service: PAI) or fix role_arn",
-            )
-        raise
+def check_role_permissions(hook: RamHook, role: str, required: list[str]) -> Finding:
+    if hook.get_role(role) is None:
+        return Finding(
+            check="ram_role",
+            verdict=Verdict.FAIL,
+            found=f"RAM role {role} does not exist",
+            fix="create it in the RAM console (trusted service: PAI) or fix role_arn",
+        )
     allow, deny = allowed_patterns(hook, role)
     missing = [action for action in required if not _covered(action, allow, deny)]
     if missing:

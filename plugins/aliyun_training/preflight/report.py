@@ -39,7 +39,7 @@ class PreflightReport(BaseModel):
 
     def render(self) -> str:
         """A fixed-width table, one finding per line, fixes indented under the finding."""
-        width = max(len(f.check) for f in self.findings)
+        width = max((len(f.check) for f in self.findings), default=0)
         lines = []
         for f in self.findings:
             lines.append(f"{f.verdict.value:<4}  {f.check:<{width}}  {f.found}")

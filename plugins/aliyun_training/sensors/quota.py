@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
-from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.plan.models import JobPlan
+from aliyun_training.spec import Backend, TrainingJobSpec, validate_record
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
 
 if TYPE_CHECKING:
@@ -22,62 +23,57 @@ class QuotaCapacitySensor(BaseSensorOperator):
     length at each poll. ``timeout`` bounds the wait (``soft_fail=True`` skips instead of failing);
     a spec without a quota (or not on DLC) passes at once.
 
-    :param spec: the training job (templated).
-    :param backend_config: the DLC backend settings (templated): connection id and region.
+    :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated): the
+        spec names the quota and the GPUs, the DLC backend settings the connection and region.
     """
 
-    template_fields = ("spec", "backend_config")
+    template_fields = ("job",)
 
     def __init__(
         self,
         *,
-        spec: Any,
-        backend_config: Any = None,
+        job: JobPlan | dict[str, Any],
         deferrable: bool = True,
         poke_interval: float = 60.0,
         timeout: float = 6 * 3600,
         **kwargs: Any,
     ) -> None:
         super().__init__(poke_interval=poke_interval, timeout=timeout, **kwargs)
-        self.spec = spec
-        self.backend_config = backend_config or {}
+        self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
         self.deferrable = deferrable
 
+    @property
+    def plan(self) -> JobPlan:
+        return validate_record(JobPlan, self.job)
+
     def _needs(self) -> tuple[TrainingJobSpec, int]:
-        spec = TrainingJobSpec.parse(self.spec)
+        spec = self.plan.spec
         return spec, spec.nodes * spec.gpus_per_node
 
-    def _hook(self) -> Any:
-        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+    def _connection(self) -> tuple[str, str | None]:
+        config = self.plan.backend_config
+        return config.get("conn_id", "alibaba_cloud_default"), config.get("region")
 
-        return AlibabaCloudHook(
-            self.backend_config.get("conn_id", "alibaba_cloud_default"), self.backend_config.get("region")
-        )
+    def _hook(self) -> Any:
+        from aliyun_training.hooks.paistudio import PaiStudioHook
+
+        conn_id, region = self._connection()
+        return PaiStudioHook(conn_id, region)
 
     def poke(self, context: Context) -> bool:
-        from aliyun_training.preflight.quota import (
-            free_gpus,
-            get_quota,
-            queued_workloads,
-            room_message,
-            waiting_message,
-        )
+        from aliyun_training.preflight.quota import room_message, waiting_message
 
         spec, gpus = self._needs()
         if spec.backend is not Backend.DLC or not spec.quota_id or not gpus:
             self.log.info("No quota to wait for (backend %s, quota %s)", spec.backend.value, spec.quota_id)
             return True
-        hook = self._hook()
-        quota = get_quota(hook, spec.quota_id)
-        if quota is None:
+        state = self._hook().quota_capacity(spec.quota_id)
+        if state is None:
             raise AirflowException(f"quota {spec.quota_id} does not exist")
-        capacity = free_gpus(quota)
-        if capacity.free >= gpus:
-            self.log.info("%s", room_message(spec.quota_id, capacity, gpus))
+        if state.capacity.free >= gpus:
+            self.log.info("%s", room_message(spec.quota_id, state.capacity, gpus))
             return True
-        self.log.info(
-            "%s", waiting_message(spec.quota_id, capacity, gpus, queued_workloads(hook, spec.quota_id))
-        )
+        self.log.info("%s", waiting_message(spec.quota_id, state.capacity, gpus, state.queued))
         return False
 
     def execute(self, context: Context) -> Any:
@@ -90,8 +86,8 @@ class QuotaCapacitySensor(BaseSensorOperator):
             trigger=QuotaCapacityTrigger(
                 quota_id=spec.quota_id,  # type: ignore[arg-type]
                 gpus=gpus,
-                conn_id=self.backend_config.get("conn_id", "alibaba_cloud_default"),
-                region=self.backend_config.get("region"),
+                conn_id=self._connection()[0],
+                region=self._connection()[1],
                 poll_interval=self.poke_interval,
             ),
             method_name="execute_complete",

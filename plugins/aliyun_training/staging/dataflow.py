@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
 from aliyun_training.staging.sources import SourceObject, StagingError
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.nas import NasHook
 
 #: Import tasks started for one input before giving up (each earlier one failed or was cancelled).
 MAX_IMPORT_ATTEMPTS = 5
@@ -60,17 +63,18 @@ class DataFlowStager:
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(DataFlowStagerSettings, config)
 
-    def _hook(self) -> Any:
-        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, shared_hook
+    def _hook(self) -> NasHook:
+        from aliyun_training.hooks.alibaba_cloud import shared_hook
+        from aliyun_training.hooks.nas import NasHook
 
-        return shared_hook(AlibabaCloudHook, self.settings.alibaba_cloud_conn_id)
+        return shared_hook(NasHook, self.settings.alibaba_cloud_conn_id)
 
     def _listing(self) -> list[SourceObject]:
-        from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
+        from aliyun_training.hooks.oss import OssHook
+        from aliyun_training.staging.oss import OssObjectSource
 
         source = OssObjectSource(
-            self.settings.source_uri,
-            config=OssClientConfig.from_connection(self.settings.alibaba_cloud_conn_id),
+            self.settings.source_uri, config=OssHook(self.settings.alibaba_cloud_conn_id).client_config()
         )
         objects = source.list()
         if not objects:
@@ -106,7 +110,7 @@ class DataFlowStager:
             "checksum": checksum,
         }
 
-    def _live_import(self, hook: Any, flow_id: str, directory: str, destination: str, token: str) -> str:
+    def _live_import(self, hook: NasHook, flow_id: str, directory: str, destination: str, token: str) -> str:
         """The import task for this input that can still succeed.
 
         The ClientToken answers the same task to every retry, including one that failed or was

@@ -1,4 +1,4 @@
-"""Thin, typed calls of the NAS API that a CPFS data-flow stager needs (OSS -> CPFS import).
+"""What a CPFS data-flow stager needs of the NAS API (OSS -> CPFS import), over ``NasHook``.
 
 A CPFS data flow links a fileset path of the file system (FileSystemPath) with an OSS location
 (SourceStorage ``oss://bucket`` + SourceStoragePath). An Import task copies a directory of it onto
@@ -19,9 +19,11 @@ Facts from the NAS SDK (alibabacloud_nas20170626) docstrings, relied on here:
   sent only for ``bmcpfs-`` file systems, as general-purpose CPFS does not document it.
 - ClientToken (<= 64 ASCII characters) makes the create idempotent: a retried call with the same
   token answers the same task instead of starting a second import.
-- Id filters (Key DataFlowIds / TaskIds) match parts of ids, so results are compared exactly.
-- DescribeDataFlows / DescribeDataFlowTasks answer MaxResults entries (10 to 100, default 20) and a
-  NextToken while more remain; every page is read, at the largest size.
+- Id filters match parts of ids and listings come in pages: ``NasHook`` compares exactly and
+  reads every page.
+
+:func:`import_task_request` builds the CreateDataFlowTask request with no call and no connection,
+so a dry run can show it.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-from aliyun_training.hooks.paging import atoken_pages, token_pages
+from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import SpecError
 
@@ -38,8 +39,6 @@ TASK_STATUSES = ("Pending", "Executing", "Failed", "Completed", "Canceling", "Ca
 FINISHED_STATUSES = frozenset({"Completed", "Failed", "Canceled"})
 CONFLICT_POLICY = "OVERWRITE_EXISTING"
 DATA_TYPE = "MetaAndData"
-#: The most entries DescribeDataFlows / DescribeDataFlowTasks answer per page (SDK: 10 to 100).
-MAX_RESULTS = 100
 MAX_PATH = 1023
 
 
@@ -87,27 +86,10 @@ class DataFlowTaskInfo:
         return self.status == "Completed"
 
 
-def find_data_flow(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str) -> DataFlowInfo:
+def find_data_flow(hook: NasHook, file_system_id: str, data_flow_id: str) -> DataFlowInfo:
     """The data flow, which must exist on the file system and be Running (else a SpecError)."""
-    from alibabacloud_nas20170626 import models
-
-    client = hook.client("nas")
-
-    def page(token: str | None) -> tuple[list[Any], str | None]:
-        request = models.DescribeDataFlowsRequest(
-            file_system_id=file_system_id,
-            filters=[models.DescribeDataFlowsRequestFilters(key="DataFlowIds", value=data_flow_id)],
-            max_results=MAX_RESULTS,
-            next_token=token,
-        )
-        body = client.describe_data_flows(request).body
-        return (body.data_flow_info.data_flow if body.data_flow_info else None) or [], body.next_token
-
-    def lookup() -> Any:
-        return next((f for f in token_pages(page) if f.data_flow_id == data_flow_id), None)
-
     try:
-        flow = hook.call("DescribeDataFlows", lookup)
+        flow = hook.find_data_flow(file_system_id, data_flow_id)
     except AlibabaCloudApiError as exc:
         if exc.code.startswith("InvalidFileSystem"):
             raise SpecError(
@@ -138,8 +120,38 @@ def find_data_flow(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: st
     return info
 
 
+def import_task_request(
+    *, file_system_id: str, data_flow_id: str, directory: str, dst_directory: str, client_token: str
+) -> Any:
+    """The CreateDataFlowTask request that imports ``directory`` (of the flow's OSS path) into
+    ``dst_directory``; a SpecError naming the field when a directory or the token is malformed.
+
+    Pure: no call, no connection, no secret.
+    """
+    from alibabacloud_nas20170626 import models
+
+    _check_directory("directory", directory)
+    _check_directory("dst_directory", dst_directory)
+    if not client_token or len(client_token) > 64 or not client_token.isascii():
+        raise SpecError(
+            f"client_token: {client_token!r} must be 1-64 ASCII characters "
+            "(fix: derive it from the run id and dataset version, e.g. a hash)"
+        )
+    return models.CreateDataFlowTaskRequest(
+        file_system_id=file_system_id,
+        data_flow_id=data_flow_id,
+        task_action="Import",
+        data_type=DATA_TYPE,
+        directory=directory,
+        dst_directory=dst_directory,
+        conflict_policy=CONFLICT_POLICY,
+        create_dir_if_not_exist=True if file_system_id.startswith("bmcpfs-") else None,
+        client_token=client_token,
+    )
+
+
 def create_import_task(
-    hook: AlibabaCloudHook,
+    hook: NasHook,
     *,
     file_system_id: str,
     data_flow_id: str,
@@ -152,90 +164,34 @@ def create_import_task(
     ``client_token`` must be the same on every retry of the same import (e.g. derived from the run
     and the dataset version), so that however often the call is repeated one task exists.
     """
-    from alibabacloud_nas20170626 import models
-
-    _check_directory("directory", directory)
-    _check_directory("dst_directory", dst_directory)
-    if not client_token or len(client_token) > 64 or not client_token.isascii():
-        raise SpecError(
-            f"client_token: {client_token!r} must be 1-64 ASCII characters "
-            "(fix: derive it from the run id and dataset version, e.g. a hash)"
-        )
-    request = models.CreateDataFlowTaskRequest(
+    request = import_task_request(
         file_system_id=file_system_id,
         data_flow_id=data_flow_id,
-        task_action="Import",
-        data_type=DATA_TYPE,
         directory=directory,
         dst_directory=dst_directory,
-        conflict_policy=CONFLICT_POLICY,
-        create_dir_if_not_exist=True if file_system_id.startswith("bmcpfs-") else None,
         client_token=client_token,
     )
-    client = hook.client("nas")
-    return hook.call("CreateDataFlowTask", lambda: client.create_data_flow_task(request).body.task_id)
+    return hook.create_data_flow_task(request)
 
 
-def describe_task(hook: AlibabaCloudHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
+def describe_task(hook: NasHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
     """The task's status and progress."""
-    from alibabacloud_nas20170626 import models
-
-    client = hook.client("nas")
-
-    def page(token: str | None) -> tuple[list[Any], str | None]:
-        body = client.describe_data_flow_tasks(_tasks_request(models, file_system_id, task_id, token)).body
-        return _tasks_of(body), body.next_token
-
-    def lookup() -> Any:
-        return next((t for t in token_pages(page) if t.task_id == task_id), None)
-
-    return _task_info(hook.call("DescribeDataFlowTasks", lookup), file_system_id, task_id)
+    return _task_info(hook.find_data_flow_task(file_system_id, task_id), file_system_id, task_id)
 
 
-async def describe_task_async(hook: AlibabaCloudHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
+async def describe_task_async(hook: NasHook, file_system_id: str, task_id: str) -> DataFlowTaskInfo:
     """The async twin of :func:`describe_task`, for triggers (no thread, no blocking)."""
-    from alibabacloud_nas20170626 import models
-
-    await hook.aload()
-    client = hook.client("nas")
-
-    async def page(token: str | None) -> tuple[list[Any], str | None]:
-        request = _tasks_request(models, file_system_id, task_id, token)
-        body = (await client.describe_data_flow_tasks_async(request)).body
-        return _tasks_of(body), body.next_token
-
-    async def lookup() -> Any:
-        async for task in atoken_pages(page):
-            if task.task_id == task_id:
-                return task
-        return None
-
-    return _task_info(await hook.acall("DescribeDataFlowTasks", lookup), file_system_id, task_id)
+    return _task_info(await hook.afind_data_flow_task(file_system_id, task_id), file_system_id, task_id)
 
 
-def cancel_task(hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str, task_id: str) -> None:
+def cancel_task(hook: NasHook, file_system_id: str, data_flow_id: str, task_id: str) -> None:
     """Ask the service to cancel the task (it goes Canceling, then Canceled)."""
-    from alibabacloud_nas20170626 import models
-
-    client = hook.client("nas")
-    request = models.CancelDataFlowTaskRequest(
-        file_system_id=file_system_id, data_flow_id=data_flow_id, task_id=task_id
-    )
-    hook.call("CancelDataFlowTask", lambda: client.cancel_data_flow_task(request))
+    hook.cancel_data_flow_task(file_system_id, data_flow_id, task_id)
 
 
-async def cancel_task_async(
-    hook: AlibabaCloudHook, file_system_id: str, data_flow_id: str, task_id: str
-) -> None:
+async def cancel_task_async(hook: NasHook, file_system_id: str, data_flow_id: str, task_id: str) -> None:
     """The async twin of :func:`cancel_task`, for a trigger's ``on_kill``."""
-    from alibabacloud_nas20170626 import models
-
-    await hook.aload()
-    client = hook.client("nas")
-    request = models.CancelDataFlowTaskRequest(
-        file_system_id=file_system_id, data_flow_id=data_flow_id, task_id=task_id
-    )
-    await hook.acall("CancelDataFlowTask", lambda: client.cancel_data_flow_task_async(request))
+    await hook.acancel_data_flow_task(file_system_id, data_flow_id, task_id)
 
 
 def _check_directory(field: str, value: str) -> None:
@@ -247,19 +203,6 @@ def _check_directory(field: str, value: str) -> None:
         )
     if "/../" in value or "/./" in value:
         raise SpecError(f"{field}: {value!r} must not contain /../ or /./ (fix: give the plain directory)")
-
-
-def _tasks_request(models: Any, file_system_id: str, task_id: str, token: str | None) -> Any:
-    return models.DescribeDataFlowTasksRequest(
-        file_system_id=file_system_id,
-        filters=[models.DescribeDataFlowTasksRequestFilters(key="TaskIds", value=task_id)],
-        max_results=MAX_RESULTS,
-        next_token=token,
-    )
-
-
-def _tasks_of(body: Any) -> list[Any]:
-    return (body.task_info.task if body.task_info else None) or []
 
 
 def _task_info(task: Any, file_system_id: str, task_id: str) -> DataFlowTaskInfo:

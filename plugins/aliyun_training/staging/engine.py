@@ -565,3 +565,23 @@ def _sha256(path: Path) -> str:
         while chunk := f.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+def copy_plan(source: ObjectSource, target_root: str | os.PathLike[str], version: str) -> dict[str, Any]:
+    """What staging ``version`` would copy, read-only: the source listing against what is staged.
+
+    Nothing is created or locked; a version staged unchanged copies nothing. Files whose key, size
+    and ETag the published manifest records are counted as already staged.
+    """
+    objects = _checked_listing(source)
+    published = _read_manifest(Path(target_root) / version) or {"files": []}
+    staged = {(f["path"], f["size"], f["etag"]) for f in published["files"]}
+    todo = [o for o in objects if (o.key, o.size, o.etag) not in staged]
+    return {
+        "source_uri": source.uri,
+        "target": str(Path(target_root) / version),
+        "files": len(objects),
+        "bytes": sum(o.size for o in objects),
+        "files_to_copy": len(todo),
+        "bytes_to_copy": sum(o.size for o in todo),
+    }

@@ -1,9 +1,10 @@
 """OSS through oss2: addresses, clients, the staging source, and uploads in the other direction.
 
 Credentials come from an ``alibabacloud_credentials`` client, the same one the ``alibaba_cloud``
-connection hands every SDK (AK/SK, a fixed STS token, an assumed role renewed before expiry) or,
-in a staging pod, the default chain (environment variables, RRSA, the instance role). oss2 asks
-for them on every request, so a renewed STS token is picked up without rebuilding the client.
+connection hands every SDK (AK/SK, a fixed STS token, an assumed role renewed before expiry;
+``hooks.oss.OssHook`` builds the client config from it) or, in a staging pod, the default chain
+(environment variables, RRSA, the instance role). oss2 asks for them on every request, so a
+renewed STS token is picked up without rebuilding the client. Only ``from_connection`` imports Airflow.
 
 oss2 is imported inside the functions that use it: never at DAG parse time.
 """
@@ -119,12 +120,9 @@ class OssClientConfig:
     @classmethod
     def from_connection(cls, conn_id: str, pool_size: int = 16) -> OssClientConfig:
         """The ``alibaba_cloud`` connection's OSS endpoint (extra ``endpoints.oss``) and credentials."""
-        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
+        from aliyun_training.hooks.oss import OssHook
 
-        hook = AlibabaCloudHook(conn_id)
-        host = (hook.extras.get("endpoints") or {}).get("oss") or oss_endpoint(hook.region)
-        endpoint = f"{hook.extras.get('protocol', 'https')}://{host}"
-        return cls(endpoint, hook.region, hook.credential_client(), pool_size)
+        return OssHook(conn_id).client_config(pool_size)
 
     @classmethod
     def from_environment(cls, endpoint: str | None, region: str, pool_size: int = 16) -> OssClientConfig:

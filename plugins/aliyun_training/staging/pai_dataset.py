@@ -5,10 +5,10 @@ therefore needs a (dataset id, version name) for every staged version. One PAI d
 logical dataset name and workspace; one version per staged location (its Uri).
 
 Registration must be idempotent, because a task may be retried after any call, including after a
-create whose answer was lost: the dataset is found by its exact Name (ListDatasets' Name filter is
-a fuzzy match), the version by its exact Uri, and creates are only made for what is missing.
-Neither CreateDataset nor CreateDatasetVersion has a client token, so a retried create first
-looks again for what the lost attempt may have made.
+create whose answer was lost: the dataset is found by its exact Name, the version by its exact
+Uri, and creates are only made for what is missing (``AIWorkspaceHook`` makes each create once).
+:func:`create_dataset_request` and :func:`create_dataset_version_request` build the two creates
+with no call and no connection, so a dry run can show them.
 
 Facts from the AIWorkspace SDK (alibabacloud_aiworkspace20210204) docstrings:
 
@@ -19,24 +19,18 @@ Facts from the AIWorkspace SDK (alibabacloud_aiworkspace20210204) docstrings:
   service names the version (v1, v2, ...) and answers VersionName.
 - Options is a JSON string whose ``mountPath`` is the default mount path DLC uses.
 - Uri forms: see :func:`dataset_uri` (the SDK docstrings give none for CPFS or BMCPFS).
-- ListDatasets and ListDatasetVersions page with PageNumber/PageSize (default 10) and TotalCount;
-  every page is read.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
-from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-from aliyun_training.hooks.paging import NumberedPage, numbered_pages
-from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
 from aliyun_training.spec import SpecError
 
-#: ListDatasets / ListDatasetVersions page size; fewer round trips on workspaces with many datasets.
-PAGE_SIZE = 100
 URI_KINDS = ("cpfs", "bmcpfs")
 _PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9-]*")
 #: A DNS name of at least three labels, as mount target domains are.
@@ -94,8 +88,64 @@ def dataset_uri(
     return f"cpfs://{file_system_id}.{region}/{protocol_service_id}/{export_id}/{tail}"
 
 
+def create_dataset_request(
+    *,
+    workspace_id: str,
+    name: str,
+    version_uri: str,
+    data_source_type: str,
+    provider_type: str | None,
+    mount_path: str,
+    version_description: str,
+    description: str | None = None,
+    labels: Mapping[str, str] | None = None,
+    version_labels: Mapping[str, str] | None = None,
+) -> Any:
+    """The CreateDataset request of a new dataset whose v1 is the directory at ``version_uri``.
+
+    Pure: no call, no connection, no secret.
+    """
+    from alibabacloud_aiworkspace20210204 import models
+
+    return models.CreateDatasetRequest(
+        workspace_id=workspace_id,
+        name=name,
+        data_source_type=data_source_type,
+        property="DIRECTORY",
+        uri=version_uri,
+        options=_options(mount_path),
+        provider_type=provider_type,
+        description=description,
+        labels=_labels(models, labels),
+        version_description=version_description,
+        version_labels=_labels(models, version_labels),
+    )
+
+
+def create_dataset_version_request(
+    *,
+    version_uri: str,
+    data_source_type: str,
+    mount_path: str,
+    version_description: str,
+    version_labels: Mapping[str, str] | None = None,
+) -> Any:
+    """The CreateDatasetVersion request of the directory at ``version_uri`` (DataSourceType equal to
+    the dataset's). Pure: no call, no connection, no secret."""
+    from alibabacloud_aiworkspace20210204 import models
+
+    return models.CreateDatasetVersionRequest(
+        data_source_type=data_source_type,
+        property="DIRECTORY",
+        uri=version_uri,
+        options=_options(mount_path),
+        description=version_description,
+        labels=_labels(models, version_labels),
+    )
+
+
 def register_dataset_version(
-    hook: AlibabaCloudHook,
+    hook: AIWorkspaceHook,
     *,
     workspace_id: str,
     name: str,
@@ -114,112 +164,36 @@ def register_dataset_version(
     reuses the version with that Uri, else creates one. Running it again creates nothing.
     ``labels`` go on the dataset, ``version_labels`` on a version this call creates.
     """
-    from alibabacloud_aiworkspace20210204 import models
-
-    client = hook.client("aiworkspace")
-    options = json.dumps({"mountPath": mount_path})
-
-    def find_dataset() -> str | None:
-        return _find_dataset(client, models, workspace_id, name)
-
-    def create_dataset() -> str:
-        request = models.CreateDatasetRequest(
+    dataset_id = hook.find_dataset(workspace_id, name) or hook.create_dataset(
+        create_dataset_request(
             workspace_id=workspace_id,
             name=name,
+            version_uri=version_uri,
             data_source_type=data_source_type,
-            property="DIRECTORY",
-            uri=version_uri,
-            options=options,
             provider_type=provider_type,
-            description=description,
-            labels=_labels(models, labels),
+            mount_path=mount_path,
             version_description=version_description,
-            version_labels=_labels(models, version_labels),
+            description=description,
+            labels=labels,
+            version_labels=version_labels,
         )
-        return client.create_dataset(request).body.dataset_id
-
-    dataset_id = hook.call("ListDatasets", find_dataset) or _create_once(
-        hook, "CreateDataset", create_dataset, find_dataset
     )
-
-    def find_version() -> str | None:
-        return _find_version(client, models, dataset_id, version_uri)
-
-    def create_version() -> str:
-        request = models.CreateDatasetVersionRequest(
+    version = hook.find_dataset_version(dataset_id, version_uri) or hook.create_dataset_version(
+        dataset_id,
+        create_dataset_version_request(
+            version_uri=version_uri,
             data_source_type=data_source_type,
-            property="DIRECTORY",
-            uri=version_uri,
-            options=options,
-            description=version_description,
-            labels=_labels(models, version_labels),
-        )
-        return client.create_dataset_version(dataset_id, request).body.version_name
-
-    version = hook.call("ListDatasetVersions", find_version) or _create_once(
-        hook, "CreateDatasetVersion", create_version, find_version
+            mount_path=mount_path,
+            version_description=version_description,
+            version_labels=version_labels,
+        ),
     )
     return dataset_id, version
 
 
-def _create_once(
-    hook: AlibabaCloudHook, action: str, create: Callable[[], str], find: Callable[[], str | None]
-) -> str:
-    """Run ``create`` under the retry policy without ever making two of the same thing.
-
-    A retry first looks for what a lost earlier attempt may have made. When the create is refused
-    for good (e.g. a concurrent run made the dataset first, which the service refuses as a
-    duplicate name), a last look decides: found means someone else's create won, which is fine.
-    """
-    attempts = 0
-
-    def attempt() -> str:
-        nonlocal attempts
-        attempts += 1
-        if attempts > 1:
-            made = find()
-            if made:
-                return made
-        return create()
-
-    try:
-        return hook.call(action, attempt)
-    except AlibabaCloudApiError:
-        made = hook.call(f"{action} (look-up after refusal)", find)
-        if made:
-            return made
-        raise
-
-
-def _find_dataset(client: Any, models: Any, workspace_id: str, name: str) -> str | None:
-    """The id of the dataset named exactly ``name`` (the API's Name filter is fuzzy)."""
-
-    def page(number: int) -> NumberedPage[Any]:
-        request = models.ListDatasetsRequest(
-            workspace_id=workspace_id, name=name, page_number=number, page_size=PAGE_SIZE
-        )
-        body = client.list_datasets(request).body
-        return body.datasets or [], body.total_count
-
-    for dataset in numbered_pages(page):
-        if dataset.name == name and (dataset.workspace_id in (None, workspace_id)):
-            return dataset.dataset_id
-    return None
-
-
-def _find_version(client: Any, models: Any, dataset_id: str, uri: str) -> str | None:
-    """The name of the dataset's version whose Uri is ``uri`` (trailing ``/`` insensitive)."""
-
-    def page(number: int) -> NumberedPage[Any]:
-        request = models.ListDatasetVersionsRequest(page_number=number, page_size=PAGE_SIZE)
-        body = client.list_dataset_versions(dataset_id, request).body
-        return body.dataset_versions or [], body.total_count
-
-    wanted = uri.rstrip("/")
-    for version in numbered_pages(page):
-        if (version.uri or "").rstrip("/") == wanted:
-            return version.version_name
-    return None
+def _options(mount_path: str) -> str:
+    """Options: a JSON string whose ``mountPath`` is the default mount path DLC uses."""
+    return json.dumps({"mountPath": mount_path})
 
 
 def _labels(models: Any, labels: Mapping[str, str] | None) -> list[Any] | None:

@@ -10,7 +10,8 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 class QuotaCapacityTrigger(BaseTrigger):
-    """Polls GetQuota (and the queue through ListQuotaWorkloads) until ``gpus`` GPUs are free."""
+    """Polls the quota (``PaiStudioHook.aquota_capacity``: GetQuota and its queue) until ``gpus`` GPUs
+    are free; an unknown quota ends the wait with an error, as the sensor's poke fails on one."""
 
     def __init__(
         self,
@@ -40,36 +41,27 @@ class QuotaCapacityTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
-        from alibabacloud_paistudio20220112 import models
+        from aliyun_training.hooks.alibaba_cloud import shared_hook
+        from aliyun_training.hooks.paistudio import PaiStudioHook
+        from aliyun_training.preflight.quota import room_message, waiting_message
 
-        from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-        from aliyun_training.preflight.quota import free_gpus, queue_request, room_message, waiting_message
-
-        hook = AlibabaCloudHook(self.conn_id, region=self.region)
+        hook = shared_hook(PaiStudioHook, self.conn_id, self.region)
         try:
-            await hook.aload()
-            client = hook.client("paistudio")
             while True:
-                quota = (
-                    await hook.acall(
-                        "GetQuota", lambda: client.get_quota_async(self.quota_id, models.GetQuotaRequest())
+                state = await hook.aquota_capacity(self.quota_id)
+                if state is None:
+                    yield TriggerEvent(
+                        {"status": "error", "message": f"quota {self.quota_id} does not exist"}
                     )
-                ).body
-                capacity = free_gpus(quota)
+                    return
+                capacity = state.capacity
                 if capacity.free >= self.gpus:
                     self.log.info("%s", room_message(self.quota_id, capacity, self.gpus))
                     yield TriggerEvent(
                         {"status": "success", "free": capacity.free, "allocatable": capacity.allocatable}
                     )
                     return
-                request = queue_request()
-                queued = (
-                    await hook.acall(
-                        "ListQuotaWorkloads",
-                        lambda request=request: client.list_quota_workloads_async(self.quota_id, request),
-                    )
-                ).body.total_count
-                self.log.info("%s", waiting_message(self.quota_id, capacity, self.gpus, int(queued or 0)))
+                self.log.info("%s", waiting_message(self.quota_id, capacity, self.gpus, state.queued))
                 await asyncio.sleep(self.poll_interval)
         except Exception as exc:
             yield TriggerEvent({"status": "error", "message": f"{type(exc).__name__}: {exc}"})

@@ -1,0 +1,107 @@
+"""The command line: ``python -m aliyun_training plan ...`` shows a run's dry run, no deployment needed.
+
+::
+
+    python -m aliyun_training plan --backend dlc --environment include/config/examples/dlc.json \\
+        --dataset-version 2026-11-22 [--params '{"nodes": 4}'] [--no-preflight]
+
+resolves the run's plan from the environment file and the trigger-form values (``--params`` over
+the form's defaults), runs the preflight checks (read-only calls, through the Airflow connections
+the environment names; ``--no-preflight`` makes no call at all) and prints the dry run's JSON
+document on stdout: every request the run would make, then exits. Nothing is created, copied,
+built or submitted. A bad value exits with status 2 and the error on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from aliyun_training.spec import Backend, SpecError
+
+#: The DAG and run a dry run's job names are derived from, as if it were that DAG's run.
+DRY_RUN_DAG_ID = "cifar10_retrain"
+DRY_RUN_ID = "dry_run"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        document = plan_command(args)
+    except (SpecError, json.JSONDecodeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(document, indent=2, sort_keys=True, default=str))
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m aliyun_training")
+    commands = parser.add_subparsers(dest="command", required=True)
+    plan = commands.add_parser("plan", help="show every request a run would make, and stop (a dry run)")
+    plan.add_argument("--backend", required=True, choices=[b.value for b in Backend])
+    plan.add_argument(
+        "--environment",
+        type=Path,
+        help="the backend's environment file (local: optional, the defaults apply without one)",
+    )
+    plan.add_argument("--dataset-version", required=True, help="the dataset version to train on")
+    plan.add_argument(
+        "--params", default="{}", help="trigger-form values as a JSON object, over the defaults"
+    )
+    plan.add_argument("--no-preflight", action="store_true", help="make no call to any platform")
+    plan.add_argument(
+        "--project-dir",
+        type=Path,
+        default=Path.cwd(),
+        help="the project holding include/ (the training code and image context); default: here",
+    )
+    return parser
+
+
+def plan_command(args: argparse.Namespace) -> dict[str, Any]:
+    """The dry run's document for the command line's arguments."""
+    from aliyun_training.params import param_defaults
+    from aliyun_training.plan.dry_run import dry_run_document
+    from aliyun_training.plan.resolve import resolve_run
+    from aliyun_training.settings import local_paths
+    from aliyun_training.spec import job_name
+
+    given = json.loads(args.params)
+    if not isinstance(given, dict):
+        raise SpecError("--params: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'")
+    params = {
+        **param_defaults(),
+        **given,
+        "backend": args.backend,
+        "dataset_version": args.dataset_version,
+        "dry_run": True,
+    }
+    environment = args.environment or Path(args.project_dir, "include", "config", f"{args.backend}.json")
+    project_dir = str(Path(args.project_dir).resolve())
+    plan = resolve_run(params, args.dataset_version, project_dir, local_paths(), {args.backend: environment})
+    preflight = None if args.no_preflight else run_preflight(plan)
+    return dry_run_document(
+        plan,
+        lambda task_id: job_name(DRY_RUN_DAG_ID, DRY_RUN_ID, task_id),
+        preflight=preflight,
+        check_platform=not args.no_preflight,
+    )
+
+
+def run_preflight(plan: Any) -> dict[str, Any]:
+    """Every preflight group of the plan's backend, as the DAG's preflight task group runs them."""
+    from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator
+    from aliyun_training.preflight.report import Finding, PreflightReport
+
+    findings: list[Finding] = []
+    for group, backends in CHECK_GROUPS.items():
+        if plan.backend in backends:
+            check = PreflightCheckOperator(
+                task_id=f"check_{group}", group=group, job=plan.job, preflight=plan.preflight
+            )
+            findings += [Finding.model_validate(found) for found in check.execute({})]  # type: ignore[arg-type]
+    return PreflightReport(findings=findings).model_dump(mode="json")

@@ -1,0 +1,72 @@
+"""Show a dry run's plan: every request the run would make, written as plan.json and plan.html."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from aliyun_training.links import RunPlanLink
+from aliyun_training.plan.models import RunPlan
+from aliyun_training.spec import job_name, validate_record
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class RunPlanOperator(BaseOperator):
+    """Render the run's plan with the preflight report; nothing is created, copied or submitted.
+
+    The document (see ``aliyun_training.plan.dry_run``) is returned as XCom and written under the
+    local root's ``dry-runs/<model>/<run id>/`` as ``plan.json`` and ``plan.html``, which the task's
+    "Run plan" link opens. Unless preflight was skipped, it also asks the platform the read-only
+    questions of a dry run: what staging would copy, whether the image exists.
+
+    :param plan: ``configure``'s whole output, the ``RunPlan`` (templated).
+    :param report_task_id: the preflight report task whose findings the document includes.
+    """
+
+    template_fields = ("plan",)
+    ui_color = "#e1bee7"
+    operator_extra_links = (RunPlanLink(),)
+
+    def __init__(self, *, plan: Any, report_task_id: str | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.plan = plan
+        self.report_task_id = report_task_id
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        from aliyun_training.plan.dry_run import dry_run_document, render_html
+        from aliyun_training.settings import local_paths
+
+        plan = validate_record(RunPlan, self.plan)
+        ti = context["ti"]
+        report = ti.xcom_pull(task_ids=self.report_task_id) if self.report_task_id else None
+        document = dry_run_document(
+            plan,
+            lambda task_id: job_name(ti.dag_id, ti.run_id, task_id, -1, 1),
+            preflight=report,
+            check_platform=not plan.skip_preflight,
+        )
+        folder = (
+            local_paths().root
+            / "dry-runs"
+            / plan.artifacts.model
+            / re.sub(r"[^A-Za-z0-9._-]", "_", ti.run_id)
+        )
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "plan.json").write_text(json.dumps(document, indent=2, sort_keys=True, default=str))
+        (folder / "plan.html").write_text(render_html(document))
+        RunPlanLink().persist(context, (folder / "plan.html").as_uri())
+        self.log.info(
+            "Dry run: %d requests, at most %s GPU-hours; nothing was created, copied, built or submitted. "
+            "Plan: %s",
+            len(document["requests"]),
+            document["gpu_hour_ceiling"],
+            folder / "plan.json",
+        )
+        for request in document["requests"]:
+            self.log.info("  %s: %s %s", request["task"], request["service"], request["action"])
+        return document

@@ -1,0 +1,161 @@
+"""The ACK plan: a Kubeflow job in the environment's namespace, submitted the way arena submits it.
+
+The job mounts the dataset claim ``data_pvc`` and reads ``<mount_path>/<version>``, or, with a
+``staging`` block, the staged version's own static PV and PVC (created by the staging stage) at
+``mount_path``. The OSS-backed claim ``output_pvc`` (whose volume is ``output_uri``) is mounted
+read-write at ``output_root``. OSS itself (direct staging, artifacts, ACR builds) is reached
+through ``alibaba_cloud_conn_id``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from aliyun_training.environments import ArenaEnvironment
+from aliyun_training.plan import cloud
+from aliyun_training.plan.models import (
+    DatasetPlan,
+    JobPlan,
+    PreflightPlan,
+    PvcRegistration,
+    RunPlan,
+    StagingPlan,
+)
+from aliyun_training.plan.resolve import PlanRequest
+from aliyun_training.plan.staging import staged_source, versions_directory
+from aliyun_training.spec import Backend, DatasetMount, FixedDataset, SpecError, TrainingJobSpec
+
+DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
+
+
+def plan_run(request: PlanRequest) -> RunPlan:
+    from aliyun_training.backends.arena_manifests import arena_settings
+
+    env = cloud.environment_for_run(request.environment, ArenaEnvironment, request.form)
+    kubernetes = env.connection_id or "kubernetes_default"
+    oss_connection = env.alibaba_cloud_conn_id or "alibaba_cloud_default"
+    version, mount_path = request.version, env.mount_path
+    output_root = env.output_root or DEFAULT_OUTPUT_ROOT
+    _check_output_pvc(env)
+    staging = _staging(request, env, kubernetes, oss_connection)
+    if not staging and not env.data_pvc:
+        raise SpecError(
+            "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in the "
+            "environment file arena.json, or a staging block that stages each version)"
+        )
+    fixed = (
+        None if staging else FixedDataset(version=version, uri=f"pvc://{env.data_pvc}", mount_path=mount_path)
+    )
+    spec = TrainingJobSpec.parse(
+        {
+            **request.job,
+            **cloud.node_resources(env),
+            # A staged version is mounted from its own claim instead (see spec.mount_staged).
+            "datasets": [
+                *([DatasetMount(uri=fixed.uri, mount_path=mount_path)] if fixed else []),
+                *cloud.output_mount(env, f"pvc://{env.output_pvc}", output_root),
+            ],
+            "env": {} if staging else {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+        }
+    )
+    backend_config: dict[str, Any] = {
+        "conn_id": kubernetes,
+        "namespace": env.namespace,
+        "rdma_resource": env.rdma_resource or "rdma/hca",
+        "host_network": env.host_network,
+        "nccl_env": env.nccl_env,
+        "image_pull_secrets": env.image_pull_secrets,
+        "mpi_api_version": env.mpi_api_version or "v2beta1",
+        "max_gpus_per_node": env.max_gpus_per_node,
+        "username": env.username,
+    }
+    # The cluster's own rules (names, NCCL variables, API versions) are checked before anything runs.
+    arena_settings(backend_config)
+    kaniko_home = {
+        "kubernetes_conn_id": kubernetes,
+        "namespace": env.namespace,
+        "image_pull_secrets": env.image_pull_secrets,
+    }
+    return RunPlan(
+        backend=Backend.ARENA,
+        dataset=DatasetPlan(
+            name=request.dataset,
+            version=version,
+            source_uri=staging.source_uri if staging else None,
+            fixed=fixed,
+        ),
+        job=JobPlan(
+            spec=spec,
+            backend_config=backend_config,
+            output_root=output_root,
+            output_uri=cloud.output_bucket_uri(env),
+            dataset_mount_path=mount_path,
+        ),
+        staging=staging,
+        image=cloud.image_plan(request.form, env, request.project_dir, kaniko_home),
+        rdma_check=cloud.rdma_check_plan(request.form, env),
+        preflight=PreflightPlan(),
+        artifacts=cloud.artifacts_plan(
+            Backend.ARENA, env, request.environment.name, oss_connection, request.model
+        ),
+    )
+
+
+def _check_output_pvc(env: ArenaEnvironment) -> None:
+    """On ACK the claim mounts the outputs and ``output_uri`` says where they are: both or neither."""
+    if env.output_uri and not env.output_pvc:
+        raise SpecError(
+            "output_pvc: output_uri is set but no claim mounts it on the job's nodes (fix: set "
+            "output_pvc to an OSS-backed PVC whose volume is output_uri, or leave output_uri blank)"
+        )
+    if env.output_pvc and not env.output_uri:
+        raise SpecError(
+            f"output_uri: output_pvc {env.output_pvc!r} is set but not which OSS location backs it (fix: "
+            "set output_uri to the bucket and path of the claim's volume, e.g. oss://bucket/outputs/)"
+        )
+    if env.output_pvc and env.output_pvc == env.data_pvc:
+        raise SpecError(
+            f"output_pvc: {env.output_pvc!r} is also data_pvc (fix: use an OSS-backed claim of its own)"
+        )
+
+
+def _staging(
+    request: PlanRequest, env: ArenaEnvironment, kubernetes: str, oss_connection: str
+) -> StagingPlan | None:
+    """Copy the version onto CPFS and register it as a static PV and PVC; None: not staged."""
+    block = env.staging
+    if not block.mode:
+        return None
+    source_uri, target_root = staged_source(block, request.dataset, request.version)
+    remote: dict[str, Any] = {}
+    if block.mode == "pod":
+        remote = {
+            "kubernetes_conn_id": kubernetes,
+            "namespace": env.namespace,
+            "dataset": request.dataset,
+            **block.model_dump(
+                include={"staging_pvc", "image", "credentials_secret", "region", "oss_endpoint"}
+            ),
+        }
+    register = PvcRegistration(
+        kubernetes_conn_id=kubernetes,
+        namespace=env.namespace,
+        dataset=request.dataset,
+        volume_kind=block.volume_kind,  # type: ignore[arg-type]
+        cpfs_path=versions_directory(block.cpfs_path),
+        **block.model_dump(include={"server", "file_system_id", "vpc_mount_target", "vsc_mount_target"}),
+    )
+    staging = StagingPlan(
+        mode=block.mode,
+        source_uri=source_uri,
+        target_root=target_root,
+        version=request.version,
+        remote=remote,
+        registration=register,
+        alibaba_cloud_conn_id=oss_connection,
+    )
+    cloud.check_remote_staging(staging)
+    from aliyun_training.staging.registration import check_registration
+
+    check_registration(register, request.version)
+    return staging

@@ -1,0 +1,198 @@
+"""What both cloud backends plan alike: the environment with the run's overrides, image, outputs.
+
+The DLC and ACK planners (``plan.dlc``, ``plan.arena``) call these for the parts their
+environments name the same way; each decides its own job, staging and registration.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, TypeVar
+
+from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment
+from aliyun_training.form import RunForm
+from aliyun_training.plan.models import ArtifactsPlan, ImagePlan, RdmaCheckPlan, StagingPlan
+from aliyun_training.spec import Backend, DatasetMount, SpecError
+
+E = TypeVar("E", bound=CloudEnvironment)
+
+
+def environment_for_run(path: Path, model: type[E], form: RunForm) -> E:
+    """The environment file of the run's backend with the form's allow-listed overrides applied.
+
+    Overrides replace a value only after the file parsed, so each one stays within the bounds
+    ``RunOverrides`` gives it; a quota or a pinned image must be one the environment offers.
+    """
+    environment = load_environment(path, form.backend.value)
+    assert isinstance(environment, model)
+    overrides = form.overrides()
+    quota = overrides.get("quota_id")
+    if quota is not None and isinstance(environment, DlcEnvironment):
+        offered = [q for q in (environment.quota_id, *environment.allowed_quota_ids) if q]
+        if quota not in offered:
+            raise SpecError(
+                f"backend_overrides.quota_id: {quota!r} is not a quota this environment offers "
+                f"(fix: use one of {offered}; an administrator adds quotas to allowed_quota_ids in "
+                f"{path.name})"
+            )
+    if form.image:
+        _check_pinned_image(form.image, environment, path.name)
+    return environment.model_copy(update=overrides)
+
+
+def _check_pinned_image(image: str, environment: CloudEnvironment, environment_file: str) -> None:
+    """A pinned image must come from a repository the environment already trusts with the job."""
+    from aliyun_training.image.context import image_repository
+
+    trusted = {
+        image_repository(ref)
+        for ref in (
+            environment.image,
+            environment.image_build.repository,
+            *environment.allowed_image_repositories,
+        )
+        if ref
+    }
+    if image_repository(image) not in trusted:
+        raise SpecError(
+            f"image: {image!r} is not from a repository of this environment (fix: pin a tag or digest of "
+            f"{sorted(trusted) or 'the environment image'}; an administrator adds repositories to "
+            f"allowed_image_repositories in {environment_file})"
+        )
+
+
+def node_resources(environment: CloudEnvironment) -> dict[str, Any]:
+    """Per-node resources, image and code directory, named the same in every cloud environment."""
+    return {
+        "image": environment.image,
+        "cpu": environment.cpu_per_node,
+        "memory_gib": environment.memory_gib_per_node,
+        "shared_memory_gib": environment.shared_memory_gib_per_node,
+        "rdma": environment.rdma,
+        "working_dir": environment.code_dir,
+    }
+
+
+def image_plan(
+    form: RunForm,
+    environment: CloudEnvironment,
+    project_dir: str,
+    inherited: dict[str, Any],
+) -> ImagePlan:
+    """The image stage's part: a pinned or fixed image, or a build whose settings are checked now.
+
+    ``inherited`` is where a kaniko build runs (the environment's cluster), under the builder's own
+    block; the modes a backend offers are its environment model's ``image_build.mode``.
+    """
+    block = environment.image_build
+    mode = block.mode
+    builder: dict[str, Any] = {}
+    build_args = {"BASE_IMAGE": block.base_image} if block.base_image else {}
+    context_dir, code_dir = Path(project_dir, "include", "docker"), Path(project_dir, "include", "training")
+    tag = None
+    if mode and not form.image:
+        if mode == "acr" and block.base_image:
+            raise SpecError(
+                "image_build.base_image: ACR builds with its build rule's own BuildArgs "
+                "(fix: set BASE_IMAGE on the build rule in the ACR console and leave base_image empty)"
+            )
+        own = getattr(block, mode).model_dump(exclude_none=True)
+        builder = {**(inherited if mode == "kaniko" else _acr_inherited(environment)), **own}
+        tag = build_tag(context_dir, code_dir, build_args)
+        _check_builder(mode, builder, block.repository or "", tag)
+    return ImagePlan(
+        mode=mode,
+        repository=block.repository,
+        tag=tag,
+        builder=builder,
+        build_args=build_args,
+        registry_conn_id=block.registry_conn_id or getattr(environment, "image_registry_conn_id", None),
+        pinned=form.image,
+        fixed=environment.image,
+        force_rebuild=form.force_rebuild,
+        context_dir=str(context_dir),
+        code_dir=str(code_dir),
+    )
+
+
+def build_tag(context_dir: Path, code_dir: Path, build_args: dict[str, str]) -> str:
+    """The content-addressed tag of the image the build stage would build from these inputs."""
+    from aliyun_training.image.context import build_context, image_tag
+
+    return image_tag(build_context(context_dir, code_dir), build_args)
+
+
+def _acr_inherited(environment: CloudEnvironment) -> dict[str, Any]:
+    """ACR builds through the environment's alibaba_cloud connection (an ACK one names it apart)."""
+    connection = (
+        environment.connection_id
+        if isinstance(environment, DlcEnvironment)
+        else getattr(environment, "alibaba_cloud_conn_id", None)
+    )
+    return {"alibaba_cloud_conn_id": connection or "alibaba_cloud_default"}
+
+
+def _check_builder(mode: str, builder: dict[str, Any], repository: str, tag: str) -> None:
+    """The builder's settings model accepts them: a bad id fails now, not after the wait for a build."""
+    from aliyun_training.image.context import image_reference
+    from aliyun_training.remote import remote_run
+
+    reference = image_reference(repository, tag)
+    target = {"destination": reference} if mode == "kaniko" else {"image": reference}
+    remote_run("image", mode, {**builder, "tag": tag, **target})
+
+
+def rdma_check_plan(form: RunForm, environment: CloudEnvironment) -> RdmaCheckPlan:
+    """The bandwidth check's settings from the environment's ``rdma_check`` block."""
+    return RdmaCheckPlan(
+        **environment.rdma_check.model_dump(exclude_none=True), skip=form.skip_bandwidth_check
+    )
+
+
+def output_mount(environment: CloudEnvironment, mount_uri: str, output_root: str) -> list[DatasetMount]:
+    """The read-write mount of ``output_uri`` at ``output_root``, or none when it is blank."""
+    if not environment.output_uri:
+        return []
+    return [DatasetMount(uri=mount_uri, mount_path=output_root, read_only=False)]
+
+
+def output_bucket_uri(environment: CloudEnvironment) -> str | None:
+    """``output_uri`` as ``oss://bucket/prefix/`` (a DLC mount may also name the bucket's endpoint)."""
+    from aliyun_training.staging.oss import OssLocation, parse_oss_uri
+
+    if not environment.output_uri:
+        return None
+    location = parse_oss_uri(environment.output_uri, field="output_uri")
+    return OssLocation(location.bucket_name, location.prefix).uri
+
+
+def artifacts_plan(
+    backend: Backend, environment: CloudEnvironment, environment_file: str, oss_conn_id: str, model: str
+) -> ArtifactsPlan:
+    """Where artifact sets go, or why nothing can be published: a setting left blank, named."""
+    fixes = {
+        "output_uri": "set output_uri to the OSS location mounted at output_root, e.g. oss://bucket/outputs/"
+        + (", and output_pvc to the OSS-backed claim of that location" if backend == Backend.ARENA else ""),
+        "artifact_root": "set artifact_root to where artifact sets go, e.g. oss://bucket/models/",
+    }
+    blank = [name for name in fixes if not getattr(environment, name)]
+    unavailable = (
+        f"artifacts of {backend.value} runs are not collected: {' and '.join(blank)} left blank in "
+        f"{environment_file} (fix: {'; '.join(fixes[name] for name in blank)})"
+        if blank
+        else None
+    )
+    return ArtifactsPlan(
+        model=model,
+        artifact_root=environment.artifact_root,
+        unavailable=unavailable,
+        alibaba_cloud_conn_id=oss_conn_id,
+    )
+
+
+def check_remote_staging(staging: StagingPlan) -> None:
+    """The remote stager's settings model accepts them: fail now, naming the setting."""
+    from aliyun_training.remote import remote_run
+
+    if staging.mode != "direct":
+        remote_run("staging", staging.mode, staging.remote_config())

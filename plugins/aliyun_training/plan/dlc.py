@@ -1,0 +1,144 @@
+"""The PAI-DLC plan: a DLC job in the environment's workspace and quota, its data and outputs.
+
+A staged version is copied onto CPFS (on a worker that mounts it, or by a CPFS data flow import)
+and registered as a PAI dataset version, which the job mounts by id at ``dataset.mount_path``;
+without a ``staging`` block the job mounts the environment's fixed dataset and reads
+``<mount_path>/<version>``. ``output_uri`` is mounted read-write at ``output_root`` on every node.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from aliyun_training.environments import DlcEnvironment
+from aliyun_training.plan import cloud
+from aliyun_training.plan.models import (
+    DatasetPlan,
+    JobPlan,
+    PaiDatasetRegistration,
+    PreflightPlan,
+    RunPlan,
+    StagingPlan,
+)
+from aliyun_training.plan.resolve import PlanRequest
+from aliyun_training.plan.staging import staged_source, versions_directory
+from aliyun_training.spec import Backend, DatasetMount, FixedDataset, SpecError, TrainingJobSpec
+
+DEFAULT_OUTPUT_ROOT = "/mnt/output"
+
+
+def plan_run(request: PlanRequest) -> RunPlan:
+    env = cloud.environment_for_run(request.environment, DlcEnvironment, request.form)
+    connection = env.connection_id or "alibaba_cloud_default"
+    version, mount_path = request.version, env.dataset.mount_path
+    output_root = env.output_root or DEFAULT_OUTPUT_ROOT
+    staging = _staging(request, env, connection)
+    fixed = None if staging else _fixed_dataset(env, version)
+    mounts = (
+        [DatasetMount(dataset_id=fixed.dataset_id, uri=fixed.uri, mount_path=mount_path)]
+        if fixed and (fixed.dataset_id or fixed.uri)
+        else []
+    )
+    spec = TrainingJobSpec.parse(
+        {
+            **request.job,
+            **cloud.node_resources(env),
+            "resource_type": env.resource_type,
+            "quota_id": env.quota_id,
+            "ecs_spec": env.ecs_spec,
+            "gpu_type": env.gpu_type,
+            "priority": env.priority,
+            "datasets": [*mounts, *cloud.output_mount(env, env.output_uri or "", output_root)],
+            # A staged version's DATA_DIR is its own mount, set when the stage's record is mounted.
+            "env": {} if staging else {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+        }
+    )
+    vpc = env.vpc
+    backend_config: dict[str, Any] = {
+        "conn_id": connection,
+        "region": env.region,
+        "workspace_id": env.workspace_id,
+        "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,
+        "image_registry_conn_id": env.image_registry_conn_id,
+    }
+    return RunPlan(
+        backend=Backend.DLC,
+        dataset=DatasetPlan(
+            name=request.dataset,
+            version=version,
+            source_uri=staging.source_uri if staging else None,
+            fixed=fixed,
+        ),
+        job=JobPlan(
+            spec=spec,
+            backend_config=backend_config,
+            output_root=output_root,
+            output_uri=cloud.output_bucket_uri(env),
+            dataset_mount_path=mount_path,
+        ),
+        staging=staging,
+        image=cloud.image_plan(request.form, env, request.project_dir, {}),
+        rdma_check=cloud.rdma_check_plan(request.form, env),
+        preflight=PreflightPlan(
+            lingjun_regions=env.lingjun_regions,
+            zone_id=env.zone_id,
+            role_name=env.role_name,
+            policy_file=str(Path(request.project_dir, "include", "config", "dlc_role_policy.json")),
+        ),
+        artifacts=cloud.artifacts_plan(Backend.DLC, env, request.environment.name, connection, request.model),
+    )
+
+
+def _fixed_dataset(env: DlcEnvironment, version: str) -> FixedDataset:
+    """The environment's dataset the job mounts when the run stages nothing, for the manifest."""
+    return FixedDataset(
+        version=version,
+        uri=env.dataset.uri,
+        dataset_id=env.dataset.dataset_id,
+        mount_path=env.dataset.mount_path,
+    )
+
+
+def _staging(request: PlanRequest, env: DlcEnvironment, connection: str) -> StagingPlan | None:
+    """Copy the version onto CPFS and register it as a PAI dataset version; None: not staged."""
+    block = env.staging
+    if not block.mode:
+        return None
+    source_uri, target_root = staged_source(block, request.dataset, request.version)
+    remote: dict[str, Any] = {}
+    if block.mode == "dataflow":
+        remote = {
+            "file_system_id": block.file_system_id,
+            "data_flow_id": block.data_flow_id,
+            "alibaba_cloud_conn_id": connection,
+        }
+    if not env.workspace_id:
+        raise SpecError("workspace_id: a PAI dataset lives in a workspace (fix: set workspace_id)")
+    register = PaiDatasetRegistration(
+        workspace_id=env.workspace_id,
+        name=request.dataset,
+        uri_kind=block.uri_kind,  # type: ignore[arg-type]
+        file_system_id=block.file_system_id,
+        mount_target=block.mount_target,
+        protocol_service_id=block.protocol_service_id,
+        export_id=block.export_id,
+        cpfs_path=versions_directory(block.cpfs_path or (target_root if block.mode == "dataflow" else None)),
+        provider_type="Lingjun" if env.resource_type == "lingjun" else "Ecs",
+        mount_path=env.dataset.mount_path,
+        region=env.region,
+    )
+    staging = StagingPlan(
+        mode=block.mode,
+        source_uri=source_uri,
+        target_root=target_root,
+        version=request.version,
+        remote=remote,
+        registration=register,
+        alibaba_cloud_conn_id=connection,
+    )
+    cloud.check_remote_staging(staging)
+    from aliyun_training.staging.registration import check_registration
+
+    check_registration(register, request.version)
+    return staging

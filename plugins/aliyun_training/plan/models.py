@@ -1,0 +1,189 @@
+"""The run plan: everything one run will do, decided once by ``configure`` and typed end to end.
+
+``resolve_run`` turns the trigger form and the backend's environment file into a :class:`RunPlan`;
+each stage's operator takes its own part (an XComArg of ``configure``'s output) and validates it
+back into the part's model. A value lives in exactly one part: the dataset version in
+:class:`DatasetPlan`, each connection id in the part of the stage that uses it, ``DATA_DIR`` in the
+job's spec, computed when the mount is decided. The same plan is what a dry run renders.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, FixedDataset, TrainingJobSpec
+
+
+class PlanPart(BaseModel):
+    """A part of the plan: frozen, and refusing keys it does not know (a stale XCom, a typo)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class DatasetPlan(PlanPart):
+    """The dataset version the run trains on, and where it comes from."""
+
+    name: str
+    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
+    #: Where the version is read from when the run stages it; None when the job mounts ``fixed``.
+    source_uri: str | None = None
+    #: The environment's own dataset, mounted when the run stages nothing (cloud backends).
+    fixed: FixedDataset | None = None
+
+
+class PaiDatasetRegistration(PlanPart):
+    """Register a staged version as a PAI dataset version, which a DLC job mounts by id."""
+
+    kind: Literal["pai_dataset"] = "pai_dataset"
+    workspace_id: str
+    name: str
+    uri_kind: Literal["bmcpfs", "cpfs"] = "bmcpfs"
+    file_system_id: str | None = None
+    mount_target: str | None = None
+    protocol_service_id: str | None = None
+    export_id: str | None = None
+    #: The directory holding the versions inside the file system.
+    cpfs_path: str
+    provider_type: Literal["Lingjun", "Ecs"] = "Lingjun"
+    mount_path: str
+    #: The region the PAI dataset's CPFS URI names; None: the connection's.
+    region: str | None = None
+
+
+class PvcRegistration(PlanPart):
+    """Register a staged version as a static PV and PVC whose volume is exactly its directory."""
+
+    kind: Literal["pvc"] = "pvc"
+    kubernetes_conn_id: str
+    namespace: str
+    dataset: str
+    volume_kind: Literal["cpfs", "bmcpfs"] = "cpfs"
+    cpfs_path: str
+    server: str | None = None
+    file_system_id: str | None = None
+    vpc_mount_target: str | None = None
+    vsc_mount_target: str | None = None
+
+
+Registration = Annotated[PaiDatasetRegistration | PvcRegistration, Field(discriminator="kind")]
+
+
+class StagingPlan(PlanPart):
+    """Copy the version onto the training file system, verified and atomic, then register it."""
+
+    mode: Literal["direct", "pod", "dataflow"]
+    source_uri: str
+    #: The directory holding the staged versions, as the stager sees it.
+    target_root: str
+    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
+    #: The settings of the remote stager (``pod``: the staging pod; ``dataflow``: the data flow).
+    remote: dict[str, Any] = Field(default_factory=dict)
+    registration: Registration | None = None
+    #: The connection OSS (direct copies), NAS and AIWorkspace are reached through.
+    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+
+    def remote_config(self) -> dict[str, Any]:
+        """The remote stager's settings: the ``remote`` block with the version to copy."""
+        return {
+            **self.remote,
+            "source_uri": self.source_uri,
+            "target_root": self.target_root,
+            "version": self.version,
+        }
+
+
+class ImagePlan(PlanPart):
+    """The image the job runs in: pinned, the environment's fixed one, or built when absent."""
+
+    #: ``kaniko`` or ``acr`` builds the image; None uses ``pinned`` or ``fixed`` as they are.
+    mode: Literal["kaniko", "acr"] | None = None
+    repository: str | None = None
+    #: The content-addressed tag of the build's inputs when planned; the build stage checks it.
+    tag: str | None = None
+    #: The builder's own settings plus where it runs (the cluster or the connection).
+    builder: dict[str, Any] = Field(default_factory=dict)
+    build_args: dict[str, str] = Field(default_factory=dict)
+    registry_conn_id: str | None = None
+    pinned: str | None = None
+    fixed: str | None = None
+    force_rebuild: bool = False
+    #: The build context (Dockerfile) and the training code copied into the image.
+    context_dir: str
+    code_dir: str | None = None
+
+
+class RdmaCheckPlan(PlanPart):
+    """The two-node RDMA bandwidth test run before a multi-node job."""
+
+    line_rate_gbps: Annotated[float, Field(gt=0)] = 200.0
+    pass_ratio: Annotated[float, Field(gt=0, le=1)] = 0.9
+    #: The environment file allows only a device name; the command quotes it as any shell word.
+    device: str = "mlx5_0"
+    gid_index: Annotated[int, Field(ge=0, le=255)] = 3
+    skip: bool = False
+
+
+class JobPlan(PlanPart):
+    """The training job: its spec, its backend's settings and where it writes."""
+
+    spec: TrainingJobSpec
+    #: The backend's constructor settings (connection, workspace, namespace, ...).
+    backend_config: dict[str, Any] = Field(default_factory=dict)
+    #: Where a job writes, one directory per job name, as its nodes see it.
+    output_root: str | None = None
+    #: The OSS location mounted at ``output_root`` on every node, as ``oss://bucket/prefix/``.
+    output_uri: str | None = None
+    #: Where a registered staged version is mounted on every node.
+    dataset_mount_path: str | None = None
+
+    @property
+    def backend(self) -> Backend:
+        return self.spec.backend
+
+
+class PreflightPlan(PlanPart):
+    """What the preflight checks need besides the job: regions, zone, role and the local disk."""
+
+    lingjun_regions: list[str] = Field(default_factory=list)
+    zone_id: str | None = None
+    role_name: str | None = None
+    policy_file: str | None = None
+    #: The version's source and the staging root, for the local disk check.
+    source_uri: str | None = None
+    target_root: str | None = None
+
+
+class ArtifactsPlan(PlanPart):
+    """Where the run's artifact set is published, or why it cannot be."""
+
+    model: str
+    artifact_root: str | None = None
+    #: Why this run publishes nothing (a setting left blank); the artifacts stage then skips.
+    unavailable: str | None = None
+    #: The connection whose OSS endpoint and credentials read job outputs and write artifacts.
+    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+
+
+class RunPlan(PlanPart):
+    """Everything one run will do; ``configure`` returns it and each stage takes its part."""
+
+    backend: Backend
+    dataset: DatasetPlan
+    job: JobPlan
+    staging: StagingPlan | None = None
+    #: None on the local backend, which trains in the worker's own runtime.
+    image: ImagePlan | None = None
+    rdma_check: RdmaCheckPlan | None = None
+    preflight: PreflightPlan
+    artifacts: ArtifactsPlan
+    #: Render the plan and stop: nothing is created, copied, built or submitted.
+    dry_run: bool = False
+    skip_preflight: bool = False
+
+    @property
+    def gpu_hour_ceiling(self) -> float:
+        """The most GPU-hours the job can use: nodes x GPUs x its timeout."""
+        spec = self.job.spec
+        return round(spec.nodes * spec.gpus_per_node * spec.timeout_minutes / 60, 3)

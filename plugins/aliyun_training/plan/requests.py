@@ -1,0 +1,327 @@
+"""Every request a planned run would make, rendered without making one: the body of a dry run.
+
+Each stage's request is built by the same code its operator uses (the SDK model's ``to_map()``
+for DLC, the manifests the ACK backend and the remote runs create), with what only the stage can
+know left as a placeholder in angle brackets: ids the platform assigns, a registry password, CIDR
+blocks read at submit. Nothing here opens a connection or reads a secret.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from aliyun_training.plan.models import (
+    ImagePlan,
+    JobPlan,
+    PaiDatasetRegistration,
+    PvcRegistration,
+    RunPlan,
+    StagingPlan,
+)
+from aliyun_training.spec import Backend, StagedDataset, TrainingJobSpec, mount_staged
+
+#: A job's deterministic name from its task id (the operator's ``job_name`` for the run).
+JobNamer = Callable[[str], str]
+
+
+@dataclass(frozen=True)
+class PlannedRequest:
+    """One request: the service it goes to, its action and its body, and the task that sends it.
+
+    ``note`` says what in the body the stage only learns when it runs (from a read it makes first).
+    """
+
+    service: str
+    action: str
+    body: Any
+    task: str
+    note: str = ""
+
+    def as_json(self) -> dict[str, Any]:
+        request = {"service": self.service, "action": self.action, "body": self.body, "task": self.task}
+        return {**request, "note": self.note} if self.note else request
+
+
+def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]:
+    """The run's requests in the order its stages would send them."""
+    requests = staging_requests(plan.staging) if plan.staging else []
+    image = planned_image(plan.image)
+    if plan.image and plan.image.mode and not plan.image.pinned:
+        requests += build_requests(plan.image)
+    if plan.backend is not Backend.LOCAL and not (plan.image and plan.image.pinned):
+        from aliyun_training.operators.image import verification_spec
+
+        verify = verification_spec(plan.job.spec.model_copy(update={"image": image}))
+        requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
+        if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
+            from aliyun_training.operators.image import bandwidth_spec
+
+            check = bandwidth_spec(plan.job.spec.model_copy(update={"image": image}), plan.rdma_check)
+            requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
+    requests += job_requests(plan.job, training_spec(plan, image), job_namer("train"), "train")
+    return requests
+
+
+def planned_image(image: ImagePlan | None) -> str | None:
+    """The image the jobs run in: pinned, fixed, or the build's content-addressed reference."""
+    if image is None:
+        return None
+    if image.pinned or not image.mode:
+        return image.pinned or image.fixed
+    from aliyun_training.image.context import image_reference
+
+    return image_reference(image.repository or "", image.tag or "<tag>")
+
+
+def training_spec(plan: RunPlan, image: str | None) -> TrainingJobSpec:
+    """The train task's spec: the plan's, reading the staged version as the stage will mount it."""
+    spec = plan.job.spec.model_copy(update={"image": image or plan.job.spec.image})
+    if plan.staging is None:
+        return spec
+    return mount_staged(spec, predicted_staging(plan.staging), plan.job.dataset_mount_path)
+
+
+def predicted_staging(staging: StagingPlan) -> StagedDataset:
+    """The stage's record as far as the plan knows it; the platform's ids are placeholders."""
+    from aliyun_training.staging.volumes import version_volume_name
+
+    registration = staging.registration
+    return StagedDataset(
+        uri=f"{staging.target_root.rstrip('/')}/{staging.version}",
+        version=staging.version,
+        files=1,
+        bytes=0,
+        manifest_uri="",
+        checksum="",
+        source_uri=staging.source_uri,
+        mode=staging.mode,
+        pai_dataset_id="<id of the PAI dataset, registered by stage_dataset>"
+        if isinstance(registration, PaiDatasetRegistration)
+        else None,
+        pai_dataset_version="<version, registered by stage_dataset>"
+        if isinstance(registration, PaiDatasetRegistration)
+        else None,
+        pvc=version_volume_name(registration.dataset, staging.version)
+        if isinstance(registration, PvcRegistration)
+        else None,
+    )
+
+
+def staging_requests(staging: StagingPlan) -> list[PlannedRequest]:
+    """The copy (on a worker, in a pod, by a data flow) and the registration of the version."""
+    task = "stage_dataset"
+    requests: list[PlannedRequest] = []
+    if staging.mode == "direct":
+        body = {
+            "source_uri": staging.source_uri,
+            "target": f"{staging.target_root.rstrip('/')}/{staging.version}",
+        }
+        requests.append(PlannedRequest("worker", "copy and publish", body, task))
+    elif staging.mode == "pod":
+        from aliyun_training.remote import remote_run
+        from aliyun_training.staging.pod import build_pod
+
+        stager = remote_run("staging", "pod", staging.remote_config())
+        requests.append(PlannedRequest("kubernetes", "create Pod", build_pod(stager.settings), task))  # type: ignore[attr-defined]
+    else:
+        requests.append(_data_flow_import(staging))
+    registration = staging.registration
+    if isinstance(registration, PaiDatasetRegistration):
+        requests += _pai_dataset_requests(staging, registration)
+    elif isinstance(registration, PvcRegistration):
+        from aliyun_training.staging.registration import volume_arguments
+        from aliyun_training.staging.volumes import build_volume
+
+        volume, claim = build_volume(**volume_arguments(registration, staging.version))
+        requests.append(PlannedRequest("kubernetes", "create PersistentVolume", volume, task))
+        requests.append(PlannedRequest("kubernetes", "create PersistentVolumeClaim", claim, task))
+    return requests
+
+
+def _data_flow_import(staging: StagingPlan) -> PlannedRequest:
+    """The CreateDataFlowTask of a data flow import, its directories as the URIs name them."""
+    from aliyun_training.staging.dataflow_api import import_task_request
+    from aliyun_training.staging.oss import parse_oss_uri
+
+    source = parse_oss_uri(staging.source_uri)
+    request = import_task_request(
+        file_system_id=staging.remote["file_system_id"],
+        data_flow_id=staging.remote["data_flow_id"],
+        directory=f"/{source.prefix}",
+        dst_directory=f"{staging.target_root.rstrip('/')}/{staging.version}/",
+        client_token="stage-0000000000000000000000000000000000000000",
+    )
+    note = (
+        "Directory and DstDirectory are relative to the data flow's OSS path and file system path "
+        "(read with DescribeDataFlows at submit); ClientToken is a hash of the source listing"
+    )
+    return PlannedRequest("nas", "CreateDataFlowTask", request.to_map(), "stage_dataset", note)
+
+
+def _pai_dataset_requests(staging: StagingPlan, registration: PaiDatasetRegistration) -> list[PlannedRequest]:
+    from aliyun_training.staging.pai_dataset import create_dataset_request, create_dataset_version_request
+    from aliyun_training.staging.registration import DATA_SOURCE_TYPES, pai_dataset_uri
+
+    path = f"{registration.cpfs_path.rstrip('/')}/{staging.version}"
+    common = {
+        "version_uri": pai_dataset_uri(
+            registration, path, registration.region or "<region of the connection>"
+        ),
+        "data_source_type": DATA_SOURCE_TYPES[registration.uri_kind],
+        "mount_path": registration.mount_path,
+        "version_description": f"{staging.version}: <files and bytes staged, checksum>",
+    }
+    dataset = create_dataset_request(
+        workspace_id=registration.workspace_id,
+        name=registration.name,
+        provider_type=registration.provider_type,
+        **common,
+    )
+    task = "stage_dataset"
+    return [
+        PlannedRequest(
+            "aiworkspace",
+            "CreateDataset",
+            dataset.to_map(),
+            task,
+            "only when the workspace has no dataset of this name (ListDatasets); its v1 is the version",
+        ),
+        PlannedRequest(
+            "aiworkspace",
+            "CreateDatasetVersion",
+            create_dataset_version_request(**common).to_map(),
+            task,
+            "when the dataset exists and has no version of this URI (ListDatasetVersions)",
+        ),
+    ]
+
+
+def build_requests(image: ImagePlan) -> list[PlannedRequest]:
+    """The image build: a kaniko pod with its context ConfigMap, or an ACR build of the rule."""
+    from aliyun_training.image.context import image_reference
+    from aliyun_training.remote import remote_run
+
+    reference = image_reference(image.repository or "", image.tag or "")
+    task = "build_image"
+    if image.mode == "kaniko":
+        from aliyun_training.image.context import build_context
+        from aliyun_training.image.kaniko import build_context_map, build_pod
+
+        config = {
+            **image.builder,
+            "destination": reference,
+            "tag": image.tag,
+            "context_files": build_context(image.context_dir, image.code_dir),
+            "build_args": image.build_args,
+        }
+        settings = remote_run("image", "kaniko", config).settings  # type: ignore[attr-defined]
+        context = build_context_map(settings)
+        # The context's file contents are the repository's own files: name them, do not repeat them.
+        context = {
+            **context,
+            "data": {key: f"<{len(text)} characters>" for key, text in context["data"].items()},
+        }
+        return [
+            PlannedRequest("kubernetes", "create ConfigMap", context, task),
+            PlannedRequest("kubernetes", "create Pod", build_pod(settings), task),
+        ]
+    from types import SimpleNamespace
+
+    from aliyun_training.image.acr import build_record_request, rule_update_request
+
+    settings = remote_run("image", "acr", {**image.builder, "tag": image.tag, "image": reference}).settings  # type: ignore[attr-defined]
+    repo_id = settings.repo_id or f"<id of {settings.namespace}/{settings.repo_name}, from GetRepository>"
+    kept = "<as the build rule has it (ListRepoBuildRule)>"
+    rule = SimpleNamespace(
+        build_args=None,
+        dockerfile_location=kept,
+        dockerfile_name=kept,
+        platforms=None,
+        push_name=kept,
+        push_type=kept,
+    )
+    return [
+        PlannedRequest(
+            "cr",
+            "UpdateRepoBuildRule",
+            rule_update_request(settings, repo_id, rule).to_map(),
+            task,
+            "the rule's other settings are sent back as ListRepoBuildRule reports them",
+        ),
+        PlannedRequest(
+            "cr", "CreateBuildRecordByRule", build_record_request(settings, repo_id).to_map(), task
+        ),
+    ]
+
+
+def job_requests(job: JobPlan, spec: TrainingJobSpec, name: str, task: str) -> list[PlannedRequest]:
+    """The requests that launch ``spec`` as ``name`` on the plan's backend."""
+    if spec.output_dir is None and job.output_root:
+        spec = spec.model_copy(update={"output_dir": f"{job.output_root.rstrip('/')}/{name}"})
+    if spec.backend is Backend.DLC:
+        return [PlannedRequest("dlc", "CreateJob", _create_job(job, spec, name), task)]
+    if spec.backend is Backend.ARENA:
+        from aliyun_training.backends.arena_manifests import (
+            arena_settings,
+            build_configmap,
+            build_job,
+            check,
+            job_kind,
+        )
+
+        settings = arena_settings(job.backend_config)
+        check(spec, name, settings)
+        kind = job_kind(spec, settings)
+        return [
+            PlannedRequest("kubernetes", f"create {kind.kind}", build_job(spec, name, settings), task),
+            PlannedRequest(
+                "kubernetes",
+                "create ConfigMap",
+                build_configmap(spec, name, settings, f"<uid of the {kind.kind}>"),
+                task,
+            ),
+        ]
+    body = {
+        "name": name,
+        "nodes": spec.nodes,
+        "command": spec.command,
+        "working_dir": spec.working_dir,
+        "env": spec.env,
+        "output_dir": spec.output_dir,
+    }
+    return [PlannedRequest("local", "start torchrun processes", body, task)]
+
+
+def _create_job(job: JobPlan, spec: TrainingJobSpec, name: str) -> dict[str, Any]:
+    """The CreateJob body; the registry password and the VPC's CIDR blocks are read at submit."""
+    from alibabacloud_pai_dlc20201203 import models
+
+    from aliyun_training.backends.dlc import create_job_request
+
+    config = job.backend_config
+    vpc = config.get("vpc")
+    registry = config.get("image_registry_conn_id")
+    image_config = (
+        models.ImageConfig(
+            docker_registry=f"<host of connection {registry}>",
+            username=f"<login of connection {registry}>",
+            password=f"<password of connection {registry}>",
+        )
+        if registry
+        else None
+    )
+    cidrs = list((vpc or {}).get("extended_cidrs") or []) or [
+        f"<every CIDR block of {(vpc or {}).get('vpc_id')}, read from DescribeVpcs at submit>"
+    ]
+    request = create_job_request(
+        spec,
+        name,
+        workspace_id=config.get("workspace_id"),
+        region=config.get("region") or "<region of the connection>",
+        vpc=vpc,
+        extended_cidrs=cidrs,
+        image_config=image_config,
+    )
+    return request.to_map()

@@ -1,0 +1,138 @@
+"""The dry run: the README's commands as written, requests the platforms accept, and nothing but reads."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from aliyun_training.cli import main
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+README = PROJECT_DIR / "README.md"
+COMMAND_PREFIX = "PYTHONPATH=plugins .venv/bin/python -m aliyun_training plan "
+
+
+def readme_dry_runs() -> list[str]:
+    """The dry-run command lines of the README, exactly as a reader copies them."""
+    return [line for line in README.read_text().splitlines() if line.startswith(COMMAND_PREFIX)]
+
+
+def dry_run(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    """Run a README command line in this process, from the project root, and parse its stdout."""
+    monkeypatch.chdir(PROJECT_DIR)
+    argv = shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def actions(document: dict[str, Any]) -> list[tuple[str, str, str]]:
+    return [(r["task"], r["service"], r["action"]) for r in document["requests"]]
+
+
+def test_the_readme_shows_a_dry_run_for_every_backend_and_one_that_stages_and_builds() -> None:
+    commands = readme_dry_runs()
+
+    backends = [re.search(r"--backend (\w+)", command).group(1) for command in commands]  # type: ignore[union-attr]
+    assert set(backends) == {"local", "dlc", "arena"}
+    assert all(command.endswith("--no-preflight") for command in commands)
+    assert any("staging" in command for command in commands)
+
+
+def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: Path) -> None:
+    (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
+    env = {**os.environ, "PYTHONPATH": "plugins", "ALIYUN_TRAINING_LOCAL_ROOT": str(tmp_path)}
+    argv = [sys.executable, *shlex.split(command.removeprefix("PYTHONPATH=plugins .venv/bin/python"))]
+
+    done = subprocess.run(argv, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert actions(document) == [
+        ("stage_dataset", "worker", "copy and publish"),
+        ("train", "local", "start torchrun processes"),
+    ]
+    (train,) = [r["body"] for r in document["requests"] if r["task"] == "train"]
+    assert train["env"]["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
+    assert not (tmp_path / "cpfs").exists(), "a dry run copies nothing"
+    assert document["checks"]["preflight"] == {"skipped": "not checked: the dry run ran without preflight"}
+
+
+def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/arena.json" in c]
+
+    document = dry_run(command, capsys, monkeypatch)
+
+    assert [a for _, _, a in actions(document)] == ["create PyTorchJob", "create ConfigMap"] * 3
+    assert [t for t, _, _ in actions(document)][::2] == ["verify_image", "check_rdma", "train"]
+    job = document["requests"][-2]["body"]
+    assert job["metadata"]["namespace"] == "training"
+    assert document["gpu_hour_ceiling"] == 2 * 8 * 60 / 60
+
+
+def test_an_arena_dry_run_with_staging_renders_the_pod_the_volumes_and_the_kaniko_build(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/arena-staging.json" in c]
+
+    document = dry_run(command, capsys, monkeypatch)
+
+    assert actions(document)[:5] == [
+        ("stage_dataset", "kubernetes", "create Pod"),
+        ("stage_dataset", "kubernetes", "create PersistentVolume"),
+        ("stage_dataset", "kubernetes", "create PersistentVolumeClaim"),
+        ("build_image", "kubernetes", "create ConfigMap"),
+        ("build_image", "kubernetes", "create Pod"),
+    ]
+    claim = document["requests"][2]["body"]["metadata"]["name"]
+    train = document["requests"][-2]["body"]
+    volumes = train["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
+    assert {"name": claim, "persistentVolumeClaim": {"claimName": claim}} in volumes
+    image = document["plan"]["image"]
+    containers = train["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    assert containers[0]["image"] == f"{image['repository']}:{image['tag']}"
+
+
+def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every manifest a dry run shows is one the API server admits (schema, names, namespaces)."""
+    from kubernetes import client
+
+    from tests.kube_harness import core, kubernetes_fake
+
+    (command,) = [c for c in readme_dry_runs() if "examples/arena-staging.json" in c]
+    document = dry_run(command, capsys, monkeypatch)
+    with kubernetes_fake(tmp_path, monkeypatch) as fake:
+        api = core()
+        custom = client.CustomObjectsApi(api.api_client)
+        for request in document["requests"]:
+            body, kind = request["body"], request["action"].removeprefix("create ")
+            namespace = body["metadata"].get("namespace", "training")
+            if kind == "PyTorchJob":
+                group, version = body["apiVersion"].split("/")
+                custom.create_namespaced_custom_object(group, version, namespace, "pytorchjobs", body)
+            elif kind == "ConfigMap":
+                api.create_namespaced_config_map(namespace, body)
+            elif kind == "Pod":
+                api.create_namespaced_pod(namespace, body)
+            elif kind == "PersistentVolume":
+                api.create_persistent_volume(body)
+            else:
+                assert kind == "PersistentVolumeClaim", kind
+                api.create_namespaced_persistent_volume_claim(namespace, body)
+        created = [r for r in fake.requests if r.method == "POST"]
+    assert len(created) == len(document["requests"])
+    assert all(200 <= r.status < 300 for r in created), [(r.path, r.status) for r in created]
