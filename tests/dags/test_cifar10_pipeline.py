@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pendulum
 import pytest
@@ -370,3 +372,120 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     assert len(written) == 1 and json.loads(written[0].read_text())["requests"] == document["requests"]
     assert "Nothing was created" in (written[0].parent / "plan.html").read_text()
     assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()
+
+
+def _dlc_settings(ids: Any) -> dict[str, Any]:
+    return {
+        "quota_id": QUOTA,
+        "gpu_type": "GU8TF",
+        "image": "registry.example.com/train:1",
+        "zone_id": ids.zone_id,
+        "role_name": ROLE,
+        "vpc": {
+            "vpc_id": ids.vpc_id,
+            "switch_id": ids.vswitch_id,
+            "security_group_id": ids.security_group_id,
+        },
+        "dataset": {"dataset_id": "d-cifar10", "uri": "", "mount_path": "/mnt/data/cifar10"},
+        "output_uri": OUTPUT_URI,
+        "artifact_root": ARTIFACT_ROOT,
+    }
+
+
+#: What a read is, per API style: RPC/ROA actions that describe, get, list or check, and OSS reads.
+READ_ACTIONS = ("Describe", "Get", "List", "Check")
+OSS_READS = {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "GetObjectMeta", "GetBucketInfo"}
+
+
+def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_calls(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with emulated_cloud(monkeypatch) as cloud:
+        use_environments(monkeypatch, local_root / "config", dlc=_dlc_settings(cloud.ids))
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "dry_run": True},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        document = run.get_task_instance("show_plan").xcom_pull(task_ids="show_plan")
+        calls = {
+            name: {r.action for r in emulator.requests}
+            for name, emulator in (
+                ("vpc", cloud.network),
+                ("paistudio", cloud.studio),
+                ("ram", cloud.ram),
+                ("dlc", cloud.dlc),
+            )
+        }
+        oss_calls = {r.operation for r in cloud.oss.records()}
+    assert states["show_plan"] == states["preflight.report"] == "success"
+    skipped = ("wait_for_capacity", "build_image", "verify_image", "check_rdma", "train", "publish_artifacts")
+    assert {task: states[task] for task in skipped} == dict.fromkeys(skipped, "skipped")
+    assert calls["paistudio"] and calls["vpc"] and calls["ram"], "preflight asked every service"
+    writes = {
+        name: sorted(a for a in actions if not a.startswith(READ_ACTIONS)) for name, actions in calls.items()
+    }
+    assert writes == {name: [] for name in calls}, "a dry run only reads"
+    assert oss_calls <= OSS_READS, oss_calls
+    assert [r["action"] for r in document["requests"]] == ["CreateJob"] * 3
+    findings = {f["check"]: f["verdict"] for f in document["checks"]["preflight"]["findings"]}
+    assert findings["quota_capacity"] == "PASS" and document["gpu_hour_ceiling"] == 16.0
+
+
+def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deployment whose Alibaba Cloud connection is not the default one: no stage may fall back to it."""
+    from tests.emulators.aiworkspace import AIWorkspaceEmulator
+
+    with emulated_cloud(monkeypatch) as cloud, AIWorkspaceEmulator({AK: SK}) as workspace:
+        default = json.loads(os.environ.pop("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT"))
+        default["extra"]["endpoints"]["aiworkspace"] = workspace.endpoint
+        monkeypatch.delenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", raising=False)
+        monkeypatch.setenv("AIRFLOW_CONN_ALIYUN_PROD", json.dumps(default))
+        for key, data in {"train/0.bin": b"a" * 32, "test/0.bin": b"b" * 16}.items():
+            cloud.oss.put(BUCKET, f"datasets/cifar10/2026-11-15/{key}", data)
+        staging = {
+            "mode": "direct",
+            "source_uri": f"oss://{BUCKET}/datasets/{{dataset}}/{{version}}/",
+            "target_root": str(local_root / "cpfs" / "datasets" / "cifar10"),
+            "cpfs_path": "/datasets/cifar10",
+            "uri_kind": "bmcpfs",
+            "mount_target": "cpfs-0123abcd-vpc-abcd.cn-wulanchabu.cpfs.aliyuncs.com",
+        }
+        settings = {
+            **_dlc_settings(cloud.ids),
+            "connection_id": "aliyun_prod",
+            "workspace_id": workspace.default_workspace_id,
+            "staging": staging,
+        }
+        use_environments(monkeypatch, local_root / "config", dlc=settings)
+        cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
+        cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
+        outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
+        cloud.dlc.on_create = outputs.on_dlc_create
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        staged = run.get_task_instance("stage_dataset").xcom_pull(task_ids="stage_dataset")
+        dataset = workspace.dataset_named("cifar10")
+    ran = {task for task, state in states.items() if state == "success"}
+    assert ran >= {
+        "preflight.check_network",
+        "preflight.check_quota",
+        "preflight.check_permissions",
+        "wait_for_capacity",
+        "stage_dataset",
+        "verify_image",
+        "check_rdma",
+        "train",
+        "publish_artifacts",
+    }, states
+    assert dataset is not None and staged["pai_dataset_id"] == dataset.dataset_id
+    assert staged["files"] == 2 and outputs.written

@@ -136,3 +136,109 @@ def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
         created = [r for r in fake.requests if r.method == "POST"]
     assert len(created) == len(document["requests"])
     assert all(200 <= r.status < 300 for r in created), [(r.path, r.status) for r in created]
+
+
+#: The SDK model of each request a DLC dry run shows: its body must be that model's whole map.
+SDK_MODELS = {
+    "CreateJob": ("alibabacloud_pai_dlc20201203.models", "CreateJobRequest"),
+    "CreateDataFlowTask": ("alibabacloud_nas20170626.models", "CreateDataFlowTaskRequest"),
+    "CreateDataset": ("alibabacloud_aiworkspace20210204.models", "CreateDatasetRequest"),
+    "CreateDatasetVersion": ("alibabacloud_aiworkspace20210204.models", "CreateDatasetVersionRequest"),
+    "UpdateRepoBuildRule": ("alibabacloud_cr20181201.models", "UpdateRepoBuildRuleRequest"),
+    "CreateBuildRecordByRule": ("alibabacloud_cr20181201.models", "CreateBuildRecordByRuleRequest"),
+}
+
+
+def round_trips(action: str, body: dict[str, Any]) -> bool:
+    """Whether the SDK model of ``action`` reads every key of ``body`` back: none unknown, none lost."""
+    import importlib
+
+    module, name = SDK_MODELS[action]
+    model = getattr(importlib.import_module(module), name)
+    return model().from_map(body).to_map() == body
+
+
+def test_a_dlc_dry_run_shows_createjob_bodies_the_sdk_reads_back_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+
+    document = dry_run(command, capsys, monkeypatch)
+
+    assert actions(document) == [
+        ("verify_image", "dlc", "CreateJob"),
+        ("check_rdma", "dlc", "CreateJob"),
+        ("train", "dlc", "CreateJob"),
+    ]
+    for request in document["requests"]:
+        assert round_trips("CreateJob", request["body"]), request["task"]
+    verify, check, train = (r["body"] for r in document["requests"])
+    assert [(s["Type"], s["PodCount"]) for s in verify["JobSpecs"]] == [("Master", 1)]
+    assert check["JobType"] == "MPIJob" and "all_reduce_perf" in check["UserCommand"]
+    assert (
+        train["ResourceId"] == "quota-example0001"
+        and train["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
+    )
+    assert train["UserVpc"]["ExtendedCIDRs"] == ["192.168.0.0/16"]
+    assert document["gpu_hour_ceiling"] == 16.0
+
+
+def test_a_dlc_dry_run_with_staging_and_a_build_shows_each_request_the_sdks_read_back_whole(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc-staging.json" in c]
+
+    document = dry_run(command, capsys, monkeypatch)
+
+    assert [a for _, _, a in actions(document)] == [
+        "CreateDataFlowTask",
+        "CreateDataset",
+        "CreateDatasetVersion",
+        "UpdateRepoBuildRule",
+        "CreateBuildRecordByRule",
+        "CreateJob",
+        "CreateJob",
+        "CreateJob",
+    ]
+    for request in document["requests"]:
+        assert round_trips(request["action"], request["body"]), request["action"]
+    image = document["plan"]["image"]
+    train = document["requests"][-1]["body"]
+    assert {s["Image"] for s in train["JobSpecs"]} == {f"{image['repository']}:{image['tag']}"}
+    assert train["Envs"]["DATA_DIR"] == "/mnt/data/cifar10", (
+        "the staged version is mounted as its own dataset"
+    )
+    assert document["requests"][1]["body"]["Uri"].startswith("bmcpfs://cpfs-example0001-vpc-example.")
+
+
+def test_a_dry_run_shows_no_secret(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A registry connection's password is named, never read: the dry run has no secret to show."""
+    environment = json.loads((PROJECT_DIR / "include/config/examples/dlc.json").read_text())
+    path = tmp_path / "dlc.json"
+    path.write_text(json.dumps({**environment, "image_registry_conn_id": "private_registry"}))
+    monkeypatch.setenv(
+        "AIRFLOW_CONN_PRIVATE_REGISTRY",
+        json.dumps({"conn_type": "generic", "host": "r.example.com", "login": "u", "password": "s3cr3t-pw"}),
+    )
+    monkeypatch.chdir(PROJECT_DIR)
+
+    assert (
+        main(
+            [
+                "plan",
+                "--backend",
+                "dlc",
+                "--environment",
+                str(path),
+                "--dataset-version",
+                "v1",
+                "--no-preflight",
+            ]
+        )
+        == 0
+    )
+
+    out = capsys.readouterr().out
+    assert "s3cr3t-pw" not in out and "<password of connection private_registry>" in out
