@@ -10,6 +10,9 @@ the form's defaults), runs the preflight checks (read-only calls, through the Ai
 the environment names; ``--no-preflight`` makes no call at all) and prints the dry run's JSON
 document on stdout: every request the run would make, then exits. Nothing is created, copied,
 built or submitted. A bad value exits with status 2 and the error on stderr.
+
+``python -m aliyun_training schema --backend dlc`` prints the JSON Schema of that backend's
+environment file (``docs/schema/`` holds them, for editors that validate JSON as it is typed).
 """
 
 from __future__ import annotations
@@ -29,6 +32,11 @@ DRY_RUN_ID = "dry_run"
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "schema":
+        from aliyun_training.environments import environment_schema
+
+        print(json.dumps(environment_schema(args.backend), indent=2, sort_keys=True))
+        return 0
     try:
         document = plan_command(args)
     except (SpecError, json.JSONDecodeError) as exc:
@@ -59,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
         default=Path.cwd(),
         help="the project holding include/ (the training code and image context); default: here",
     )
+    schema = commands.add_parser("schema", help="print the JSON Schema of a backend's environment file")
+    schema.add_argument("--backend", required=True, choices=[b.value for b in Backend])
     return parser
 
 

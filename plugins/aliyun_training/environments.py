@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from aliyun_training.kube_names import is_dns_label, is_dns_subdomain
+from aliyun_training.kube_names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.spec import SpecError, field_fix, validate_record
 
 #: The placeholders a ``staging.source_uri`` template may use.
@@ -92,8 +92,17 @@ AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
 OssUri = Annotated[str, AfterValidator(_oss_uri)]
 #: An id or name sent to an API as it is: printable, no whitespace, no path separators.
 PlainId = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$", max_length=128)]
-DnsLabel = Annotated[str, AfterValidator(_kubernetes_name(is_dns_label, "a DNS-1123 label"))]
-DnsSubdomain = Annotated[str, AfterValidator(_kubernetes_name(is_dns_subdomain, "a DNS-1123 subdomain"))]
+#: Checked by the validator (whose error says the rule); the schema keywords tell editors the same.
+DnsLabel = Annotated[
+    str,
+    AfterValidator(_kubernetes_name(is_dns_label, "a DNS-1123 label")),
+    Field(json_schema_extra=json_schema("label")),
+]
+DnsSubdomain = Annotated[
+    str,
+    AfterValidator(_kubernetes_name(is_dns_subdomain, "a DNS-1123 subdomain")),
+    Field(json_schema_extra=json_schema("subdomain")),
+]
 Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z0-9]+)+$")]
 
 
@@ -361,10 +370,21 @@ ENVIRONMENT_MODELS: dict[str, type[Environment]] = {
 
 
 def environment_schema(backend: str) -> dict[str, Any]:
-    """The JSON Schema of ``backend``'s environment file, for the docs and for editors."""
-    model = ENVIRONMENT_MODELS[backend]
-    schema = model.model_json_schema()
+    """The JSON Schema of ``backend``'s environment file, for the docs and for editors.
+
+    A file may leave any setting blank (``""``) to take its default, as the models read it, so each
+    optional property also accepts ``""``.
+    """
+    schema = ENVIRONMENT_MODELS[backend].model_json_schema()
     schema["title"] = f"{backend}.json"
+    for block in [schema, *schema.get("$defs", {}).values()]:
+        required = set(block.get("required", []))
+        for name, prop in block.get("properties", {}).items():
+            if name not in required:
+                notes = {
+                    key: prop.pop(key) for key in ("title", "description", "default", "fix") if key in prop
+                }
+                block["properties"][name] = {"anyOf": [prop, {"const": ""}], **notes}
     return schema
 
 

@@ -19,6 +19,12 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
+def json_schema(kind: str) -> dict[str, object]:
+    """The rule of ``kind`` (``label`` or ``subdomain``) as JSON Schema keywords, for editors."""
+    pattern, longest = (_DNS1123_LABEL, LABEL_MAX) if kind == "label" else (_DNS1123_SUBDOMAIN, SUBDOMAIN_MAX)
+    return {"pattern": f"^{pattern.pattern}$", "maxLength": longest}
+
+
 def is_dns_label(name: str) -> bool:
     """Whether ``name`` is a DNS-1123 label (namespace, PersistentVolume and claim names of ours)."""
     return len(name) <= LABEL_MAX and bool(_DNS1123_LABEL.fullmatch(name))
