@@ -23,10 +23,13 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic.fields import FieldInfo
 
 from aliyun_training.kube_names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.spec import SpecError, field_fix, validate_record
 
+#: The ``json_schema_extra`` key marking a setting the trigger form may override.
+OVERRIDABLE_KEY = "overridable"
 #: The placeholders a ``staging.source_uri`` template may use.
 SOURCE_URI_FIELDS = frozenset({"dataset", "version"})
 
@@ -86,6 +89,20 @@ def _kubernetes_name(valid: Callable[[str], bool], kind: str) -> Callable[[str],
         return value
 
     return check
+
+
+def overridable(fix: str) -> dict[str, Any]:
+    """``json_schema_extra`` of a setting the trigger form may change for one run (``form.RunOverrides``)."""
+    return {**field_fix(fix), OVERRIDABLE_KEY: True}
+
+
+def overridable_settings(model: type[BaseModel]) -> dict[str, FieldInfo]:
+    """The settings of ``model`` marked overridable, by name."""
+    return {
+        name: info
+        for name, info in model.model_fields.items()
+        if isinstance(info.json_schema_extra, dict) and info.json_schema_extra.get(OVERRIDABLE_KEY)
+    }
 
 
 AbsolutePath = Annotated[str, AfterValidator(_absolute_path)]
@@ -267,14 +284,18 @@ class CloudEnvironment(_Settings):
     image: str | None = None
     #: Repositories the trigger form may pin an image from, besides the build's and ``image``'s.
     allowed_image_repositories: list[str] = Field(default_factory=list)
-    cpu_per_node: Annotated[int, Field(ge=1, le=512, json_schema_extra=field_fix("use 1 to 512 CPUs"))] = 8
+    cpu_per_node: Annotated[
+        int, Field(ge=1, le=512, json_schema_extra=overridable("use 1 to 512 CPUs per node"))
+    ] = 8
     memory_gib_per_node: Annotated[
-        int, Field(ge=1, le=4096, json_schema_extra=field_fix("use 1 to 4096 GiB"))
+        int, Field(ge=1, le=4096, json_schema_extra=overridable("use 1 to 4096 GiB per node"))
     ] = 32
     shared_memory_gib_per_node: Annotated[
-        int, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 to 4096 GiB"))
+        int, Field(ge=0, le=4096, json_schema_extra=overridable("use 0 to 4096 GiB per node"))
     ] = 0
-    rdma: bool = False
+    #: A run may turn RDMA off (e.g. to compare against TCP); turning it on where there is none
+    #: fails in preflight.
+    rdma: Annotated[bool, Field(json_schema_extra=overridable("use true or false"))] = False
     code_dir: Annotated[
         AbsolutePath | None,
         Field(json_schema_extra=field_fix("where the image keeps the training code, e.g. /workspace")),
@@ -298,13 +319,21 @@ class DlcEnvironment(CloudEnvironment):
     resource_type: Annotated[
         str, Field(pattern=r"^(lingjun|ecs)$", json_schema_extra=field_fix("use lingjun or ecs"))
     ] = "lingjun"
-    quota_id: PlainId | None = None
+    #: The form may choose another only among ``quota_id`` and ``allowed_quota_ids`` (checked per run).
+    quota_id: Annotated[
+        PlainId | None,
+        Field(
+            json_schema_extra=overridable("use quota_id or one of allowed_quota_ids of the environment file")
+        ),
+    ] = None
     #: Quotas the trigger form may choose instead of ``quota_id``.
     allowed_quota_ids: list[PlainId] = Field(default_factory=list)
     ecs_spec: PlainId | None = None
     gpu_type: PlainId | None = None
     #: DLC job priority within the quota (1-9); the trigger form may change it per run.
-    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))] = 1
+    priority: Annotated[
+        int, Field(ge=1, le=9, json_schema_extra=overridable("use a priority from 1 to 9"))
+    ] = 1
     image_registry_conn_id: str | None = None
     vpc: VpcSettings = Field(default_factory=VpcSettings)
     dataset: DlcDatasetSettings = Field(default_factory=DlcDatasetSettings)

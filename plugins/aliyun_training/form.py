@@ -3,7 +3,9 @@
 Whoever may trigger a DAG is not an administrator of the deployment: the environment files and the
 connections are. So the form's ``backend_overrides`` is an allow-list, not a way into the
 environment file. A run may change only what is a field of :class:`RunOverrides`, on the backends
-:data:`OVERRIDABLE` lists, within the field's bounds:
+:data:`OVERRIDABLE` lists, within the field's bounds. Both are read from the environment models:
+a setting is overridable when its model marks it so (``environments.overridable``), with the
+model's own bounds:
 
 - ``priority`` (DLC, 1-9): queue order within the quota, as the PAI console lets any job owner set it;
 - ``quota_id`` (DLC): one of the environment's ``quota_id`` and ``allowed_quota_ids``, so a busy
@@ -24,8 +26,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
+from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, overridable_settings
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     Backend,
@@ -36,39 +40,31 @@ from aliyun_training.spec import (
 )
 
 
-class RunOverrides(BaseModel):
-    """What the trigger form may change of a backend's environment for one run."""
+def _overrides_model() -> type[BaseModel]:
+    """The form's ``backend_overrides``: every setting an environment model marks overridable, optional.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Each keeps its bounds, pattern and fix from the environment model, so the form and the file
+    cannot disagree on what a value may be; which backend reads which is :data:`OVERRIDABLE`.
+    """
+    fields: dict[str, Any] = {}
+    for model in (DlcEnvironment, ArenaEnvironment):
+        for name, info in overridable_settings(model).items():
+            fields.setdefault(name, (info.annotation | None, FieldInfo.merge_field_infos(info, default=None)))
+    return create_model(
+        "RunOverrides",
+        __config__=ConfigDict(extra="forbid", frozen=True),
+        __doc__="What the trigger form may change of a backend's environment for one run.",
+        **fields,
+    )
 
-    priority: Annotated[
-        int | None, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))
-    ] = None
-    quota_id: Annotated[
-        str | None,
-        Field(
-            pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$",
-            max_length=64,
-            json_schema_extra=field_fix("use quota_id or one of allowed_quota_ids of the environment file"),
-        ),
-    ] = None
-    rdma: bool | None = None
-    cpu_per_node: Annotated[
-        int | None, Field(ge=1, le=512, json_schema_extra=field_fix("use 1 to 512 CPUs per node"))
-    ] = None
-    memory_gib_per_node: Annotated[
-        int | None, Field(ge=1, le=4096, json_schema_extra=field_fix("use 1 to 4096 GiB per node"))
-    ] = None
-    shared_memory_gib_per_node: Annotated[
-        int | None, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 to 4096 GiB per node"))
-    ] = None
 
+RunOverrides = _overrides_model()
 
 #: Which overrides apply on which backend; the local backend runs on this machine and takes none.
 OVERRIDABLE: dict[Backend, frozenset[str]] = {
     Backend.LOCAL: frozenset(),
-    Backend.DLC: frozenset(RunOverrides.model_fields),
-    Backend.ARENA: frozenset({"rdma", "cpu_per_node", "memory_gib_per_node", "shared_memory_gib_per_node"}),
+    Backend.DLC: frozenset(overridable_settings(DlcEnvironment)),
+    Backend.ARENA: frozenset(overridable_settings(ArenaEnvironment)),
 }
 
 
@@ -103,11 +99,11 @@ class RunForm(BaseModel):
     skip_bandwidth_check: bool = False
     skip_preflight: bool = False
     dry_run: bool = False
-    backend_overrides: RunOverrides = Field(default_factory=RunOverrides)
+    backend_overrides: RunOverrides = Field(default_factory=RunOverrides)  # type: ignore[valid-type]
 
     def overrides(self) -> dict[str, Any]:
         """The overrides this run set, refused when one does not apply to its backend."""
-        given = self.backend_overrides.model_dump(exclude_none=True)
+        given = self.backend_overrides.model_dump(exclude_none=True)  # type: ignore[attr-defined]
         refused = sorted(set(given) - OVERRIDABLE[self.backend])
         if refused:
             allowed = sorted(OVERRIDABLE[self.backend])
