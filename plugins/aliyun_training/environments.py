@@ -254,10 +254,10 @@ class ImageBuildSettings(_Settings):
 
 
 class ArenaImageBuildSettings(ImageBuildSettings):
-    mode: Annotated[  # type: ignore[assignment]
+    mode: Annotated[
         Literal["kaniko", "acr"] | None,
         Field(json_schema_extra=field_fix("use kaniko or acr, or leave it empty")),
-    ] = None
+    ] = None  # type: ignore[assignment]
     kaniko: KanikoBuildBlock = Field(default_factory=KanikoBuildBlock)
 
 
@@ -306,6 +306,8 @@ class CloudEnvironment(_Settings):
     ] = None
     output_uri: OssUri | None = None
     artifact_root: OssUri | None = None
+    image_build: ImageBuildSettings = Field(default_factory=ImageBuildSettings)
+    rdma_check: RdmaCheckSettings = Field(default_factory=RdmaCheckSettings)
 
 
 class DlcEnvironment(CloudEnvironment):

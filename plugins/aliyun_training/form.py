@@ -24,7 +24,7 @@ move data, credentials or shell text somewhere the administrator did not choose.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
@@ -49,7 +49,8 @@ def _overrides_model() -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for model in (DlcEnvironment, ArenaEnvironment):
         for name, info in overridable_settings(model).items():
-            fields.setdefault(name, (info.annotation | None, FieldInfo.merge_field_infos(info, default=None)))
+            optional = cast(Any, info.annotation) | None
+            fields.setdefault(name, (optional, FieldInfo.merge_field_infos(info, default=None)))
     return create_model(
         "RunOverrides",
         __config__=ConfigDict(extra="forbid", frozen=True),

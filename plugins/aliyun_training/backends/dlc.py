@@ -302,6 +302,7 @@ class DlcBackend:
         return list(self.vpc.get("extended_cidrs") or []) or self._described_cidrs()
 
     def _described_cidrs(self) -> list[str]:
+        assert self.vpc is not None
         if self._vpc_cidrs is None:
             from aliyun_training.hooks.vpc import VpcHook
 

@@ -38,7 +38,7 @@ def numbered_pages(fetch: Callable[[int], NumberedPage[T]], max_pages: int | Non
         items, total = fetch(number)
         yield from items
         seen += len(items)
-        if not items or (total not in (None, "") and seen >= int(total)):
+        if not items or (total is not None and total != "" and seen >= int(total)):
             return
         number += 1
 

@@ -60,7 +60,7 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -456,7 +456,7 @@ def normalize_digest(digest: str) -> str:
     return digest if ":" in digest else f"sha256:{digest}"
 
 
-def _state(status: str) -> str:
+def _state(status: str) -> Literal["running", "succeeded", "failed"]:
     if status == SUCCEEDED_STATUS:
         return "succeeded"
     if status in FAILED_STATUSES or "FAIL" in status or "CANCEL" in status or "ERROR" in status:

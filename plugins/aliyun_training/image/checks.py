@@ -585,7 +585,9 @@ def bandwidth_verdict(
     return Finding(check=check, verdict=Verdict.PASS, found=found)
 
 
-def ib_write_bw_verdict(result: IbWriteBw, *, line_rate_gbps: float, **ratios: float) -> Finding:
+def ib_write_bw_verdict(
+    result: IbWriteBw, *, line_rate_gbps: float, pass_ratio: float = 0.9, warn_ratio: float = 0.5
+) -> Finding:
     """Bandwidth verdict for ib_write_bw: its BW average against the port's line rate (Gb/s)."""
     return bandwidth_verdict(
         result.bw_average_gbps,
@@ -593,11 +595,14 @@ def ib_write_bw_verdict(result: IbWriteBw, *, line_rate_gbps: float, **ratios: f
         transport="ib",
         rdma_by_construction=True,
         check=f"rdma.ib_write_bw.{result.device}",
-        **ratios,
+        pass_ratio=pass_ratio,
+        warn_ratio=warn_ratio,
     )
 
 
-def all_reduce_verdict(result: AllReducePerf, *, slowest_link_gbps: float, **ratios: float) -> Finding:
+def all_reduce_verdict(
+    result: AllReducePerf, *, slowest_link_gbps: float, pass_ratio: float = 0.9, warn_ratio: float = 0.5
+) -> Finding:
     """Bandwidth verdict for all_reduce_perf: busbw (GB/s x 8) against the slowest link on the ring (Gb/s).
 
     busbw = algbw x 2(n-1)/n is comparable with the per-rank hardware bandwidth of the bottleneck
@@ -617,7 +622,8 @@ def all_reduce_verdict(result: AllReducePerf, *, slowest_link_gbps: float, **rat
         line_rate_gbps=slowest_link_gbps,
         transport=result.transport,
         check="rdma.all_reduce_perf",
-        **ratios,
+        pass_ratio=pass_ratio,
+        warn_ratio=warn_ratio,
     )
 
 

@@ -23,21 +23,34 @@ def environment_for_run(path: Path, model: type[E], form: RunForm) -> E:
     Overrides replace a value only after the file parsed, so each one stays within the bounds
     ``RunOverrides`` gives it; a quota or a pinned image must be one the environment offers.
     """
-    environment = load_environment(path, form.backend.value)
-    assert isinstance(environment, model)
+    loaded = load_environment(path, form.backend.value)
+    if not isinstance(loaded, model):
+        raise SpecError(
+            f"backend: {form.backend.value!r} is not a backend the {model.__name__} file configures"
+        )
+    environment: E = loaded
     overrides = form.overrides()
     quota = overrides.get("quota_id")
-    if quota is not None and isinstance(environment, DlcEnvironment):
-        offered = [q for q in (environment.quota_id, *environment.allowed_quota_ids) if q]
-        if quota not in offered:
-            raise SpecError(
-                f"backend_overrides.quota_id: {quota!r} is not a quota this environment offers "
-                f"(fix: use one of {offered}; an administrator adds quotas to allowed_quota_ids in "
-                f"{path.name})"
-            )
+    if quota is not None:
+        _check_offered_quota(quota, environment, path.name)
     if form.image:
         _check_pinned_image(form.image, environment, path.name)
     return environment.model_copy(update=overrides)
+
+
+def _check_offered_quota(quota: str, environment: CloudEnvironment, environment_file: str) -> None:
+    """A quota the form chooses must be one the environment offers (DLC: its own and the allowed ones)."""
+    offered = (
+        [q for q in (environment.quota_id, *environment.allowed_quota_ids) if q]
+        if isinstance(environment, DlcEnvironment)
+        else []
+    )
+    if quota not in offered:
+        raise SpecError(
+            f"backend_overrides.quota_id: {quota!r} is not a quota this environment offers "
+            f"(fix: use one of {offered}; an administrator adds quotas to allowed_quota_ids in "
+            f"{environment_file})"
+        )
 
 
 def _check_pinned_image(image: str, environment: CloudEnvironment, environment_file: str) -> None:

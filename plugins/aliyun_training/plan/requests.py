@@ -165,7 +165,7 @@ def _pai_dataset_requests(staging: StagingPlan, registration: PaiDatasetRegistra
     from aliyun_training.staging.registration import DATA_SOURCE_TYPES, pai_dataset_uri
 
     path = f"{registration.cpfs_path.rstrip('/')}/{staging.version}"
-    common = {
+    common: dict[str, Any] = {
         "version_uri": pai_dataset_uri(
             registration, path, registration.region or "<region of the connection>"
         ),

@@ -179,4 +179,5 @@ def _covers(entry: Any, switch_id: str, switch: Any) -> bool:
     if not (entry.source_cidr and switch is not None and switch.cidr_block):
         return False
     inner = ipaddress.ip_network(switch.cidr_block, strict=False)
-    return inner.subnet_of(ipaddress.ip_network(entry.source_cidr, strict=False))
+    outer = ipaddress.ip_network(entry.source_cidr, strict=False)
+    return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]

@@ -498,7 +498,7 @@ def _finish(source: ObjectSource, copy: _ObjectCopy, progress: _Progress) -> dic
         copy.ranges, copy.crcs, copy.reported_crc = [(0, obj.size)], [None], None
         copy.crcs[0], copy.reported_crc = _read_into(source, copy, 0, obj.size, progress)
     os.replace(copy.tmp, copy.dest)
-    return {"path": obj.key, "size": obj.size, **checksum, "etag": obj.etag}
+    return {"path": obj.key, "size": obj.size, **(checksum or {}), "etag": obj.etag}
 
 
 def _checksum(source: ObjectSource, copy: _ObjectCopy) -> dict[str, str] | None:
