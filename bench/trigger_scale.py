@@ -12,10 +12,11 @@ benchmark polls the same N jobs P times each, all jobs concurrently, in two mode
   connection lookup and SDK client through ``get_backend`` and polls through ``JobMonitor.apoll()``,
   logging through structlog as JSON lines, as the triggerer's trigger-runner process does.
 
-``run()`` loops until the job finishes, so the trigger module's ``asyncio`` is replaced by a stand-in
-whose ``sleep`` counts the calling trigger's sleeps and, at the P-th, raises a ``BaseException``
-that the trigger's ``except Exception`` lets pass. Each trigger thus makes exactly P polls (P-1 real
-sleeps of ``--poll-interval``), as many as the baseline, and nothing else of ``run()`` is replaced.
+``run()`` loops until the job finishes, so the ``asyncio`` of the module holding the poll loop
+(``triggers/base.py``) is replaced by a stand-in whose ``sleep`` counts the calling trigger's sleeps
+and, at the P-th, raises a ``BaseException`` that the loop's ``except Exception`` lets pass. Each
+trigger thus makes exactly P polls (P-1 real sleeps of ``--poll-interval``), as many as the baseline,
+and nothing else of ``run()`` is replaced.
 
 The jobs live in a DLC emulator (the one the integration tests use) served by this parent process;
 each mode is measured in a fresh child process, so CPU time (the child's ``time.process_time()``)
@@ -251,7 +252,7 @@ _BUDGET: contextvars.ContextVar[PollBudget] = contextvars.ContextVar("trigger_sc
 
 
 async def budgeted_sleep(delay: float) -> None:
-    """``asyncio.sleep`` for the trigger module: ``run()`` sleeps once after every poll but the last.
+    """``asyncio.sleep`` for the poll loop: ``run()`` sleeps once after every poll but the last.
 
     After the last poll the trigger waits, in the middle of ``run()``, until every trigger is there.
     """
@@ -264,7 +265,7 @@ async def budgeted_sleep(delay: float) -> None:
 
 
 class BudgetedAsyncio:
-    """Stands in for ``asyncio`` inside the trigger module; everything but ``sleep`` is the real one."""
+    """Stands in for ``asyncio`` inside the poll loop's module; everything but ``sleep`` is the real one."""
 
     sleep = staticmethod(budgeted_sleep)
 
@@ -273,10 +274,10 @@ class BudgetedAsyncio:
 
 
 def install_poll_budget() -> None:
-    """Swap the trigger module's ``asyncio`` for the budgeted stand-in (this child process only)."""
-    from aliyun_training.triggers import training
+    """Swap the poll loop's ``asyncio`` for the budgeted stand-in (this child process only)."""
+    from aliyun_training.triggers import base
 
-    training.asyncio = BudgetedAsyncio()  # type: ignore[assignment]
+    base.asyncio = BudgetedAsyncio()  # type: ignore[assignment]
 
 
 def serialized_triggers(job_ids: list[str], poll_interval: float) -> list[tuple[str, str]]:

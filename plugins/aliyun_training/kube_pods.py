@@ -222,7 +222,7 @@ class PodRun(Generic[S]):
     places to add what a kind of pod knows more.
     """
 
-    #: The handle's "mode".
+    #: The handle's "mode": the mode the subclass is registered under (``remote.register_remote_run``).
     mode: ClassVar[str]
     #: What the pod is, in messages and logs: "<noun> pod ns/name ...".
     noun: ClassVar[str]

@@ -10,10 +10,24 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from pydantic import Field
+
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
+from aliyun_training.triggers.base import OutcomeStatus, TriggerOutcome
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50
+
+
+class JobOutcome(TriggerOutcome[JobHandle]):
+    """How a job ended: what the operator turns into a result or an error, deferred or not."""
+
+    #: The job's last status; None when the trigger lost track of the job (``error``).
+    job_status: JobStatus | None = None
+    #: A failed job's failing node, its last log lines and the platform's evidence.
+    failed_node: int | None = None
+    tail: list[str] = Field(default_factory=list)
+    details: list[str] = Field(default_factory=list)
 
 
 class JobMonitor:
@@ -47,24 +61,24 @@ class JobMonitor:
             pass
         return status
 
-    def outcome(self, status: JobStatus) -> dict[str, Any]:
-        """The JSON payload describing a finished job: what the operator turns into a result or error."""
+    def outcome(self, status: JobStatus) -> JobOutcome:
+        """The outcome of a finished job, with the failing node's evidence when it failed."""
         if status.state is not JobState.FAILED:
-            return self._payload(status)
+            return self._outcome(status)
         node = self._failed_node(status)
-        return self._payload(
+        return self._outcome(
             status,
             node,
             self.backend.tail(self.handle, node, FAILURE_TAIL_LINES),
             self.backend.failure_details(self.handle),
         )
 
-    async def aoutcome(self, status: JobStatus) -> dict[str, Any]:
+    async def aoutcome(self, status: JobStatus) -> JobOutcome:
         if status.state is not JobState.FAILED:
-            return self._payload(status)
+            return self._outcome(status)
         node = self._failed_node(status)
         tail = await self.backend.atail(self.handle, node, FAILURE_TAIL_LINES)
-        return self._payload(status, node, tail, await self.backend.afailure_details(self.handle))
+        return self._outcome(status, node, tail, await self.backend.afailure_details(self.handle))
 
     def _record(self, status: JobStatus) -> JobStatus:
         """Log a transition, or a new reason within the same status (e.g. why pods stay pending)."""
@@ -94,18 +108,18 @@ class JobMonitor:
     def _failed_node(status: JobStatus) -> int:
         return status.failed_node if status.failed_node is not None else 0
 
-    def _payload(
+    def _outcome(
         self,
         status: JobStatus,
         failed_node: int | None = None,
         tail: list[str] | None = None,
         details: list[str] | None = None,
-    ) -> dict[str, Any]:
-        payload: dict[str, Any] = {
-            "status": "success" if status.state is JobState.SUCCEEDED else status.state.value,
-            "handle": self.handle.model_dump(),
-            "job_status": status.model_dump(mode="json"),
-        }
-        if failed_node is not None:
-            payload.update(failed_node=failed_node, tail=tail or [], details=details or [])
-        return payload
+    ) -> JobOutcome:
+        return JobOutcome(
+            status=OutcomeStatus(status.state.value),
+            handle=self.handle,
+            job_status=status,
+            failed_node=failed_node,
+            tail=tail or [],
+            details=details or [],
+        )

@@ -8,13 +8,20 @@ wants.
 
 A run is rebuilt in the triggerer by :func:`remote_run` from its kind, mode and ``config``
 (JSON-serializable keyword arguments), so it holds no open clients between calls.
+
+Each run class registers itself with :func:`register_remote_run`, so its kind and mode are written
+once, on the class. :data:`KINDS` only says where a kind's runs are found: the modules a lookup
+imports, none of which imports a cloud SDK at its top, so building a run in the scheduler or at DAG
+parse costs module imports and no client. (A table of classes would name each run twice; finding
+modules by a naming rule would let a mode from the trigger form pick which module is imported.)
 """
 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 from aliyun_training.spec import SpecError
 
@@ -46,25 +53,63 @@ class RemoteRun(Protocol):
         """End the run and remove what it started; a run already gone is not an error."""
 
 
-#: (kind, mode) -> the module and class of the run, imported only when a run of that mode is built.
-RUNS: dict[tuple[str, str], tuple[str, str]] = {
-    ("staging", "pod"): ("aliyun_training.staging.pod", "PodStager"),
-    ("staging", "dataflow"): ("aliyun_training.staging.dataflow", "DataFlowStager"),
-    ("image", "kaniko"): ("aliyun_training.image.kaniko", "KanikoBuilder"),
-    ("image", "acr"): ("aliyun_training.image.acr", "AcrBuilder"),
+@dataclass(frozen=True)
+class RunKind:
+    """A kind of remote run: the setting that chooses its mode, and the modules its runs live in."""
+
+    setting: str
+    modules: tuple[str, ...]
+
+
+KINDS = {
+    "staging": RunKind("staging.mode", ("aliyun_training.staging.pod", "aliyun_training.staging.dataflow")),
+    "image": RunKind("image_build.mode", ("aliyun_training.image.kaniko", "aliyun_training.image.acr")),
 }
-#: The setting that chooses the mode of each kind, named in errors.
-MODE_FIELDS = {"staging": "staging.mode", "image": "image_build.mode"}
+
+R = TypeVar("R", bound=type)
+#: kind -> mode -> run class, filled as the modules of :data:`KINDS` are imported.
+_REGISTERED: dict[str, dict[str, type]] = {}
+
+
+def register_remote_run(kind: str, mode: str) -> Callable[[R], R]:
+    """Class decorator: the class is the run of ``kind`` in ``mode``.
+
+    It also sets the class's ``kind`` and ``mode`` attributes, so what the run writes into its
+    handle and messages is the mode it is found under.
+    """
+
+    def register(cls: R) -> R:
+        if kind not in KINDS:
+            raise ValueError(f"{cls.__qualname__}: {kind!r} is not a kind of remote run ({sorted(KINDS)})")
+        runs = _REGISTERED.setdefault(kind, {})
+        taken = runs.get(mode)
+        if taken is not None and _path(taken) != _path(cls):
+            raise ValueError(f"{kind} mode {mode!r} is taken by {_path(taken)}; {_path(cls)} cannot take it")
+        cls.kind, cls.mode = kind, mode
+        runs[mode] = cls
+        return cls
+
+    return register
+
+
+def remote_runs(kind: str) -> dict[str, type]:
+    """The run classes of ``kind`` by mode, sorted by mode, once the kind's modules are imported."""
+    for module in KINDS[kind].modules if kind in KINDS else ():
+        importlib.import_module(module)
+    return dict(sorted(_REGISTERED.get(kind, {}).items()))
 
 
 def remote_run(kind: str, mode: str, config: dict[str, Any]) -> RemoteRun:
     """The run of ``kind`` (``staging`` or ``image``) in ``mode``, built (and validated) from its settings."""
-    try:
-        module, name = RUNS[(kind, mode)]
-    except KeyError:
-        modes = [known for of_kind, known in RUNS if of_kind == kind]
+    runs = remote_runs(kind)
+    if mode not in runs:
+        setting = KINDS[kind].setting if kind in KINDS else "mode"
         raise SpecError(
-            f"{MODE_FIELDS.get(kind, 'mode')}: {mode!r} is not a {kind} mode that runs off the worker "
-            f"(fix: use one of {modes})"
-        ) from None
-    return getattr(importlib.import_module(module), name)(**config)
+            f"{setting}: {mode!r} is not a {kind} mode that runs off the worker "
+            f"(fix: use one of {list(runs)})"
+        )
+    return runs[mode](**config)
+
+
+def _path(cls: type) -> str:
+    return f"{cls.__module__}.{cls.__qualname__}"

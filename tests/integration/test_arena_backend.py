@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
+from aliyun_training.backends import arena
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.base import JobState
 from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec, job_name
 from tests.cloud_harness import arena_job
+from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.kube_harness import NS, arena_delete, core, kubernetes_fake
 from tests.operator_harness import defer, fire, task_context
@@ -396,13 +398,23 @@ def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(fake: Kubern
     assert asyncio.run(ArenaBackend(**settings()).atail(handle, 0, 2)) == lines[-2:]
 
 
-def test_logs_read_the_pods_of_now_not_those_an_earlier_status_saw(fake: KubernetesFake) -> None:
-    """The same backend instance asked for logs after the pods started, without a status call between."""
-    fake.default_script = TrainingScript(phases=[("Created", 0.3), ("Running", 0.3)])
-    backend = ArenaBackend(**settings())
-    handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
-    assert backend.status(handle).state is JobState.PENDING
-    time.sleep(1.0)
+def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Logs reuse the pods of the status call just before them, and only those: never old ones."""
+    clock = ManualClock(1_800_000_000.0)
+    with kubernetes_fake(tmp_path, monkeypatch, conn_id=CONN_ID, clock=clock) as fake:
+        fake.default_script = TrainingScript(phases=[("Created", 5.0), ("Running", 5.0)])
+        backend = ArenaBackend(**settings())
+        handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
+        lists = fake.count("GET", "/pods")
 
-    assert backend.logs(handle).lines[-1] == "Training finished"
-    assert asyncio.run(backend.alogs(handle)).lines[-1] == "Training finished"
+        assert backend.status(handle).state is JobState.PENDING
+        assert backend.logs(handle).lines == []
+        assert fake.count("GET", "/pods") == lists + 1, "the log read reuses the pods status listed"
+
+        clock.advance(20)
+        fake.reconcile()
+        monkeypatch.setattr(arena, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
+        assert backend.logs(handle).lines[-1] == "Training finished"
+        assert asyncio.run(backend.alogs(handle)).lines[-1] == "Training finished"

@@ -557,7 +557,7 @@ def run_check(op: Any, cluster: Cluster) -> dict[str, Any]:
     assert ctx["task_state_store"][HANDLE_KEY] == trigger.handle
     cluster.finish()
     event = fire(trigger)
-    assert event["status"] == "success", event
+    assert event["status"] == "succeeded", event
     return op.execute_complete(ctx, event)
 
 

@@ -163,7 +163,7 @@ def test_a_retry_returns_the_succeeded_job_its_round_launched_but_never_saved(
     runs: Path, context: dict[str, Any]
 ) -> None:
     trigger, _ = deferred_trigger(operator(runs, "true", nodes=1), context)
-    assert asyncio.run(fire(trigger))["status"] == "success"
+    assert asyncio.run(fire(trigger))["status"] == "succeeded"
     context["task_state_store"].delete(HANDLE_KEY)  # the worker died before saving the job id
 
     result = operator(runs, "true", nodes=1).execute(context)
@@ -174,7 +174,7 @@ def test_a_retry_returns_the_succeeded_job_its_round_launched_but_never_saved(
 
 @pytest.mark.parametrize(
     ("command", "outcome", "cleared"),
-    [("sleep 0.5; exit 4", "failed", False), ("true", "success", True)],
+    [("sleep 0.5; exit 4", "failed", False), ("true", "succeeded", True)],
     ids=["retried-after-a-failed-job", "cleared-after-a-succeeded-job"],
 )
 def test_a_retry_after_a_failure_and_a_clear_after_a_success_launch_a_new_job(
@@ -228,7 +228,7 @@ def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
 def test_a_deferral_timeout_stops_the_job_before_failing(runs: Path, context: dict[str, Any]) -> None:
     op = operator(runs, "sleep 300", timeout_minutes=1)
     trigger, _ = deferred_trigger(op, context)
-    handle = trigger._job_handle()
+    handle = trigger.job_handle
 
     with pytest.raises(AirflowException, match=r"did not finish within timeout_minutes=1 and was stopped"):
         op.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, context)

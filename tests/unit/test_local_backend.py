@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -242,3 +243,23 @@ def test_the_run_directory_is_private_to_the_user_running_the_worker(backend: Lo
             assert f"node-{rank}/{name}" in modes, f"node-{rank}/{name} was not written"
     assert {path: mode for path, mode in modes.items() if mode not in (0o600, 0o700)} == {}
     assert modes["."] == modes["node-0"] == 0o700 and modes["job.json"] == 0o600
+
+
+def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """A retried worker or a new triggerer builds its backend from ``config``: no call came before."""
+    gate = tmp_path / "gate"
+    command = f'for i in 1 2 3; do echo "step $i of $RANK"; done; while [ ! -e {gate} ]; do sleep 0.05; done'
+    handle = backend.submit(TrainingJobSpec(nodes=2, command=command), "fresh")
+    expected = sorted(f"[node-{rank}] step {i} of {rank}" for rank in range(2) for i in range(1, 4))
+    deadline = time.monotonic() + 20
+    while len(LocalBackend(**backend.config).logs(handle).lines) < 6 and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+    assert sorted(LocalBackend(**backend.config).logs(handle).lines) == expected
+    assert LocalBackend(**backend.config).tail(handle, 1, 2) == ["step 2 of 1", "step 3 of 1"]
+    assert asyncio.run(LocalBackend(**backend.config).atail(handle, 0, 1)) == ["step 3 of 0"]
+    assert len(asyncio.run(LocalBackend(**backend.config).alogs(handle)).lines) == 6
+    gate.touch()
+    assert wait_terminal(backend, handle).state is JobState.SUCCEEDED

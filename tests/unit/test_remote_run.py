@@ -2,29 +2,84 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
-from aliyun_training.remote import RUNS, remote_run
+from aliyun_training.image.acr import AcrBuilder
+from aliyun_training.image.kaniko import KanikoBuilder
+from aliyun_training.remote import register_remote_run, remote_run, remote_runs
 from aliyun_training.spec import SpecError
+from aliyun_training.staging.dataflow import DataFlowStager
+from aliyun_training.staging.pod import PodStager
+
+PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 
 
 @pytest.mark.parametrize(
-    ("kind", "mode", "message"),
+    ("kind", "mode", "message", "modes"),
     [
-        ("staging", "direct", "staging.mode: 'direct' is not a staging mode that runs off the worker"),
-        ("image", "docker", "image_build.mode: 'docker' is not a image mode that runs off the worker"),
+        (
+            "staging",
+            "direct",
+            "staging.mode: 'direct' is not a staging mode that runs off the worker",
+            ["dataflow", "pod"],
+        ),
+        (
+            "image",
+            "docker",
+            "image_build.mode: 'docker' is not a image mode that runs off the worker",
+            ["acr", "kaniko"],
+        ),
     ],
 )
 def test_a_mode_without_a_remote_run_names_the_setting_and_the_modes(
-    kind: str, mode: str, message: str
+    kind: str, mode: str, message: str, modes: list[str]
 ) -> None:
     with pytest.raises(SpecError) as excinfo:
         remote_run(kind, mode, {})
 
     assert str(excinfo.value).startswith(message)
-    assert f"(fix: use one of {[m for k, m in RUNS if k == kind]})" in str(excinfo.value)
+    assert f"(fix: use one of {modes})" in str(excinfo.value)
 
 
 def test_bad_settings_fail_when_the_run_is_built_naming_the_field() -> None:
     with pytest.raises(SpecError, match="registry_secret"):
         remote_run("image", "kaniko", {"destination": "r.example.com/ml/train:0123456789abcdef"})
+
+
+def test_every_run_is_found_under_the_kind_and_mode_it_registered() -> None:
+    assert remote_runs("staging") == {"pod": PodStager, "dataflow": DataFlowStager}
+    assert remote_runs("image") == {"kaniko": KanikoBuilder, "acr": AcrBuilder}
+    assert (PodStager.kind, PodStager.mode) == ("staging", "pod")  # type: ignore[attr-defined]
+    assert (KanikoBuilder.kind, KanikoBuilder.mode) == ("image", "kaniko")  # type: ignore[attr-defined]
+
+
+def test_a_mode_taken_by_one_run_cannot_be_registered_by_another() -> None:
+    remote_runs("staging")
+
+    taken = re.escape("staging mode 'pod' is taken by aliyun_training.staging.pod.PodStager")
+    with pytest.raises(ValueError, match=taken):
+
+        @register_remote_run("staging", "pod")
+        class AnotherStager:
+            pass
+
+    assert remote_runs("staging")["pod"] is PodStager
+
+
+def test_finding_every_run_imports_no_cloud_sdk() -> None:
+    """The scheduler and DAG parsing build runs (configure's checks): that must cost no SDK import."""
+    code = (
+        f"import sys; sys.path.insert(0, {str(PLUGINS_DIR)!r})\n"
+        "from aliyun_training.remote import KINDS, remote_runs\n"
+        "assert all(remote_runs(kind) for kind in KINDS)\n"
+        "roots = {name.split('.')[0] for name in sys.modules}\n"
+        "print(sorted(r for r in roots if r.startswith(('alibabacloud_', 'oss2', 'kubernetes'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+    assert done.stdout.strip() == "[]"

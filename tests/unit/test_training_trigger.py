@@ -6,6 +6,7 @@ import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from airflow.sdk._shared.module_loading import import_string
@@ -64,6 +65,14 @@ def test_trigger_round_trips_through_serialize_and_its_classpath(backend: LocalB
     assert rebuilt.serialize() == (classpath, kwargs)
 
 
+def test_a_trigger_must_name_each_argument_it_is_rebuilt_from() -> None:
+    with pytest.raises(TypeError, match=r"takes \*options: name each argument instead"):
+
+        class Loose(TrainingJobTrigger):
+            def __init__(self, **options: Any) -> None:
+                super().__init__(**options)
+
+
 class TaskLog:
     """What the trigger logged so far; the triggerer routes these lines into the task log."""
 
@@ -97,7 +106,7 @@ async def test_log_lines_and_transitions_reach_the_log_while_the_job_runs(
     gate.touch()
     event = await asyncio.wait_for(task, 30)
 
-    assert event.payload["status"] == "success"
+    assert event.payload["status"] == "succeeded"
     assert event.payload["job_status"]["state"] == "succeeded"
     assert "Running -> Succeeded" in log.read()
     assert log.text.count("epoch-1 rank") == 2, "no line may be logged twice"
@@ -142,7 +151,7 @@ async def test_on_kill_while_deferred_leaves_no_training_process(
     trigger = make_trigger(
         backend, TrainingJobSpec(nodes=2, command=TORCHRUN.format(script=script)), "killed"
     )
-    handle = trigger._job_handle()
+    handle = trigger.job_handle
     task = asyncio.create_task(first_event(trigger))
     deadline = time.monotonic() + 60
     while len(backend.logs(handle).lines) < 2 and time.monotonic() < deadline:
@@ -159,7 +168,7 @@ async def test_on_kill_while_deferred_leaves_no_training_process(
 
 async def test_cleanup_never_stops_the_job(backend: LocalBackend) -> None:
     trigger = make_trigger(backend, TrainingJobSpec(nodes=1, command="sleep 300"), "survives")
-    handle = trigger._job_handle()
+    handle = trigger.job_handle
 
     await trigger.cleanup()
     await asyncio.sleep(0.5)

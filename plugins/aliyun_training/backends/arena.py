@@ -4,8 +4,13 @@ The worker talks to the cluster through the cncf.kubernetes provider's ``Kuberne
 trigger through ``AsyncKubernetesHook`` (kubernetes_asyncio). Everything read from the cluster is
 turned into plain dicts first, so one set of functions interprets what either client returned.
 
-A job's handle carries the CR's uid: a CR recreated under the same name (a later attempt) is a
-different job. Stopping deletes the CR and the ConfigMap, as ``arena delete`` does.
+A job's handle carries the CR's kind and uid: a CR recreated under the same name (a later attempt)
+is a different job. Stopping deletes the CR and the ConfigMap, as ``arena delete`` does.
+
+Every call stands alone, so a backend built in another process (a retried worker, the triggerer)
+answers ``logs`` and ``tail`` without a ``status`` call first. The only thing one call leaves for
+the next is the pod list a status call just read: a monitor's poll reads the logs right after the
+status, and reuses it for ``POD_LIST_MAX_AGE_SECONDS`` instead of listing the pods twice.
 """
 
 from __future__ import annotations
@@ -50,6 +55,8 @@ CONDITION_STATES = {
 LOG_REPLICAS = ("master", "launcher", "chief", "worker")
 #: Bytes of new log read per poll at most; the rest comes with the next poll.
 LOG_BYTES_PER_POLL = 256 * 1024
+#: How long the pods a status call listed serve the log read after it; later, logs list them again.
+POD_LIST_MAX_AGE_SECONDS = 5.0
 #: Replica-type labels of today's training-operator and of arena's old mpi-operator (v1alpha1).
 _REPLICA_LABELS = (
     ("training.kubeflow.org/replica-type", "training.kubeflow.org/replica-index"),
@@ -64,9 +71,8 @@ class ArenaBackend:
 
     def __init__(self, **settings: Any) -> None:
         self.settings: ArenaSettings = arena_settings(settings)
-        self._kinds: dict[str, JobKind] = {}
-        #: Pods seen by the latest status call, which each poll makes just before reading logs.
-        self._pods: dict[str, list[dict[str, Any]]] = {}
+        #: Per job id: when the latest status call listed the job's pods (monotonic seconds), and them.
+        self._listed: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._hooks = KubernetesHooks(self.settings.conn_id)
 
     @property
@@ -92,8 +98,17 @@ class ArenaBackend:
         listed = await alist_all(client.CoreV1Api(api).list_namespaced_pod, **self._pod_query(handle))
         return _pods(api, listed)
 
-    def _kind(self, handle: JobHandle) -> JobKind:
-        return self._kinds.get(handle.name) or _kind_from_job_id(handle.job_id)
+    def _listed_by_status(self, handle: JobHandle, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Keep the pods a status call listed for the log read that follows it."""
+        self._listed[handle.job_id] = (time.monotonic(), pods)
+        return pods
+
+    def _recent_pods(self, handle: JobHandle) -> list[dict[str, Any]] | None:
+        """The pods a status call listed moments ago, or None: the caller lists them itself."""
+        listed = self._listed.get(handle.job_id)
+        if listed is None or time.monotonic() - listed[0] >= POD_LIST_MAX_AGE_SECONDS:
+            return None
+        return listed[1]
 
     # -- submit and find -------------------------------------------------------------------------
 
@@ -116,7 +131,6 @@ class ArenaBackend:
         hook.core_v1_client.create_namespaced_config_map(
             namespace, build_configmap(spec, name, self.settings, uid)
         )
-        self._kinds[name] = kind
         return JobHandle(backend=self.name, job_id=_job_id(kind, uid), name=name)
 
     def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
@@ -124,7 +138,6 @@ class ArenaBackend:
         for kind in _candidate_kinds(self.settings):
             job = self._get_job(hook, kind, name)
             if job is not None:
-                self._kinds[name] = kind
                 return JobHandle(backend=self.name, job_id=_job_id(kind, job["metadata"]["uid"]), name=name)
         return None
 
@@ -163,15 +176,14 @@ class ArenaBackend:
 
     def status(self, handle: JobHandle) -> JobStatus:
         hook = self._hook()
-        job = self._get_job(hook, self._kind(handle), handle.name)
-        self._pods[handle.name] = pods = self._list_pods(hook, handle)
-        return _status(handle, job, pods)
+        job = self._get_job(hook, _kind(handle), handle.name)
+        return _status(handle, job, self._listed_by_status(handle, self._list_pods(hook, handle)))
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        kind = self._kind(handle)
+        kind = _kind(handle)
         async with self._async_hook().get_conn() as api:
             try:
                 job = await client.CustomObjectsApi(api).get_namespaced_custom_object(
@@ -181,7 +193,7 @@ class ArenaBackend:
                 if exc.status != 404:
                     raise
                 job = None
-            self._pods[handle.name] = pods = await self._alist_pods(api, handle)
+            pods = self._listed_by_status(handle, await self._alist_pods(api, handle))
         return _status(handle, job, pods)
 
     def _pod_query(self, handle: JobHandle) -> dict[str, Any]:
@@ -193,7 +205,7 @@ class ArenaBackend:
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         """New lines of the master pod: read with timestamps since the last one seen, none twice."""
         hook = self._hook()
-        pods = self._pods.get(handle.name)
+        pods = self._recent_pods(handle)
         pod = _log_pod(self._list_pods(hook, handle) if pods is None else pods)
         if pod is None:
             return LogChunk(cursor=cursor or {})
@@ -210,7 +222,7 @@ class ArenaBackend:
 
         async with self._async_hook().get_conn() as api:
             core = client.CoreV1Api(api)
-            pods = self._pods.get(handle.name)
+            pods = self._recent_pods(handle)
             pod = _log_pod(await self._alist_pods(api, handle) if pods is None else pods)
             if pod is None:
                 return LogChunk(cursor=cursor or {})
@@ -290,13 +302,13 @@ class ArenaBackend:
 
     def stop(self, handle: JobHandle) -> None:
         """Delete the CR and its ConfigMap, as ``arena delete`` does (pods go with the CR)."""
-        self._delete(self._hook(), self._kind(handle), handle.name)
+        self._delete(self._hook(), _kind(handle), handle.name)
 
     async def astop(self, handle: JobHandle) -> None:
         from kubernetes_asyncio import client
         from kubernetes_asyncio.client.exceptions import ApiException
 
-        kind = self._kind(handle)
+        kind = _kind(handle)
         namespace = self.settings.namespace
         async with self._async_hook().get_conn() as api:
             deletions = (
@@ -315,7 +327,7 @@ class ArenaBackend:
                         raise
 
     def output_uri(self, handle: JobHandle) -> str | None:
-        job = self._get_job(self._hook(), self._kind(handle), handle.name) or {}
+        job = self._get_job(self._hook(), _kind(handle), handle.name) or {}
         return (job.get("metadata", {}).get("annotations") or {}).get(OUTPUT_DIR_ANNOTATION)
 
     def console_url(self, handle: JobHandle) -> str | None:
@@ -330,12 +342,13 @@ def _job_id(kind: JobKind, uid: str) -> str:
     return f"{kind.plural}/{kind.version}/{uid}"
 
 
-def _kind_from_job_id(job_id: str) -> JobKind:
-    plural, version, _uid = job_id.split("/")
+def _kind(handle: JobHandle) -> JobKind:
+    """The CR's kind, from the job id alone (``<plural>/<version>/<uid>``)."""
+    plural, version, _uid = handle.job_id.split("/")
     for kind in KINDS:
         if (kind.plural, kind.version) == (plural, version):
             return kind
-    raise LookupError(f"job id {job_id!r} names no known training job kind")
+    raise LookupError(f"job id {handle.job_id!r} names no known training job kind")
 
 
 def _candidate_kinds(settings: ArenaSettings) -> list[JobKind]:

@@ -73,7 +73,13 @@ class LogChunk(BaseModel):
 
 
 class TrainingBackend(Protocol):
-    """Where a job runs. Each call has an ``a``-prefixed async twin that the trigger awaits."""
+    """Where a job runs. Each call has an ``a``-prefixed async twin that the trigger awaits.
+
+    Every call stands alone: a backend rebuilt from ``config`` in another process (a retried
+    worker, the triggerer) answers each of them, ``logs`` and ``tail`` included, with no earlier
+    call on the same instance. What one call read may serve the next only for moments (a poll's
+    status, then its logs), never as the only way to know the job.
+    """
 
     name: str
 

@@ -66,7 +66,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.remote import RemoteStatus
+from aliyun_training.remote import RemoteStatus, register_remote_run
 from aliyun_training.spec import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -212,6 +212,7 @@ def build_record_request(settings: AcrBuildSettings, repo_id: str) -> Any:
     )
 
 
+@register_remote_run("image", "acr")
 class AcrBuilder:
     """RemoteRun over one ACR Enterprise build record (mode ``acr``)."""
 

@@ -74,6 +74,7 @@ from aliyun_training.kube_pods import (
     text_lines,
     where,
 )
+from aliyun_training.remote import register_remote_run
 from aliyun_training.spec import SpecError, validate_record
 
 log = logging.getLogger(__name__)
@@ -362,10 +363,10 @@ def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
 # -- the run --------------------------------------------------------------------------------------
 
 
+@register_remote_run("image", "kaniko")
 class KanikoBuilder(PodRun[KanikoSettings]):
     """RemoteRun that builds and pushes an image from a kaniko pod on ACK."""
 
-    mode = "kaniko"
     noun = "image build"
     component = COMPONENT
     container = CONTAINER

@@ -23,7 +23,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.backends.base import JobHandle, TrainingBackend
+from aliyun_training.backends.base import TrainingBackend
+from aliyun_training.monitor import JobOutcome
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan, RdmaCheckPlan
@@ -145,17 +146,20 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
+        from aliyun_training.triggers.base import OutcomeStatus
+
         mode = self.plan.mode or ""
-        if event["status"] != "succeeded":
-            raise AirflowException(f"Image build ({mode}) failed: {event.get('message')}")
-        result = self.remote_result(mode, event)
+        outcome = self.remote_outcome(event)
+        if outcome.status is not OutcomeStatus.SUCCEEDED:
+            raise AirflowException(f"Image build ({mode}) failed: {outcome.message}")
+        result = self.remote_result(mode, outcome)
         tail = result.get("log_tail", [])[-20:]
         for line in tail:
             self.log.info("build | %s", line)
         return ImageRef(
             uri=result["image"],
             digest=result.get("digest"),
-            tag=event["config"]["tag"],
+            tag=outcome.config["tag"],
             source="built",
             log_tail=tail,
         ).model_dump(mode="json")
@@ -227,13 +231,9 @@ class _CheckJobOperator(TrainingJobOperator):
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _finish(
-        self, spec: TrainingJobSpec, backend: TrainingBackend, event: dict[str, Any]
-    ) -> dict[str, Any]:
-        super()._finish(spec, backend, event)  # raises when the job failed
-        handle = JobHandle.model_validate(event["handle"])
-        backend.status(handle)  # a fresh worker knows the job's pods only after a status call
-        return self._verdict(spec, backend.tail(handle, 0, self.log_lines))
+    def _finish(self, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome) -> dict[str, Any]:
+        super()._finish(spec, backend, outcome)  # raises when the job failed
+        return self._verdict(spec, backend.tail(outcome.handle, 0, self.log_lines))
 
 
 class ImageVerifyOperator(_CheckJobOperator):

@@ -3,17 +3,21 @@
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from aliyun_training.operators.deferral import DeferralMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from aliyun_training.triggers.remote_run import RemoteRunOutcome
 
-class RemoteRunMixin:
+
+class RemoteRunMixin(DeferralMixin):
     """Defer on a ``RemoteRunTrigger``, rebuild the run for its result, stop it when the wait times out.
 
-    The run's kind, mode, settings and handle are saved in ``task_state_store`` before deferring, so
-    a deferral timeout can stop exactly the run that was started, with the settings it started with.
+    The run's mode, settings and handle are saved in ``task_state_store`` before deferring, so a
+    deferral timeout stops exactly the run that was started, with the settings it started with.
     """
 
     #: ``staging`` or ``image``: which runs ``remote.remote_run`` builds.
@@ -29,34 +33,29 @@ class RemoteRunMixin:
         handle: dict[str, Any],
         poll_interval: float,
         timeout: timedelta,
-    ) -> None:
+    ) -> NoReturn:
         from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
         context["task_state_store"].set(self.remote_key, {"mode": mode, "config": config, "handle": handle})
-        self.defer(  # type: ignore[attr-defined]
-            trigger=RemoteRunTrigger(self.remote_kind, mode, config, handle, poll_interval),
-            method_name="execute_complete",
-            timeout=timeout,
-        )
+        trigger = RemoteRunTrigger(self.remote_kind, mode, config, handle, poll_interval)
+        self.defer_until_done(trigger, timeout)
 
-    def remote_result(self, mode: str, event: dict[str, Any]) -> Any:
-        """What the finished run produced, from the settings and handle its trigger event carries."""
+    def remote_outcome(self, event: dict[str, Any]) -> RemoteRunOutcome:
+        """The trigger's event, read back into its model."""
+        from aliyun_training.triggers.remote_run import RemoteRunOutcome
+
+        return RemoteRunOutcome.model_validate(event)
+
+    def remote_result(self, mode: str, outcome: RemoteRunOutcome) -> Any:
+        """What the finished run produced, from the settings and handle its outcome carries."""
         from aliyun_training.remote import remote_run
 
-        return remote_run(self.remote_kind, mode, event["config"]).result(event["handle"])
+        return remote_run(self.remote_kind, mode, outcome.config).result(outcome.handle)
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """A run that outlives its wait is stopped before the task fails: a bound on waiting is also a
-        bound on what the run costs."""
-        from airflow.sdk.exceptions import TaskDeferralTimeout
-
+    def stop_after_deferral_timeout(self, context: Context) -> None:
         from aliyun_training.remote import remote_run
 
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
-        except TaskDeferralTimeout:
-            saved = context["task_state_store"].get(self.remote_key)
-            if saved:
-                self.log.error("The %s %s run ran too long: stopping it", saved["mode"], self.remote_kind)  # type: ignore[attr-defined]
-                remote_run(self.remote_kind, saved["mode"], saved["config"]).stop(saved["handle"])
-            raise
+        saved = context["task_state_store"].get(self.remote_key)
+        if saved:
+            self.log.error("The %s %s run ran too long: stopping it", saved["mode"], self.remote_kind)  # type: ignore[attr-defined]
+            remote_run(self.remote_kind, saved["mode"], saved["config"]).stop(saved["handle"])

@@ -87,11 +87,14 @@ class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The remote run ended: turn it into a StagedDataset or fail with the run's own reason."""
+        from aliyun_training.triggers.base import OutcomeStatus
+
         plan = self.plan
-        if event["status"] != "succeeded":
-            raise AirflowException(f"{plan.mode} staging of {plan.version} failed: {event.get('message')}")
+        outcome = self.remote_outcome(event)
+        if outcome.status is not OutcomeStatus.SUCCEEDED:
+            raise AirflowException(f"{plan.mode} staging of {plan.version} failed: {outcome.message}")
         try:
-            staged = self.remote_result(plan.mode, event)
+            staged = self.remote_result(plan.mode, outcome)
         except StagingError as exc:
             raise AirflowException(str(exc)) from None
         return self._registered(plan, staged)

@@ -19,7 +19,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
 from aliyun_training.links import TrainingJobConsoleLink
-from aliyun_training.monitor import JobMonitor
+from aliyun_training.monitor import JobMonitor, JobOutcome
+from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.plan.models import JobPlan
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import (
@@ -32,6 +33,7 @@ from aliyun_training.spec import (
     mounted_output_uri,
     validate_record,
 )
+from aliyun_training.triggers.base import OutcomeStatus
 from aliyun_training.triggers.training import TrainingJobTrigger
 
 if TYPE_CHECKING:
@@ -43,7 +45,7 @@ HANDLE_KEY = "training_job_handle"
 CLOCK_SKEW = timedelta(hours=1)
 
 
-class TrainingJobOperator(BaseOperator):
+class TrainingJobOperator(DeferralMixin, BaseOperator):
     """Run the plan's job on its backend; return a ``JobResult`` (as a dict) when the job succeeds.
 
     :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated): the
@@ -104,38 +106,28 @@ class TrainingJobOperator(BaseOperator):
         if status.state.is_terminal:
             return self._finish(spec, backend, monitor.outcome(status))
         if self.deferrable:
-            self.defer(
-                trigger=TrainingJobTrigger(
-                    backend=backend.name,
-                    handle=handle.model_dump(),
-                    backend_config=backend.config,
-                    poll_interval=self.poll_interval,
-                    log_cursor=monitor.cursor,
-                    last_raw_status=monitor.last_raw_status,
-                ),
-                method_name="execute_complete",
-                timeout=remaining,
+            trigger = TrainingJobTrigger(
+                backend=backend.name,
+                handle=handle.model_dump(),
+                backend_config=backend.config,
+                poll_interval=self.poll_interval,
+                log_cursor=monitor.cursor,
+                last_raw_status=monitor.last_raw_status,
             )
+            self.defer_until_done(trigger, remaining)
         return self._wait_blocking(spec, backend, monitor, remaining)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: turn its event into a result or a precise error."""
         spec = self._spec()
-        return self._finish(spec, self._backend(spec.backend), event)
+        return self._finish(spec, self._backend(spec.backend), JobOutcome.model_validate(event))
 
-    def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
-        """On a deferral timeout, stop the job before failing: a wait bound must also bound the cost."""
-        from airflow.sdk.exceptions import TaskDeferralTimeout
-
-        try:
-            return super().resume_execution(next_method, next_kwargs, context)
-        except TaskDeferralTimeout:
-            stored = context["task_state_store"].get(HANDLE_KEY)
-            if not stored:
-                raise
+    def stop_after_deferral_timeout(self, context: Context) -> None:
+        """Stop the job of the saved handle, failing with where it was stuck."""
+        stored = context["task_state_store"].get(HANDLE_KEY)
+        if stored:
             spec = self._spec()
-            backend = self._backend(spec.backend)
-            self._stop_after_timeout(backend, JobHandle.model_validate(stored), spec)
+            self._stop_after_timeout(self._backend(spec.backend), JobHandle.model_validate(stored), spec)
 
     def on_kill(self) -> None:
         """Blocking mode: the task was killed on the worker, so stop the job it is waiting for."""
@@ -245,21 +237,18 @@ class TrainingJobOperator(BaseOperator):
             f"and was stopped; raise timeout_minutes or shorten the run{details}"
         )
 
-    def _finish(
-        self, spec: TrainingJobSpec, backend: TrainingBackend, event: dict[str, Any]
-    ) -> dict[str, Any]:
-        handle = JobHandle.model_validate(event["handle"])
-        if event["status"] == "error":
-            raise AirflowException(f"Lost track of job {handle.job_id}: {event['message']}")
-        status = JobStatus.model_validate(event["job_status"])
-        if event["status"] == "failed":
-            tail = "\n".join(f"    {line}" for line in event.get("tail", []))
-            details = "".join(f"\n  {line}" for line in event.get("details", []))
+    def _finish(self, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome) -> dict[str, Any]:
+        handle, status = outcome.handle, outcome.job_status
+        if outcome.status is OutcomeStatus.ERROR or status is None:
+            raise AirflowException(f"Lost track of job {handle.job_id}: {outcome.message}")
+        if outcome.status is OutcomeStatus.FAILED:
+            tail = "\n".join(f"    {line}" for line in outcome.tail)
+            details = "".join(f"\n  {line}" for line in outcome.details)
             raise AirflowException(
                 f"Training job {handle.job_id} failed: {status.reason}.{details}\n"
-                f"Last log lines of node {event['failed_node']}:\n{tail}"
+                f"Last log lines of node {outcome.failed_node}:\n{tail}"
             )
-        if event["status"] != "success":
+        if outcome.status is not OutcomeStatus.SUCCEEDED:
             raise AirflowException(f"Training job {handle.job_id} ended {status.raw}: {status.reason}")
         return self._result(spec, backend, handle, status).model_dump(mode="json")
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.remote import RemoteStatus
+from aliyun_training.remote import RemoteStatus, register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
 from aliyun_training.staging.sources import SourceObject, StagingError
 
@@ -57,6 +57,7 @@ class DataFlowStagerSettings(BaseModel):
     version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
 
 
+@register_remote_run("staging", "dataflow")
 class DataFlowStager:
     """RemoteRun over a CPFS data flow import task."""
 

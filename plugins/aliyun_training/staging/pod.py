@@ -49,6 +49,7 @@ from aliyun_training.kube_pods import (
     where,
 )
 from aliyun_training.kube_pods import pending_problem as pending_problem
+from aliyun_training.remote import register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
 
 log = logging.getLogger(__name__)
@@ -200,10 +201,10 @@ def build_pod(settings: PodStagerSettings | dict[str, Any]) -> dict[str, Any]:
     return bare_pod(settings, metadata, container, volumes)
 
 
+@register_remote_run("staging", "pod")
 class PodStager(PodRun[PodStagerSettings]):
     """RemoteRun that runs the staging CLI in a pod on ACK mounting the CPFS root claim."""
 
-    mode = "pod"
     noun = "staging"
     component = COMPONENT
     container = CONTAINER

@@ -1,25 +1,23 @@
-"""Waits for a training job in the triggerer, so monitoring holds no worker slot.
-
-The trigger may be run more than once and moved between triggerers, so it never stops the job in
-``cleanup()``; it stops the job only in ``on_kill()``, which Airflow calls when a user marks the
-deferred task failed/success or clears it.
-"""
+"""Waits for a training job in the triggerer, so monitoring holds no worker slot."""
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator
+from functools import cached_property
 from typing import Any
 
-from airflow.triggers.base import BaseTrigger, TriggerEvent
-
 from aliyun_training.backends import get_backend
-from aliyun_training.backends.base import JobHandle
-from aliyun_training.monitor import JobMonitor
+from aliyun_training.backends.base import JobHandle, TrainingBackend
+from aliyun_training.monitor import JobMonitor, JobOutcome
+from aliyun_training.triggers.base import OutcomeStatus, PollingTrigger
 
 
-class TrainingJobTrigger(BaseTrigger):
-    """Polls a job through its backend until it finishes, streaming status and logs to the task log."""
+class TrainingJobTrigger(PollingTrigger):
+    """Polls a job through its backend until it finishes, streaming status and logs to the task log.
+
+    ``log_cursor`` and ``last_raw_status`` are where the deferring task's own first poll left off,
+    so the trigger logs only what is new. ``on_kill`` stops the job and every process or pod it
+    started.
+    """
 
     def __init__(
         self,
@@ -38,46 +36,34 @@ class TrainingJobTrigger(BaseTrigger):
         self.log_cursor = log_cursor
         self.last_raw_status = last_raw_status
 
-    def serialize(self) -> tuple[str, dict[str, Any]]:
-        return (
-            f"{type(self).__module__}.{type(self).__qualname__}",
-            {
-                "backend": self.backend,
-                "handle": self.handle,
-                "backend_config": self.backend_config,
-                "poll_interval": self.poll_interval,
-                "log_cursor": self.log_cursor,
-                "last_raw_status": self.last_raw_status,
-            },
-        )
-
-    def _job_handle(self) -> JobHandle:
+    @property
+    def job_handle(self) -> JobHandle:
         return JobHandle.model_validate(self.handle)
 
-    async def run(self) -> AsyncIterator[TriggerEvent]:
-        handle = self._job_handle()
-        try:
-            monitor = JobMonitor(
-                get_backend(self.backend, self.backend_config),
-                handle,
-                self.log,
-                cursor=self.log_cursor,
-                last_raw_status=self.last_raw_status,
-            )
-            while True:
-                status = await monitor.apoll()
-                if status.state.is_terminal:
-                    yield TriggerEvent(await monitor.aoutcome(status))
-                    return
-                await asyncio.sleep(self.poll_interval)
-        except Exception as exc:
-            self.log.exception("Monitoring job %s failed", handle.job_id)
-            yield TriggerEvent(
-                {"status": "error", "handle": handle.model_dump(), "message": f"{type(exc).__name__}: {exc}"}
-            )
+    @property
+    def subject(self) -> str:
+        return f"job {self.job_handle.job_id}"
 
-    async def on_kill(self) -> None:
-        """The user killed the deferred task: stop the job and every process or pod it started."""
-        handle = self._job_handle()
-        self.log.info("Task was killed while deferred: stopping job %s", handle.job_id)
-        await get_backend(self.backend, self.backend_config).astop(handle)
+    @cached_property
+    def _backend(self) -> TrainingBackend:
+        return get_backend(self.backend, self.backend_config)
+
+    @cached_property
+    def _monitor(self) -> JobMonitor:
+        return JobMonitor(
+            self._backend,
+            self.job_handle,
+            self.log,
+            cursor=self.log_cursor,
+            last_raw_status=self.last_raw_status,
+        )
+
+    async def poll(self) -> JobOutcome | None:
+        status = await self._monitor.apoll()
+        return await self._monitor.aoutcome(status) if status.state.is_terminal else None
+
+    def outcome(self, status: OutcomeStatus, message: str = "") -> JobOutcome:
+        return JobOutcome(status=status, handle=self.job_handle, message=message)
+
+    async def stop(self) -> None:
+        await self._backend.astop(self.job_handle)
