@@ -80,7 +80,7 @@ with DAG(
     @task(multiple_outputs=True)
     def configure(params: dict[str, Any], logical_date: Any = None, dag_run: Any = None) -> dict[str, Any]:
         """Plan and validate the whole run once; a bad value fails here, naming the field."""
-        from aliyun_training.plan.resolve import plan_for_task
+        from aliyun_training.operators.plan import plan_for_task
 
         return plan_for_task(params, logical_date or dag_run.run_after, PROJECT_DIR, DEFAULT_ENVIRONMENT_DIR)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.staging.oss import parse_oss_uri
+from aliyun_training.oss_location import parse_oss_uri
 from tests.emulators.dlc import DlcEmulator
 from tests.emulators.network import NetworkEmulator, StandardNetwork
 from tests.emulators.oss import OssEmulator

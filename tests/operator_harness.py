@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.spec import job_name
 from aliyun_training.triggers.training import TrainingJobTrigger
 
 

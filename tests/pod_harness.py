@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.kube_pods import PodRun
+from aliyun_training.kubernetes.pods import PodRun
 from aliyun_training.remote import RemoteStatus
 from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript

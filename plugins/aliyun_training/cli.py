@@ -23,7 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.spec import Backend, SpecError
+from aliyun_training.spec import Backend
+from aliyun_training.validation import SpecError
 
 #: The DAG and run a dry run's job names are derived from, as if it were that DAG's run.
 DRY_RUN_DAG_ID = "cifar10_retrain"
@@ -74,11 +75,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     """The dry run's document for the command line's arguments."""
+    from aliyun_training.kubernetes.names import job_name
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
     from aliyun_training.plan.resolve import resolve_run
     from aliyun_training.settings import local_paths
-    from aliyun_training.spec import job_name
 
     given = json.loads(args.params)
     if not isinstance(given, dict):
@@ -104,8 +105,8 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
 
 def run_preflight(plan: Any) -> dict[str, Any]:
     """Every preflight group of the plan's backend, as the DAG's preflight task group runs them."""
+    from aliyun_training.findings import Finding, PreflightReport
     from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator
-    from aliyun_training.preflight.report import Finding, PreflightReport
 
     findings: list[Finding] = []
     for group, backends in CHECK_GROUPS.items():
@@ -113,5 +114,5 @@ def run_preflight(plan: Any) -> dict[str, Any]:
             check = PreflightCheckOperator(
                 task_id=f"check_{group}", group=group, job=plan.job, preflight=plan.preflight
             )
-            findings += [Finding.model_validate(found) for found in check.execute({})]  # type: ignore[arg-type]
+            findings += [Finding.model_validate(found) for found in check.execute({})]
     return PreflightReport(findings=findings).model_dump(mode="json")

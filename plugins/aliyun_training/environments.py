@@ -25,8 +25,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.fields import FieldInfo
 
-from aliyun_training.kube_names import is_dns_label, is_dns_subdomain, json_schema
-from aliyun_training.spec import SpecError, field_fix, validate_record
+from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 #: The ``json_schema_extra`` key marking a setting the trigger form may override.
 OVERRIDABLE_KEY = "overridable"
@@ -43,7 +43,7 @@ def _absolute_path(value: str) -> str:
 
 def _oss_uri(value: str) -> str:
     """An ``oss://bucket/prefix/`` URI; the error is parse_oss_uri's, whose fix says the form."""
-    from aliyun_training.staging.oss import parse_oss_uri
+    from aliyun_training.oss_location import parse_oss_uri
 
     try:
         parse_oss_uri(value, field="uri")
@@ -257,7 +257,7 @@ class ArenaImageBuildSettings(ImageBuildSettings):
     mode: Annotated[
         Literal["kaniko", "acr"] | None,
         Field(json_schema_extra=field_fix("use kaniko or acr, or leave it empty")),
-    ] = None  # type: ignore[assignment]
+    ] = None  # type: ignore[assignment]  # pydantic lets a subclass narrow a field's type; mypy does not
     kaniko: KanikoBuildBlock = Field(default_factory=KanikoBuildBlock)
 
 

@@ -30,14 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, overridable_settings
-from aliyun_training.spec import (
-    DATASET_VERSION_PATTERN,
-    Backend,
-    SpecError,
-    field_fix,
-    validate_record,
-    whole_string_pattern,
-)
+from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend
+from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
 
 
 def _overrides_model() -> type[BaseModel]:
@@ -100,11 +94,12 @@ class RunForm(BaseModel):
     skip_bandwidth_check: bool = False
     skip_preflight: bool = False
     dry_run: bool = False
+    # RunOverrides is built by create_model from the environment models: a value mypy cannot use as a type.
     backend_overrides: RunOverrides = Field(default_factory=RunOverrides)  # type: ignore[valid-type]
 
     def overrides(self) -> dict[str, Any]:
         """The overrides this run set, refused when one does not apply to its backend."""
-        given = self.backend_overrides.model_dump(exclude_none=True)  # type: ignore[attr-defined]
+        given = self.backend_overrides.model_dump(exclude_none=True)  # type: ignore[attr-defined]  # as above
         refused = sorted(set(given) - OVERRIDABLE[self.backend])
         if refused:
             allowed = sorted(OVERRIDABLE[self.backend])

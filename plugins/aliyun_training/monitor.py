@@ -13,7 +13,7 @@ from typing import Any
 from pydantic import Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
-from aliyun_training.triggers.base import OutcomeStatus, TriggerOutcome
+from aliyun_training.records import OutcomeStatus, TriggerOutcome
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50

@@ -12,7 +12,8 @@ from airflow.sdk import Param
 
 from aliyun_training.backends import IMPLEMENTED_BACKENDS
 from aliyun_training.form import overrides_schema
-from aliyun_training.spec import DATASET_VERSION_PATTERN, whole_string_pattern
+from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.validation import whole_string_pattern
 
 BACKEND_LABELS = {
     "local": "local — torchrun processes on the Airflow worker",

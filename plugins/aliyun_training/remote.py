@@ -21,9 +21,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, ClassVar, Literal, Protocol, TypeVar
 
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 RemoteState = Literal["running", "succeeded", "failed"]
 
@@ -39,6 +39,13 @@ class RemoteStatus:
 
 class RemoteRun(Protocol):
     """Work outside the worker, addressed by a JSON-serializable handle."""
+
+    #: The kind and mode the class is registered under (set by :func:`register_remote_run`).
+    kind: ClassVar[str]
+    mode: ClassVar[str]
+
+    def __init__(self, **config: Any) -> None:
+        """Build (and validate) the run from its JSON-serializable settings."""
 
     def submit(self) -> dict[str, Any]:
         """Start the run, or find the one already started for this input; return its handle."""
@@ -66,9 +73,9 @@ KINDS = {
     "image": RunKind("image_build.mode", ("aliyun_training.image.kaniko", "aliyun_training.image.acr")),
 }
 
-R = TypeVar("R", bound=type)
+R = TypeVar("R", bound=type[RemoteRun])
 #: kind -> mode -> run class, filled as the modules of :data:`KINDS` are imported.
-_REGISTERED: dict[str, dict[str, type]] = {}
+_REGISTERED: dict[str, dict[str, type[RemoteRun]]] = {}
 
 
 def register_remote_run(kind: str, mode: str) -> Callable[[R], R]:
@@ -92,7 +99,7 @@ def register_remote_run(kind: str, mode: str) -> Callable[[R], R]:
     return register
 
 
-def remote_runs(kind: str) -> dict[str, type]:
+def remote_runs(kind: str) -> dict[str, type[RemoteRun]]:
     """The run classes of ``kind`` by mode, sorted by mode, once the kind's modules are imported."""
     for module in KINDS[kind].modules if kind in KINDS else ():
         importlib.import_module(module)

@@ -1,35 +1,24 @@
-"""Typed, validated descriptions of a training run and the records passed between pipeline stages.
+"""What a user describes: one distributed training job, independent of the platform that runs it.
 
-Everything here is plain pydantic with no Airflow and no I/O, so the DAG processor can import it
-cheaply and every backend (DLC, ACK/arena, local) converts the same ``TrainingJobSpec`` into its
-own request. Records are small and JSON-serializable because they travel through XCom.
+Plain pydantic with no Airflow and no I/O, so the DAG processor imports it cheaply and every
+backend (DLC, ACK/arena, local) converts the same ``TrainingJobSpec`` into its own request. The
+records the stages pass each other about a job are in ``records``; the errors in ``validation``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Iterable
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any, Literal, TypeVar, get_args
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from aliyun_training.validation import field_fix, validate_record
 
 #: Dataset versions become directory names and URI segments: no separators, no leading dot.
 DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
-
-
-def whole_string_pattern(pattern: str) -> str:
-    """``pattern`` (anchored with ``^...$``) for a JSON Schema that Python's ``re`` also evaluates.
-
-    jsonschema checks ``pattern`` with ``re.search``, where ``$`` also matches before a final
-    newline, so ``"v1\\n"`` would pass ``^v[0-9]+$``; the lookahead refuses that position, and
-    means the same in the ECMA regexes of a browser form. (pydantic's regex engine anchors ``$`` at
-    the end of the string already; Python code matches with ``re.fullmatch``.)
-    """
-    return f"{pattern}(?!\\n)"
-
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
 INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
@@ -39,11 +28,6 @@ DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
 LINGJUN_GPUS_PER_NODE = 8
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: Job names leave room for the longest suffix put after them: ``-worker-127`` (a replica's Service)
-#: or ``-pytorchjob`` (arena's ConfigMap), within a 63-character DNS label.
-JOB_NAME_MAX = 63 - len("-worker-127")
-
-M = TypeVar("M", bound="BaseModel")
 
 
 class Backend(StrEnum):
@@ -75,15 +59,6 @@ class ResourceType(StrEnum):
 
     LINGJUN = "lingjun"
     ECS = "ecs"
-
-
-class SpecError(ValueError):
-    """A spec or record failed validation; the message names every bad field and how to fix it."""
-
-
-def field_fix(text: str) -> dict[str, Any]:
-    """A field's ``json_schema_extra`` naming its fix, which validation errors then say (see ``explain``)."""
-    return {"fix": text}
 
 
 def invalid_env_names(names: Iterable[str]) -> list[str]:
@@ -283,211 +258,6 @@ class TrainingJobSpec(BaseModel):
         return validate_record(cls, data)
 
 
-class StagedDataset(BaseModel):
-    """A dataset version published on the training filesystem, and how a training job mounts it.
-
-    ``uri`` is the version's directory as the stager saw it (the CPFS mount on a worker or in a
-    staging pod). A job on DLC mounts ``pai_dataset_id``/``pai_dataset_version``; a job on ACK
-    mounts the claim ``pvc``, whose volume is exactly this version's directory.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: str
-    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
-    files: Annotated[int, Field(ge=1)]
-    bytes: Annotated[int, Field(ge=0)]
-    #: The manifest beside the data; empty for a CPFS data flow import, which writes none.
-    manifest_uri: str
-    checksum: str
-    transferred_files: Annotated[int, Field(ge=0)] = 0
-    transferred_bytes: Annotated[int, Field(ge=0)] = 0
-    seconds: float = 0.0
-    source_uri: str = ""
-    mode: Literal["direct", "pod", "dataflow"] = "direct"
-    pai_dataset_id: str | None = None
-    pai_dataset_version: str | None = None
-    pvc: str | None = None
-
-
-class FixedDataset(BaseModel):
-    """The dataset a cloud job mounts as its environment configures it, when the run staged nothing.
-
-    The job reads ``<mount_path>/<version>``. Without a ``StagedDataset`` this record is what lets an
-    artifact manifest still say which data trained the model: the version and the mounted PAI
-    dataset id, OSS URI or ``pvc://<claim>`` (none of them when the environment mounts no dataset).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
-    uri: str | None = None
-    dataset_id: str | None = None
-    mount_path: str | None = None
-
-
-class BuiltImage(BaseModel):
-    """The training runtime that was verified (a container image, or this machine's interpreter)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: str
-    digest: str
-    python: str
-    torch: str | None = None
-    cuda: str | None = None
-    nccl: str | None = None
-    rdma_libs: list[str] = Field(default_factory=list)
-    #: Whether a verification job ran the check script inside this image and every check passed.
-    verified: bool = False
-    ibv_devices: list[str] = Field(default_factory=list)
-    #: The bandwidth check's programs found in the image (ib_write_bw, mpirun, all_reduce_perf).
-    tools: list[str] = Field(default_factory=list)
-
-
-class JobResult(BaseModel):
-    """Outcome of a training job, as the monitoring stage saw it."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    backend: Backend
-    job_id: str
-    display_name: str
-    status: str
-    reason: str = ""
-    started: str | None = None
-    finished: str | None = None
-    wall_seconds: float = 0.0
-    node_hours: float = 0.0
-    gpu_hours: float = 0.0
-    console_url: str | None = None
-    output_uri: str | None = None
-    #: Platform phases the job went through ({"status", "phase", "start", "end", "seconds"}).
-    status_history: list[dict[str, Any]] = Field(default_factory=list)
-    #: Seconds spent per phase: queuing, preparing, running, ...
-    phase_seconds: dict[str, float] = Field(default_factory=dict)
-
-
-class ArtifactSet(BaseModel):
-    """Where a run's checkpoints, metrics and report were published."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: str
-    manifest_uri: str
-    report_uri: str
-    metrics: dict[str, Any]
-
-
-def validate_record(model: type[M], data: M | dict[str, Any], title: str | None = None) -> M:
-    """Build ``model`` from ``data`` or raise ``SpecError`` with one line per bad field and its fix,
-    under ``title`` (default: ``Invalid <model>``)."""
-    if isinstance(data, model):
-        return data
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise SpecError(explain(model, exc, title)) from None
-
-
-def explain(model: type[BaseModel], exc: ValidationError, title: str | None = None) -> str:
-    """One line per bad field of ``model``: its key path, what is wrong and the field's fix."""
-    lines = [f"{title or 'Invalid ' + model.__name__}:"]
-    for err in exc.errors(include_url=False, include_input=False):
-        field = ".".join(str(part) for part in err["loc"])
-        message = err["msg"].removeprefix("Value error, ")
-        fix = _unknown_key_fix(model, err["loc"]) if err["type"] == "extra_forbidden" else None
-        fix = fix or _field_fix(model, err["loc"])
-        lines.append(f"  - {field + ': ' if field else ''}{message}" + (f" (fix: {fix})" if fix else ""))
-    return "\n".join(lines)
-
-
-def _unknown_key_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
-    """For a key the model does not know: the keys it does know at that level."""
-    container: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, str):
-            info = container.model_fields.get(part) if container is not None else None
-            container = _nested_model(info.annotation) if info is not None else None
-    if container is None:
-        return None
-    return f"remove it; the keys here are {', '.join(container.model_fields)}"
-
-
-def _field_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
-    """The ``fix`` of the field at ``loc``, walking into nested models (``vpc.switch_id``)."""
-    info = None
-    for part in loc:
-        if model is None or isinstance(part, int):
-            continue
-        info = model.model_fields.get(str(part))
-        if info is None:
-            return None
-        model = _nested_model(info.annotation)
-    extra = info.json_schema_extra if info is not None else None
-    return extra.get("fix") if isinstance(extra, dict) else None  # type: ignore[return-value]
-
-
-def _nested_model(annotation: Any) -> Any:
-    """The model class inside ``annotation`` (``Vpc``, ``Vpc | None``, ``list[Vpc]``), or None."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    return next((m for arg in get_args(annotation) if (m := _nested_model(arg)) is not None), None)
-
-
-def job_name(dag_id: str, run_id: str, task_id: str, map_index: int = -1, first_try: int = 1) -> str:
-    """Deterministic job name for one task instance and round of tries.
-
-    Every try of a round gets the same name, so a retry (or a worker that died between submitting
-    and saving the job id) finds the job it already launched instead of starting a second one.
-    Clearing a task starts a new round, whose ``first_try`` is past the earlier round's tries: the
-    new name makes a cleared task run its job again instead of finding the one it ran before. The
-    first round's name leaves ``first_try`` out.
-
-    The result is a readable prefix from the DAG and task ids plus a hash of the full identity, and
-    a DNS-1035 label (a letter first) of at most ``JOB_NAME_MAX`` characters: the training-operator
-    names a Service ``<job>-<replica type>-<index>`` after every replica and arena a ConfigMap
-    ``<job>-<type>``, and both must stay DNS-1035 labels of at most 63 characters. The same name
-    serves DLC display names and local run directories.
-    """
-    parts = [dag_id, run_id, task_id, str(map_index)] + ([str(first_try)] if first_try > 1 else [])
-    identity = "\n".join(parts)
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:10]
-    readable = re.sub(r"[^a-z0-9]+", "-", f"{dag_id}-{task_id}".lower()).strip("-")
-    if not readable[:1].isalpha():
-        readable = f"job-{readable}".rstrip("-")
-    prefix = readable[: JOB_NAME_MAX - len(digest) - 1].rstrip("-")
-    return f"{prefix}-{digest}"
-
-
-def mount_staged(spec: TrainingJobSpec, staged: StagedDataset, mount_path: str | None) -> TrainingJobSpec:
-    """The job ``spec`` reading the staged version: ``DATA_DIR`` points at it on every node.
-
-    A registered version is mounted at ``mount_path`` (a PAI dataset version on DLC, the version's
-    own PVC on ACK) beside the spec's other mounts (the job's output volume); an unregistered one is
-    read where it was staged (the local backend).
-    """
-    if staged.pai_dataset_id or staged.pvc:
-        if not mount_path:
-            raise SpecError(
-                "dataset_mount_path: a registered dataset needs a mount path "
-                "(fix: set mount_path in the environment file, e.g. /mnt/data/cifar10)"
-            )
-        mount = (
-            DatasetMount(
-                dataset_id=staged.pai_dataset_id,
-                dataset_version=staged.pai_dataset_version,
-                mount_path=mount_path,
-            )
-            if staged.pai_dataset_id
-            else DatasetMount(uri=f"pvc://{staged.pvc}", mount_path=mount_path)
-        )
-        return spec.model_copy(
-            update={"datasets": [*spec.datasets, mount], "env": {**spec.env, "DATA_DIR": mount_path}}
-        )
-    return spec.model_copy(update={"env": {**spec.env, "DATA_DIR": staged.uri}})
-
-
 def mounted_output_uri(output_dir: str | None, output_root: str | None, output_uri: str | None) -> str | None:
     """Where a job's output directory lives in OSS when ``output_uri`` is mounted at ``output_root``.
 
@@ -501,33 +271,3 @@ def mounted_output_uri(output_dir: str | None, output_root: str | None, output_u
     if not path.is_relative_to(root):
         return output_dir
     return "/".join([output_uri.rstrip("/"), *path.relative_to(root).parts]) + "/"
-
-
-class ImageRef(BaseModel):
-    """The training image a run uses, before verification.
-
-    ``source`` says where it came from: ``built`` (this run built it), ``existing`` (the
-    content-addressed tag was already in the registry, or the environment names a fixed image) or
-    ``pinned`` (the trigger form named it: no build, no verification).
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    uri: Annotated[str, Field(min_length=1)]
-    digest: str | None = None
-    tag: str | None = None
-    source: Literal["built", "existing", "pinned"] = "existing"
-    log_tail: list[str] = Field(default_factory=list)
-
-
-class BandwidthCheck(BaseModel):
-    """The RDMA bandwidth measured between two nodes before a multi-node run."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    verdict: Literal["PASS", "WARN", "FAIL", "SKIPPED"]
-    tool: str = ""
-    measured_gbps: float | None = None
-    line_rate_gbps: float | None = None
-    transport: str | None = None
-    message: str = ""

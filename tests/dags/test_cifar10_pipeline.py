@@ -13,7 +13,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
-from aliyun_training.operators.image import check_command
+from aliyun_training.image.jobs import check_command
 from tests.cloud_harness import (
     AK,
     BUCKET,
@@ -44,7 +44,12 @@ ARTIFACT_ROOT = f"oss://{BUCKET}/models/"
 
 @pytest.fixture
 def dag(airflow_db: Path):
-    return DagBag(dag_folder=str(DAG_FILE)).get_dag("cifar10_retrain")
+    dag = DagBag(dag_folder=str(DAG_FILE)).get_dag("cifar10_retrain")
+    # The emulated jobs end within a second: poll them that often, not at the DAG's cloud pace.
+    for task in dag.tasks:
+        if hasattr(task, "poll_interval"):
+            task.poll_interval = 0.1
+    return dag
 
 
 @pytest.mark.slow
@@ -106,6 +111,7 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
+@pytest.mark.slow
 def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_publishes_from_oss(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -204,6 +210,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     assert event["manifest_uri"] == f"oss://{BUCKET}/{manifest_key}"
 
 
+@pytest.mark.slow
 def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -228,6 +235,7 @@ def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
     assert states["train"] == states["publish_artifacts"] == "upstream_failed" and created == 0
 
 
+@pytest.mark.slow
 def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_from_oss(
     dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -294,6 +302,7 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
     assert _asset_event_extras("cifar10_model")[-1]["job_id"] == trained["job_id"]
 
 
+@pytest.mark.slow
 def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_them(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -318,6 +327,7 @@ def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_
     assert uploaded == []
 
 
+@pytest.mark.slow
 def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -397,6 +407,7 @@ READ_ACTIONS = ("Describe", "Get", "List", "Check")
 OSS_READS = {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "GetObjectMeta", "GetBucketInfo"}
 
 
+@pytest.mark.slow
 def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_calls(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -434,6 +445,7 @@ def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_call
     assert findings["quota_capacity"] == "PASS" and document["gpu_hour_ceiling"] == 16.0
 
 
+@pytest.mark.slow
 def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

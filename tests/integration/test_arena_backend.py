@@ -16,8 +16,9 @@ from aliyun_training.backends import arena
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.base import JobState
 from aliyun_training.hooks import kubernetes as kube_hooks
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
-from aliyun_training.spec import TrainingJobSpec, job_name
+from aliyun_training.spec import TrainingJobSpec
 from tests.cloud_harness import arena_job
 from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript

@@ -18,9 +18,9 @@ from airflow.sdk.exceptions import (
     TaskDeferred,
 )
 
+from aliyun_training.findings import Verdict
 from aliyun_training.operators.preflight import PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.preflight.permissions import required_actions
-from aliyun_training.preflight.report import Verdict
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
 from tests.cloud_harness import POLICY_FILE, ROLE, Cloud, emulated_cloud

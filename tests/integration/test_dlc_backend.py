@@ -15,8 +15,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from aliyun_training.backends.base import JobHandle
 from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
-from aliyun_training.spec import TrainingJobSpec, job_name
+from aliyun_training.spec import TrainingJobSpec
 from tests.cloud_harness import dlc_job, use_alibaba_connection
 from tests.emulators.base import FaultPlan
 from tests.emulators.dlc import DlcEmulator, JobScript

@@ -20,7 +20,8 @@ from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.base import JobHandle
 from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend, create_job_request
-from aliyun_training.spec import SpecError, TrainingJobSpec
+from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import REGION, dlc_job, use_alibaba_connection
 from tests.emulators.base import ManualClock
 from tests.emulators.dlc import DlcEmulator, JobScript

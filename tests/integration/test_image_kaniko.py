@@ -26,7 +26,7 @@ from aliyun_training.image.kaniko import (
     mount_is_fatal,
     mount_problem,
 )
-from aliyun_training.spec import SpecError, validate_record
+from aliyun_training.validation import SpecError, validate_record
 from tests import pod_harness as harness
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.pod_harness import CONN_ID, NS, T0, SteppedClock, core, exists, kubernetes_fake, posts

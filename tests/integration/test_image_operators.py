@@ -24,17 +24,17 @@ from airflow.triggers.base import BaseTrigger
 from kubernetes import client
 
 from aliyun_training.image.context import build_context, image_tag
+from aliyun_training.image.jobs import check_command
 from aliyun_training.operators.image import (
     BUILD_HANDLE_KEY,
     ImageBuildOperator,
     ImageVerifyOperator,
     RdmaBandwidthOperator,
-    check_command,
 )
 from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.plan.models import ImagePlan
+from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
-from aliyun_training.spec import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
 from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection

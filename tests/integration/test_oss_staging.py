@@ -20,13 +20,14 @@ from types import SimpleNamespace
 
 import pytest
 
-from aliyun_training.artifacts import ArtifactError, publish_artifacts
-from aliyun_training.spec import BuiltImage, FixedDataset, JobResult, SpecError, StagedDataset
+from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
+from aliyun_training.records import BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging import oss as oss_module
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
 from aliyun_training.staging.sources import open_source
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.oss import OssEmulator, crc64
 

@@ -24,13 +24,15 @@ from kubernetes import client
 
 from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.plan.models import PaiDatasetRegistration, PvcRegistration, RunPlan, StagingPlan
+from aliyun_training.plan.models import RunPlan, StagingPlan
+from aliyun_training.records import StagedDataset
 from aliyun_training.remote import remote_run
-from aliyun_training.spec import SpecError, StagedDataset
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
+from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
 from aliyun_training.staging.volumes import CPFS_DRIVER, ensure_version_volume
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection
 from tests.emulators.aiworkspace import AIWorkspaceEmulator
 from tests.emulators.base import ManualClock

@@ -11,11 +11,12 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from aliyun_training.kube_pods import pending_problem
-from aliyun_training.spec import SpecError, StagedDataset, validate_record
+from aliyun_training.kubernetes.pods import pending_problem
+from aliyun_training.records import StagedDataset
 from aliyun_training.staging.pod import PodStager, StagingPodError, build_pod, staging_pod_name
 from aliyun_training.staging.pod import PodStagerSettings as Settings
 from aliyun_training.staging.volumes import ensure_version_volume
+from aliyun_training.validation import SpecError, validate_record
 from tests import pod_harness as harness
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.pod_harness import CONN_ID, NS, SteppedClock, core, exists, kubernetes_fake, posts

@@ -25,8 +25,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 from aliyun_training.backends.base import JobHandle
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
-from aliyun_training.spec import job_name
 from aliyun_training.triggers.training import TrainingJobTrigger
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

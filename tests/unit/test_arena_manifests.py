@@ -17,7 +17,8 @@ from aliyun_training.backends.arena_manifests import (
     check,
     claim_name,
 )
-from aliyun_training.spec import SpecError, TrainingJobSpec
+from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.validation import SpecError
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "arena_submit_pytorch_demo.json"
 

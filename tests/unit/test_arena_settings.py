@@ -9,7 +9,9 @@ import pytest
 
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.arena_manifests import ArenaSettings, arena_settings, check, claim_name
-from aliyun_training.spec import JOB_NAME_MAX, SpecError, TrainingJobSpec, job_name
+from aliyun_training.kubernetes.names import JOB_NAME_MAX, job_name
+from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.validation import SpecError
 
 
 def job(**fields: Any) -> TrainingJobSpec:

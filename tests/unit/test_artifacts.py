@@ -9,9 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.artifacts import ArtifactError, publish_artifacts, summarize_metrics
-from aliyun_training.report import loss_chart_svg, render_report
-from aliyun_training.spec import BandwidthCheck, BuiltImage, JobResult, SpecError, StagedDataset
+from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.report import loss_chart_svg, render_report
+from aliyun_training.records import BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.validation import SpecError
 
 EPOCHS = [
     {"epoch": 1, "train_loss": 2.31, "test_loss": 2.05, "test_accuracy": 0.21, "seconds": 12.5},

@@ -9,7 +9,6 @@ import pytest
 
 from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.dataflow_api import (
     DataFlowInfo,
     DataFlowTaskNotFoundError,
@@ -21,6 +20,7 @@ from aliyun_training.staging.dataflow_api import (
     find_data_flow,
     import_task_request,
 )
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.base import FaultPlan, ManualClock
 from tests.emulators.nas import NasDataFlowEmulator

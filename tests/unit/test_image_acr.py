@@ -17,7 +17,7 @@ from aliyun_training.image.acr import (
     rule_update_request,
 )
 from aliyun_training.remote import RemoteStatus
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.acr import AcrEmulator
 from tests.emulators.base import ManualClock

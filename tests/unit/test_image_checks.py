@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from aliyun_training.findings import Verdict
 from aliyun_training.image.checks import (
     ImageCheckError,
     all_reduce_verdict,
@@ -23,7 +24,6 @@ from aliyun_training.image.checks import (
     parse_probe_output,
     verify_probe,
 )
-from aliyun_training.preflight.report import Verdict
 
 ROOT = Path(__file__).resolve().parents[2]
 RDMA = ROOT / "tests" / "data" / "rdma"

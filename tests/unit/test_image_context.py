@@ -8,7 +8,7 @@ import pytest
 
 from aliyun_training import runtime_probe
 from aliyun_training.image.context import CHECK_SCRIPT, TAG_LENGTH, build_context, image_reference, image_tag
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 CONTEXT = {"Dockerfile": "ARG BASE_IMAGE=base:1\nFROM ${BASE_IMAGE}\n", CHECK_SCRIPT: "print('{}')\n"}

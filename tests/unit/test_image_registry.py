@@ -17,7 +17,7 @@ from aliyun_training.image.registry import (
     RegistryUnavailableError,
     image_digest,
 )
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 from tests.emulators.registry import OCI_INDEX, RegistryEmulator
 
 CONN = "test_registry"

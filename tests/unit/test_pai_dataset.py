@@ -10,13 +10,13 @@ import pytest
 
 from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.pai_dataset import (
     create_dataset_request,
     create_dataset_version_request,
     dataset_uri,
     register_dataset_version,
 )
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import use_alibaba_connection
 from tests.emulators.aiworkspace import AIWorkspaceEmulator
 from tests.emulators.base import FaultPlan, ManualClock

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 
 import pytest
 
+from aliyun_training.findings import Finding, PreflightReport, Verdict
 from aliyun_training.preflight import local
 from aliyun_training.preflight.local import check_disk, check_gpus, check_master_port, check_processors
-from aliyun_training.preflight.report import Finding, PreflightReport, Verdict
 from aliyun_training.spec import TrainingJobSpec
 
 #: "2 node(s) x 4" or "2 node(s) \N{MULTIPLICATION SIGN} 4": either sign reads the same to a user.

@@ -7,11 +7,11 @@ from pathlib import Path
 from alibabacloud_paistudio20220112 import models as studio
 from alibabacloud_vpc20160428 import models as vpc
 
+from aliyun_training.findings import Verdict
 from aliyun_training.hooks.paistudio import Capacity, free_gpus
 from aliyun_training.preflight.network import _covers, check_region
 from aliyun_training.preflight.permissions import _covered, required_actions, role_name
 from aliyun_training.preflight.quota import _check_capacity
-from aliyun_training.preflight.report import Verdict
 from aliyun_training.spec import TrainingJobSpec
 
 POLICY = Path(__file__).resolve().parents[2] / "include" / "config" / "dlc_role_policy.json"

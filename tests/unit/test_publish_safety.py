@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.engine import MANIFEST_NAME, stage_dataset
+from aliyun_training.validation import SpecError
 
 FILES = {"train/shard-0.npz": b"shard zero " * 300, "test.npz": b"test " * 100}
 

@@ -12,9 +12,9 @@ import pytest
 from aliyun_training.image.acr import AcrBuilder
 from aliyun_training.image.kaniko import KanikoBuilder
 from aliyun_training.remote import register_remote_run, remote_run, remote_runs
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
+from aliyun_training.validation import SpecError
 
 PLUGINS_DIR = Path(__file__).resolve().parents[2] / "plugins"
 

@@ -19,9 +19,10 @@ from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.dlc import NAME_TAG, create_job_request
 from aliyun_training.image.acr import AcrBuildSettings, build_record_request, rule_update_request
-from aliyun_training.spec import SpecError, TrainingJobSpec
+from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.dataflow_api import import_task_request
 from aliyun_training.staging.pai_dataset import create_dataset_request, create_dataset_version_request
+from aliyun_training.validation import SpecError
 from tests.cloud_harness import dlc_job
 
 VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}

@@ -33,6 +33,7 @@ from aliyun_training.hooks.ram import RamHook
 from aliyun_training.hooks.registry import ContainerRegistryHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.hooks.vpc import VpcHook
+from aliyun_training.staging.oss import OssClientConfig
 from tests.cloud_harness import REGION, use_alibaba_connection
 from tests.emulators.network import NetworkEmulator
 from tests.emulators.paistudio import PaiStudioEmulator
@@ -245,9 +246,9 @@ def test_the_oss_hook_gives_oss2_the_connections_endpoint_and_credentials(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     connect(monkeypatch, protocol="http", endpoints={"oss": "127.0.0.1:9000"})
-    overridden = OssHook().client_config(pool_size=4)
+    overridden = OssClientConfig.from_hook(OssHook(), pool_size=4)
     connect(monkeypatch)
-    public = OssHook(region="cn-beijing").client_config()
+    public = OssClientConfig.from_hook(OssHook(region="cn-beijing"))
 
     assert (overridden.endpoint, overridden.region, overridden.pool_size) == (
         "http://127.0.0.1:9000",

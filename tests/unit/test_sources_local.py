@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.engine import MANIFEST_NAME, stage_dataset
 from aliyun_training.staging.sources import LocalObjectSource, _special_kind
+from aliyun_training.validation import SpecError
 
 FIX = "(fix: replace it with the regular files it stands for, or remove it from the dataset version under"
 

@@ -6,19 +6,10 @@ import re
 
 import pytest
 
-from aliyun_training.spec import (
-    Backend,
-    BuiltImage,
-    Framework,
-    JobResult,
-    SpecError,
-    StagedDataset,
-    TrainingJobSpec,
-    job_name,
-    mount_staged,
-    mounted_output_uri,
-    validate_record,
-)
+from aliyun_training.kubernetes.names import job_name
+from aliyun_training.records import BuiltImage, JobResult, StagedDataset, mount_staged
+from aliyun_training.spec import Backend, Framework, TrainingJobSpec, mounted_output_uri
+from aliyun_training.validation import SpecError, validate_record
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 #: A Kubernetes Service name: the training-operator names one after every replica of a job.

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.volumes import (
     VolumeConflictError,
     build_volume,
     ensure_version_volume,
     version_volume_name,
 )
+from aliyun_training.validation import SpecError
 from tests.emulators.base import ManualClock
 from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
 from tests.kube_harness import CONN_ID, NS, core, kubernetes_fake

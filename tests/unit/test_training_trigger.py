@@ -143,6 +143,7 @@ async def test_a_vanished_run_directory_yields_an_error_event(backend: LocalBack
     assert "FileNotFoundError" in event.payload["message"]
 
 
+@pytest.mark.slow
 async def test_on_kill_while_deferred_leaves_no_training_process(
     backend: LocalBackend, tmp_path: Path
 ) -> None:

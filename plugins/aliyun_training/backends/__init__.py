@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from aliyun_training.backends.base import TrainingBackend
-from aliyun_training.spec import Backend, SpecError
+from aliyun_training.spec import Backend
+from aliyun_training.validation import SpecError
 
 #: Backends that are implemented; the DAG's trigger form offers exactly these.
 IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL, Backend.DLC, Backend.ARENA)

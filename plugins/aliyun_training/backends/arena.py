@@ -40,6 +40,7 @@ from aliyun_training.backends.arena_manifests import (
 )
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
+from aliyun_training.kubernetes.pods import aread_log, pod_problems, read_log, read_or_none
 from aliyun_training.spec import TrainingJobSpec
 
 log = logging.getLogger(__name__)
@@ -142,16 +143,8 @@ class ArenaBackend:
         return None
 
     def _get_job(self, hook: Any, kind: JobKind, name: str) -> dict[str, Any] | None:
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return hook.custom_object_client.get_namespaced_custom_object(
-                GROUP, kind.version, self.settings.namespace, kind.plural, name
-            )
-        except ApiException as exc:
-            if exc.status == 404:
-                return None
-            raise
+        get = hook.custom_object_client.get_namespaced_custom_object
+        return read_or_none(get, GROUP, kind.version, self.settings.namespace, kind.plural, name)
 
     def _delete(self, hook: Any, kind: JobKind, name: str) -> None:
         from kubernetes.client.exceptions import ApiException
@@ -207,29 +200,17 @@ class ArenaBackend:
         hook = self._hook()
         pods = self._recent_pods(handle)
         pod = _log_pod(self._list_pods(hook, handle) if pods is None else pods)
-        if pod is None:
-            return LogChunk(cursor=cursor or {})
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return _log_chunk(pod, cursor, _read_log(hook, self._log_args(pod, cursor)))
-        except ApiException as exc:
-            return _gone_pod(exc, cursor)
+        text = None if pod is None else read_log(hook.core_v1_client, **self._log_args(pod, cursor))
+        return _log_chunk(pod, cursor, text)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         from kubernetes_asyncio import client
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         async with self._async_hook().get_conn() as api:
-            core = client.CoreV1Api(api)
             pods = self._recent_pods(handle)
             pod = _log_pod(await self._alist_pods(api, handle) if pods is None else pods)
-            if pod is None:
-                return LogChunk(cursor=cursor or {})
-            try:
-                text = await core.read_namespaced_pod_log(**self._log_args(pod, cursor)) or ""
-            except ApiException as exc:
-                return _gone_pod(exc, cursor)
+            core = client.CoreV1Api(api)
+            text = None if pod is None else await aread_log(core, **self._log_args(pod, cursor))
         return _log_chunk(pod, cursor, text)
 
     def _log_args(self, pod: dict[str, Any], cursor: dict[str, Any] | None) -> dict[str, Any]:
@@ -249,17 +230,17 @@ class ArenaBackend:
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         hook = self._hook()
         pod = _node_pod(self._list_pods(hook, handle), node)
-        return _read_log(hook, self._tail_args(pod, lines)).splitlines() if pod else []
+        text = None if pod is None else read_log(hook.core_v1_client, **self._tail_args(pod, lines))
+        return (text or "").splitlines()
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         from kubernetes_asyncio import client
 
         async with self._async_hook().get_conn() as api:
-            core = client.CoreV1Api(api)
             pod = _node_pod(await self._alist_pods(api, handle), node)
-            if pod is None:
-                return []
-            return (await core.read_namespaced_pod_log(**self._tail_args(pod, lines)) or "").splitlines()
+            core = client.CoreV1Api(api)
+            text = None if pod is None else await aread_log(core, **self._tail_args(pod, lines))
+        return (text or "").splitlines()
 
     def _tail_args(self, pod: dict[str, Any], lines: int) -> dict[str, Any]:
         return {
@@ -429,25 +410,16 @@ def _v1alpha1_conditions(status: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _pod_problems(pods: list[dict[str, Any]]) -> list[str]:
     """What keeps pods from running or killed them: unschedulable, image pulls, OOM, exit codes."""
-    problems = []
+    lines = []
     for pod in pods:
-        name, status = pod["metadata"]["name"], pod.get("status") or {}
-        for condition in status.get("conditions") or []:
-            if condition.get("type") == "PodScheduled" and condition.get("status") == "False":
-                problems.append(
-                    f"pod {name}: {condition.get('reason')} {condition.get('message') or ''}".strip()
-                )
-        for container in status.get("containerStatuses") or []:
-            state = container.get("state") or {}
-            waiting, terminated = state.get("waiting"), state.get("terminated")
-            if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
-                problems.append(f"pod {name}: {waiting['reason']} {waiting.get('message') or ''}".strip())
-            if terminated and terminated.get("exitCode"):
-                problems.append(
-                    f"pod {name}: container {container['name']} {terminated.get('reason') or 'Error'} "
-                    f"(exit code {terminated['exitCode']})"
-                )
-    return problems
+        name = pod["metadata"]["name"]
+        for problem in pod_problems(pod):
+            if problem.kind == "exited":
+                what = f"container {problem.container} {problem.reason or 'Error'}"
+                lines.append(f"pod {name}: {what} (exit code {problem.exit_code})")
+            else:
+                lines.append(f"pod {name}: {problem.reason} {problem.message}".strip())
+    return lines
 
 
 def _describe_pods(pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -475,26 +447,19 @@ def _log_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
     return pod
 
 
-def _read_log(hook: Any, args: dict[str, Any]) -> str:
-    """The sync client mangles log text into a bytes repr when it decodes it: read it raw."""
-    response = hook.core_v1_client.read_namespaced_pod_log(**args, _preload_content=False)
-    return response.data.decode(errors="replace")
-
-
-def _gone_pod(exc: Any, cursor: dict[str, Any] | None) -> LogChunk:
-    """A pod deleted between listing and reading (cleanPodPolicy, a restart) has no more lines."""
-    if exc.status in (400, 404):
-        return LogChunk(cursor=cursor or {})
-    raise exc
-
-
 def _node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:
     started = [p for p in pods if (p.get("status") or {}).get("phase") not in (None, "Pending")]
     return started[node] if node < len(started) else None
 
 
-def _log_chunk(pod: dict[str, Any], cursor: dict[str, Any] | None, text: str) -> LogChunk:
-    """Lines after the last one seen; lines sharing its timestamp are told apart by counting."""
+def _log_chunk(pod: dict[str, Any] | None, cursor: dict[str, Any] | None, text: str | None) -> LogChunk:
+    """Lines after the last one seen; lines sharing its timestamp are told apart by counting.
+
+    No pod yet, or no log (a pod deleted between listing and reading: cleanPodPolicy, a restart):
+    no lines, and the cursor stays where it was.
+    """
+    if pod is None or text is None:
+        return LogChunk(cursor=cursor or {})
     name = pod["metadata"]["name"]
     same_pod = (cursor or {}).get("pod") == name
     last = (cursor or {}).get("last") if same_pod else None

@@ -20,22 +20,15 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
-from aliyun_training.kube_names import (
+from aliyun_training.kubernetes.names import (
     LABEL_MAX,
     is_dns1035_label,
     is_dns_label,
     is_dns_subdomain,
     is_extended_resource_name,
 )
-from aliyun_training.spec import (
-    INJECTED_ENV_VARS,
-    Framework,
-    SpecError,
-    TrainingJobSpec,
-    field_fix,
-    invalid_env_names,
-    validate_record,
-)
+from aliyun_training.spec import INJECTED_ENV_VARS, Framework, TrainingJobSpec, invalid_env_names
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 GROUP = "kubeflow.org"
 #: The training container's name; the PyTorch operator requires ``pytorch``.

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from datetime import datetime
 from enum import StrEnum
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -39,10 +39,6 @@ class JobHandle(BaseModel):
     backend: str
     job_id: str
     name: str
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """JSON-serializable settings that rebuild this backend in another process."""
 
 
 class JobStatus(BaseModel):
@@ -129,20 +125,27 @@ class TrainingBackend(Protocol):
         """A link to the job in the platform's console, if it has one."""
 
 
-class OffloadedAsyncMixin:
+if TYPE_CHECKING:
+    # A mixin of backends: the type checker sees the protocol whose sync calls it offloads.
+    _Backend = TrainingBackend
+else:
+    _Backend = object
+
+
+class OffloadedAsyncMixin(_Backend):
     """Async twins for a backend whose calls block (files, processes): run them in a worker thread."""
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
-        return await asyncio.to_thread(self.status, handle)  # type: ignore[attr-defined]
+        return await asyncio.to_thread(self.status, handle)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
-        return await asyncio.to_thread(self.logs, handle, cursor)  # type: ignore[attr-defined]
+        return await asyncio.to_thread(self.logs, handle, cursor)
 
     async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
-        return await asyncio.to_thread(self.tail, handle, node, lines)  # type: ignore[attr-defined]
+        return await asyncio.to_thread(self.tail, handle, node, lines)
 
     async def astop(self, handle: JobHandle) -> None:
-        await asyncio.to_thread(self.stop, handle)  # type: ignore[attr-defined]
+        await asyncio.to_thread(self.stop, handle)
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
-        return await asyncio.to_thread(self.failure_details, handle)  # type: ignore[attr-defined]
+        return await asyncio.to_thread(self.failure_details, handle)

@@ -22,8 +22,9 @@ from typing import Any
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
-from aliyun_training.spec import Framework, SpecError, TrainingJobSpec
-from aliyun_training.staging.oss import oss_endpoint, parse_oss_uri
+from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
+from aliyun_training.spec import Framework, TrainingJobSpec
+from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
 

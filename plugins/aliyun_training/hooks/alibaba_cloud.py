@@ -112,7 +112,7 @@ class AlibabaCloudHook(BaseHook):
     def extras(self) -> dict[str, Any]:
         if self._extras is None:
             self.load_extras(self.get_connection(self.alibaba_cloud_conn_id).extra_dejson)
-        return self._extras  # type: ignore[return-value]
+        return self._extras  # type: ignore[return-value]  # load_extras has set it
 
     async def aload(self) -> None:
         """Read the connection without blocking the event loop (triggers call this first)."""
@@ -351,11 +351,11 @@ def shared_hook(cls: type[H], conn_id: str, region: str | None = None) -> H:
     """
     key = (cls, conn_id, region)
     with _shared_lock:
-        created, hook = _shared.get(key, (0.0, None))  # type: ignore[arg-type]
+        created, hook = _shared.get(key, (0.0, None))
         if hook is None or time.monotonic() - created > SHARED_HOOK_MAX_AGE_SECONDS:
             hook = cls(conn_id, region=region)
             _shared[key] = (time.monotonic(), hook)
-        return hook  # type: ignore[return-value]
+        return hook  # type: ignore[return-value]  # the key holds cls, so its hook is a cls
 
 
 def forget_shared_hooks() -> None:

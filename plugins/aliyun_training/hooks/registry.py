@@ -49,7 +49,7 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
 

@@ -90,6 +90,7 @@ class RetryPolicy:
                 return fn()
             except Exception as exc:
                 if self._should_refresh(action, exc, attempt, refresh is not None and not refreshed):
+                    # _should_refresh says yes only when it may (can_refresh): refresh is set then.
                     refresh()  # type: ignore[misc]
                     refreshed = True
                 else:
@@ -109,6 +110,7 @@ class RetryPolicy:
                 return await fn()
             except Exception as exc:
                 if self._should_refresh(action, exc, attempt, refresh is not None and not refreshed):
+                    # _should_refresh says yes only when it may (can_refresh): refresh is set then.
                     refresh()  # type: ignore[misc]
                     refreshed = True
                 else:

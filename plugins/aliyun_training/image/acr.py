@@ -60,14 +60,14 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.remote import RemoteStatus, register_remote_run
-from aliyun_training.spec import SpecError, validate_record
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from aliyun_training.hooks.cr import CrHook
@@ -215,6 +215,10 @@ def build_record_request(settings: AcrBuildSettings, repo_id: str) -> Any:
 @register_remote_run("image", "acr")
 class AcrBuilder:
     """RemoteRun over one ACR Enterprise build record (mode ``acr``)."""
+
+    #: Set by ``register_remote_run``.
+    kind: ClassVar[str]
+    mode: ClassVar[str]
 
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(AcrBuildSettings, config)

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from aliyun_training.preflight.report import Finding, Verdict
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.runtime_probe import RDMA_LIBRARIES, nccl_version
 
 Transport = Literal["ib", "socket"]

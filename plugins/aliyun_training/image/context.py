@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 #: Hex digits of the sha256 in the tag: 64 bits, no collision across any realistic number of builds.
 TAG_LENGTH = 16

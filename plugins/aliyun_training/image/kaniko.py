@@ -41,7 +41,7 @@ Decisions:
   run at once: no waiting creates it. Other FailedMount events are progress.
 - Build arguments are visible in the pod spec and in the image's history: never pass credentials
   through them.
-- Reattaching, deleting, polling and reading the log are aliyun_training.kube_pods's, shared with
+- Reattaching, deleting, polling and reading the log are aliyun_training.kubernetes.pods's, shared with
   the staging pod; this module holds what is the build's: the pod, the context ConfigMap, the
   digest, and reading kaniko's log for the failing step.
 - kaniko runs as root in its container: a namespace enforcing the ``restricted`` Pod Security
@@ -60,22 +60,21 @@ from typing import Annotated, Any
 from pydantic import Field, field_validator, model_validator
 
 from aliyun_training.hooks.kubernetes import alist_all
-from aliyun_training.kube_pods import (
+from aliyun_training.kubernetes.names import managed_labels, stable_name
+from aliyun_training.kubernetes.pods import (
     PodRun,
     PodSettings,
     bare_pod,
     delete_object,
-    managed_labels,
     pending_problem,
     read_or_none,
-    stable_pod_name,
     tail_text,
     terminated_state,
     text_lines,
     where,
 )
 from aliyun_training.remote import register_remote_run
-from aliyun_training.spec import SpecError, validate_record
+from aliyun_training.validation import SpecError, validate_record
 
 log = logging.getLogger(__name__)
 
@@ -113,8 +112,18 @@ _DESTINATION = re.compile(rf"^(?P<repository>{_REPOSITORY}):(?P<tag>{_TAG})$")
 _CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
-_INSTRUCTIONS = ("FROM", "RUN", "COPY", "ADD", "ARG", "ENV", "WORKDIR", "USER", "LABEL", "EXPOSE")
-_INSTRUCTIONS += (
+#: Dockerfile instructions, which kaniko logs as it runs each step.
+_INSTRUCTIONS = (
+    "FROM",
+    "RUN",
+    "COPY",
+    "ADD",
+    "ARG",
+    "ENV",
+    "WORKDIR",
+    "USER",
+    "LABEL",
+    "EXPOSE",
     "ENTRYPOINT",
     "CMD",
     "SHELL",
@@ -270,7 +279,7 @@ def build_hash(settings: KanikoSettings) -> str:
 def build_pod_name(settings: KanikoSettings) -> str:
     """``kaniko-<repo>-<tag>-<hash>``: a DNS-1123 label, the same for every try of one build."""
     repo = settings.repository.rsplit("/", 1)[-1]
-    return stable_pod_name(f"kaniko-{repo}-{settings.tag}", settings.destination)
+    return stable_name(f"kaniko-{repo}-{settings.tag}", settings.destination)
 
 
 def context_map_name(pod_name: str) -> str:
@@ -588,8 +597,3 @@ def mount_fix(problem: str, settings: KanikoSettings) -> str:
     if f'"{CONTEXT_VOLUME}"' in problem:
         return " (fix: the build context ConfigMap was deleted; retry the task to create it again)"
     return ""
-
-
-def failure_message(pod: Any, lines: list[str], settings: KanikoSettings) -> str:
-    """The failing step, kaniko's error, exit code, reason and log tail of a Failed build pod."""
-    return KanikoBuilder(**settings.model_dump()).failure_message(pod, lines)

@@ -7,17 +7,10 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from aliyun_training.artifacts import ArtifactError, publish_artifacts
+from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
-from aliyun_training.spec import (
-    BandwidthCheck,
-    BuiltImage,
-    FixedDataset,
-    JobResult,
-    SpecError,
-    StagedDataset,
-    validate_record,
-)
+from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

@@ -12,24 +12,29 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
-    from airflow.sdk import Context
+    from airflow.sdk import BaseOperator, Context
 
     from aliyun_training.triggers.base import PollingTrigger
 
+    # A mixin of operators: the type checker sees the BaseOperator it is always mixed into.
+    _Operator = BaseOperator
+else:
+    _Operator = object
 
-class DeferralMixin:
+
+class DeferralMixin(_Operator):
     """Mixed in before ``BaseOperator``: ``execute_complete`` receives the trigger's outcome as its
     event, and ``stop_after_deferral_timeout`` stops the work when the wait timed out."""
 
     def defer_until_done(self, trigger: PollingTrigger, timeout: timedelta) -> NoReturn:
         """Give the worker slot back until ``trigger`` fires; then ``execute_complete`` resumes."""
-        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)  # type: ignore[attr-defined]
+        self.defer(trigger=trigger, method_name="execute_complete", timeout=timeout)
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         from airflow.sdk.exceptions import TaskDeferralTimeout
 
         try:
-            return super().resume_execution(next_method, next_kwargs, context)  # type: ignore[misc]
+            return super().resume_execution(next_method, next_kwargs, context)
         except TaskDeferralTimeout:
             self.stop_after_deferral_timeout(context)
             raise

@@ -10,12 +10,12 @@
   between two pods on ACK, nccl-tests ``all_reduce_perf`` on DLC) and compares it with the link.
 
 The two job stages are training jobs of their own (same backends, same reattach, timeout and
-stop-on-kill rules as ``TrainingJobOperator``), which read their verdict from the job's log.
+stop-on-kill rules as ``TrainingJobOperator``; their specs are ``image.jobs``'), which read their
+verdict from the job's log.
 """
 
 from __future__ import annotations
 
-import shlex
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,20 +24,14 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends.base import TrainingBackend
+from aliyun_training.image.jobs import bandwidth_spec, verification_spec
 from aliyun_training.monitor import JobOutcome
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan, RdmaCheckPlan
-from aliyun_training.spec import (
-    Backend,
-    BandwidthCheck,
-    BuiltImage,
-    Framework,
-    ImageRef,
-    SpecError,
-    TrainingJobSpec,
-    validate_record,
-)
+from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
+from aliyun_training.spec import Backend, Framework, TrainingJobSpec
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -48,18 +42,6 @@ BUILD_HANDLE_KEY = "image_build_handle"
 #: ranks run to thousands, and the NET/IB or NET/Socket lines come early.
 CHECK_LOG_LINES = 400
 BANDWIDTH_LOG_LINES = 5000
-#: NCCL settings DLC injects into every pod, forwarded by mpirun to the ranks it starts.
-NCCL_FORWARDED = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_SOCKET_IFNAME")
-
-
-def check_command() -> str:
-    """The probe, passed inline: it runs in any image with python3, not only in images we built."""
-    import base64
-
-    from aliyun_training import runtime_probe
-
-    source = base64.b64encode(Path(runtime_probe.__file__).read_bytes()).decode()
-    return 'python3 -c "$(echo ' + source + ' | base64 -d)"'
 
 
 class ImageBuildOperator(RemoteRunMixin, BaseOperator):
@@ -146,7 +128,7 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
-        from aliyun_training.triggers.base import OutcomeStatus
+        from aliyun_training.records import OutcomeStatus
 
         mode = self.plan.mode or ""
         outcome = self.remote_outcome(event)
@@ -176,50 +158,6 @@ def _builder_config(plan: ImagePlan, files: dict[str, str], tag: str, reference:
             "build_args": plan.build_args,
         }
     return {**plan.builder, "tag": tag, "image": reference, "force": plan.force_rebuild}
-
-
-def verification_spec(spec: TrainingJobSpec, timeout_minutes: int = 30) -> TrainingJobSpec:
-    """The image check job: the check script on one GPU node of the run's backend, in its image."""
-    return spec.model_copy(
-        update={
-            "nodes": 1,
-            "gpus_per_node": 1,  # NCCL reports its version only with a GPU
-            "command": check_command(),
-            "datasets": [],
-            "timeout_minutes": timeout_minutes,
-        }
-    )
-
-
-def bandwidth_spec(spec: TrainingJobSpec, check: RdmaCheckPlan, timeout_minutes: int = 20) -> TrainingJobSpec:
-    """The two-node bandwidth job: nccl-tests under mpirun on DLC, ib_write_bw between two pods else."""
-    gpus = max(spec.gpus_per_node, 1)
-    if spec.backend is Backend.DLC:
-        forwarded = " ".join(f"-x {name}" for name in NCCL_FORWARDED)
-        command = (
-            f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO {forwarded} "
-            "all_reduce_perf -b 8M -e 1G -f 2 -g 1"
-        )
-        framework = Framework.MPI
-    else:
-        # A PyTorchJob sets RANK on both pods and MASTER_ADDR to the master; the client retries
-        # until the server listens, so a slow start is not a failed check.
-        test = f"ib_write_bw -d {shlex.quote(check.device)} -x {check.gid_index} -F --report_gbits -D 15"
-        command = (
-            f'if [ "$RANK" = "0" ]; then {test}; else for i in $(seq 30); do '
-            f'{test} "$MASTER_ADDR" && exit 0; sleep 2; done; exit 1; fi'
-        )
-        framework = Framework.PYTORCH
-    return spec.model_copy(
-        update={
-            "nodes": 2,
-            "framework": framework,
-            "command": command,
-            "datasets": [],
-            "env": {**spec.env, "NCCL_DEBUG": "INFO"},
-            "timeout_minutes": timeout_minutes,
-        }
-    )
 
 
 class _CheckJobOperator(TrainingJobOperator):
@@ -258,8 +196,8 @@ class ImageVerifyOperator(_CheckJobOperator):
         return verification_spec(super()._spec(), self.timeout_minutes)
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
+        from aliyun_training.findings import PreflightReport, Verdict
         from aliyun_training.image.checks import parse_probe_output, verify_probe
-        from aliyun_training.preflight.report import PreflightReport, Verdict
 
         ref = validate_record(ImageRef, self.image)
         try:
@@ -351,16 +289,22 @@ class RdmaBandwidthOperator(_CheckJobOperator):
         return ""
 
     def _spec(self) -> TrainingJobSpec:
-        return bandwidth_spec(super()._spec(), self.settings, self.timeout_minutes)
+        check = self.settings
+        return bandwidth_spec(
+            super()._spec(),
+            device=check.device,
+            gid_index=check.gid_index,
+            timeout_minutes=self.timeout_minutes,
+        )
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
+        from aliyun_training.findings import Verdict
         from aliyun_training.image.checks import (
             all_reduce_verdict,
             ib_write_bw_verdict,
             parse_all_reduce_perf,
             parse_ib_write_bw,
         )
-        from aliyun_training.preflight.report import Verdict
 
         text = "\n".join(lines)
         line_rate = self.settings.line_rate_gbps

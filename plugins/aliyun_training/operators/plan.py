@@ -1,16 +1,20 @@
-"""Show a dry run's plan: every request the run would make, written as plan.json and plan.html."""
+"""The run plan in a task: ``configure``'s body, and a dry run's plan written as plan.json and plan.html."""
 
 from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException
 
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
-from aliyun_training.spec import job_name, validate_record
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -70,3 +74,21 @@ class RunPlanOperator(BaseOperator):
         for request in document["requests"]:
             self.log.info("  %s: %s %s", request["task"], request["service"], request["action"])
         return document
+
+
+def plan_for_task(
+    params: dict[str, Any], run_date: datetime, project_dir: str, default_environment_dir: str
+) -> dict[str, Any]:
+    """``configure``'s body: the run's plan as JSON for XCom; a bad value fails the task at once."""
+    from aliyun_training.plan.resolve import resolve_run
+    from aliyun_training.settings import environment_files, local_paths
+
+    environments = environment_files(Path(default_environment_dir))
+    try:
+        plan = resolve_run(
+            dict(params), run_date.strftime("%Y-%m-%d"), project_dir, local_paths(), environments
+        )
+    except SpecError as exc:
+        # A bad setting stays bad on retry: fail at once, naming the field and the fix.
+        raise AirflowFailException(str(exc)) from None
+    return plan.model_dump(mode="json")

@@ -16,9 +16,10 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training.backends import get_backend
+from aliyun_training.findings import Finding, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
-from aliyun_training.preflight.report import Finding, PreflightReport, Verdict
-from aliyun_training.spec import Backend, SpecError, TrainingJobSpec, validate_record
+from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -90,6 +91,7 @@ class PreflightCheckOperator(BaseOperator):
         if self.group == "cluster":
             from aliyun_training.preflight.arena import check_dataset_pvcs
 
+            # CHECK_GROUPS runs "cluster" for the arena backend only, "quota" for dlc only.
             return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
         if self.group == "network":
             return _network(backend, spec, self.settings)
@@ -98,7 +100,7 @@ class PreflightCheckOperator(BaseOperator):
             from aliyun_training.hooks.paistudio import PaiStudioHook
             from aliyun_training.preflight.quota import check_quota
 
-            studio = shared_hook(PaiStudioHook, backend.conn_id, backend.region)  # type: ignore[attr-defined]
+            studio = shared_hook(PaiStudioHook, backend.conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
             return _guard("quota", lambda: check_quota(studio, spec))
         return _permissions(backend, self.settings)
 

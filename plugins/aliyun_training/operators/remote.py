@@ -5,12 +5,24 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from pydantic import BaseModel, ConfigDict
+
 from aliyun_training.operators.deferral import DeferralMixin
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from aliyun_training.triggers.remote_run import RemoteRunOutcome
+
+
+class SavedRun(BaseModel):
+    """A started run as ``task_state_store`` keeps it: enough to rebuild the run and stop it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: str
+    config: dict[str, Any]
+    handle: dict[str, Any]
 
 
 class RemoteRunMixin(DeferralMixin):
@@ -36,7 +48,8 @@ class RemoteRunMixin(DeferralMixin):
     ) -> NoReturn:
         from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
-        context["task_state_store"].set(self.remote_key, {"mode": mode, "config": config, "handle": handle})
+        saved = SavedRun(mode=mode, config=config, handle=handle)
+        context["task_state_store"].set(self.remote_key, saved.model_dump(mode="json"))
         trigger = RemoteRunTrigger(self.remote_kind, mode, config, handle, poll_interval)
         self.defer_until_done(trigger, timeout)
 
@@ -55,7 +68,8 @@ class RemoteRunMixin(DeferralMixin):
     def stop_after_deferral_timeout(self, context: Context) -> None:
         from aliyun_training.remote import remote_run
 
-        saved = context["task_state_store"].get(self.remote_key)
-        if saved:
-            self.log.error("The %s %s run ran too long: stopping it", saved["mode"], self.remote_kind)  # type: ignore[attr-defined]
-            remote_run(self.remote_kind, saved["mode"], saved["config"]).stop(saved["handle"])
+        stored = context["task_state_store"].get(self.remote_key)
+        if stored:
+            saved = SavedRun.model_validate(stored)
+            self.log.error("The %s %s run ran too long: stopping it", saved.mode, self.remote_kind)
+            remote_run(self.remote_kind, saved.mode, saved.config).stop(saved.handle)

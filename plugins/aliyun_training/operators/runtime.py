@@ -13,7 +13,7 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training import runtime_probe
-from aliyun_training.spec import BuiltImage
+from aliyun_training.records import BuiltImage
 
 if TYPE_CHECKING:
     from airflow.sdk import Context

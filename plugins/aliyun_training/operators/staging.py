@@ -10,8 +10,9 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.plan.models import StagingPlan
-from aliyun_training.spec import SpecError, StagedDataset, validate_record
+from aliyun_training.records import StagedDataset
 from aliyun_training.staging.sources import StagingError
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -87,7 +88,7 @@ class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The remote run ended: turn it into a StagedDataset or fail with the run's own reason."""
-        from aliyun_training.triggers.base import OutcomeStatus
+        from aliyun_training.records import OutcomeStatus
 
         plan = self.plan
         outcome = self.remote_outcome(event)

@@ -10,6 +10,7 @@ that failed or was stopped is launched again on retry; a cleared task launches a
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -18,23 +19,16 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.plan.models import JobPlan
+from aliyun_training.records import JobResult, OutcomeStatus, StagedDataset, mount_staged
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import (
-    JobResult,
-    SpecError,
-    StagedDataset,
-    TrainingJobSpec,
-    job_name,
-    mount_staged,
-    mounted_output_uri,
-    validate_record,
-)
-from aliyun_training.triggers.base import OutcomeStatus
+from aliyun_training.spec import TrainingJobSpec, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -61,7 +55,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
     :param poll_interval: seconds between status polls.
     """
 
-    template_fields = ("job", "dataset", "image")
+    template_fields: Sequence[str] = ("job", "dataset", "image")
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 

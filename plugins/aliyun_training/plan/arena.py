@@ -13,17 +13,13 @@ from typing import Any
 
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import cloud
-from aliyun_training.plan.models import (
-    DatasetPlan,
-    JobPlan,
-    PreflightPlan,
-    PvcRegistration,
-    RunPlan,
-    StagingPlan,
-)
+from aliyun_training.plan.models import DatasetPlan, JobPlan, PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.plan.staging import staged_source, versions_directory
-from aliyun_training.spec import Backend, DatasetMount, FixedDataset, SpecError, TrainingJobSpec
+from aliyun_training.records import FixedDataset
+from aliyun_training.spec import Backend, DatasetMount, TrainingJobSpec
+from aliyun_training.staging.registration import PvcRegistration
+from aliyun_training.validation import SpecError
 
 DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 
@@ -141,7 +137,7 @@ def _staging(
         kubernetes_conn_id=kubernetes,
         namespace=env.namespace,
         dataset=request.dataset,
-        volume_kind=block.volume_kind,  # type: ignore[arg-type]
+        volume_kind=block.volume_kind,
         cpfs_path=versions_directory(block.cpfs_path),
         **block.model_dump(include={"server", "file_system_id", "vpc_mount_target", "vsc_mount_target"}),
     )

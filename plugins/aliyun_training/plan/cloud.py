@@ -12,7 +12,8 @@ from typing import Any, TypeVar
 from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment
 from aliyun_training.form import RunForm
 from aliyun_training.plan.models import ArtifactsPlan, ImagePlan, RdmaCheckPlan, StagingPlan
-from aliyun_training.spec import Backend, DatasetMount, SpecError
+from aliyun_training.spec import Backend, DatasetMount
+from aliyun_training.validation import SpecError
 
 E = TypeVar("E", bound=CloudEnvironment)
 
@@ -171,7 +172,7 @@ def output_mount(environment: CloudEnvironment, mount_uri: str, output_root: str
 
 def output_bucket_uri(environment: CloudEnvironment) -> str | None:
     """``output_uri`` as ``oss://bucket/prefix/`` (a DLC mount may also name the bucket's endpoint)."""
-    from aliyun_training.staging.oss import OssLocation, parse_oss_uri
+    from aliyun_training.oss_location import OssLocation, parse_oss_uri
 
     if not environment.output_uri:
         return None

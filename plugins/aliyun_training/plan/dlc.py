@@ -13,17 +13,13 @@ from typing import Any
 
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
-from aliyun_training.plan.models import (
-    DatasetPlan,
-    JobPlan,
-    PaiDatasetRegistration,
-    PreflightPlan,
-    RunPlan,
-    StagingPlan,
-)
+from aliyun_training.plan.models import DatasetPlan, JobPlan, PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.plan.staging import staged_source, versions_directory
-from aliyun_training.spec import Backend, DatasetMount, FixedDataset, SpecError, TrainingJobSpec
+from aliyun_training.records import FixedDataset
+from aliyun_training.spec import Backend, DatasetMount, TrainingJobSpec
+from aliyun_training.staging.registration import PaiDatasetRegistration
+from aliyun_training.validation import SpecError
 
 DEFAULT_OUTPUT_ROOT = "/mnt/output"
 
@@ -118,7 +114,7 @@ def _staging(request: PlanRequest, env: DlcEnvironment, connection: str) -> Stag
     register = PaiDatasetRegistration(
         workspace_id=env.workspace_id,
         name=request.dataset,
-        uri_kind=block.uri_kind,  # type: ignore[arg-type]
+        uri_kind=block.uri_kind,
         file_system_id=block.file_system_id,
         mount_target=block.mount_target,
         protocol_service_id=block.protocol_service_id,

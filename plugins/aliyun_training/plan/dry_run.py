@@ -45,9 +45,9 @@ def staging_check(plan: RunPlan) -> dict[str, Any]:
         return {"skipped": "the run stages nothing: the job mounts the environment's dataset"}
     if staging.mode != "direct":
         return {"skipped": f"{staging.mode} staging compares the files where it runs, not from here"}
-    from aliyun_training.spec import SpecError
     from aliyun_training.staging.engine import copy_plan
     from aliyun_training.staging.sources import StagingError, open_source
+    from aliyun_training.validation import SpecError
 
     options: dict[str, Any] = {}
     if staging.source_uri.startswith("oss://"):

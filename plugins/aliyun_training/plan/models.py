@@ -13,7 +13,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, FixedDataset, TrainingJobSpec
+from aliyun_training.records import FixedDataset
+from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, TrainingJobSpec
+from aliyun_training.staging.registration import Registration
 
 
 class PlanPart(BaseModel):
@@ -31,43 +33,6 @@ class DatasetPlan(PlanPart):
     source_uri: str | None = None
     #: The environment's own dataset, mounted when the run stages nothing (cloud backends).
     fixed: FixedDataset | None = None
-
-
-class PaiDatasetRegistration(PlanPart):
-    """Register a staged version as a PAI dataset version, which a DLC job mounts by id."""
-
-    kind: Literal["pai_dataset"] = "pai_dataset"
-    workspace_id: str
-    name: str
-    uri_kind: Literal["bmcpfs", "cpfs"] = "bmcpfs"
-    file_system_id: str | None = None
-    mount_target: str | None = None
-    protocol_service_id: str | None = None
-    export_id: str | None = None
-    #: The directory holding the versions inside the file system.
-    cpfs_path: str
-    provider_type: Literal["Lingjun", "Ecs"] = "Lingjun"
-    mount_path: str
-    #: The region the PAI dataset's CPFS URI names; None: the connection's.
-    region: str | None = None
-
-
-class PvcRegistration(PlanPart):
-    """Register a staged version as a static PV and PVC whose volume is exactly its directory."""
-
-    kind: Literal["pvc"] = "pvc"
-    kubernetes_conn_id: str
-    namespace: str
-    dataset: str
-    volume_kind: Literal["cpfs", "bmcpfs"] = "cpfs"
-    cpfs_path: str
-    server: str | None = None
-    file_system_id: str | None = None
-    vpc_mount_target: str | None = None
-    vsc_mount_target: str | None = None
-
-
-Registration = Annotated[PaiDatasetRegistration | PvcRegistration, Field(discriminator="kind")]
 
 
 class StagingPlan(PlanPart):

@@ -12,15 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from aliyun_training.plan.models import (
-    ImagePlan,
-    JobPlan,
-    PaiDatasetRegistration,
-    PvcRegistration,
-    RunPlan,
-    StagingPlan,
-)
-from aliyun_training.spec import Backend, StagedDataset, TrainingJobSpec, mount_staged
+from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
+from aliyun_training.records import StagedDataset, mount_staged
+from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
+from aliyun_training.validation import validate_record
 
 #: A job's deterministic name from its task id (the operator's ``job_name`` for the run).
 JobNamer = Callable[[str], str]
@@ -51,14 +47,16 @@ def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]
     if plan.image and plan.image.mode and not plan.image.pinned:
         requests += build_requests(plan.image)
     if plan.backend is not Backend.LOCAL and not (plan.image and plan.image.pinned):
-        from aliyun_training.operators.image import verification_spec
+        from aliyun_training.image.jobs import verification_spec
 
         verify = verification_spec(plan.job.spec.model_copy(update={"image": image}))
         requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
         if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
-            from aliyun_training.operators.image import bandwidth_spec
+            from aliyun_training.image.jobs import bandwidth_spec
 
-            check = bandwidth_spec(plan.job.spec.model_copy(update={"image": image}), plan.rdma_check)
+            rdma = plan.rdma_check
+            spec = plan.job.spec.model_copy(update={"image": image})
+            check = bandwidth_spec(spec, device=rdma.device, gid_index=rdma.gid_index)
             requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
     requests += job_requests(plan.job, training_spec(plan, image), job_namer("train"), "train")
     return requests
@@ -120,11 +118,10 @@ def staging_requests(staging: StagingPlan) -> list[PlannedRequest]:
         }
         requests.append(PlannedRequest("worker", "copy and publish", body, task))
     elif staging.mode == "pod":
-        from aliyun_training.remote import remote_run
-        from aliyun_training.staging.pod import build_pod
+        from aliyun_training.staging.pod import PodStagerSettings, build_pod
 
-        stager = remote_run("staging", "pod", staging.remote_config())
-        requests.append(PlannedRequest("kubernetes", "create Pod", build_pod(stager.settings), task))  # type: ignore[attr-defined]
+        settings = validate_record(PodStagerSettings, staging.remote_config())
+        requests.append(PlannedRequest("kubernetes", "create Pod", build_pod(settings), task))
     else:
         requests.append(_data_flow_import(staging))
     registration = staging.registration
@@ -142,8 +139,8 @@ def staging_requests(staging: StagingPlan) -> list[PlannedRequest]:
 
 def _data_flow_import(staging: StagingPlan) -> PlannedRequest:
     """The CreateDataFlowTask of a data flow import, its directories as the URIs name them."""
+    from aliyun_training.oss_location import parse_oss_uri
     from aliyun_training.staging.dataflow_api import import_task_request
-    from aliyun_training.staging.oss import parse_oss_uri
 
     source = parse_oss_uri(staging.source_uri)
     request = import_task_request(
@@ -201,13 +198,12 @@ def _pai_dataset_requests(staging: StagingPlan, registration: PaiDatasetRegistra
 def build_requests(image: ImagePlan) -> list[PlannedRequest]:
     """The image build: a kaniko pod with its context ConfigMap, or an ACR build of the rule."""
     from aliyun_training.image.context import image_reference
-    from aliyun_training.remote import remote_run
 
     reference = image_reference(image.repository or "", image.tag or "")
     task = "build_image"
     if image.mode == "kaniko":
         from aliyun_training.image.context import build_context
-        from aliyun_training.image.kaniko import build_context_map, build_pod
+        from aliyun_training.image.kaniko import KanikoSettings, build_context_map, build_pod
 
         config = {
             **image.builder,
@@ -216,8 +212,8 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
             "context_files": build_context(image.context_dir, image.code_dir),
             "build_args": image.build_args,
         }
-        settings = remote_run("image", "kaniko", config).settings  # type: ignore[attr-defined]
-        context = build_context_map(settings)
+        kaniko = validate_record(KanikoSettings, config)
+        context = build_context_map(kaniko)
         # The context's file contents are the repository's own files: name them, do not repeat them.
         context = {
             **context,
@@ -225,13 +221,13 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
         }
         return [
             PlannedRequest("kubernetes", "create ConfigMap", context, task),
-            PlannedRequest("kubernetes", "create Pod", build_pod(settings), task),
+            PlannedRequest("kubernetes", "create Pod", build_pod(kaniko), task),
         ]
     from types import SimpleNamespace
 
-    from aliyun_training.image.acr import build_record_request, rule_update_request
+    from aliyun_training.image.acr import AcrBuildSettings, build_record_request, rule_update_request
 
-    settings = remote_run("image", "acr", {**image.builder, "tag": image.tag, "image": reference}).settings  # type: ignore[attr-defined]
+    settings = validate_record(AcrBuildSettings, {**image.builder, "tag": image.tag, "image": reference})
     repo_id = settings.repo_id or f"<id of {settings.namespace}/{settings.repo_name}, from GetRepository>"
     kept = "<as the build rule has it (ListRepoBuildRule)>"
     rule = SimpleNamespace(

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from aliyun_training.form import RunForm, parse_form
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.settings import LocalPaths
-from aliyun_training.spec import Backend, SpecError
+from aliyun_training.spec import Backend
+from aliyun_training.validation import SpecError
 
 #: The training command every backend runs; only the per-node process count differs.
 TORCHRUN = (
@@ -96,22 +96,3 @@ def resolve_run(
     )
     plan = _planners()[form.backend](request)
     return plan.model_copy(update={"dry_run": form.dry_run, "skip_preflight": form.skip_preflight})
-
-
-def plan_for_task(
-    params: dict[str, Any], run_date: datetime, project_dir: str, default_environment_dir: str
-) -> dict[str, Any]:
-    """``configure``'s body: the run's plan as JSON for XCom; a bad value fails the task at once."""
-    from airflow.sdk.exceptions import AirflowFailException
-
-    from aliyun_training.settings import environment_files, local_paths
-
-    environments = environment_files(Path(default_environment_dir))
-    try:
-        plan = resolve_run(
-            dict(params), run_date.strftime("%Y-%m-%d"), project_dir, local_paths(), environments
-        )
-    except SpecError as exc:
-        # A bad setting stays bad on retry: fail at once, naming the field and the fix.
-        raise AirflowFailException(str(exc)) from None
-    return plan.model_dump(mode="json")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aliyun_training.environments import StagingSettings
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 
 def staged_source(block: StagingSettings, dataset: str, version: str) -> tuple[str, str]:

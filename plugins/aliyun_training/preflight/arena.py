@@ -4,17 +4,18 @@ from __future__ import annotations
 
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.arena_manifests import claim_name
-from aliyun_training.preflight.report import Finding, Verdict
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.spec import TrainingJobSpec
 
 
 def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Finding]:
     """A missing or unbound PVC leaves every pod Pending; say so before the job is created."""
-    from airflow.providers.cncf.kubernetes.hooks.kubernetes import KubernetesHook
     from kubernetes.client.exceptions import ApiException
 
+    from aliyun_training.hooks.kubernetes import KubernetesHooks
+
     namespace = backend.settings.namespace
-    core = KubernetesHook(conn_id=backend.settings.conn_id).core_v1_client
+    core = KubernetesHooks(backend.settings.conn_id).sync.core_v1_client
     findings = []
     for mount in spec.datasets:
         claim = claim_name(mount.uri, backend.settings)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.preflight.report import Finding, Verdict
 
 _FIXES = {
     "Forbidden": "grant the RAM identity the PAI-DLC actions (AliyunPAIDLCFullAccess, or the "

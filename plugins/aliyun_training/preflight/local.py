@@ -9,7 +9,7 @@ import socket
 import subprocess
 from pathlib import Path
 
-from aliyun_training.preflight.report import Finding, Verdict
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.engine import SPACE_HEADROOM
 from aliyun_training.staging.sources import open_source

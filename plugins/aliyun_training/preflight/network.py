@@ -15,9 +15,9 @@ import ipaddress
 from dataclasses import dataclass
 from typing import Any
 
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.hooks.ecs import EcsHook
 from aliyun_training.hooks.vpc import VpcHook
-from aliyun_training.preflight.report import Finding, Verdict
 
 VPC_CONSOLE = "the VPC console (https://vpc.console.aliyun.com)"
 
@@ -180,4 +180,5 @@ def _covers(entry: Any, switch_id: str, switch: Any) -> bool:
         return False
     inner = ipaddress.ip_network(switch.cidr_block, strict=False)
     outer = ipaddress.ip_network(entry.source_cidr, strict=False)
+    # typeshed types subnet_of per address family; the version check above is what makes them one.
     return inner.version == outer.version and inner.subnet_of(outer)  # type: ignore[arg-type]

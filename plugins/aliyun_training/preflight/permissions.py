@@ -12,8 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.hooks.ram import RamHook
-from aliyun_training.preflight.report import Finding, Verdict
 
 
 def required_actions(policy_file: Path) -> list[str]:

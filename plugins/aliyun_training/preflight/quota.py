@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aliyun_training.findings import Finding, Verdict
 from aliyun_training.hooks.paistudio import Capacity, PaiStudioHook
-from aliyun_training.preflight.report import Finding, Verdict
 from aliyun_training.spec import TrainingJobSpec
 
 

@@ -9,8 +9,9 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
 from aliyun_training.plan.models import JobPlan
-from aliyun_training.spec import Backend, TrainingJobSpec, validate_record
+from aliyun_training.spec import Backend, TrainingJobSpec
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
+from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -84,7 +85,7 @@ class QuotaCapacitySensor(BaseSensorOperator):
         spec, gpus = self._needs()
         self.defer(
             trigger=QuotaCapacityTrigger(
-                quota_id=spec.quota_id,  # type: ignore[arg-type]
+                quota_id=spec.quota_id,  # type: ignore[arg-type]  # poke returned True without one
                 gpus=gpus,
                 conn_id=self._connection()[0],
                 region=self._connection()[1],

@@ -16,9 +16,9 @@ import json
 import logging
 import sys
 
-from aliyun_training.spec import SpecError
 from aliyun_training.staging.engine import StagingError, stage_dataset
 from aliyun_training.staging.sources import open_source
+from aliyun_training.validation import SpecError
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.records import StagedDataset
 from aliyun_training.remote import RemoteStatus, register_remote_run
-from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
+from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.sources import SourceObject, StagingError
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from aliyun_training.hooks.nas import NasHook
@@ -61,6 +63,10 @@ class DataFlowStagerSettings(BaseModel):
 class DataFlowStager:
     """RemoteRun over a CPFS data flow import task."""
 
+    #: Set by ``register_remote_run``.
+    kind: ClassVar[str]
+    mode: ClassVar[str]
+
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(DataFlowStagerSettings, config)
 
@@ -71,12 +77,10 @@ class DataFlowStager:
         return shared_hook(NasHook, self.settings.alibaba_cloud_conn_id)
 
     def _listing(self) -> list[SourceObject]:
-        from aliyun_training.hooks.oss import OssHook
-        from aliyun_training.staging.oss import OssObjectSource
+        from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
 
-        source = OssObjectSource(
-            self.settings.source_uri, config=OssHook(self.settings.alibaba_cloud_conn_id).client_config()
-        )
+        config = OssClientConfig.from_connection(self.settings.alibaba_cloud_conn_id)
+        source = OssObjectSource(self.settings.source_uri, config=config)
         objects = source.list()
         if not objects:
             raise SpecError(
@@ -85,8 +89,8 @@ class DataFlowStager:
         return objects
 
     def submit(self) -> dict[str, Any]:
+        from aliyun_training.oss_location import parse_oss_uri
         from aliyun_training.staging.dataflow_api import find_data_flow
-        from aliyun_training.staging.oss import parse_oss_uri
 
         settings = self.settings
         hook = self._hook()

@@ -33,7 +33,7 @@ from typing import Any
 
 from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 TASK_STATUSES = ("Pending", "Executing", "Failed", "Completed", "Canceling", "Canceled")
 FINISHED_STATUSES = frozenset({"Completed", "Failed", "Canceled"})

@@ -40,14 +40,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.publish import (
+from aliyun_training.records import StagedDataset
+from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.staging.publish import (
     check_publishable,
     partial_of,
     publish_directory,
     refuse_link,
     restore_retired,
 )
-from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset
 from aliyun_training.staging.sources import (
     ObjectSource,
     SourceObject,
@@ -55,6 +56,7 @@ from aliyun_training.staging.sources import (
     open_source,
     with_retries,
 )
+from aliyun_training.validation import SpecError
 
 __all__ = ["JOURNAL_NAME", "MANIFEST_NAME", "StagingError", "stage_dataset"]
 

@@ -1,8 +1,10 @@
-"""OSS through oss2: addresses, clients, the staging source, and uploads in the other direction.
+"""OSS through oss2: clients, the staging source, and uploads in the other direction.
+
+URIs and endpoints are ``oss_location``'s (rules every layer shares); this module is what uses them.
 
 Credentials come from an ``alibabacloud_credentials`` client, the same one the ``alibaba_cloud``
 connection hands every SDK (AK/SK, a fixed STS token, an assumed role renewed before expiry;
-``hooks.oss.OssHook`` builds the client config from it) or, in a staging pod, the default chain
+``from_connection`` takes it from ``hooks.oss.OssHook``) or, in a staging pod, the default chain
 (environment variables, RRSA, the instance role). oss2 asks for them on every request, so a
 renewed STS token is picked up without rebuilding the client. Only ``from_connection`` imports Airflow.
 
@@ -19,12 +21,15 @@ import tempfile
 import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
-from typing import Any, Literal
-from urllib.parse import urlparse
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
-from aliyun_training.spec import SpecError
+from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
 from aliyun_training.staging.sources import ChunkSink, SourceChangedError, SourceObject, with_retries
+from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.oss import OssHook
 
 log = logging.getLogger(__name__)
 
@@ -32,75 +37,6 @@ log = logging.getLogger(__name__)
 MULTIPART_THRESHOLD = 64 * 1024 * 1024
 PART_SIZE = 16 * 1024 * 1024
 _READ_CHUNK = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class OssLocation:
-    """``oss://bucket/prefix/``: the prefix always ends with ``/`` so ``v1`` never matches ``v10``.
-
-    ``bucket`` is the URI's host as written: the bucket, or ``<bucket>.<endpoint>`` where the URI
-    names the bucket's endpoint (DLC mounts do).
-    """
-
-    bucket: str
-    prefix: str
-
-    @property
-    def uri(self) -> str:
-        return f"oss://{self.bucket}/{self.prefix}"
-
-    @property
-    def bucket_name(self) -> str:
-        """The bucket alone (bucket names have no dot)."""
-        return self.bucket.partition(".")[0]
-
-    @property
-    def endpoint(self) -> str:
-        """The endpoint the URI names after the bucket, or ``""``."""
-        return self.bucket.partition(".")[2]
-
-
-def parse_oss_uri(uri: str, field: str = "source_uri") -> OssLocation:
-    """Split and check an ``oss://bucket/prefix/`` URI; ``field`` names it in errors."""
-    parsed = urlparse(uri)
-    prefix = parsed.path.lstrip("/")
-    if parsed.scheme != "oss" or not parsed.netloc:
-        raise SpecError(f"{field}: {uri!r} is not an OSS URI (fix: use oss://bucket/prefix/)")
-    if parsed.query or parsed.fragment or parsed.params:
-        # urlparse would cut the prefix at '?', '#' or ';' and silently stage a wider folder.
-        raise SpecError(f"{field}: {uri!r} contains '?', '#' or ';' (fix: rename the folder without them)")
-    if not prefix.strip("/"):
-        raise SpecError(
-            f"{field}: {uri!r} names a whole bucket (fix: point at the version's folder, "
-            "e.g. oss://bucket/cifar10/v1/)"
-        )
-    if ".." in PurePosixPath(prefix).parts:
-        raise SpecError(f"{field}: {uri!r} contains '..' (fix: use the folder's plain key prefix)")
-    location = OssLocation(parsed.netloc, prefix.rstrip("/") + "/")
-    if not _BUCKET_NAME.fullmatch(location.bucket_name):
-        raise SpecError(
-            f"{field}: {location.bucket_name!r} in {uri!r} is not an OSS bucket name (fix: bucket names "
-            "are 3 to 63 lower-case letters, digits and hyphens, starting and ending with a letter or digit)"
-        )
-    if location.endpoint and not _OSS_ENDPOINT.fullmatch(location.endpoint):
-        raise SpecError(
-            f"{field}: {location.endpoint!r} in {uri!r} is not an OSS endpoint (fix: write "
-            "oss://bucket/prefix/, or name the bucket's endpoint as "
-            "oss://bucket.oss-<region>[-internal].aliyuncs.com/prefix/)"
-        )
-    return location
-
-
-#: OSS bucket naming rules: 3-63 characters of lower-case letters, digits and hyphens, starting and
-#: ending with a letter or digit (OSS "Bucket naming conventions").
-_BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]")
-_OSS_ENDPOINT = re.compile(r"oss-[a-z0-9-]+\.aliyuncs\.com")
-
-
-def oss_endpoint(region: str, internal: bool = False) -> str:
-    """The OSS endpoint of ``region`` (OSS "Regions and endpoints"): ``-internal`` is reached from
-    inside the region (ECS, DLC and ACK nodes) without internet traffic."""
-    return f"oss-{region}{'-internal' if internal else ''}.aliyuncs.com"
 
 
 @dataclass(frozen=True)
@@ -122,7 +58,12 @@ class OssClientConfig:
         """The ``alibaba_cloud`` connection's OSS endpoint (extra ``endpoints.oss``) and credentials."""
         from aliyun_training.hooks.oss import OssHook
 
-        return OssHook(conn_id).client_config(pool_size)
+        return cls.from_hook(OssHook(conn_id), pool_size)
+
+    @classmethod
+    def from_hook(cls, hook: OssHook, pool_size: int = 16) -> OssClientConfig:
+        """The hook's OSS endpoint, region and credentials client (an assumed role is renewed for OSS too)."""
+        return cls(hook.endpoint_url(), hook.region, hook.credential_client(), pool_size)
 
     @classmethod
     def from_environment(cls, endpoint: str | None, region: str, pool_size: int = 16) -> OssClientConfig:

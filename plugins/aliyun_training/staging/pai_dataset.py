@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 URI_KINDS = ("cpfs", "bmcpfs")
 _PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9-]*")

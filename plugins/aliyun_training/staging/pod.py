@@ -22,7 +22,7 @@ Decisions:
 - ``terminationMessagePolicy: FallbackToLogsOnError``: the kubelet keeps the log tail of a failed
   container in its status, the evidence when the log itself can no longer be read.
 - No Kubernetes API token is mounted unless a service account is configured (the copy needs none).
-- Reattaching, deleting, polling and reading the log are aliyun_training.kube_pods's, shared with
+- Reattaching, deleting, polling and reading the log are aliyun_training.kubernetes.pods's, shared with
   the kaniko build pod; this module holds what is the staging's: the pod, the claim check, the result.
 - Pending with an image pull error or Unschedulable stays "running" with the reason as progress
   (the trigger's timeout ends it); errors no waiting fixes (``CreateContainerConfigError``: a
@@ -38,19 +38,12 @@ from typing import Annotated, Any
 
 from pydantic import Field, field_validator, model_validator
 
-from aliyun_training.kube_pods import (
-    PodRun,
-    PodSettings,
-    bare_pod,
-    managed_labels,
-    read_or_none,
-    stable_pod_name,
-    tail_text,
-    where,
-)
-from aliyun_training.kube_pods import pending_problem as pending_problem
+from aliyun_training.kubernetes.names import managed_labels, stable_name
+from aliyun_training.kubernetes.pods import PodRun, PodSettings, bare_pod, read_or_none, tail_text, where
+from aliyun_training.records import StagedDataset
 from aliyun_training.remote import register_remote_run
-from aliyun_training.spec import DATASET_VERSION_PATTERN, SpecError, StagedDataset, validate_record
+from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.validation import SpecError, validate_record
 
 log = logging.getLogger(__name__)
 
@@ -135,7 +128,7 @@ class PodStagerSettings(PodSettings):
 def staging_pod_name(settings: PodStagerSettings) -> str:
     """``stage-<dataset>-<version>-<hash>``: a DNS-1123 label, the same for every try of one staging."""
     identity = "\n".join((settings.source_uri, settings.target_root, settings.version))
-    return stable_pod_name(f"stage-{settings.dataset_name}-{settings.version}", identity)
+    return stable_name(f"stage-{settings.dataset_name}-{settings.version}", identity)
 
 
 def pod_labels(settings: PodStagerSettings) -> dict[str, str]:
@@ -295,8 +288,3 @@ class PodStager(PodRun[PodStagerSettings]):
                 f"staging pod {where(handle)} staged version {staged.version}, not {self.settings.version}"
             )
         return staged
-
-
-def failure_message(pod: Any, lines: list[str], settings: PodStagerSettings) -> str:
-    """Exit code, reason and log tail of a Failed staging pod."""
-    return PodStager(**settings.model_dump()).failure_message(pod, lines)

@@ -1,6 +1,6 @@
 """Make a staged version mountable by the training job: a PAI dataset version, or a PV and PVC.
 
-The run plan's registration (``plan.models``) picks the kind:
+The run plan's staging part carries one of the registrations defined here, which picks the kind:
 
 - :class:`PaiDatasetRegistration`: DLC mounts ``DataSources[{DataSourceId, DataSourceVersion}]``;
   the version's URI is ``bmcpfs://`` (CPFS for Lingjun) or ``cpfs://`` (CPFS 2.0);
@@ -14,12 +14,54 @@ see it under a mount point, e.g. ``/mnt/cpfs`` + ``cpfs_path``); the version liv
 from __future__ import annotations
 
 import posixpath
-from typing import Any
+from typing import Annotated, Any, Literal
 
-from aliyun_training.plan.models import PaiDatasetRegistration, PvcRegistration, Registration
-from aliyun_training.spec import StagedDataset
+from pydantic import BaseModel, ConfigDict, Field
+
+from aliyun_training.records import StagedDataset
 
 DATA_SOURCE_TYPES = {"cpfs": "CPFS", "bmcpfs": "BMCPFS"}
+
+
+class PaiDatasetRegistration(BaseModel):
+    """Register a staged version as a PAI dataset version, which a DLC job mounts by id."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["pai_dataset"] = "pai_dataset"
+    workspace_id: str
+    name: str
+    uri_kind: Literal["bmcpfs", "cpfs"] = "bmcpfs"
+    file_system_id: str | None = None
+    mount_target: str | None = None
+    protocol_service_id: str | None = None
+    export_id: str | None = None
+    #: The directory holding the versions inside the file system.
+    cpfs_path: str
+    provider_type: Literal["Lingjun", "Ecs"] = "Lingjun"
+    mount_path: str
+    #: The region the PAI dataset's CPFS URI names; None: the connection's.
+    region: str | None = None
+
+
+class PvcRegistration(BaseModel):
+    """Register a staged version as a static PV and PVC whose volume is exactly its directory."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["pvc"] = "pvc"
+    kubernetes_conn_id: str
+    namespace: str
+    dataset: str
+    volume_kind: Literal["cpfs", "bmcpfs"] = "cpfs"
+    cpfs_path: str
+    server: str | None = None
+    file_system_id: str | None = None
+    vpc_mount_target: str | None = None
+    vsc_mount_target: str | None = None
+
+
+Registration = Annotated[PaiDatasetRegistration | PvcRegistration, Field(discriminator="kind")]
 
 
 def register_staged(staged: StagedDataset, register: Registration, conn_id: str) -> StagedDataset:

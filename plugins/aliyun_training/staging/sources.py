@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Literal, NoReturn, Protocol, TypeVar
 from urllib.parse import urlparse
 
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 _CHUNK = 1024 * 1024
 T = TypeVar("T")

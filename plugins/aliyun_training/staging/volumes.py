@@ -43,16 +43,22 @@ path, server or file system) is never overwritten: :class:`VolumeConflictError` 
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from aliyun_training.kube_names import LABEL_MAX, is_dns_label
-from aliyun_training.spec import SpecError
+from aliyun_training.kubernetes.names import (
+    LABEL_MAX,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    is_dns_label,
+    readable_part,
+    stable_name,
+)
+from aliyun_training.kubernetes.pods import read_or_none
+from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -65,8 +71,6 @@ BMCPFS_DRIVER = "bmcpfsplugin.csi.alibabacloud.com"
 CPFS_MOUNT_OPTIONS = ["rsize=1048576,wsize=1048576,hard,timeo=600,retrans=2,noresvport", "vers=3"]
 #: The label ACK's examples bind static claims by.
 PV_NAME_LABEL = "alicloud-pvname"
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "aliyun-training"
 #: Separates the file system id from the rest of a Lingjun CPFS volume handle (the driver's
 #: ``volumeHandleDelimiter``).
 BMCPFS_HANDLE_DELIMITER = "+"
@@ -87,11 +91,10 @@ def version_volume_name(dataset: str, version: str) -> str:
     ``v1.0`` and ``v1-0`` never share a volume.
     """
     raw = f"{dataset}-{version}"
-    readable = re.sub(r"[^a-z0-9]+", "-", raw.lower()).strip("-") or "dataset"
+    readable = readable_part(raw) or "dataset"
     if readable == raw and len(readable) <= LABEL_MAX:
         return readable
-    digest = hashlib.sha256(f"{dataset}\n{version}".encode()).hexdigest()[:8]
-    return f"{readable[: LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
+    return stable_name(readable, f"{dataset}\n{version}")
 
 
 def build_volume(
@@ -356,15 +359,10 @@ class _Object:
         )
 
 
-def _read(hook: Any, read: Any) -> dict[str, Any] | None:
-    from kubernetes.client.exceptions import ApiException
-
-    try:
-        return hook.api_client.sanitize_for_serialization(read())
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
+def _read(hook: Any, read: Callable[[], Any]) -> dict[str, Any] | None:
+    """The object as JSON (what ``build_volume`` writes is compared with it), None when missing."""
+    existing = read_or_none(read)
+    return None if existing is None else hook.api_client.sanitize_for_serialization(existing)
 
 
 def _differences(

@@ -1,4 +1,7 @@
-"""What every wait of this package in the triggerer shares: the event it ends with, the poll loop, on_kill.
+"""What every wait of this package in the triggerer shares: the poll loop, the error event, on_kill.
+
+The event itself (``records.TriggerOutcome`` and its ``OutcomeStatus``) is a record below this
+module, so the blocking path ends a wait with the same outcome without importing Airflow's triggers.
 
 Airflow may run a trigger more than once and move it between triggerers, so a trigger rebuilds its
 clients from its JSON keyword arguments and never stops the work in ``cleanup()``, which runs on
@@ -15,36 +18,11 @@ import abc
 import asyncio
 import inspect
 from collections.abc import AsyncIterator
-from enum import StrEnum
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
-from pydantic import BaseModel, ConfigDict
 
-H = TypeVar("H")
-
-
-class OutcomeStatus(StrEnum):
-    """How a wait ended; training jobs and remote runs use the same words."""
-
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    #: Someone else stopped the work (a training job stopped in its platform's console).
-    STOPPED = "stopped"
-    #: The trigger lost track of the work, which may still run.
-    ERROR = "error"
-
-
-class TriggerOutcome(BaseModel, Generic[H]):
-    """The payload of the one event a trigger fires, as ``execute_complete`` reads it back."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    status: OutcomeStatus
-    #: The work waited for, as the operator addresses it again (its result, a stop).
-    handle: H
-    #: Why the work failed, or what went wrong while watching it.
-    message: str = ""
+from aliyun_training.records import OutcomeStatus, TriggerOutcome
 
 
 class PollingTrigger(BaseTrigger):

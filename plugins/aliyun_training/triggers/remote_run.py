@@ -6,8 +6,9 @@ import asyncio
 from functools import cached_property
 from typing import Any
 
+from aliyun_training.records import OutcomeStatus, TriggerOutcome
 from aliyun_training.remote import RemoteRun, remote_run
-from aliyun_training.triggers.base import OutcomeStatus, PollingTrigger, TriggerOutcome
+from aliyun_training.triggers.base import PollingTrigger
 
 
 class RemoteRunOutcome(TriggerOutcome[dict[str, Any]]):

@@ -8,7 +8,8 @@ from typing import Any
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, TrainingBackend
 from aliyun_training.monitor import JobMonitor, JobOutcome
-from aliyun_training.triggers.base import OutcomeStatus, PollingTrigger
+from aliyun_training.records import OutcomeStatus
+from aliyun_training.triggers.base import PollingTrigger
 
 
 class TrainingJobTrigger(PollingTrigger):

@@ -1,7 +1,8 @@
 """Findings and the one report that lists them all.
 
 Every check runs, then the report shows every finding at once: a user fixes three problems in one
-round instead of discovering them one failed run at a time.
+round instead of discovering them one failed run at a time. The preflight checks and the image and
+bandwidth verdicts both speak in findings, so they live below both.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ import stat
 import uuid
 from pathlib import Path
 
-from aliyun_training.spec import SpecError
+from aliyun_training.validation import SpecError
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -1,7 +1,21 @@
-"""A RemoteRun that is one bare pod on ACK: what the staging pod and the kaniko build pod share.
+"""Pods on ACK: reading what a pod's status says, reading its log, and a RemoteRun that is one bare pod.
 
-Both runs start one pod named after their inputs, poll it from the triggerer, read its result from
-the worker and delete it. What makes that safe is the same for both, so it lives here once:
+What the ACK backend's training pods and the bare pods (the staging pod, the kaniko build pod)
+share lives here once:
+
+- One interpreter of a pod's status (``pod_problems``): it is unschedulable, a container waits for
+  something other than starting (an image pull, a missing Secret or key: ``fatal`` when no waiting
+  fixes it), or a container exited with a non-zero code. It reads the API's field names, so it
+  takes a model of either client or the JSON form the backend keeps.
+- One raw log read (``read_log``/``aread_log``): as raw bytes (``_preload_content=False``), because
+  the sync client mangles log text when it decodes it (a line that parses as JSON comes back as a
+  Python repr). With kubernetes_asyncio an unloaded response raises nothing for a 4xx answer, so
+  its status is checked here: otherwise the JSON error body of a pod deleted between two polls
+  would come back as "log lines" and be reported as progress or as the failure's log. A log that
+  is not there (the container has not started, the pod is gone: 400, 404) is None.
+
+``PodRun``: both bare-pod runs start one pod named after their inputs, poll it from the triggerer,
+read its result from the worker and delete it. What makes that safe is the same for both:
 
 - Reattaching: a retried task finds the pod its earlier try started (same name) and reattaches to
   a Pending, Running or Succeeded one; a Failed one, or one started from other inputs, is deleted
@@ -9,40 +23,32 @@ the worker and delete it. What makes that safe is the same for both, so it lives
   pipeline's labels is never touched.
 - Deleting with a uid precondition: a handle deletes only its own pod, never a newer attempt's pod
   that took the name since (409); a pod already gone (404) is fine.
-- Reading log tails as raw bytes (``_preload_content=False``): the sync client mangles log text when
-  it decodes it. With kubernetes_asyncio an unloaded response raises nothing for a 4xx answer, so
-  its status is checked here: otherwise the JSON error body of a pod deleted between two polls
-  would come back as "log lines" and be reported as progress or as the failure's log.
-- Telling a Pending pod that waiting fixes (image pulls, scheduling) from one it does not (a
-  missing Secret or key, a bad image name), and saying why a Failed pod failed: exit code and its
-  meaning, reason, and the log tail (the kubelet's termination message when the log is gone).
+- Telling a Pending pod that waiting fixes (image pulls, scheduling) from one it does not, and
+  saying why a Failed pod failed: exit code and its meaning, reason, and the log tail (the
+  kubelet's termination message when the log is gone).
 
 A subclass names its pod and says what it is (``noun``, ``component``, ``container``, ``error``);
 it builds the pod, parses the result and adds what is its own (e.g. a ConfigMap next to the pod).
+Names and labels are ``kubernetes.names``'s.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import re
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, ClassVar, Generic, TypeVar, get_args
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Literal, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.hooks.kubernetes import KubernetesHooks
+from aliyun_training.kubernetes.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
 from aliyun_training.remote import RemoteStatus
-from aliyun_training.spec import validate_record
+from aliyun_training.validation import validate_record
 
 log = logging.getLogger(__name__)
 
-MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
-MANAGED_BY = "aliyun-training"
-COMPONENT_LABEL = "app.kubernetes.io/component"
-#: The longest DNS-1123 label: a pod name and a label value.
-DNS_LABEL_MAX = 63
 #: Log lines a failure message carries.
 FAILURE_TAIL_LINES = 20
 #: Log lines read for a Running pod's progress (its last line).
@@ -53,6 +59,8 @@ DELETE_WAIT_SECONDS = 60.0
 FATAL_WAITING_REASONS = frozenset({"CreateContainerConfigError", "InvalidImageName"})
 #: Waiting reasons that mean "still starting", not a problem.
 STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+#: What the log endpoint answers before the container started (400) or once the pod is gone (404).
+LOG_UNAVAILABLE = frozenset({400, 404})
 
 T = TypeVar("T")
 
@@ -75,29 +83,7 @@ class PodSettings(BaseModel):
     image_pull_secrets: list[str] = Field(default_factory=list)
 
 
-# -- names and manifests --------------------------------------------------------------------------
-
-
-def stable_pod_name(readable: str, identity: str) -> str:
-    """``<readable>-<hash of identity>`` as a DNS-1123 label: the same for every try of one run.
-
-    The readable part is cut to fit; the hash keeps runs apart whose readable parts are the same.
-    """
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-    readable = re.sub(r"[^a-z0-9]+", "-", readable.lower()).strip("-")
-    return f"{readable[: DNS_LABEL_MAX - len(digest) - 1].rstrip('-')}-{digest}"
-
-
-def managed_labels(component: str, **labels: str) -> dict[str, str]:
-    """This pipeline's labels of a ``component``'s object, then ``labels`` (values made valid)."""
-    values = {name: label_value(value) for name, value in labels.items()}
-    return {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: component, **values}
-
-
-def label_value(text: str) -> str:
-    """A label value (at most 63 of [A-Za-z0-9._-], alphanumeric at both ends)."""
-    value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:DNS_LABEL_MAX]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+# -- the manifest ----------------------------------------------------------------------------------
 
 
 def bare_pod(
@@ -162,24 +148,70 @@ def delete_object(delete: Callable[..., Any], name: str, namespace: str, uid: st
     return True
 
 
-# -- interpreting pods (models of either client: the attribute names are the same) ---------------
+# -- what a pod's status says --------------------------------------------------------------------
 
 
 def pod_phase(pod: Any) -> str | None:
+    """The phase of a pod model (of either client: the attribute names are the same)."""
     return pod.status.phase if pod.status else None
+
+
+def api_fields(pod: Any) -> dict[str, Any]:
+    """``pod`` under the API's field names (``containerStatuses``, ``exitCode``): a model of either
+    client converted, or the JSON form (``sanitize_for_serialization``) as it is."""
+    return pod if isinstance(pod, dict) else pod.to_dict(serialize=True)
+
+
+@dataclass(frozen=True)
+class PodProblem:
+    """One thing that keeps a pod from running, or that ended one of its containers."""
+
+    #: ``unschedulable``: its PodScheduled condition is False; ``waiting``: a container waits for a
+    #: reason other than starting; ``exited``: a container terminated with a non-zero exit code.
+    kind: Literal["unschedulable", "waiting", "exited"]
+    reason: str | None
+    message: str = ""
+    container: str = ""
+    exit_code: int | None = None
+
+    @property
+    def fatal(self) -> bool:
+        """Whether no amount of waiting fixes it (a missing Secret or key, a bad image name)."""
+        return self.kind == "waiting" and self.reason in FATAL_WAITING_REASONS
+
+    @property
+    def summary(self) -> str:
+        """``<reason>: <message>``, as a Pending pod's progress names it."""
+        return f"{self.reason}: {self.message}".strip(": ")
+
+
+def pod_problems(pod: Any) -> list[PodProblem]:
+    """What keeps ``pod`` from running or killed its containers, in the order its status lists them:
+    an unschedulable pod first, then each container's waiting reason and non-zero exit."""
+    status = api_fields(pod).get("status") or {}
+    problems = [
+        PodProblem("unschedulable", condition.get("reason"), condition.get("message") or "")
+        for condition in status.get("conditions") or []
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "False"
+    ]
+    for container in status.get("containerStatuses") or []:
+        state = container.get("state") or {}
+        waiting, terminated = state.get("waiting"), state.get("terminated")
+        if waiting and waiting.get("reason") and waiting["reason"] not in STARTING_REASONS:
+            problems.append(
+                PodProblem("waiting", waiting["reason"], waiting.get("message") or "", container["name"])
+            )
+        if terminated and terminated.get("exitCode"):
+            name, code = container["name"], terminated["exitCode"]
+            problems.append(PodProblem("exited", terminated.get("reason"), "", name, code))
+    return problems
 
 
 def pending_problem(pod: Any) -> tuple[str, bool]:
     """Why a Pending pod is not running yet, and whether waiting can fix it."""
-    status = pod.status
-    for condition in (status.conditions if status else None) or []:
-        if condition.type == "PodScheduled" and condition.status == "False":
-            return f"{condition.reason}: {condition.message or ''}".strip(": "), False
-    for container in (status.container_statuses if status else None) or []:
-        waiting = container.state.waiting if container.state else None
-        if waiting and waiting.reason and waiting.reason not in STARTING_REASONS:
-            text = f"{waiting.reason}: {waiting.message or ''}".strip(": ")
-            return text, waiting.reason in FATAL_WAITING_REASONS
+    for problem in pod_problems(pod):
+        if problem.kind != "exited":
+            return problem.summary, problem.fatal
     return "waiting for the container to start", False
 
 
@@ -207,6 +239,40 @@ def tail_text(lines: list[str]) -> str:
     return "\n".join(f"  {line}" for line in lines[-FAILURE_TAIL_LINES:])
 
 
+# -- reading a container's log -------------------------------------------------------------------
+
+
+def read_log(core: Any, **args: Any) -> str | None:
+    """The log ``args`` select (``read_namespaced_pod_log``'s arguments) through a sync ``CoreV1Api``,
+    read raw and decoded with undecodable bytes replaced; None when there is none to read (400, 404)."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        response = core.read_namespaced_pod_log(**args, _preload_content=False)
+    except ApiException as exc:
+        if exc.status in LOG_UNAVAILABLE:
+            return None
+        raise
+    return response.data.decode(errors="replace")
+
+
+async def aread_log(core: Any, **args: Any) -> str | None:
+    """``read_log`` through a kubernetes_asyncio ``CoreV1Api``. An unloaded response raises nothing
+    for an error status: it is checked here, or an error body would pass for log lines."""
+    from kubernetes_asyncio.client.exceptions import ApiException
+
+    response = await core.read_namespaced_pod_log(**args, _preload_content=False)
+    try:
+        if response.status in LOG_UNAVAILABLE:
+            return None
+        if not 200 <= response.status <= 299:
+            raise ApiException(status=response.status, reason=response.reason)
+        data: bytes = await response.read()
+        return data.decode(errors="replace")
+    finally:
+        response.release()
+
+
 # -- the run --------------------------------------------------------------------------------------
 
 
@@ -222,7 +288,9 @@ class PodRun(Generic[S]):
     places to add what a kind of pod knows more.
     """
 
-    #: The handle's "mode": the mode the subclass is registered under (``remote.register_remote_run``).
+    #: The kind and the handle's "mode": what the subclass is registered under
+    #: (``remote.register_remote_run``).
+    kind: ClassVar[str]
     mode: ClassVar[str]
     #: What the pod is, in messages and logs: "<noun> pod ns/name ...".
     noun: ClassVar[str]
@@ -249,7 +317,9 @@ class PodRun(Generic[S]):
                 cls.settings_model = model
 
     def __init__(self, **config: Any) -> None:
-        self.settings = validate_record(self.settings_model, config)
+        # settings_model is the S of the subclass's base PodRun[S] (see __init_subclass__), which a
+        # ClassVar cannot be typed with.
+        self.settings = cast(S, validate_record(self.settings_model, config))
         self._hooks = KubernetesHooks(self.settings.kubernetes_conn_id)
 
     @property
@@ -258,7 +328,7 @@ class PodRun(Generic[S]):
 
     @property
     def pod_name(self) -> str:
-        """The pod's name: the same for every try of one run (see ``stable_pod_name``)."""
+        """The pod's name: the same for every try of one run (see ``kubernetes.names.stable_name``)."""
         return self.name_pod(self.settings)
 
     @staticmethod
@@ -442,36 +512,16 @@ class PodRun(Generic[S]):
 
     def tail(self, hook: Any, handle: dict[str, Any], lines: int) -> list[str]:
         """The log's last lines; [] before the container started or once the pod is gone."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            response = hook.core_v1_client.read_namespaced_pod_log(
-                **self._log_args(handle, lines), _preload_content=False
-            )
-        except ApiException as exc:
-            if exc.status in (400, 404):
-                return []
-            raise
-        return self.lines_of(response.data)
+        text = read_log(hook.core_v1_client, **self._log_args(handle, lines))
+        return [] if text is None else self.lines_of(text)
 
     async def atail(self, handle: dict[str, Any], lines: int) -> list[str]:
-        """As ``tail``, from the triggerer. kubernetes_asyncio raises nothing for an unloaded error
-        response: its status is checked here, or an error body would pass for log lines."""
+        """As ``tail``, from the triggerer."""
         from kubernetes_asyncio import client
-        from kubernetes_asyncio.client.exceptions import ApiException
 
         async with self.async_hook().get_conn() as api:
-            response = await client.CoreV1Api(api).read_namespaced_pod_log(
-                **self._log_args(handle, lines), _preload_content=False
-            )
-            try:
-                if response.status in (400, 404):  # not started yet, or gone
-                    return []
-                if not 200 <= response.status <= 299:
-                    raise ApiException(status=response.status, reason=response.reason)
-                return self.lines_of(await response.read())
-            finally:
-                response.release()
+            text = await aread_log(client.CoreV1Api(api), **self._log_args(handle, lines))
+        return [] if text is None else self.lines_of(text)
 
     # -- a failure ------------------------------------------------------------------------------
 

@@ -27,17 +27,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.publish import check_publishable, partial_of, publish_directory
-from aliyun_training.report import render_report
-from aliyun_training.spec import (
+from aliyun_training.artifacts.report import render_report
+from aliyun_training.records import (
     ArtifactSet,
     BandwidthCheck,
     BuiltImage,
     FixedDataset,
     JobResult,
-    SpecError,
     StagedDataset,
 )
+from aliyun_training.staging.publish import check_publishable, partial_of, publish_directory
+from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
     from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
@@ -143,7 +143,8 @@ def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started
 
 def _upload(scratch: Path, local: ArtifactSet, artifact_root: str, oss: OssClientConfig) -> ArtifactSet:
     """Upload a set built under ``scratch`` to the same relative place under ``artifact_root``."""
-    from aliyun_training.staging.oss import parse_oss_uri, upload_directory
+    from aliyun_training.oss_location import parse_oss_uri
+    from aliyun_training.staging.oss import upload_directory
 
     root = parse_oss_uri(artifact_root, field="artifact_root")
     relative = Path(local.uri).relative_to(scratch).as_posix()
