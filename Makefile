@@ -18,9 +18,14 @@ export PATH := $(BIN):$(PATH)
 
 .PHONY: demo test lint bench lock clean
 
+# pip only bootstraps uv (its pin in constraints.txt), which installs the locked set several times
+# faster and, like pip, compiles it to bytecode. torch stays with pip: pip's configuration (a local
+# wheel directory, PyTorch's CPU index) is what finds its CPU build, and uv reads none of it.
 $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-training.txt constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt -c constraints.txt
+	$(BIN)/pip install --quiet -c constraints.txt uv
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode \
+		-r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install --quiet -r requirements-training.txt
 	touch $@
 
@@ -32,13 +37,19 @@ demo: $(VENV)/.installed
 		|| { tail -n 60 .demo/dags-test.log; exit 1; }
 	python include/demo_summary.py --artifacts .demo/artifacts/cifar10 --since .demo/.demo-started
 
+# The suite mostly waits (deployments, polls, subprocesses), so it runs on more pytest-xdist workers
+# than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.
+TEST_WORKERS ?= 4
+
 test: $(VENV)/.installed lint
-	python -m pytest
+	python -m pytest -n $(TEST_WORKERS)
 
 lint: $(VENV)/.installed
 	ruff check .
 	ruff check --select AIR .
 	ruff format --check .
+	lint-imports
+	mypy
 
 bench: $(VENV)/.installed
 	python bench/parse_time.py

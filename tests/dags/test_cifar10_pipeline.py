@@ -46,9 +46,10 @@ ARTIFACT_ROOT = f"oss://{BUCKET}/models/"
 def dag(airflow_db: Path):
     dag = DagBag(dag_folder=str(DAG_FILE)).get_dag("cifar10_retrain")
     # The emulated jobs end within a second: poll them that often, not at the DAG's cloud pace.
-    for task in dag.tasks:
-        if hasattr(task, "poll_interval"):
-            task.poll_interval = 0.1
+    polling = [task for task in dag.tasks if hasattr(task, "poll_interval")]
+    assert polling, "the DAG's deferring tasks no longer take poll_interval"
+    for task in polling:
+        task.poll_interval = 0.1
     return dag
 
 

@@ -90,10 +90,13 @@ def _postgres_admin(statement: str) -> None:
         connection.close()
 
 
-def _free_port() -> int:
-    with contextlib.closing(socket.socket()) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports free on 127.0.0.1 (all held until all are picked)."""
+    with contextlib.ExitStack() as stack:
+        socks = [stack.enter_context(contextlib.closing(socket.socket())) for _ in range(count)]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return [sock.getsockname()[1] for sock in socks]
 
 
 class Deployment:
@@ -116,7 +119,9 @@ class Deployment:
         self.home.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(parents=True, exist_ok=True)
         self.backing = choose_backing(self.home)
-        self.port = _free_port()
+        # The API server's and, on ports of their own since deployments of several test modules
+        # run side by side on this host, the worker's and the triggerer's log servers.
+        self.port, self._worker_log_port, self._trigger_log_port = _free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = secrets.token_urlsafe(16)
         self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
@@ -146,6 +151,8 @@ class Deployment:
             "AIRFLOW__API__HOST": "127.0.0.1",
             "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": self.backing.sql_alchemy_conn,
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(self.root / "task-logs"),
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(self._worker_log_port),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(self._trigger_log_port),
             "AIRFLOW__OPERATORS__DEFAULT_QUEUE": self.queue,
             "PYTHONPATH": str(PROJECT_DIR / "plugins"),
         }
@@ -168,6 +175,9 @@ class Deployment:
                 "worker",
                 "--queues",
                 self.queue,
+                # Its own node name on the shared broker, as each deployment's container would have.
+                "--celery-hostname",
+                f"{self.queue}@%h",
                 "--concurrency",
                 str(self.worker_concurrency),
             ]
@@ -196,28 +206,15 @@ class Deployment:
         log.close()
 
     def kill_service(self, name: str, sig: signal.Signals = signal.SIGKILL) -> None:
-        """Kill the service and every process it started, the way a container dies.
-
-        Airflow's task supervisor puts each task process in a process group of its own, so the
-        service's descendants are found by parent pid, not by its process group.
-        """
+        """Kill the service and every process it started, the way a container dies."""
         process = self.processes.pop(name, None)
-        if process is None:
-            return
-        tree = process_tree(process.pid)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, sig)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=10)
-        for pid in [*tree, *process_tree(process.pid)]:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        process.wait(timeout=30)
+        if process is not None:
+            _kill([process], sig)
 
     def stop(self) -> None:
-        """Stop every service, then drop the database: also when the tests failed."""
-        for name in list(self.processes):
-            self.kill_service(name, signal.SIGTERM)
+        """Stop every service, all at once, then drop the database: also when the tests failed."""
+        processes, self.processes = list(self.processes.values()), {}
+        _kill(processes, signal.SIGTERM)
         if self.backing.database:
             with contextlib.suppress(Exception):
                 _postgres_admin(f'DROP DATABASE IF EXISTS "{self.backing.database}" WITH (FORCE)')
@@ -395,6 +392,26 @@ def process_tree(root: int, parent_of: Mapping[int, int] | None = None) -> dict[
             depth[child] = depth[pid] + 1
             queue.append(child)
     return depth
+
+
+def _kill(processes: list[subprocess.Popen[bytes]], sig: signal.Signals) -> None:
+    """Send ``sig`` to the services' process groups, give them 10 s, then SIGKILL what is left.
+
+    Airflow's task supervisor puts each task process in a process group of its own, so a
+    service's descendants are found by parent pid (before the signal: a dead parent's children
+    are orphans no tree leads to), not by its process group.
+    """
+    trees = [process_tree(process.pid) for process in processes]
+    for process in processes:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, sig)
+    for process, tree in zip(processes, trees, strict=True):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=10)
+        for pid in [*tree, *process_tree(process.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        process.wait(timeout=30)
 
 
 def _fernet_key() -> str:
