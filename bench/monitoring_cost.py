@@ -6,7 +6,7 @@ A deferrable ``TrainingJobOperator`` submits its job from a worker slot, hands t
 the task process it forks) stays taken for as long as the job runs. ``bench/trigger_scale.py``
 prices a trigger against a bare SDK loop inside one process; this benchmark prices the two ways of
 waiting in the deployment users run: api-server, scheduler, dag-processor, triggerer and Celery
-worker (``tests/e2e/deployment.py``, on PostgreSQL and Redis when they answer on 127.0.0.1), each a
+worker (``fakes/deployment.py``, on PostgreSQL and Redis when they answer on 127.0.0.1), each a
 process tree of its own, against the DLC emulator of the integration tests served from this process.
 Its jobs stay Running for an hour after writing four log lines, far longer than a run of this script.
 
@@ -63,8 +63,8 @@ from project_env import PROJECT_ROOT, prepare_environment
 from trigger_scale import KIB, POLL_ACTIONS, connection_json, start_emulator
 
 if TYPE_CHECKING:
-    from tests.e2e.deployment import Deployment
-    from tests.emulators.dlc import DlcEmulator
+    from fakes.deployment import Deployment
+    from fakes.dlc import DlcEmulator
 
 DAGS_FOLDER = PROJECT_ROOT / "bench" / "dags"
 DAG_IDS = {"deferred": "monitoring_cost_deferred", "sync": "monitoring_cost_sync"}
@@ -116,7 +116,7 @@ def kib_field(text: str, name: str) -> int:
 
 def tree(leader: int, parent_of: dict[int, int]) -> Tree:
     """The leader and every process below it, however they are grouped; gone ones are left out."""
-    from tests.e2e.deployment import process_tree
+    from fakes.deployment import process_tree
 
     usage = {}
     for pid, level in process_tree(leader, parent_of).items():
@@ -138,7 +138,7 @@ def task_processes(worker: Tree) -> list[int]:
 
 def snapshot(airflow: Deployment) -> dict[str, Tree]:
     """Every measured group's processes now; "worker slots": the task processes and their pool processes."""
-    from tests.e2e.deployment import parent_pids
+    from fakes.deployment import parent_pids
 
     parent_of = parent_pids()
     groups = {name: tree(airflow.processes[name].pid, parent_of) for name in SERVICES}
@@ -250,7 +250,7 @@ def run_mode(
     mode: str, jobs: int, emulator: DlcEmulator, args: argparse.Namespace, root: Path
 ) -> dict[str, Any]:
     """One fresh deployment: trigger the mode's DAG, wait for all jobs to be monitored, measure."""
-    from tests.e2e.deployment import deployment
+    from fakes.deployment import deployment
 
     env = {
         "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT": connection_json(emulator.endpoint),

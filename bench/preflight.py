@@ -14,7 +14,7 @@ off, with every API call answered late, as a real cloud answers:
 
 Each group runs exactly as ``tests/integration/test_cloud_preflight.py``'s ``run_check`` runs it
 (the same spec, backend config and preflight settings, taken from that module so the two cannot
-drift apart), against the emulated account of ``tests/cloud_harness.py``: a Lingjun setup every
+drift apart), against the emulated account of ``fakes/cloud.py``: a Lingjun setup every
 check passes, served by the VPC/ECS, PAI Studio, RAM and DLC emulators in this process. Each
 emulator delays every answer by ``--latency-ms`` (default 50 ms). A benchmark run whose checks do
 not all pass stops: a failing check takes a shorter path and would measure something else.
@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from project_env import prepare_environment
 
 if TYPE_CHECKING:
-    from tests.cloud_harness import Cloud
+    from fakes.cloud import Cloud
 
 
 RATIO_LIMIT = 0.6
@@ -76,8 +76,8 @@ def slow_cloud(latency_ms: float) -> Iterator[Cloud]:
     """
     import pytest
 
-    from tests.cloud_harness import emulated_cloud
-    from tests.emulators.base import FaultPlan
+    from fakes.base import FaultPlan
+    from fakes.cloud import emulated_cloud
 
     with pytest.MonkeyPatch.context() as monkeypatch, emulated_cloud(monkeypatch) as cloud:
         for service in SERVICES:
@@ -116,7 +116,7 @@ def calls_since(cloud: Cloud, before: dict[str, int]) -> dict[str, int]:
 
 def run_group(cloud: Cloud, group: str) -> float:
     """Run one check group as the DAG's task does; return its seconds. Stops unless every check passed."""
-    from tests.integration.test_cloud_preflight import run_check
+    from fakes.cloud import run_check
 
     start = time.perf_counter()
     findings = run_check(cloud, group)

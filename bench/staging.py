@@ -42,7 +42,7 @@ prepare_environment()
 from aliyun_training.staging import engine  # noqa: E402
 from aliyun_training.staging.engine import stage_dataset  # noqa: E402
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource  # noqa: E402
-from tests.emulators.oss import generate_remote, start_subprocess  # noqa: E402
+from fakes.oss import generate_remote, start_subprocess  # noqa: E402
 
 AK, SK = "LTAI-bench", "bench-secret"
 BUCKET = "bench-data"

@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from project_env import PROJECT_ROOT, prepare_environment
 
 if TYPE_CHECKING:
-    from tests.emulators.dlc import DlcEmulator, JobScript
+    from fakes.dlc import DlcEmulator, JobScript
 
 
 CPU_RATIO_LIMIT = 1.3
@@ -102,7 +102,7 @@ def job_script(running: bool) -> JobScript:
     emulator spreads a script's lines over the first Running phase) and then stays Running and quiet:
     each trigger logs a few lines once and then polls the log without finding new lines.
     """
-    from tests.emulators.dlc import JobScript
+    from fakes.dlc import JobScript
 
     if not running:
         return JobScript(phases=[("Creating", 0.01), ("Queuing", 3600.0)], final="Succeeded")
@@ -139,7 +139,7 @@ def deepen_listen_backlog() -> None:
 
 def start_emulator(running: bool) -> DlcEmulator:
     """The DLC emulator, serving from daemon threads of this process, with the benchmark's lifecycle."""
-    from tests.emulators.dlc import DlcEmulator
+    from fakes.dlc import DlcEmulator
 
     deepen_listen_backlog()
     emulator = DlcEmulator({ACCESS_KEY_ID: ACCESS_KEY_SECRET}).start()

@@ -16,12 +16,12 @@ import pytest
 
 from aliyun_training.kubernetes.pods import PodRun
 from aliyun_training.remote import RemoteStatus
-from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.kube_harness import CONN_ID as CONN_ID
-from tests.kube_harness import NS as NS
-from tests.kube_harness import core as core
-from tests.kube_harness import kubernetes_fake as kubernetes_fake
+from fakes.base import ManualClock
+from fakes.kube import CONN_ID as CONN_ID
+from fakes.kube import NS as NS
+from fakes.kube import core as core
+from fakes.kube import kubernetes_fake as kubernetes_fake
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 
 #: When the fake's clock starts.
 T0 = 1_800_000_000.0

@@ -14,7 +14,7 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
 from aliyun_training.image.jobs import check_command
-from tests.cloud_harness import (
+from fakes.cloud import (
     AK,
     BUCKET,
     QUOTA,
@@ -25,11 +25,11 @@ from tests.cloud_harness import (
     emulated_cloud,
     use_alibaba_connection,
 )
-from tests.emulators.dlc import JobScript
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.emulators.oss import OssEmulator
-from tests.environment_files import use_environments
-from tests.kube_harness import bound_claim, cpfs_volume, kube_configuration, oss_volume
+from fakes.dlc import JobScript
+from fakes.environment_files import use_environments
+from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from fakes.oss import OssEmulator
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
 VERSION = "2026-11-22"
@@ -451,7 +451,7 @@ def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A deployment whose Alibaba Cloud connection is not the default one: no stage may fall back to it."""
-    from tests.emulators.aiworkspace import AIWorkspaceEmulator
+    from fakes.aiworkspace import AIWorkspaceEmulator
 
     with emulated_cloud(monkeypatch) as cloud, AIWorkspaceEmulator({AK: SK}) as workspace:
         default = json.loads(os.environ.pop("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT"))

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.account import Account, emulated_account
-from tests.e2e.deployment import PROJECT_DIR, Deployment, deployment
+from fakes.account import Account, emulated_account
+from fakes.deployment import PROJECT_DIR, Deployment, deployment
 
 DAG_ID = "cifar10_retrain"
 #: Shorter than production so failure detection fits a test: a dead worker's task is noticed after

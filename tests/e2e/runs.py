@@ -7,10 +7,10 @@ modules can run side by side; runs of the DAG within one deployment go one at a 
 
 from __future__ import annotations
 
-from tests.e2e.account import SECRETS, Account, dlc_lifetime
+from fakes.account import SECRETS, Account, dlc_lifetime
+from fakes.deployment import Deployment, wait_until
+from fakes.dlc import JobScript
 from tests.e2e.conftest import DAG_ID
-from tests.e2e.deployment import Deployment, wait_until
-from tests.emulators.dlc import JobScript
 
 #: A whole cloud run on two cores: about a dozen task starts plus three deferrals.
 RUN_TIMEOUT = 420.0

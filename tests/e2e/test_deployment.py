@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.account import Account
+from fakes.account import Account
+from fakes.deployment import Deployment, wait_until
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
-from tests.e2e.deployment import Deployment, wait_until
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     assert_no_secret_in_logs,

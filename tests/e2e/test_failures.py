@@ -14,9 +14,9 @@ import time
 
 import pytest
 
-from tests.e2e.account import TRAIN_PREFIX, Account, Hold
+from fakes.account import TRAIN_PREFIX, Account, Hold
+from fakes.deployment import Deployment, wait_until
 from tests.e2e.conftest import DAG_ID
-from tests.e2e.deployment import Deployment, wait_until
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     TRAIN_POLL_SECONDS,

@@ -30,12 +30,12 @@ from alibabacloud_tea_openapi.utils_models import Config
 from alibabacloud_vpc20160428 import models as vpc_models
 from alibabacloud_vpc20160428.client import Client as VpcClient
 
-from tests.emulators.acr import AcrEmulator
-from tests.emulators.base import EmulatorServer, FaultPlan
-from tests.emulators.nas import NasDataFlowEmulator
-from tests.emulators.network import NetworkEmulator, StandardNetwork
-from tests.emulators.paistudio import PaiStudioEmulator
-from tests.emulators.ram import RamEmulator
+from fakes.acr import AcrEmulator
+from fakes.base import EmulatorServer, FaultPlan
+from fakes.nas import NasDataFlowEmulator
+from fakes.network import NetworkEmulator, StandardNetwork
+from fakes.paistudio import PaiStudioEmulator
+from fakes.ram import RamEmulator
 
 Emulator = TypeVar("Emulator", bound=EmulatorServer)
 

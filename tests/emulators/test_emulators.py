@@ -26,9 +26,9 @@ from alibabacloud_tea_openapi.exceptions import ClientException, ServerException
 from alibabacloud_tea_openapi.utils_models import Config
 from darabonba.exceptions import UnretryableException
 
-from tests.emulators.base import FaultPlan, ManualClock, iso_utc
-from tests.emulators.dlc import DlcEmulator, JobScript
-from tests.emulators.sts import StsEmulator
+from fakes.base import FaultPlan, ManualClock, iso_utc
+from fakes.dlc import DlcEmulator, JobScript
+from fakes.sts import StsEmulator
 
 AK, SK = "test-ak", "test-sk"
 REGION = "cn-wulanchabu"
@@ -476,7 +476,7 @@ def test_assume_role_enforces_the_minimum_duration() -> None:
     assert caught.value.code == "InvalidParameter.DurationSeconds"
 
 
-# -- the DLC emulator enforces PAI-DLC's documented rules (sources in tests/emulators/dlc.py) ----
+# -- the DLC emulator enforces PAI-DLC's documented rules (sources in fakes/dlc.py) ----
 
 DAY = 24 * 3600.0
 

@@ -25,8 +25,8 @@ from kubernetes.client.rest import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes_asyncio import client as async_client
 
-from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
+from fakes.base import ManualClock
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
 
 NS = "training"
 GROUP = "kubeflow.org"

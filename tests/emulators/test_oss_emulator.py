@@ -20,7 +20,7 @@ import pytest
 import requests
 import urllib3
 
-from tests.emulators.oss import (
+from fakes.oss import (
     OssEmulator,
     OssFaultPlan,
     crc64,

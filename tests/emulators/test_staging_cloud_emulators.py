@@ -21,9 +21,9 @@ from alibabacloud_tea_openapi.exceptions import ClientException, ServerException
 from alibabacloud_tea_openapi.utils_models import Config
 from darabonba.runtime import RuntimeOptions
 
-from tests.emulators.aiworkspace import AIWorkspaceEmulator
-from tests.emulators.base import FaultPlan, ManualClock
-from tests.emulators.nas import NasDataFlowEmulator
+from fakes.aiworkspace import AIWorkspaceEmulator
+from fakes.base import FaultPlan, ManualClock
+from fakes.nas import NasDataFlowEmulator
 
 AK, SK = "test-ak", "test-sk"
 REGION = "cn-wulanchabu"

@@ -19,10 +19,10 @@ from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec
-from tests.cloud_harness import arena_job
-from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.kube_harness import NS, arena_delete, core, kubernetes_fake
+from fakes.base import ManualClock
+from fakes.cloud import arena_job
+from fakes.kube import NS, arena_delete, core, kubernetes_fake
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.operator_harness import defer, fire, task_context
 
 CONN_ID = "ack_cluster"

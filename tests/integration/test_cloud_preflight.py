@@ -23,50 +23,14 @@ from aliyun_training.operators.preflight import PreflightCheckOperator, Prefligh
 from aliyun_training.preflight.permissions import required_actions
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
-from tests.cloud_harness import POLICY_FILE, ROLE, Cloud, emulated_cloud
+from fakes.cloud import POLICY_FILE, Cloud, emulated_cloud, run_check
+from fakes.cloud import preflight_spec as spec
 
 
 @pytest.fixture
 def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
     with emulated_cloud(monkeypatch) as account:
         yield account
-
-
-def spec(**overrides: Any) -> dict[str, Any]:
-    return {
-        "backend": "dlc",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "gpu_type": "GU8TF",
-        "resource_type": "lingjun",
-        "quota_id": "quota1",
-        "image": "registry.example.com/train:1",
-        "command": "torchrun train.py",
-        **overrides,
-    }
-
-
-def run_check(
-    cloud: Cloud, group: str, vpc: dict[str, str] | None = None, **spec_overrides: Any
-) -> list[dict]:
-    ids = cloud.ids
-    network = vpc or {
-        "vpc_id": ids.vpc_id,
-        "switch_id": ids.vswitch_id,
-        "security_group_id": ids.security_group_id,
-    }
-    operator = PreflightCheckOperator(
-        task_id=f"check_{group}",
-        group=group,
-        job={"spec": spec(**spec_overrides), "backend_config": {"workspace_id": "ws-1", "vpc": network}},
-        preflight={
-            "lingjun_regions": ["cn-wulanchabu"],
-            "zone_id": ids.zone_id,
-            "role_name": ROLE,
-            "policy_file": str(POLICY_FILE),
-        },
-    )
-    return operator.execute({})
 
 
 def finding(findings: list[dict], check: str) -> dict:

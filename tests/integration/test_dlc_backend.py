@@ -18,10 +18,10 @@ from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec
-from tests.cloud_harness import dlc_job, use_alibaba_connection
-from tests.emulators.base import FaultPlan
-from tests.emulators.dlc import DlcEmulator, JobScript
-from tests.emulators.sts import StsEmulator
+from fakes.base import FaultPlan
+from fakes.cloud import dlc_job, use_alibaba_connection
+from fakes.dlc import DlcEmulator, JobScript
+from fakes.sts import StsEmulator
 from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
 
 AK, SK = "LTAI-test-access-key", "dlc-secret-access-key-value"

@@ -22,10 +22,10 @@ from aliyun_training.backends.base import JobHandle
 from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend, create_job_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import REGION, dlc_job, use_alibaba_connection
-from tests.emulators.base import ManualClock
-from tests.emulators.dlc import DlcEmulator, JobScript
-from tests.emulators.network import NetworkEmulator
+from fakes.base import ManualClock
+from fakes.cloud import REGION, dlc_job, use_alibaba_connection
+from fakes.dlc import DlcEmulator, JobScript
+from fakes.network import NetworkEmulator
 
 AK, SK = "LTAI-dlc-fidelity", "dlc-fidelity-secret"
 DAY = 24 * 3600.0

@@ -111,7 +111,7 @@ def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
     """Every manifest a dry run shows is one the API server admits (schema, names, namespaces)."""
     from kubernetes import client
 
-    from tests.kube_harness import core, kubernetes_fake
+    from fakes.kube import core, kubernetes_fake
 
     (command,) = [c for c in readme_dry_runs() if "examples/arena-staging.json" in c]
     document = dry_run(command, capsys, monkeypatch)

@@ -27,8 +27,8 @@ from aliyun_training.image.kaniko import (
     mount_problem,
 )
 from aliyun_training.validation import SpecError, validate_record
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests import pod_harness as harness
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.pod_harness import CONN_ID, NS, T0, SteppedClock, core, exists, kubernetes_fake, posts
 
 REGISTRY = "myinst-registry-vpc.cn-wulanchabu.cr.aliyuncs.com"

@@ -37,13 +37,13 @@ from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
-from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection
-from tests.emulators.acr import AcrEmulator
-from tests.emulators.base import ManualClock
-from tests.emulators.dlc import DlcEmulator, JobScript
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.emulators.registry import RegistryEmulator
-from tests.kube_harness import NS, kubernetes_fake
+from fakes.acr import AcrEmulator
+from fakes.base import ManualClock
+from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
+from fakes.dlc import DlcEmulator, JobScript
+from fakes.kube import NS, kubernetes_fake
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from fakes.registry import RegistryEmulator
 from tests.operator_harness import task_context
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

@@ -28,8 +28,8 @@ from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingE
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
 from aliyun_training.staging.sources import open_source
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import use_alibaba_connection
-from tests.emulators.oss import OssEmulator, crc64
+from fakes.cloud import use_alibaba_connection
+from fakes.oss import OssEmulator, crc64
 
 AK, SK = "LTAI-staging", "staging-secret-value"
 BUCKET = "training-data"

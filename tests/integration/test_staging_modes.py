@@ -33,15 +33,15 @@ from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegi
 from aliyun_training.staging.volumes import CPFS_DRIVER, ensure_version_volume
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import arena_job, dlc_job, use_alibaba_connection
-from tests.emulators.aiworkspace import AIWorkspaceEmulator
-from tests.emulators.base import ManualClock
-from tests.emulators.dlc import DlcEmulator
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.emulators.nas import NasDataFlowEmulator
-from tests.emulators.oss import OssEmulator
-from tests.environment_files import resolve_configured
-from tests.kube_harness import NS, kubernetes_fake
+from fakes.aiworkspace import AIWorkspaceEmulator
+from fakes.base import ManualClock
+from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
+from fakes.dlc import DlcEmulator
+from fakes.environment_files import resolve_configured
+from fakes.kube import NS, kubernetes_fake
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from fakes.nas import NasDataFlowEmulator
+from fakes.oss import OssEmulator
 from tests.operator_harness import defer as defer_training
 from tests.operator_harness import task_context
 

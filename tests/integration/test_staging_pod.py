@@ -17,8 +17,8 @@ from aliyun_training.staging.pod import PodStager, StagingPodError, build_pod, s
 from aliyun_training.staging.pod import PodStagerSettings as Settings
 from aliyun_training.staging.volumes import ensure_version_volume
 from aliyun_training.validation import SpecError, validate_record
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests import pod_harness as harness
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.pod_harness import CONN_ID, NS, SteppedClock, core, exists, kubernetes_fake, posts
 
 IMAGE = "registry-vpc.cn-wulanchabu.aliyuncs.com/ml/aliyun-training:1.4.0"

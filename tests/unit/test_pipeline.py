@@ -12,7 +12,7 @@ from aliyun_training.environments import load_environment
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.plan.requests import training_spec
 from aliyun_training.validation import SpecError
-from tests.environment_files import resolve_configured
+from fakes.environment_files import resolve_configured
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 CONFIGURED = {

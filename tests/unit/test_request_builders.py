@@ -23,7 +23,7 @@ from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.dataflow_api import import_task_request
 from aliyun_training.staging.pai_dataset import create_dataset_request, create_dataset_version_request
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import dlc_job
+from fakes.cloud import dlc_job
 
 VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}
 

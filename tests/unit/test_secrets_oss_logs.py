@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource, redact_oss_secrets
-from tests.cloud_harness import use_alibaba_connection
-from tests.emulators.oss import OssEmulator
+from fakes.cloud import use_alibaba_connection
+from fakes.oss import OssEmulator
 
 BUCKET = "training-data"
 STS_AK = "STS.oss-logs"

@@ -18,7 +18,7 @@ from aliyun_training.form import overrides_schema
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.validation import SpecError, whole_string_pattern
-from tests.environment_files import resolve_configured, write_environment
+from fakes.environment_files import resolve_configured, write_environment
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DLC = {

@@ -13,8 +13,8 @@ import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake
+from fakes.base import ManualClock
+from fakes.kubernetes_fake import KubernetesFake
 
 NS = "training"
 CONN_ID = "kubernetes_default"

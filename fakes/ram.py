@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 from alibabacloud_ram20150501 import models as ram_models
 from darabonba.model import DaraModel
 
-from tests.emulators.base import ApiError, ApiRequest, EmulatorServer, Handler, iso_utc
+from fakes.base import ApiError, ApiRequest, EmulatorServer, Handler, iso_utc
 
 POLICY_TYPES = frozenset({"System", "Custom"})
 DEFAULT_ACCOUNT_ID = "1234567890123456"

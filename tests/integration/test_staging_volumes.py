@@ -16,9 +16,9 @@ from aliyun_training.staging.volumes import (
     version_volume_name,
 )
 from aliyun_training.validation import SpecError
-from tests.emulators.base import ManualClock
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
-from tests.kube_harness import CONN_ID, NS, core, kubernetes_fake
+from fakes.base import ManualClock
+from fakes.kube import CONN_ID, NS, core, kubernetes_fake
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
 
 SERVER = "cpfs-0123abcd-xyz.cn-wulanchabu.cpfs.aliyuncs.com"
 CPFS = {"kind": "cpfs", "server": SERVER, "path": "/share/datasets/cifar10/2026-11-22"}

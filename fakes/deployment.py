@@ -29,7 +29,7 @@ from typing import Any
 
 import httpx
 
-PROJECT_DIR = Path(__file__).resolve().parents[2]
+PROJECT_DIR = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 ADMIN = "admin"
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})

@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Any
 from alibabacloud_ecs20140526 import models as ecs_models
 from alibabacloud_vpc20160428 import models as vpc_models
 
-from tests.emulators.base import ApiError, ApiRequest, iso_utc
-from tests.emulators.ram import RamAuthorizedEmulator
+from fakes.base import ApiError, ApiRequest, iso_utc
+from fakes.ram import RamAuthorizedEmulator
 
 if TYPE_CHECKING:
-    from tests.emulators.base import _Exchange
+    from fakes.base import _Exchange
 
 VPC_VERSION = "2016-04-28"
 ECS_VERSION = "2014-05-26"

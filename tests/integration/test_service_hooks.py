@@ -34,10 +34,10 @@ from aliyun_training.hooks.registry import ContainerRegistryHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.hooks.vpc import VpcHook
 from aliyun_training.staging.oss import OssClientConfig
-from tests.cloud_harness import REGION, use_alibaba_connection
-from tests.emulators.network import NetworkEmulator
-from tests.emulators.paistudio import PaiStudioEmulator
-from tests.emulators.ram import RamEmulator
+from fakes.cloud import REGION, use_alibaba_connection
+from fakes.network import NetworkEmulator
+from fakes.paistudio import PaiStudioEmulator
+from fakes.ram import RamEmulator
 
 AK, SK = "LTAI-service-hooks", "service-hooks-secret"
 FAST = {"max_attempts": 3, "base_delay": 0.001, "max_delay": 0.002}

@@ -21,9 +21,9 @@ from aliyun_training.staging.dataflow_api import (
     import_task_request,
 )
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import use_alibaba_connection
-from tests.emulators.base import FaultPlan, ManualClock
-from tests.emulators.nas import NasDataFlowEmulator
+from fakes.base import FaultPlan, ManualClock
+from fakes.cloud import use_alibaba_connection
+from fakes.nas import NasDataFlowEmulator
 
 AK, SK = "LTAI-dataflow-test", "dataflow-secret-value"
 FS = "bmcpfs-290w65p03ok64ya"

@@ -1,9 +1,9 @@
 """Alibaba Cloud OSS emulator that the real ``oss2`` SDK talks to over plain HTTP on 127.0.0.1.
 
 OSS is not a tea-openapi service: it speaks XML, signs with its own schemes and streams object
-bodies, so this is its own server rather than an :class:`tests.emulators.base.EmulatorServer`
-(it shares only the start/stop of :class:`tests.emulators.base.ThreadedHttpServer` and the fault
-draw of :class:`tests.emulators.base.RateFaultPlan`). It keeps the house ergonomics:
+bodies, so this is its own server rather than an :class:`fakes.base.EmulatorServer`
+(it shares only the start/stop of :class:`fakes.base.ThreadedHttpServer` and the fault
+draw of :class:`fakes.base.RateFaultPlan`). It keeps the house ergonomics:
 ``with OssEmulator(...) as oss:`` starts and stops it, ``oss.endpoint`` is ``http://127.0.0.1:PORT``
 (the value for ``oss2.Bucket(auth, endpoint, name)``), requests are recorded, and faults are
 injected from a seeded RNG so a failing test replays exactly.
@@ -55,7 +55,7 @@ Emulator-only behaviour (not OSS):
   pseudo-random objects server-side (keys ``<prefix><index:06d>``, bytes from
   :func:`generated_bytes`), ``GET /_admin/stats`` answers request counts and bytes as JSON and
   ``POST /_admin/reset`` clears them. These are unsigned and exist for benchmarks that run the
-  emulator as a separate process (``python -m tests.emulators.oss``, :func:`start_subprocess`).
+  emulator as a separate process (``python -m fakes.oss``, :func:`start_subprocess`).
 - Operations not listed in :data:`OPERATIONS` answer 400 ``NotImplemented`` and are kept in
   ``unsupported`` so a test can assert nothing unexpected was called.
 """
@@ -93,7 +93,7 @@ from urllib.parse import parse_qsl, quote, unquote, urlsplit
 from oss2.auth import ProviderAuth
 from oss2.utils import Crc64
 
-from tests.emulators.base import RateFaultPlan, SeededFaults, ThreadedHttpServer, bound_handler
+from fakes.base import RateFaultPlan, SeededFaults, ThreadedHttpServer, bound_handler
 
 #: Every operation the emulator serves, by the name used for faults and counters.
 OPERATIONS = frozenset(
@@ -432,7 +432,7 @@ class OssEmulator(ThreadedHttpServer, SeededFaults[OssFaultPlan]):
     ``latency_seconds`` delays every answer (first-byte latency); ``bandwidth_bytes_per_second``
     caps each GET body stream (one connection = one stream, as OSS's per-connection throughput);
     both can be changed while serving. ``clock`` gives Last-Modified times (pass a
-    :class:`tests.emulators.base.ManualClock` to control them); signature time checks use real
+    :class:`fakes.base.ManualClock` to control them); signature time checks use real
     time, as the SDK signs with it.
     """
 
@@ -1947,7 +1947,7 @@ class _OssHandler(BaseHTTPRequestHandler):
 
 # --------------------------------------------------------------------------------- processes
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
 def start_subprocess(
@@ -1964,7 +1964,7 @@ def start_subprocess(
     ``bandwidth_mbps`` is megabytes (10**6 bytes) per second per connection. The caller owns the
     process: ``proc.terminate(); proc.wait()``.
     """
-    command = [sys.executable, "-m", "tests.emulators.oss", "--port", "0", "--region", region]
+    command = [sys.executable, "-m", "fakes.oss", "--port", "0", "--region", region]
     for access_key_id, secret in (access_keys or {DEFAULT_ACCESS_KEY_ID: DEFAULT_ACCESS_KEY_SECRET}).items():
         command += ["--access-key", f"{access_key_id}:{secret}"]
     if latency_ms:
@@ -2016,7 +2016,7 @@ def reset_remote_stats(endpoint: str) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tests.emulators.oss",
+        prog="python -m fakes.oss",
         description="OSS emulator: prints its endpoint as the first stdout line, serves until killed.",
     )
     parser.add_argument("--port", type=int, default=0)

@@ -71,8 +71,8 @@ from typing import Any
 
 from alibabacloud_nas20170626 import models as nas_models
 
-from tests.emulators.base import ApiError, ApiRequest, Handler, iso_utc, query_checked
-from tests.emulators.ram import RamAuthorizedEmulator
+from fakes.base import ApiError, ApiRequest, Handler, iso_utc, query_checked
+from fakes.ram import RamAuthorizedEmulator
 
 SourceReader = Callable[[str, str], dict[str, bytes]]
 

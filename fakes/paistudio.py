@@ -35,8 +35,8 @@ from typing import Any
 
 from alibabacloud_paistudio20220112 import models as studio_models
 
-from tests.emulators.base import ApiError, ApiRequest, iso_utc
-from tests.emulators.ram import RamAuthorizedEmulator
+from fakes.base import ApiError, ApiRequest, iso_utc
+from fakes.ram import RamAuthorizedEmulator
 
 CPU_PER_GPU = 16
 MEMORY_GIB_PER_GPU = 200

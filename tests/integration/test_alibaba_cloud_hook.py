@@ -18,9 +18,9 @@ from alibabacloud_credentials.utils import auth_util
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.hooks.alibaba_cloud import SERVICES, AlibabaCloudConnectionError, AlibabaCloudHook
-from tests.emulators.base import FaultPlan, IssuedToken, RecordedRequest
-from tests.emulators.dlc import DlcEmulator
-from tests.emulators.sts import StsEmulator
+from fakes.base import FaultPlan, IssuedToken, RecordedRequest
+from fakes.dlc import DlcEmulator
+from fakes.sts import StsEmulator
 
 AK, SK = "LTAI-hook-unit-access-key", "hook-unit-secret-access-key"
 REGION = "cn-wulanchabu"

@@ -17,9 +17,9 @@ from aliyun_training.staging.pai_dataset import (
     register_dataset_version,
 )
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import use_alibaba_connection
-from tests.emulators.aiworkspace import AIWorkspaceEmulator
-from tests.emulators.base import FaultPlan, ManualClock
+from fakes.aiworkspace import AIWorkspaceEmulator
+from fakes.base import FaultPlan, ManualClock
+from fakes.cloud import use_alibaba_connection
 
 AK, SK = "LTAI-dataset-test", "dataset-secret-value"
 WS = "ws-train"

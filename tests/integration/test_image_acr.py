@@ -18,9 +18,9 @@ from aliyun_training.image.acr import (
 )
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.validation import SpecError
-from tests.cloud_harness import use_alibaba_connection
-from tests.emulators.acr import AcrEmulator
-from tests.emulators.base import ManualClock
+from fakes.acr import AcrEmulator
+from fakes.base import ManualClock
+from fakes.cloud import use_alibaba_connection
 
 AK, SK = "LTAI-acr-test", "acr-secret-value"
 INSTANCE = "cri-emulated0001"

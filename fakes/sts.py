@@ -15,7 +15,7 @@ from typing import Any
 
 from alibabacloud_sts20150401 import models as sts_models
 
-from tests.emulators.base import ApiError, ApiRequest, EmulatorServer, IssuedToken, iso_utc
+from fakes.base import ApiError, ApiRequest, EmulatorServer, IssuedToken, iso_utc
 
 #: AssumeRole's DurationSeconds bounds and default (the upper bound is the role's maximum session).
 MIN_DURATION_SECONDS = 900

@@ -65,7 +65,7 @@ from typing import TYPE_CHECKING, Any
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 from darabonba.model import DaraModel
 
-from tests.emulators.base import (
+from fakes.base import (
     ApiError,
     ApiRequest,
     EmulatorServer,
@@ -75,7 +75,7 @@ from tests.emulators.base import (
 )
 
 if TYPE_CHECKING:
-    from tests.emulators.base import _Exchange
+    from fakes.base import _Exchange
 
 JOB_TYPES = frozenset(
     {

@@ -20,21 +20,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cloud_harness import POLICY_FILE, QUOTA, ROLE, write_job_outputs
-from tests.emulators.acr import AcrEmulator, EmulatedRepository, EmulatedTag
-from tests.emulators.aiworkspace import AIWorkspaceEmulator
-from tests.emulators.base import FaultPlan
-from tests.emulators.dlc import DlcEmulator, EmulatedJob, JobScript
-from tests.emulators.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.emulators.network import NetworkEmulator, StandardNetwork
-from tests.emulators.oss import OssEmulator, OssFaultPlan
-from tests.emulators.paistudio import PaiStudioEmulator
-from tests.emulators.ram import RamEmulator
-from tests.emulators.registry import RegistryEmulator
-from tests.environment_files import write_environment
-from tests.kube_harness import bound_claim, cpfs_volume, kube_configuration, oss_volume
+from fakes.acr import AcrEmulator, EmulatedRepository, EmulatedTag
+from fakes.aiworkspace import AIWorkspaceEmulator
+from fakes.base import FaultPlan
+from fakes.cloud import POLICY_FILE, QUOTA, ROLE, write_job_outputs
+from fakes.dlc import DlcEmulator, EmulatedJob, JobScript
+from fakes.environment_files import write_environment
+from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from fakes.network import NetworkEmulator, StandardNetwork
+from fakes.oss import OssEmulator, OssFaultPlan
+from fakes.paistudio import PaiStudioEmulator
+from fakes.ram import RamEmulator
+from fakes.registry import RegistryEmulator
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 AK, SK = "LTAI-e2e-deployment", "e2e-deployment-secret-never-logged"
 REGISTRY_LOGIN, REGISTRY_PASSWORD = "robot$ml-push", "Reg1stry-e2e-Pa55word"
 REGISTRY_CONN = "image_registry"

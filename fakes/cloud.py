@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from aliyun_training.oss_location import parse_oss_uri
-from tests.emulators.dlc import DlcEmulator
-from tests.emulators.network import NetworkEmulator, StandardNetwork
-from tests.emulators.oss import OssEmulator
-from tests.emulators.paistudio import PaiStudioEmulator
-from tests.emulators.ram import RamEmulator
+from fakes.dlc import DlcEmulator
+from fakes.network import NetworkEmulator, StandardNetwork
+from fakes.oss import OssEmulator
+from fakes.paistudio import PaiStudioEmulator
+from fakes.ram import RamEmulator
 
 AK, SK = "LTAI-preflight", "preflight-secret-value"
 POLICY_FILE = Path(__file__).resolve().parents[1] / "include" / "config" / "dlc_role_policy.json"
@@ -201,3 +201,50 @@ class JobOutputs:
         if name.startswith(self.name_prefix):
             write_job_outputs(self.oss, self.output_uri, name, self.epochs)
             self.written.append(name)
+
+
+# -- preflight against the emulated cloud ------------------------------------------------------------
+
+
+def preflight_spec(**overrides: Any) -> dict[str, Any]:
+    """A 2 x 8-GPU Lingjun DLC job in ``quota1``, as the cloud preflight scenarios check it."""
+    return {
+        "backend": "dlc",
+        "nodes": 2,
+        "gpus_per_node": 8,
+        "gpu_type": "GU8TF",
+        "resource_type": "lingjun",
+        "quota_id": "quota1",
+        "image": "registry.example.com/train:1",
+        "command": "torchrun train.py",
+        **overrides,
+    }
+
+
+def run_check(
+    cloud: Cloud, group: str, vpc: dict[str, str] | None = None, **spec_overrides: Any
+) -> list[dict]:
+    """Run one preflight check group against ``cloud`` as the DAG's task does; return its findings."""
+    from aliyun_training.operators.preflight import PreflightCheckOperator
+
+    ids = cloud.ids
+    network = vpc or {
+        "vpc_id": ids.vpc_id,
+        "switch_id": ids.vswitch_id,
+        "security_group_id": ids.security_group_id,
+    }
+    operator = PreflightCheckOperator(
+        task_id=f"check_{group}",
+        group=group,
+        job={
+            "spec": preflight_spec(**spec_overrides),
+            "backend_config": {"workspace_id": "ws-1", "vpc": network},
+        },
+        preflight={
+            "lingjun_regions": ["cn-wulanchabu"],
+            "zone_id": ids.zone_id,
+            "role_name": ROLE,
+            "policy_file": str(POLICY_FILE),
+        },
+    )
+    return operator.execute({})

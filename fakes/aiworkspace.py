@@ -64,8 +64,8 @@ from typing import Any
 
 from alibabacloud_aiworkspace20210204 import models as ws_models
 
-from tests.emulators.base import ApiError, ApiRequest, Handler, model_mismatches
-from tests.emulators.ram import RamAuthorizedEmulator
+from fakes.base import ApiError, ApiRequest, Handler, model_mismatches
+from fakes.ram import RamAuthorizedEmulator
 
 DEFAULT_WORKSPACE_ID = "ws-default"
 DEFAULT_PAGE_SIZE = 10

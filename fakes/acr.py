@@ -56,8 +56,8 @@ from typing import Any
 
 from alibabacloud_cr20181201 import models as cr_models
 
-from tests.emulators.base import ApiError, ApiRequest, Handler, query_checked
-from tests.emulators.ram import RamAuthorizedEmulator
+from fakes.base import ApiError, ApiRequest, Handler, query_checked
+from fakes.ram import RamAuthorizedEmulator
 
 BUILD_STATUSES = ("PENDING", "BUILDING", "SUCCESS", "FAILED", "CANCELED")
 FINISHED = frozenset({"SUCCESS", "FAILED", "CANCELED"})

@@ -18,7 +18,7 @@ from aliyun_training.image.registry import (
     image_digest,
 )
 from aliyun_training.validation import SpecError
-from tests.emulators.registry import OCI_INDEX, RegistryEmulator
+from fakes.registry import OCI_INDEX, RegistryEmulator
 
 CONN = "test_registry"
 LOGIN = "robot$ml-pull"
