@@ -78,23 +78,24 @@ class PreflightCheckOperator(BaseOperator):
         if spec.backend not in CHECK_GROUPS[self.group]:
             self.log.info("%s checks do not apply to backend %s", self.group, spec.backend.value)
             return []
-        self.backend_config = job.backend_config
-        self.settings = validate_record(PreflightPlan, self.preflight).model_dump()
-        findings = self._checks(spec)
+        settings = validate_record(PreflightPlan, self.preflight).model_dump()
+        findings = self._checks(spec, job.backend_config, settings)
         self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
         return [finding.model_dump(mode="json") for finding in findings]
 
-    def _checks(self, spec: TrainingJobSpec) -> list[Finding]:
+    def _checks(
+        self, spec: TrainingJobSpec, backend_config: dict[str, Any], settings: dict[str, Any]
+    ) -> list[Finding]:
         if self.group == "machine":
-            return _machine(spec, self.backend_config, self.settings)
-        backend = get_backend(spec.backend, self.backend_config)
+            return _machine(spec, backend_config, settings)
+        backend = get_backend(spec.backend, backend_config)
         if self.group == "cluster":
             from aliyun_training.preflight.arena import check_dataset_pvcs
 
             # CHECK_GROUPS runs "cluster" for the arena backend only, "quota" for dlc only.
             return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
         if self.group == "network":
-            return _network(backend, spec, self.settings)
+            return _network(backend, spec, settings)
         if self.group == "quota":
             from aliyun_training.hooks.alibaba_cloud import shared_hook
             from aliyun_training.hooks.paistudio import PaiStudioHook
@@ -102,7 +103,7 @@ class PreflightCheckOperator(BaseOperator):
 
             studio = shared_hook(PaiStudioHook, backend.conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
             return _guard("quota", lambda: check_quota(studio, spec))
-        return _permissions(backend, self.settings)
+        return _permissions(backend, settings)
 
 
 class PreflightReportOperator(BaseOperator):
