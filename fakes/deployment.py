@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import secrets
 import signal
 import socket
@@ -91,12 +92,36 @@ def _postgres_admin(statement: str) -> None:
 
 
 def _free_ports(count: int) -> list[int]:
-    """``count`` distinct ports free on 127.0.0.1 (all held until all are picked)."""
-    with contextlib.ExitStack() as stack:
-        socks = [stack.enter_context(contextlib.closing(socket.socket())) for _ in range(count)]
-        for sock in socks:
-            sock.bind(("127.0.0.1", 0))
-        return [sock.getsockname()[1] for sock in socks]
+    """``count`` distinct ports free on 127.0.0.1, below the kernel's ephemeral range.
+
+    A service binds its port only after the database is migrated, tens of seconds after the port
+    was picked; an ephemeral port (what binding port 0 returns) could meanwhile go to any emulator
+    or client socket on the host. Ports below the ephemeral range are only ever taken by an
+    explicit bind, so a deployment's ports stay its own until its services bind them.
+    """
+    low, _high = _ephemeral_range()
+    candidates = list(range(max(1024, low - 12000), low))
+    random.SystemRandom().shuffle(candidates)
+    picked: list[int] = []
+    for port in candidates:
+        with contextlib.closing(socket.socket()) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        picked.append(port)
+        if len(picked) == count:
+            return picked
+    raise RuntimeError(f"no {count} free ports below the ephemeral range starting at {low}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's ephemeral port range (Linux's default where it cannot be read)."""
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 class Deployment:
