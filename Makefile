@@ -16,7 +16,7 @@ export ALIYUN_TRAINING_LOCAL_ROOT := $(CURDIR)/.demo
 export PYTHONPATH := $(CURDIR)/plugins
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test lint bench lock clean
+.PHONY: demo test lint style bench lock clean
 
 # pip only bootstraps uv (its pin in constraints.txt), which installs the locked set several times
 # faster and, like pip, compiles it to bytecode. torch stays with pip: pip's configuration (a local
@@ -41,15 +41,24 @@ demo: $(VENV)/.installed
 # than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.
 TEST_WORKERS ?= 4
 
-test: $(VENV)/.installed lint
-	python -m pytest -n $(TEST_WORKERS)
+# mypy's first run over the package and the Airflow it types against takes about a minute of one
+# core; make test runs it beside the tests (which leave a core idle while they wait) and fails when
+# either fails, printing mypy's report.
+test: $(VENV)/.installed style
+	mypy > .mypy.log 2>&1 & typecheck=$$!; \
+	python -m pytest -n $(TEST_WORKERS); tests=$$?; \
+	wait $$typecheck; typed=$$?; cat .mypy.log; rm -f .mypy.log; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
-lint: $(VENV)/.installed
+lint: style
+	mypy
+
+# Formatting, lint rules and the import-direction contracts: seconds.
+style: $(VENV)/.installed
 	ruff check .
 	ruff check --select AIR .
 	ruff format --check .
 	lint-imports
-	mypy
 
 bench: $(VENV)/.installed
 	python bench/parse_time.py
