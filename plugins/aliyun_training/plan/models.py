@@ -103,10 +103,6 @@ class JobPlan(PlanPart):
     #: Where a registered staged version is mounted on every node.
     dataset_mount_path: str | None = None
 
-    @property
-    def backend(self) -> Backend:
-        return self.spec.backend
-
 
 class PreflightPlan(PlanPart):
     """What the preflight checks need besides the job: regions, zone, role and the local disk."""
