@@ -13,11 +13,11 @@ from typing import Any
 
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import cloud
-from aliyun_training.plan.models import DatasetPlan, JobPlan, PreflightPlan, RunPlan, StagingPlan
+from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.plan.staging import staged_source, versions_directory
 from aliyun_training.records import FixedDataset
-from aliyun_training.spec import Backend, DatasetMount, TrainingJobSpec
+from aliyun_training.spec import DatasetMount, TrainingJobSpec
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
 
@@ -72,14 +72,9 @@ def plan_run(request: PlanRequest) -> RunPlan:
         "namespace": env.namespace,
         "image_pull_secrets": env.image_pull_secrets,
     }
-    return RunPlan(
-        backend=Backend.ARENA,
-        dataset=DatasetPlan(
-            name=request.dataset,
-            version=version,
-            source_uri=staging.source_uri if staging else None,
-            fixed=fixed,
-        ),
+    return cloud.cloud_run_plan(
+        request,
+        env,
         job=JobPlan(
             spec=spec,
             backend_config=backend_config,
@@ -88,12 +83,10 @@ def plan_run(request: PlanRequest) -> RunPlan:
             dataset_mount_path=mount_path,
         ),
         staging=staging,
-        image=cloud.image_plan(request.form, env, request.project_dir, kaniko_home),
-        rdma_check=cloud.rdma_check_plan(request.form, env),
+        fixed=fixed,
+        kaniko_home=kaniko_home,
         preflight=PreflightPlan(),
-        artifacts=cloud.artifacts_plan(
-            Backend.ARENA, env, request.environment.name, oss_connection, request.model
-        ),
+        oss_connection=oss_connection,
     )
 
 

@@ -7,13 +7,26 @@ environments name the same way; each decides its own job, staging and registrati
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment
 from aliyun_training.form import RunForm
-from aliyun_training.plan.models import ArtifactsPlan, ImagePlan, RdmaCheckPlan, StagingPlan
+from aliyun_training.plan.models import (
+    ArtifactsPlan,
+    DatasetPlan,
+    ImagePlan,
+    JobPlan,
+    PreflightPlan,
+    RdmaCheckPlan,
+    RunPlan,
+    StagingPlan,
+)
+from aliyun_training.records import FixedDataset
 from aliyun_training.spec import Backend, DatasetMount
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.resolve import PlanRequest
 
 E = TypeVar("E", bound=CloudEnvironment)
 
@@ -210,3 +223,34 @@ def check_remote_staging(staging: StagingPlan) -> None:
 
     if staging.mode != "direct":
         remote_run("staging", staging.mode, staging.remote_config())
+
+
+def cloud_run_plan(
+    request: PlanRequest,
+    environment: CloudEnvironment,
+    *,
+    job: JobPlan,
+    staging: StagingPlan | None,
+    fixed: FixedDataset | None,
+    kaniko_home: dict[str, Any],
+    preflight: PreflightPlan,
+    oss_connection: str,
+) -> RunPlan:
+    """A cloud run's plan from the parts its backend decided; the rest both backends plan alike."""
+    return RunPlan(
+        backend=request.form.backend,
+        dataset=DatasetPlan(
+            name=request.dataset,
+            version=request.version,
+            source_uri=staging.source_uri if staging else None,
+            fixed=fixed,
+        ),
+        job=job,
+        staging=staging,
+        image=image_plan(request.form, environment, request.project_dir, kaniko_home),
+        rdma_check=rdma_check_plan(request.form, environment),
+        preflight=preflight,
+        artifacts=artifacts_plan(
+            request.form.backend, environment, request.environment.name, oss_connection, request.model
+        ),
+    )

@@ -13,11 +13,11 @@ from typing import Any
 
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
-from aliyun_training.plan.models import DatasetPlan, JobPlan, PreflightPlan, RunPlan, StagingPlan
+from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.plan.staging import staged_source, versions_directory
 from aliyun_training.records import FixedDataset
-from aliyun_training.spec import Backend, DatasetMount, TrainingJobSpec
+from aliyun_training.spec import DatasetMount, TrainingJobSpec
 from aliyun_training.staging.registration import PaiDatasetRegistration
 from aliyun_training.validation import SpecError
 
@@ -58,14 +58,9 @@ def plan_run(request: PlanRequest) -> RunPlan:
         "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,
         "image_registry_conn_id": env.image_registry_conn_id,
     }
-    return RunPlan(
-        backend=Backend.DLC,
-        dataset=DatasetPlan(
-            name=request.dataset,
-            version=version,
-            source_uri=staging.source_uri if staging else None,
-            fixed=fixed,
-        ),
+    return cloud.cloud_run_plan(
+        request,
+        env,
         job=JobPlan(
             spec=spec,
             backend_config=backend_config,
@@ -74,15 +69,15 @@ def plan_run(request: PlanRequest) -> RunPlan:
             dataset_mount_path=mount_path,
         ),
         staging=staging,
-        image=cloud.image_plan(request.form, env, request.project_dir, {}),
-        rdma_check=cloud.rdma_check_plan(request.form, env),
+        fixed=fixed,
+        kaniko_home={},
         preflight=PreflightPlan(
             lingjun_regions=env.lingjun_regions,
             zone_id=env.zone_id,
             role_name=env.role_name,
             policy_file=str(Path(request.project_dir, "include", "config", "dlc_role_policy.json")),
         ),
-        artifacts=cloud.artifacts_plan(Backend.DLC, env, request.environment.name, connection, request.model),
+        oss_connection=connection,
     )
 
 
