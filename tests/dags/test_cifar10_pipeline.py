@@ -112,33 +112,41 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
+def _dlc_settings(ids: Any) -> dict[str, Any]:
+    return {
+        "quota_id": QUOTA,
+        "gpu_type": "GU8TF",
+        "image": "registry.example.com/train:1",
+        "zone_id": ids.zone_id,
+        "role_name": ROLE,
+        "vpc": {
+            "vpc_id": ids.vpc_id,
+            "switch_id": ids.vswitch_id,
+            "security_group_id": ids.security_group_id,
+        },
+        "dataset": {"dataset_id": "d-cifar10", "uri": "", "mount_path": "/mnt/data/cifar10"},
+        "output_uri": OUTPUT_URI,
+        "artifact_root": ARTIFACT_ROOT,
+    }
+
+
+def _script_dlc_jobs(cloud: Any) -> JobOutputs:
+    """The image check jobs print a good probe and all_reduce_perf; the training job writes outputs."""
+    cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
+    cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
+    outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
+    cloud.dlc.on_create = outputs.on_dlc_create
+    return outputs
+
+
 @pytest.mark.slow
 def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_publishes_from_oss(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with emulated_cloud(monkeypatch) as cloud:
         ids = cloud.ids
-        settings = {
-            "quota_id": QUOTA,
-            "gpu_type": "GU8TF",
-            "image": "registry.example.com/train:1",
-            "zone_id": ids.zone_id,
-            "role_name": ROLE,
-            "vpc": {
-                "vpc_id": ids.vpc_id,
-                "switch_id": ids.vswitch_id,
-                "security_group_id": ids.security_group_id,
-            },
-            "dataset": {"dataset_id": "d-cifar10", "uri": "", "mount_path": "/mnt/data/cifar10"},
-            "output_uri": OUTPUT_URI,
-            "artifact_root": ARTIFACT_ROOT,
-        }
-
-        use_environments(monkeypatch, local_root / "config", dlc=settings)
-        cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
-        cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
-        outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
-        cloud.dlc.on_create = outputs.on_dlc_create
+        use_environments(monkeypatch, local_root / "config", dlc=_dlc_settings(ids))
+        outputs = _script_dlc_jobs(cloud)
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
@@ -385,24 +393,6 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()
 
 
-def _dlc_settings(ids: Any) -> dict[str, Any]:
-    return {
-        "quota_id": QUOTA,
-        "gpu_type": "GU8TF",
-        "image": "registry.example.com/train:1",
-        "zone_id": ids.zone_id,
-        "role_name": ROLE,
-        "vpc": {
-            "vpc_id": ids.vpc_id,
-            "switch_id": ids.vswitch_id,
-            "security_group_id": ids.security_group_id,
-        },
-        "dataset": {"dataset_id": "d-cifar10", "uri": "", "mount_path": "/mnt/data/cifar10"},
-        "output_uri": OUTPUT_URI,
-        "artifact_root": ARTIFACT_ROOT,
-    }
-
-
 #: What a read is, per API style: RPC/ROA actions that describe, get, list or check, and OSS reads.
 READ_ACTIONS = ("Describe", "Get", "List", "Check")
 OSS_READS = {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "GetObjectMeta", "GetBucketInfo"}
@@ -475,10 +465,7 @@ def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
             "staging": staging,
         }
         use_environments(monkeypatch, local_root / "config", dlc=settings)
-        cloud.dlc.script_for("cifar10-retrain-verify-image", JobScript(log_lines=GOOD_PROBE))
-        cloud.dlc.script_for("cifar10-retrain-check-rdma", JobScript(log_lines=ALL_REDUCE_2X8))
-        outputs = JobOutputs(cloud.oss, OUTPUT_URI, "cifar10-retrain-train")
-        cloud.dlc.on_create = outputs.on_dlc_create
+        outputs = _script_dlc_jobs(cloud)
 
         run = dag.test(
             logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
