@@ -104,15 +104,10 @@ class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
 
     def _stage_here(self, plan: StagingPlan) -> StagedDataset:
         from aliyun_training.staging.engine import stage_dataset
-        from aliyun_training.staging.sources import open_source
+        from aliyun_training.staging.sources import open_connected_source
 
         try:
-            options: dict[str, Any] = {}
-            if plan.source_uri.startswith("oss://"):
-                from aliyun_training.staging.oss import OssClientConfig
-
-                options["config"] = OssClientConfig.from_connection(plan.alibaba_cloud_conn_id, self.workers)
-            source = open_source(plan.source_uri, **options)
+            source = open_connected_source(plan.source_uri, plan.alibaba_cloud_conn_id, self.workers)
             return stage_dataset(source, plan.target_root, plan.version, workers=self.workers)
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None

@@ -46,16 +46,12 @@ def staging_check(plan: RunPlan) -> dict[str, Any]:
     if staging.mode != "direct":
         return {"skipped": f"{staging.mode} staging compares the files where it runs, not from here"}
     from aliyun_training.staging.engine import copy_plan
-    from aliyun_training.staging.sources import StagingError, open_source
+    from aliyun_training.staging.sources import StagingError, open_connected_source
     from aliyun_training.validation import SpecError
 
-    options: dict[str, Any] = {}
-    if staging.source_uri.startswith("oss://"):
-        from aliyun_training.staging.oss import OssClientConfig
-
-        options["config"] = OssClientConfig.from_connection(staging.alibaba_cloud_conn_id)
     try:
-        return copy_plan(open_source(staging.source_uri, **options), staging.target_root, staging.version)
+        source = open_connected_source(staging.source_uri, staging.alibaba_cloud_conn_id)
+        return copy_plan(source, staging.target_root, staging.version)
     except (SpecError, StagingError) as exc:
         return {"error": str(exc)}
 

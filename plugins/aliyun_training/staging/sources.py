@@ -207,6 +207,15 @@ def open_source(uri: str, **oss_options: Any) -> ObjectSource:
     )
 
 
+def open_connected_source(uri: str, alibaba_cloud_conn_id: str, pool_size: int = 16) -> ObjectSource:
+    """The object source for ``uri``; an ``oss://`` one reaches OSS through the connection."""
+    if not uri.startswith("oss://"):
+        return open_source(uri)
+    from aliyun_training.staging.oss import OssClientConfig
+
+    return open_source(uri, config=OssClientConfig.from_connection(alibaba_cloud_conn_id, pool_size))
+
+
 def with_retries(
     fn: Callable[[], T], is_transient: Callable[[BaseException], bool], attempts: int, base_delay: float = 0.2
 ) -> T:
