@@ -242,3 +242,13 @@ def test_a_dry_run_shows_no_secret(
 
     out = capsys.readouterr().out
     assert "s3cr3t-pw" not in out and "<password of connection private_registry>" in out
+
+
+def test_params_that_are_not_a_json_object_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["plan", "--backend", "local", "--dataset-version", "v1", "--no-preflight", "--params", "[1, 2]"]
+
+    assert main(argv) == 2
+
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith("error: --params: give the trigger-form values as a JSON object")

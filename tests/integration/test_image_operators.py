@@ -358,6 +358,19 @@ def test_a_pinned_image_is_used_as_is_without_asking_the_registry(
     assert registry.calls == [] and posted(kube, "pods") == []
 
 
+def test_a_build_context_changed_since_the_plan_fails_before_asking_the_registry(
+    registry: RegistryEmulator, kube: KubernetesFake
+) -> None:
+    stale = "0" * 16
+
+    with pytest.raises(
+        AirflowFailException, match=rf"the build context changed since the run was planned \(tag {stale}"
+    ):
+        kaniko_operator(registry, tag=stale).execute(task_context())
+
+    assert registry.calls == [] and posted(kube, "pods") == []
+
+
 def test_without_a_build_mode_the_fixed_image_is_used_without_asking_the_registry(
     registry: RegistryEmulator,
 ) -> None:

@@ -382,3 +382,25 @@ def test_a_symlinked_artifact_set_or_partial_is_refused(tmp_path, link):
 
     assert sorted(p.name for p in elsewhere.iterdir()) == ["manifest.json", "precious.txt"]
     assert (elsewhere / "precious.txt").read_text() == "keep me"
+
+
+def test_a_run_that_staged_nothing_and_planned_no_fixed_dataset_fails_naming_the_dataset(
+    tmp_path: Path,
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aliyun_training.operators.artifacts import ArtifactsOperator
+
+    operator = ArtifactsOperator(
+        task_id="publish_artifacts",
+        artifacts={"model": "cifar10", "artifact_root": str(tmp_path / "artifacts")},
+        planned_dataset={"name": "cifar10", "version": "v1"},
+        job_result=_job(None).model_dump(mode="json"),
+        runtime=RUNTIME.model_dump(mode="json"),
+    )
+
+    with pytest.raises(
+        AirflowFailException, match=r"^dataset: the run staged nothing and its plan names no fixed"
+    ):
+        operator.execute({})  # type: ignore[arg-type]
+    assert not (tmp_path / "artifacts").exists(), "nothing is published"
