@@ -16,7 +16,7 @@ export ALIYUN_TRAINING_LOCAL_ROOT := $(CURDIR)/.demo
 export PYTHONPATH := $(CURDIR)/plugins
 export PATH := $(BIN):$(PATH)
 
-.PHONY: demo test lint style bench lock clean
+.PHONY: demo ui test lint style bench lock clean
 
 # pip only bootstraps uv (its pin in constraints.txt), which installs the locked set several times
 # faster and, like pip, compiles it to bytecode. torch stays with pip: pip's configuration (a local
@@ -29,13 +29,34 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-training.
 	$(BIN)/pip install --quiet -r requirements-training.txt
 	touch $@
 
+# `make demo PIPELINE=imagenet_resnet_retrain` runs the second example (shards, then a ResNet).
+# The run's logical date is now (so the UI shows its true duration); its dataset version is named.
+PIPELINE ?= cifar10_retrain
+ifeq ($(PIPELINE),imagenet_resnet_retrain)
+DEMO_DATA := python include/imagenet_resnet/make_synthetic_raw.py --out .demo/object-store/imagenet/$(DEMO_DATE)
+DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 2}
+DEMO_MODEL := resnet8
+else
+DEMO_DATA := python include/training/make_synthetic_cifar10.py --out .demo/object-store/cifar10/$(DEMO_DATE)
+DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 3}
+DEMO_MODEL := cifar10
+endif
+
 demo: $(VENV)/.installed
 	airflow db migrate > /dev/null
-	python include/training/make_synthetic_cifar10.py --out .demo/object-store/cifar10/$(DEMO_DATE)
+	$(DEMO_DATA)
 	touch .demo/.demo-started
-	airflow dags test cifar10_retrain $(DEMO_DATE) -c '{"nodes": 2, "epochs": 3}' > .demo/dags-test.log 2>&1 \
+	airflow dags test $(PIPELINE) -c '$(DEMO_CONF)' > .demo/dags-test.log 2>&1 \
 		|| { tail -n 60 .demo/dags-test.log; exit 1; }
-	python include/demo_summary.py --artifacts .demo/artifacts/cifar10 --since .demo/.demo-started
+	python include/demo_summary.py --artifacts .demo/artifacts/$(DEMO_MODEL) --since .demo/.demo-started
+
+# The UI on http://localhost:$(UI_PORT): `airflow standalone` with the project's settings. It prints
+# the admin password (also in .airflow/simple_auth_manager_passwords.json.generated). The tasks
+# reach the API at AIRFLOW__API__BASE_URL, which must name the same port or they stay queued.
+UI_PORT ?= 8080
+ui: $(VENV)/.installed
+	airflow db migrate > /dev/null
+	AIRFLOW__API__PORT=$(UI_PORT) AIRFLOW__API__BASE_URL=http://localhost:$(UI_PORT) airflow standalone
 
 # The suite mostly waits (deployments, polls, subprocesses), so it runs on more pytest-xdist workers
 # than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.

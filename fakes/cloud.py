@@ -27,7 +27,9 @@ from fakes.paistudio import PaiStudioEmulator
 from fakes.ram import RamEmulator
 
 AK, SK = "LTAI-preflight", "preflight-secret-value"
-POLICY_FILE = Path(__file__).resolve().parents[1] / "include" / "config" / "dlc_role_policy.json"
+POLICY_FILE = (
+    Path(__file__).resolve().parents[1] / "plugins" / "aliyun_training" / "preflight" / "dlc_role_policy.json"
+)
 ROLE = "pai-dlc-runner"
 QUOTA = "quota1"
 #: The image the training job specs run.

@@ -8,17 +8,21 @@ rather than passing settings through the trigger form.
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from aliyun_training.declaration import PipelineDeclaration, load_declaration
 from aliyun_training.plan.models import RunPlan
-from aliyun_training.plan.resolve import resolve_run
+from aliyun_training.plan.resolve import RunContext, resolve_run
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV, LocalPaths
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 SHIPPED = PROJECT_DIR / "include" / "config"
+#: The CIFAR-10 example's declaration, which most tests plan runs of.
+CIFAR10 = PROJECT_DIR / "pipelines" / "cifar10.yaml"
 #: A small run's trigger form; tests lay their own values over it.
 FORM: dict[str, Any] = {
     "backend": "local",
@@ -58,15 +62,31 @@ def use_environments(
     return {backend: directory / f"{backend}.json" for backend in ("local", "dlc", "arena")}
 
 
+def cifar10() -> PipelineDeclaration:
+    return load_declaration(CIFAR10)
+
+
 def resolve_configured(
     tmp_path: Path, environment: dict[str, Any] | None = None, run_date: str = "2026-11-22", **form: Any
 ) -> RunPlan:
-    """resolve_run of ``FORM`` + ``form``, with ``environment`` in the run's backend's file."""
+    """resolve_run of ``FORM`` + ``form`` for the CIFAR-10 pipeline, with ``environment`` in the run's
+    backend's file, as a scheduled run of ``run_date`` plans it; a named version exists locally, and
+    a cloud source is not listed (tests of the version choice list theirs)."""
     run = {**FORM, **form}
-    files = {
-        backend: write_environment(
-            tmp_path / "config", backend, (environment or {}) if backend == run["backend"] else {}
-        )
-        for backend in ("local", "dlc", "arena")
-    }
-    return resolve_run(run, run_date, str(PROJECT_DIR), LocalPaths(tmp_path), files)
+    for backend in ("local", "dlc", "arena"):
+        settings = (environment or {}) if backend == run["backend"] else {}
+        write_environment(tmp_path / "config", backend, settings)
+    if run["backend"] == "local" and isinstance(run.get("dataset_version"), str):
+        (tmp_path / "object-store" / "cifar10" / run["dataset_version"]).mkdir(parents=True, exist_ok=True)
+    date = datetime.fromisoformat(run_date).replace(tzinfo=UTC)
+    when = RunContext(date, scheduled=True, list_sources=run["backend"] == "local")
+    return resolve_run(run, when, cifar10(), LocalPaths(tmp_path), tmp_path / "config")
+
+
+def pipelines_folder(folder: Path, *names: str) -> Path:
+    """A declarations folder holding only the shipped ``names`` (e.g. ``cifar10``), code paths absolute."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for name in names:
+        text = (CIFAR10.parent / f"{name}.yaml").read_text()
+        (folder / f"{name}.yaml").write_text(text.replace("../include/", f"{PROJECT_DIR}/include/"))
+    return folder

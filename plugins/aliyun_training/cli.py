@@ -2,11 +2,13 @@
 
 ::
 
-    python -m aliyun_training plan --backend dlc --environment include/config/examples/dlc.json \\
-        --dataset-version 2026-11-22 [--params '{"nodes": 4}'] [--no-preflight]
+    python -m aliyun_training plan --pipeline pipelines/cifar10.yaml --backend dlc \\
+        --environment include/config/examples/dlc.json --dataset-version 2026-11-22 \\
+        [--params '{"nodes": 4}'] [--no-preflight]
 
-resolves the run's plan from the environment file and the trigger-form values (``--params`` over
-the form's defaults), runs the preflight checks (read-only calls, through the Airflow connections
+resolves the run's plan from the pipeline's declaration, the environment file (default: the
+declared one in ``include/config``) and the trigger-form values (``--params`` over the form's
+defaults), runs the preflight checks (read-only calls, through the Airflow connections
 the environment names; ``--no-preflight`` makes no call at all) and prints the dry run's JSON
 document on stdout: every request the run would make, then exits. Nothing is created, copied,
 built or submitted. A bad value exits with status 2 and the error on stderr.
@@ -20,14 +22,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
 
-#: The DAG and run a dry run's job names are derived from, as if it were that DAG's run.
-DRY_RUN_DAG_ID = "cifar10_retrain"
+#: The run a dry run's job names are derived from, as if it were a run of the pipeline's DAG.
 DRY_RUN_ID = "dry_run"
 
 
@@ -51,6 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m aliyun_training")
     commands = parser.add_subparsers(dest="command", required=True)
     plan = commands.add_parser("plan", help="show every request a run would make, and stop (a dry run)")
+    plan.add_argument(
+        "--pipeline",
+        type=Path,
+        default=Path("pipelines", "cifar10.yaml"),
+        help="the pipeline's declaration (default: pipelines/cifar10.yaml)",
+    )
     plan.add_argument("--backend", required=True, choices=[b.value for b in Backend])
     plan.add_argument(
         "--environment",
@@ -63,10 +71,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     plan.add_argument("--no-preflight", action="store_true", help="make no call to any platform")
     plan.add_argument(
-        "--project-dir",
+        "--environment-dir",
         type=Path,
-        default=Path.cwd(),
-        help="the project holding include/ (the training code and image context); default: here",
+        default=Path("include", "config"),
+        help="the directory of the declared environment files (default: include/config)",
     )
     schema = commands.add_parser("schema", help="print the JSON Schema of a backend's environment file")
     schema.add_argument("--backend", required=True, choices=[b.value for b in Backend])
@@ -75,29 +83,30 @@ def _parser() -> argparse.ArgumentParser:
 
 def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     """The dry run's document for the command line's arguments."""
+    from aliyun_training.declaration import load_declaration
     from aliyun_training.kubernetes.names import job_name
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
-    from aliyun_training.plan.resolve import resolve_run
+    from aliyun_training.plan.resolve import RunContext, resolve_run
     from aliyun_training.settings import local_paths
 
     given = json.loads(args.params)
     if not isinstance(given, dict):
         raise SpecError("--params: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'")
+    declaration = load_declaration(args.pipeline)
     params = {
-        **param_defaults(),
+        **param_defaults(declaration),
         **given,
         "backend": args.backend,
         "dataset_version": args.dataset_version,
         "dry_run": True,
     }
-    environment = args.environment or Path(args.project_dir, "include", "config", f"{args.backend}.json")
-    project_dir = str(Path(args.project_dir).resolve())
-    plan = resolve_run(params, args.dataset_version, project_dir, local_paths(), {args.backend: environment})
+    run = RunContext(datetime.now(UTC), list_sources=not args.no_preflight)
+    plan = resolve_run(params, run, declaration, local_paths(), args.environment_dir, args.environment)
     preflight = None if args.no_preflight else run_preflight(plan)
     return dry_run_document(
         plan,
-        lambda task_id: job_name(DRY_RUN_DAG_ID, DRY_RUN_ID, task_id),
+        lambda task_id: job_name(declaration.dag_id, DRY_RUN_ID, task_id),
         preflight=preflight,
         check_platform=not args.no_preflight,
     )

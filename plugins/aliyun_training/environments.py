@@ -53,7 +53,7 @@ def _oss_uri(value: str) -> str:
     return value
 
 
-def _source_template(value: str) -> str:
+def source_template(value: str) -> str:
     """A ``{dataset}``/``{version}`` template that renders to an OSS folder for every version."""
     try:
         parts = list(string.Formatter().parse(value))
@@ -170,7 +170,7 @@ class StagingSettings(_Settings):
 
     mode: str | None = None
     source_uri: Annotated[
-        Annotated[str, AfterValidator(_source_template)] | None,
+        Annotated[str, AfterValidator(source_template)] | None,
         Field(json_schema_extra=field_fix("use oss://bucket/datasets/{dataset}/{version}/")),
     ] = None
     target_root: Annotated[
@@ -440,3 +440,32 @@ def load_environment(path: Path, backend: str) -> Environment:
             "not an object of settings (fix: write the settings as one JSON object, as in the README)"
         )
     return validate_record(model, data, title=f"environment file {path}")
+
+
+def blank_required_settings(environment: Environment) -> list[str]:
+    """Every setting a cloud run cannot do without that ``environment`` leaves blank, all at once.
+
+    The planner refuses such an environment naming them all (instead of the first a model check
+    meets), and the trigger form marks its backend as not configured.
+    """
+    blank: list[str] = []
+    if isinstance(environment, CloudEnvironment) and not (environment.image or environment.image_build.mode):
+        blank.append("image (or an image_build block)")
+    if isinstance(environment, DlcEnvironment):
+        if environment.resource_type == "lingjun" and not environment.quota_id:
+            blank.append("quota_id (Lingjun resources are used through a quota)")
+        if environment.resource_type == "ecs" and not (environment.quota_id or environment.ecs_spec):
+            blank.append("ecs_spec (or quota_id)")
+    if isinstance(environment, ArenaEnvironment) and not (environment.data_pvc or environment.staging.mode):
+        blank.append("data_pvc (or a staging block)")
+    return blank
+
+
+def require_settings(environment: Environment, path: Path) -> None:
+    """Refuse an environment with blank required settings, naming every one of them."""
+    blank = blank_required_settings(environment)
+    if blank:
+        raise SpecError(
+            f"environment file {path} leaves required settings blank: {', '.join(blank)} "
+            "(fix: fill them in; the README's environment section says what each one is)"
+        )

@@ -24,13 +24,14 @@ move data, credentials or shell text somewhere the administrator did not choose.
 
 from __future__ import annotations
 
+import functools
 from typing import Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, overridable_settings
-from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend
+from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, Framework
 from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
 
 
@@ -67,14 +68,17 @@ class RunForm(BaseModel):
     """The trigger form's values, typed: what ``configure`` works from.
 
     The DAG's Params validate the form before a run exists; this model is what the run itself
-    trusts. JSON does not tell ``2.0`` from ``2`` and JSON Schema's ``integer`` accepts both, so an
-    integral number becomes an int here instead of reaching a command line as ``--epochs 2.0``; a
-    fraction is refused.
+    trusts; a pipeline's own parameters are typed by its declaration
+    (``PipelineDeclaration.parse_parameters``) and ignored here. JSON does not tell ``2.0`` from
+    ``2`` and JSON Schema's ``integer`` accepts both, so an integral number becomes an int here
+    instead of reaching a command line as ``--nodes 2.0``; a fraction is refused.
     """
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     backend: Backend = Backend.LOCAL
+    #: None: the declaration's framework; else one of those it offers (checked when planning).
+    framework: Framework | None = None
     nodes: Annotated[int, Field(ge=1, le=128)] = 1
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 0
     dataset_version: Annotated[
@@ -86,8 +90,6 @@ class RunForm(BaseModel):
             ),
         ),
     ] = None
-    epochs: Annotated[int, Field(ge=1)] = 1
-    batch_size: Annotated[int, Field(ge=1)] = 64
     timeout_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
     image: str | None = None
     force_rebuild: bool = False
@@ -116,8 +118,13 @@ def parse_form(params: dict[str, Any]) -> RunForm:
     return validate_record(RunForm, params, title="Invalid trigger form values")
 
 
+@functools.cache
 def overrides_schema() -> dict[str, Any]:
-    """The JSON Schema of ``backend_overrides`` for the DAG's Param: only the allow-listed keys."""
+    """The JSON Schema of ``backend_overrides`` for the DAG's Param: only the allow-listed keys.
+
+    The same for every pipeline, and pydantic's schema generation costs milliseconds: built once
+    per process (callers do not mutate it; Airflow copies a Param's schema into every task).
+    """
     properties = {
         name: {
             key: whole_string_pattern(value) if key == "pattern" else value

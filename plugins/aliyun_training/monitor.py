@@ -1,7 +1,8 @@
 """One polling step of a running job, shared by the trigger (deferred) and the operator (blocking).
 
-Both paths must report the same things: every status transition once, every new log line once,
-and on a failure the failing node's last lines plus the platform's evidence. The reporting lives
+Both paths must report the same things: every status transition once, every new log line once
+(a poll's lines before its status, so the final status follows the last line), and on a failure
+the failing node's last lines plus the platform's evidence. The reporting lives
 here once; ``poll``/``apoll`` and ``outcome``/``aoutcome`` only differ in how they wait for I/O.
 """
 
@@ -49,17 +50,21 @@ class JobMonitor:
         self.last_reason = ""
 
     def poll(self) -> JobStatus:
-        """Read the status once, log what changed and the new log lines, and return the status."""
-        status = self._record(self.backend.status(self.handle))
+        """Read the status once, log the new log lines and then what changed, and return the status.
+
+        The status is read first, so a finished job's logs are read to their end; it is logged last,
+        so a job's final status comes after its last line.
+        """
+        status = self.backend.status(self.handle)
         while self._emit(self.backend.logs(self.handle, self.cursor)):
             pass
-        return status
+        return self._record(status)
 
     async def apoll(self) -> JobStatus:
-        status = self._record(await self.backend.astatus(self.handle))
+        status = await self.backend.astatus(self.handle)
         while self._emit(await self.backend.alogs(self.handle, self.cursor)):
             pass
-        return status
+        return self._record(status)
 
     def outcome(self, status: JobStatus) -> JobOutcome:
         """The outcome of a finished job, with the failing node's evidence when it failed."""

@@ -16,8 +16,6 @@ from pathlib import Path
 LOCAL_ROOT_ENV = "ALIYUN_TRAINING_LOCAL_ROOT"
 #: The directory holding the backends' environment files (``local.json``, ``dlc.json``, ``arena.json``).
 ENVIRONMENT_DIR_ENV = "ALIYUN_TRAINING_ENVIRONMENT_DIR"
-#: Backends configured by an environment file (the local one's is optional).
-ENVIRONMENT_BACKENDS = ("local", "dlc", "arena")
 
 
 @dataclass(frozen=True)
@@ -59,13 +57,12 @@ def local_paths() -> LocalPaths:
     return LocalPaths(Path(airflow_home).expanduser().resolve() / "aliyun-training")
 
 
-def environment_files(default_dir: Path) -> dict[str, Path]:
-    """Each backend's environment file: ``<dir>/<backend>.json``.
+def environment_directory(default_dir: Path) -> Path:
+    """The directory of the backends' environment files (``local.json``, ``dlc.json``, ...).
 
-    The directory is the deployment's ``ALIYUN_TRAINING_ENVIRONMENT_DIR``, else ``default_dir`` (a
-    project's ``include/config``). It is an administrator's setting of the worker's environment,
-    never a run parameter, because the files decide what a run may reach.
+    It is the deployment's ``ALIYUN_TRAINING_ENVIRONMENT_DIR``, else ``default_dir`` (what the DAG
+    file names, e.g. a project's ``include/config``). It is an administrator's setting of the
+    worker's environment, never a run parameter, because the files decide what a run may reach.
     """
     configured = os.environ.get(ENVIRONMENT_DIR_ENV)
-    directory = Path(configured).expanduser() if configured else default_dir
-    return {backend: directory / f"{backend}.json" for backend in ENVIRONMENT_BACKENDS}
+    return Path(configured).expanduser() if configured else default_dir

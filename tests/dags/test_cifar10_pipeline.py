@@ -31,7 +31,7 @@ from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from fakes.oss import OssEmulator
 
-DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "cifar10_retrain.py"
+DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 VERSION = "2026-11-22"
 DATA = Path(__file__).resolve().parents[1] / "data"
 GOOD_PROBE = (DATA / "probe" / "verify_pod.log").read_text().splitlines()
@@ -112,6 +112,72 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
+@pytest.mark.slow
+def test_a_failed_configure_fails_the_report_naming_it_and_nothing_after_runs(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A DLC run on the shipped environment file, whose settings are left blank: configure fails, so the
+    checks never run, and the report says so instead of calling them unfinished."""
+    use_environments(monkeypatch, local_root / "config")
+
+    run = dag.test(
+        logical_date=pendulum.datetime(2026, 11, 29, tz="UTC"),
+        run_conf={"backend": "dlc", "nodes": 1, "gpus_per_node": 8},
+    )
+
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    checks = [task for task in states if task.startswith("preflight.check_")]
+    assert states["configure"] == "failed" and len(checks) == 5
+    assert {states[task] for task in checks} == {"upstream_failed"}
+    assert states["preflight.report"] == "failed" and states["route"] == "upstream_failed"
+    log = capfd.readouterr().out
+    assert "No preflight check ran because configure failed: read the log of configure for the error" in log
+    assert "did not finish" not in log
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("skip_preflight", [False, True])
+def test_checks_that_do_not_run_are_skipped_with_their_reason_and_the_run_goes_on(
+    dag, local_root: Path, make_dataset: Callable[..., Path], skip_preflight: bool
+) -> None:
+    """A local dry run: the cloud groups do not apply, or (skip_preflight) no group runs; the report
+    lists them as not applicable, passes, and route runs the dry run's branch."""
+    make_dataset(VERSION)
+
+    run = dag.test(
+        logical_date=pendulum.datetime(2026, 11, 22, tz="UTC"),
+        run_conf={"nodes": 2, "gpus_per_node": 0, "dry_run": True, "skip_preflight": skip_preflight},
+    )
+
+    states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+    report = run.get_task_instance("preflight.report").xcom_pull(task_ids="preflight.report")
+    document = run.get_task_instance("show_plan").xcom_pull(task_ids="show_plan")
+    applies_to = {
+        "machine": "local",
+        "network": "dlc",
+        "quota": "dlc",
+        "permissions": "dlc",
+        "cluster": "arena",
+    }
+    skipped = [group for group in applies_to if skip_preflight or group != "machine"]
+    assert {group: states[f"preflight.check_{group}"] for group in applies_to} == {
+        group: "skipped" if group in skipped else "success" for group in applies_to
+    }
+    assert states["preflight.report"] == states["route"] == states["show_plan"] == "success"
+    assert states["train"] == "skipped"
+    assert report["not_applicable"] == [
+        {
+            "check": f"preflight.check_{group}",
+            "reason": f"skipped on request: the run sets skip_preflight, so no {group} check ran"
+            if skip_preflight
+            else f"{group} checks apply to the {applies_to[group]} backend; this run uses local",
+        }
+        for group in skipped
+    ]
+    assert bool(report["findings"]) is not skip_preflight, "the machine checks ran unless skipped"
+    assert document["checks"]["preflight"] == report
+
+
 def _dlc_settings(ids: Any) -> dict[str, Any]:
     return {
         "quota_id": QUOTA,
@@ -168,11 +234,12 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     )
     assert states == {
         "configure": "success",
-        "preflight.check_machine": "success",
+        "wait_for_version": "success",
+        "preflight.check_machine": "skipped",
         "preflight.check_network": "success",
         "preflight.check_quota": "success",
         "preflight.check_permissions": "success",
-        "preflight.check_cluster": "success",
+        "preflight.check_cluster": "skipped",
         "preflight.report": "success",
         "route": "success",
         "wait_for_capacity": "success",
@@ -187,6 +254,16 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     }
     assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
     assert all(f["verdict"] == "PASS" for f in report["findings"])
+    assert report["not_applicable"] == [
+        {
+            "check": "preflight.check_machine",
+            "reason": "machine checks apply to the local backend; this run uses dlc",
+        },
+        {
+            "check": "preflight.check_cluster",
+            "reason": "cluster checks apply to the arena backend; this run uses dlc",
+        },
+    ]
     assert create["ResourceId"] == QUOTA and create["JobType"] == "PyTorchJob"
     assert create["UserVpc"]["VpcId"] == ids.vpc_id
     assert create["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-15"

@@ -19,7 +19,19 @@ def dagbag() -> DagBag:
 
 def test_every_dag_file_imports_without_errors(dagbag: DagBag) -> None:
     assert dagbag.import_errors == {}
-    assert "cifar10_retrain" in dagbag.dag_ids
+    assert {"cifar10_retrain", "imagenet_resnet_retrain"} <= set(dagbag.dag_ids), "both shipped declarations"
+
+
+def test_a_declared_prepare_stage_runs_after_the_image_and_before_staging(dagbag: DagBag) -> None:
+    dag = dagbag.dags["imagenet_resnet_retrain"]
+    prepare = dag.get_task("prepare_dataset")
+
+    assert prepare.upstream_task_ids == {"configure", "route", "verify_image"}
+    assert prepare.trigger_rule == "none_failed_min_one_success", "locally verify_image is skipped"
+    assert "prepare_dataset" in dag.get_task("stage_dataset").upstream_task_ids
+    assert "prepare_dataset" not in dagbag.dags["cifar10_retrain"].task_ids
+    framework = dag.params.get_param("framework").schema
+    assert framework["enum"] == ["pytorch", "mpi"] and framework["section"] == "Cloud backends (DLC, ACK)"
 
 
 def test_every_dag_has_tags_an_owner_and_retries(dagbag: DagBag) -> None:
@@ -48,7 +60,7 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     }
     assert dag.catchup is False
     for check in checks:
-        assert dag.get_task(check).upstream_task_ids == {"configure"}, (
+        assert dag.get_task(check).upstream_task_ids == {"configure", "wait_for_version"}, (
             "checks run in parallel after configure"
         )
     report = dag.get_task("preflight.report")

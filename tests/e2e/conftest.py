@@ -16,6 +16,7 @@ import pytest
 
 from fakes.account import Account, emulated_account
 from fakes.deployment import PROJECT_DIR, Deployment, deployment
+from fakes.environment_files import pipelines_folder
 
 DAG_ID = "cifar10_retrain"
 #: Shorter than production so failure detection fits a test: a dead worker's task is noticed after
@@ -71,6 +72,8 @@ def airflow(
         **account.connections(),
         "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root),
         "ALIYUN_TRAINING_ENVIRONMENT_DIR": str(account.environment_dir),
+        # Every task process parses the DAG file: the runs here are CIFAR-10's, so only it is declared.
+        "ALIYUN_TRAINING_PIPELINES_DIR": str(pipelines_folder(root / "pipelines", "cifar10")),
     }
     with deployment(root, env, tuning) as airflow:
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")

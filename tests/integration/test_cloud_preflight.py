@@ -6,6 +6,7 @@ Each scenario asserts the finding and the fix a user reads in the report.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,8 +19,11 @@ from airflow.sdk.exceptions import (
     TaskDeferred,
 )
 
-from aliyun_training.findings import Verdict
-from aliyun_training.operators.preflight import PreflightCheckOperator, PreflightReportOperator
+from aliyun_training.operators.preflight import (
+    SKIP_REASON_KEY,
+    PreflightCheckOperator,
+    PreflightReportOperator,
+)
 from aliyun_training.preflight.permissions import required_actions
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
@@ -33,9 +37,55 @@ def cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         yield account
 
 
+#: A run on the local backend, which only the machine checks apply to.
+LOCAL_SPEC = {"backend": "local", "nodes": 2, "command": "torchrun train.py"}
+
+
 def finding(findings: list[dict], check: str) -> dict:
     (found,) = [f for f in findings if f["check"] == check]
     return found
+
+
+class TaskInstance:
+    """What the preflight tasks ask of their task instance: XComs, and the states of the tasks before."""
+
+    dag_id = "preflight_report"
+    run_id = "manual__2026-11-15"
+
+    def __init__(self, states: dict[str, str] | None = None, xcoms: dict[tuple[str, str], Any] | None = None):
+        self.states = states or {}
+        self.xcoms = dict(xcoms or {})
+
+    def xcom_push(self, key: str, value: Any) -> None:
+        self.xcoms[("self", key)] = value
+
+    def xcom_pull(self, task_ids: str, key: str = "return_value", default: Any = None) -> Any:
+        return self.xcoms.get((task_ids, key), default)
+
+    def get_task_states(
+        self, dag_id: str, task_ids: list[str], run_ids: list[str]
+    ) -> dict[str, dict[str, str]]:
+        assert (dag_id, run_ids) == (self.dag_id, [self.run_id])
+        return {self.run_id: {task: state for task, state in self.states.items() if task in task_ids}}
+
+
+def report_task(groups: tuple[str, ...] = ("network", "quota", "permissions")) -> PreflightReportOperator:
+    """The report wired as the DAG wires it: configure and the version's wait, then a check task per
+    group, then the report."""
+    from airflow.providers.standard.operators.empty import EmptyOperator
+    from airflow.sdk import DAG, TaskGroup
+
+    with DAG(dag_id=TaskInstance.dag_id, schedule=None):
+        before = [EmptyOperator(task_id="configure"), EmptyOperator(task_id="wait_for_version")]
+        with TaskGroup("preflight"):
+            checks = [EmptyOperator(task_id=f"check_{group}") for group in groups]
+            report = PreflightReportOperator(
+                task_id="report", check_task_ids=[f"preflight.check_{group}" for group in groups]
+            )
+        for task in before:
+            task >> checks
+        checks >> report
+    return report
 
 
 def test_a_complete_network_quota_and_role_pass_every_check(cloud: Cloud) -> None:
@@ -313,7 +363,7 @@ def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
     assert found["found"] == f"RAM role thin-role lacks {len(not_vpc)} of 71 actions: {', '.join(not_vpc)}"
     assert "vpc:" not in found["found"]
     assert found["fix"].startswith(
-        "attach a policy with these actions (see include/config/dlc_role_policy.json"
+        "attach a policy with these actions (see aliyun_training/preflight/dlc_role_policy.json"
     )
 
 
@@ -336,33 +386,95 @@ def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
 
 
 def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(cloud: Cloud) -> None:
-    class TaskInstance:
-        def __init__(self, results: dict[str, list[dict]]) -> None:
-            self.results = results
-
-        def xcom_pull(self, task_ids: str) -> list[dict] | None:
-            return self.results.get(task_ids)
-
     vpc = {
         "vpc_id": "vpc-missing",
         "switch_id": cloud.ids.vswitch_id,
         "security_group_id": cloud.ids.security_group_id,
     }
-    results = {
-        "preflight.check_network": run_check(cloud, "network", vpc=vpc),
-        "preflight.check_quota": run_check(cloud, "quota", gpu_type="A100"),
+    xcoms = {
+        ("preflight.check_network", "return_value"): run_check(cloud, "network", vpc=vpc),
+        ("preflight.check_quota", "return_value"): run_check(cloud, "quota", gpu_type="A100"),
     }
-    report = PreflightReportOperator(
-        task_id="report", check_task_ids=[*results, "preflight.check_permissions"]
-    )
+    states = {
+        "configure": "success",
+        "preflight.check_network": "success",
+        "preflight.check_quota": "success",
+        "preflight.check_permissions": "failed",
+    }
 
     with pytest.raises(AirflowFailException) as failure:
-        report.execute({"ti": TaskInstance(results)})
+        report_task().execute({"ti": TaskInstance(states, xcoms)})
 
     message = str(failure.value)
     assert "FAIL  vpc" in message and "VPC vpc-missing does not exist" in message
     assert "FAIL  gpu_type" in message and "fix: set gpu_type to GU8TF" in message
     assert "the preflight.check_permissions checks did not finish" in message
+
+
+def test_a_failed_configure_fails_the_report_naming_it_instead_of_the_checks() -> None:
+    checks = ("machine", "network", "quota", "permissions", "cluster")
+    states = {"configure": "failed", **{f"preflight.check_{group}": "upstream_failed" for group in checks}}
+
+    with pytest.raises(AirflowFailException) as failure:
+        report_task(checks).execute({"ti": TaskInstance(states)})
+
+    assert str(failure.value) == (
+        "No preflight check ran because configure failed: read the log of configure for the error, "
+        "fix what it names and trigger the run again"
+    )
+
+
+def test_checks_skipped_by_a_skipped_task_before_them_skip_the_report_so_nothing_runs_unchecked() -> None:
+    """A check the scheduler skipped (its upstream was skipped) left no reason: it is not "not applicable"."""
+    states = {
+        "configure": "success",
+        "wait_for_version": "skipped",
+        **{f"preflight.check_{group}": "skipped" for group in ("network", "quota", "permissions")},
+    }
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        report_task().execute({"ti": TaskInstance(states)})
+
+    assert str(skipped.value) == (
+        "No preflight check ran because wait_for_version was skipped (its log says why): "
+        "nothing after preflight runs"
+    )
+
+
+def test_skipped_checks_are_listed_as_not_applicable_with_their_reasons_and_fail_nothing(
+    cloud: Cloud, capfd: pytest.CaptureFixture[str]
+) -> None:
+    skipped = ("network", "quota", "permissions", "cluster")
+    xcoms: dict[tuple[str, str], Any] = {
+        ("preflight.check_machine", "return_value"): [{"check": "cpus", "verdict": "PASS", "found": "4 CPUs"}]
+    }
+    for group in skipped:
+        ti = TaskInstance()
+        with pytest.raises(AirflowSkipException):
+            PreflightCheckOperator(task_id=f"check_{group}", group=group, job={"spec": LOCAL_SPEC}).execute(
+                {"ti": ti}
+            )
+        xcoms[(f"preflight.check_{group}", SKIP_REASON_KEY)] = ti.xcoms[("self", SKIP_REASON_KEY)]
+    states = {
+        "configure": "success",
+        "preflight.check_machine": "success",
+        **{f"preflight.check_{group}": "skipped" for group in skipped},
+    }
+
+    report = report_task(("machine", *skipped)).execute({"ti": TaskInstance(states, xcoms)})
+
+    assert report["findings"] == [{"check": "cpus", "verdict": "PASS", "found": "4 CPUs", "fix": ""}]
+    assert report["not_applicable"] == [
+        {
+            "check": f"preflight.check_{group}",
+            "reason": f"{group} checks apply to the {backend} backend; this run uses local",
+        }
+        for group, backend in zip(skipped, ("dlc", "dlc", "dlc", "arena"), strict=True)
+    ]
+    assert re.search(
+        r"SKIP +preflight\.check_quota +quota checks apply to the dlc backend", capfd.readouterr().out
+    )
+    assert cloud.network.requests == [] and cloud.studio.requests == []
 
 
 def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_room_appears(
@@ -391,18 +503,37 @@ def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_roo
     assert cloud.studio.count("ListQuotaWorkloads") >= 1
 
 
-def test_skip_preflight_runs_nothing_and_warns(cloud: Cloud, capfd: pytest.CaptureFixture[str]) -> None:
+def test_skip_preflight_skips_the_check_warns_and_leaves_the_reason(
+    cloud: Cloud, capfd: pytest.CaptureFixture[str]
+) -> None:
     operator = PreflightCheckOperator(
         task_id="check_network", group="network", job={"spec": spec()}, skip="True"
     )
+    ti = TaskInstance()
 
-    findings = operator.execute({})
+    with pytest.raises(AirflowSkipException) as skipped:
+        operator.execute({"ti": ti})
 
-    assert findings == [
-        {"check": "network", "verdict": Verdict.WARN, "found": "skipped on request", "fix": ""}
-    ]
+    reason = "skipped on request: the run sets skip_preflight, so no network check ran"
+    assert str(skipped.value) == reason
+    assert ti.xcoms == {("self", SKIP_REASON_KEY): reason}
     assert "PREFLIGHT SKIPPED" in capfd.readouterr().out
     assert cloud.network.requests == []
+
+
+def test_a_check_of_another_backend_skips_naming_the_backends_it_applies_to(
+    cloud: Cloud, capfd: pytest.CaptureFixture[str]
+) -> None:
+    operator = PreflightCheckOperator(task_id="check_quota", group="quota", job={"spec": LOCAL_SPEC})
+    ti = TaskInstance()
+
+    with pytest.raises(AirflowSkipException) as skipped:
+        operator.execute({"ti": ti})
+
+    reason = "quota checks apply to the dlc backend; this run uses local"
+    assert str(skipped.value) == reason and ti.xcoms == {("self", SKIP_REASON_KEY): reason}
+    assert reason in capfd.readouterr().out
+    assert cloud.studio.requests == []
 
 
 async def _first_event(trigger: QuotaCapacityTrigger) -> dict[str, Any]:

@@ -60,7 +60,7 @@ def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: P
     document = json.loads(done.stdout)
     assert actions(document) == [
         ("stage_dataset", "worker", "copy and publish"),
-        ("train", "local", "start torchrun processes"),
+        ("train", "local", "start processes"),
     ]
     (train,) = [r["body"] for r in document["requests"] if r["task"] == "train"]
     assert train["env"]["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
@@ -252,3 +252,59 @@ def test_params_that_are_not_a_json_object_exit_2_naming_the_flag(capsys: pytest
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.startswith("error: --params: give the trigger-form values as a JSON object")
+
+
+IMAGENET = "pipelines/imagenet_resnet.yaml"
+
+
+def _imagenet_dry_run(
+    backend: str, environment: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> dict[str, Any]:
+    params = json.dumps({"framework": "mpi", "nodes": 2, "gpus_per_node": 8})
+    command = (
+        f"{COMMAND_PREFIX}--pipeline {IMAGENET} --backend {backend} --environment {environment} "
+        f"--dataset-version 2026-11-01 --params '{params}' --no-preflight"
+    )
+    return dry_run(command, capsys, monkeypatch)
+
+
+def test_the_imagenet_dry_run_on_ack_shows_the_prepare_job_then_the_mpijob(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shipped = json.loads((PROJECT_DIR / "include/config/examples/arena-staging.json").read_text())
+    environment = tmp_path / "arena.json"
+    environment.write_text(json.dumps({**shipped, "data_pvc": "cpfs-raw", "mount_path": "/mnt/raw"}))
+
+    document = _imagenet_dry_run("arena", environment, capsys, monkeypatch)
+
+    tasks = [task for task, _, _ in actions(document)]
+    assert tasks.index("prepare_dataset") < tasks.index("stage_dataset") < tasks.index("train")
+    (prepare,) = [r for r in document["requests"] if r["task"] == "prepare_dataset" and "Job" in r["action"]]
+    assert prepare["action"] == "create PyTorchJob" and "skipped when" in prepare["note"]
+    master = prepare["body"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    assert {"name": "RAW_DIR", "value": "/mnt/raw/2026-11-01"} in master["env"], "on the dataset claim"
+    assert "prepare_shards.py" in " ".join(master["command"] + master.get("args", []))
+    (train,) = [r for r in document["requests"] if r["task"] == "train" and "Job" in r["action"]]
+    assert train["action"] == "create MPIJob"
+    launcher = train["body"]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    assert "mpirun --allow-run-as-root -np 16 -npernode 8" in " ".join(
+        launcher["command"] + launcher.get("args", [])
+    )
+    staged = document["plan"]["staging"]["source_uri"]
+    assert staged.startswith("oss://example-bucket/outputs/cifar10/prepared/imagenet-shards/2026-11-01.")
+
+
+def test_the_imagenet_dry_run_on_dlc_mounts_the_raw_version_and_submits_an_mpijob(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    environment = PROJECT_DIR / "include/config/examples/dlc-staging.json"
+
+    document = _imagenet_dry_run("dlc", environment, capsys, monkeypatch)
+
+    jobs = {r["task"]: r["body"] for r in document["requests"] if r["action"] == "CreateJob"}
+    assert jobs["train"]["JobType"] == "MPIJob" and jobs["prepare_dataset"]["JobType"] == "PyTorchJob"
+    (raw,) = [s for s in jobs["prepare_dataset"]["DataSources"] if s["MountPath"] == "/mnt/raw"]
+    assert raw["Uri"].endswith("/raw/imagenet/2026-11-01/") and raw["MountAccess"] == "RO"
+    assert jobs["prepare_dataset"]["Envs"]["RAW_DIR"] == "/mnt/raw"
+    for request in document["requests"]:
+        assert round_trips(request["action"], request["body"]), request["action"]

@@ -165,6 +165,32 @@ def test_logs_resume_from_the_cursor_without_duplicates_and_hold_back_partial_li
     assert backend.logs(handle, rest.cursor).lines == []
 
 
+def test_logs_merge_the_nodes_in_the_order_their_lines_came_also_across_a_read_bound(
+    backend: LocalBackend, tmp_path: Path
+) -> None:
+    """Node 0 writes more than one read takes, then node 1 a line, then node 0 again: node 1's line
+    must wait until node 0's earlier lines are logged, though the first read already saw it."""
+    said, answered = tmp_path / "said", tmp_path / "answered"
+    command = (
+        f'if [ $RANK = 0 ]; then for i in $(seq 1 6000); do echo "filler $i {"x" * 40}"; done; touch {said}; '
+        f"while [ ! -e {answered} ]; do sleep 0.02; done; sleep 0.1; echo after; "
+        f"else while [ ! -e {said} ]; do sleep 0.02; done; sleep 0.1; echo late; touch {answered}; fi"
+    )
+    handle = backend.submit(TrainingJobSpec(nodes=2, command=command), "bounded")
+    wait_terminal(backend, handle)
+
+    chunks = [backend.logs(handle)]
+    while chunks[-1].more:
+        chunks.append(backend.logs(handle, chunks[-1].cursor))
+    lines = [line for chunk in chunks for line in chunk.lines]
+
+    assert len(chunks) > 1, "node 0 wrote more than one read takes"
+    assert len(lines) == 6002 and len(set(lines)) == 6002, "every line once"
+    assert lines[-2:] == ["[node-1] late", "[node-0] after"]
+    assert lines[:6000] == [f"[node-0] filler {i} {'x' * 40}" for i in range(1, 6001)]
+    assert backend.logs(handle, chunks[-1].cursor).lines == []
+
+
 def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBackend) -> None:
     handle = backend.submit(TrainingJobSpec(nodes=2, command="sleep 300"), "oom")
     wait_running(backend, handle, processes=4)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -223,6 +224,39 @@ def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
     assert "step 60 rank 1" in message and "step 11 rank 1" in message
     assert "step 10 rank 1" not in message, "only the last 50 lines belong in the error"
     assert "rank 0" not in message
+
+
+#: A line of the job's output as the task log shows it: prefixed with the node it came from.
+JOB_LINE = re.compile(r"\[node-\d\] line \d of rank \d")
+
+
+def test_the_train_log_interleaves_both_ranks_in_order_and_ends_with_the_final_status(
+    runs: Path, context: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """What the train task's log shows, worker then triggerer: the ranks take turns (a turn file
+    each), and one slow poll reads most lines at once, so order comes from the nodes, not the polls."""
+    turns = tmp_path / "turns"
+    turns.mkdir()
+    (turns / "1-0").touch()
+    command = (
+        f"for i in 1 2 3; do while [ ! -e {turns}/$i-$RANK ]; do sleep 0.02; done; sleep 0.1; "
+        'echo "line $i of rank $RANK"; '
+        f"if [ $RANK = 0 ]; then touch {turns}/$i-1; else touch {turns}/$((i + 1))-0; fi; done"
+    )
+    op = operator(runs, command)
+    op.poll_interval = 3
+    trigger, _ = deferred_trigger(op, context)
+    result = op.execute_complete(context, asyncio.run(fire(trigger)))
+
+    log = capfd.readouterr().out.splitlines()
+    job_lines = [(i, found.group()) for i, line in enumerate(log) if (found := JOB_LINE.search(line))]
+    assert [text for _, text in job_lines] == [
+        f"[node-{rank}] line {i} of rank {rank}" for i in (1, 2, 3) for rank in (0, 1)
+    ]
+    final = f"Job {trigger.handle['job_id']}: Running -> Succeeded"
+    (final_at,) = [i for i, line in enumerate(log) if final in line]
+    assert final_at > job_lines[-1][0], "the final status follows the job's last line"
+    assert result["status"] == "Succeeded"
 
 
 def test_a_deferral_timeout_stops_the_job_before_failing(runs: Path, context: dict[str, Any]) -> None:

@@ -141,6 +141,7 @@ def test_artifact_set_record_carries_the_summary_metrics(tmp_path):
         "epochs": len(EPOCHS),
         "train_loss": [e["train_loss"] for e in EPOCHS],
         "final_train_loss": EPOCHS[-1]["train_loss"],
+        "final_test_loss": EPOCHS[-1]["test_loss"],
         "final_test_accuracy": EPOCHS[-1]["test_accuracy"],
     }
 

@@ -39,7 +39,7 @@ def test_a_local_run_trains_on_the_version_named_after_its_date(tmp_path: Path) 
     )
     assert "DATA_DIR" not in run.job.spec.env, "DATA_DIR is set once, when the staged version is mounted"
     assert training_spec(run, None).env["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
-    assert run.job.spec.working_dir == str(PROJECT_DIR)
+    assert run.job.spec.working_dir == str(PROJECT_DIR / "include" / "training"), "the declared code_dir"
     assert (
         "--nproc_per_node=1 " in run.job.spec.command and "--epochs 1 --batch-size 32" in run.job.spec.command
     )
@@ -70,10 +70,20 @@ def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_override
 def test_a_dlc_run_without_a_quota_fails_naming_the_field(tmp_path: Path) -> None:
     overrides = {k: v for k, v in CONFIGURED.items() if k != "quota_id"}
 
-    with pytest.raises(
-        SpecError, match="quota_id: Lingjun resources are only usable through a resource quota"
-    ):
+    with pytest.raises(SpecError, match=r"blank: quota_id \(Lingjun resources are used through a quota\)"):
         resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=overrides)
+
+
+def test_every_blank_required_setting_is_named_at_once(tmp_path: Path) -> None:
+    blank = {k: v for k, v in CONFIGURED.items() if k not in ("quota_id", "image")}
+
+    with pytest.raises(SpecError) as dlc:
+        resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=blank)
+    with pytest.raises(SpecError) as arena:
+        resolve(tmp_path, backend="arena", environment={"image": ""})
+
+    assert "blank: image (or an image_build block), quota_id (Lingjun resources" in str(dlc.value)
+    assert "blank: image (or an image_build block), data_pvc (or a staging block)" in str(arena.value)
 
 
 def test_environment_files_report_missing_and_broken_files(tmp_path: Path) -> None:
@@ -113,7 +123,9 @@ def test_an_arena_run_mounts_the_configured_pvc_and_takes_cluster_settings(tmp_p
 
 
 def test_an_arena_run_without_a_pvc_fails_naming_data_pvc(tmp_path: Path) -> None:
-    with pytest.raises(SpecError, match="data_pvc: the arena environment names no PVC"):
+    with pytest.raises(
+        SpecError, match=r"arena.json leaves required settings blank: data_pvc \(or a staging"
+    ):
         resolve(tmp_path, backend="arena", environment={"image": "registry.example.com/train:1"})
 
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aliyun_training.findings import Finding, PreflightReport, Verdict
+from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.preflight import local
 from aliyun_training.preflight.local import check_disk, check_gpus, check_master_port, check_processors
 from aliyun_training.spec import TrainingJobSpec
@@ -261,3 +261,14 @@ def test_report_aligns_the_found_column():
 def test_report_failed_only_with_a_fail():
     assert PreflightReport(findings=FINDINGS).failed
     assert not PreflightReport(findings=FINDINGS[:2]).failed
+
+
+def test_report_lists_checks_that_did_not_run_with_why_aligned_and_never_as_a_failure():
+    skipped = NotApplicable(check="preflight.check_quota", reason="quota checks apply to the dlc backend")
+    report = PreflightReport(findings=FINDINGS[:2], not_applicable=[skipped])
+    lines = report.render().splitlines()
+
+    assert lines[-1].startswith("SKIP  preflight.check_quota") and lines[-1].endswith(skipped.reason)
+    assert len({line.index(f.found) for f in FINDINGS[:2] for line in lines if f.found in line}) == 1
+    assert lines[-1].index(skipped.reason) == lines[0].index(FINDINGS[0].found)
+    assert not report.failed

@@ -14,7 +14,9 @@ from aliyun_training.preflight.permissions import _covered, required_actions, ro
 from aliyun_training.preflight.quota import _check_capacity
 from aliyun_training.spec import TrainingJobSpec
 
-POLICY = Path(__file__).resolve().parents[2] / "include" / "config" / "dlc_role_policy.json"
+POLICY = (
+    Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training" / "preflight" / "dlc_role_policy.json"
+)
 
 
 def lingjun_spec(nodes: int = 2, gpus: int = 8) -> TrainingJobSpec:

@@ -90,6 +90,21 @@ def test_dlc_only_overrides_are_refused_on_ack(tmp_path: Path) -> None:
     assert "cpu_per_node" in str(refused.value), "the error lists what may be overridden"
 
 
+def test_overrides_the_runs_backend_would_not_read_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(SpecError) as local:
+        resolve(tmp_path, backend="local", backend_overrides={"cpu_per_node": 4})
+    with pytest.raises(SpecError) as cpu_only:
+        resolve(
+            tmp_path, DLC, backend="dlc", gpus_per_node=0, backend_overrides={"shared_memory_gib_per_node": 8}
+        )
+
+    assert (
+        "cannot be overridden on the local backend (fix: leave them out; the form may override nothing"
+        in str(local.value)
+    )
+    assert "shared memory on GPU nodes only" in str(cpu_only.value)
+
+
 def test_a_pinned_image_must_come_from_a_repository_of_the_environment(tmp_path: Path) -> None:
     with pytest.raises(SpecError, match=r"^image: 'evil.example.com/miner:1' is not from a repository"):
         resolve(tmp_path, DLC, backend="dlc", gpus_per_node=8, image="evil.example.com/miner:1")

@@ -23,6 +23,7 @@ import shutil
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,26 +48,51 @@ MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.html"
 METRICS_NAME = "metrics.json"
 log = logging.getLogger(__name__)
-#: What a job writes into its output directory that is worth keeping.
-COLLECTED = ("checkpoints", METRICS_NAME, "model.pt")
+
+
+@dataclass(frozen=True)
+class KeptOutputs:
+    """What of a job's output directory a set keeps (``metrics.json`` always) and which series it reports.
+
+    A pipeline's declaration names them (``artifacts.collect``, ``artifacts.report_metrics``).
+    """
+
+    collect: tuple[str, ...] = ("checkpoints", "model.pt")
+    report_metrics: tuple[str, ...] = ("train_loss", "test_loss", "test_accuracy")
+
+    def keeps(self, key: str) -> bool:
+        """Whether the object ``key`` (relative to the output directory) belongs to the set."""
+        return key == METRICS_NAME or any(key == name or key.startswith(f"{name}/") for name in self.collect)
+
+
+#: What a set keeps when its pipeline declares nothing else.
+DEFAULT_KEPT = KeptOutputs()
 
 
 class ArtifactError(RuntimeError):
     """The job's outputs are missing or unreadable; nothing was published."""
 
 
-def summarize_metrics(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Per-epoch series as lists plus the final values, from the training script's metrics.json."""
+def summarize_metrics(
+    metrics: dict[str, Any], series: tuple[str, ...] = KeptOutputs.report_metrics
+) -> dict[str, Any]:
+    """Per-epoch series as lists plus their final values, from the training script's metrics.json."""
     epochs = metrics.get("epochs") or []
     if not epochs:
         raise ArtifactError("metrics.json lists no epochs; the job finished without training")
-    series = {key: [e[key] for e in epochs] for key in ("train_loss", "test_loss", "test_accuracy")}
+    missing = sorted({key for key in series for epoch in epochs if key not in epoch})
+    if missing:
+        raise ArtifactError(
+            f"metrics.json has no {missing} in some epochs (fix: write them every epoch, or change the "
+            "declaration's artifacts.report_metrics)"
+        )
+    values = {key: [e[key] for e in epochs] for key in series}
     return {
         "epochs": len(epochs),
-        **series,
-        "final_train_loss": series["train_loss"][-1],
-        "final_test_accuracy": series["test_accuracy"][-1],
-        "epoch_seconds": [e["seconds"] for e in epochs],
+        "series": list(series),
+        **values,
+        **{f"final_{key}": points[-1] for key, points in values.items()},
+        "epoch_seconds": [e.get("seconds") for e in epochs],
     }
 
 
@@ -79,6 +105,7 @@ def publish_artifacts(
     runtime: BuiltImage,
     oss: OssClientConfig | None = None,
     bandwidth: BandwidthCheck | None = None,
+    kept: KeptOutputs = DEFAULT_KEPT,
 ) -> ArtifactSet:
     """Collect the job's outputs, write manifest.json and report.html, publish atomically.
 
@@ -86,7 +113,7 @@ def publish_artifacts(
     ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
     """
     started = time.monotonic()
-    with _job_outputs(job, oss) as output:
+    with _job_outputs(job, oss, kept) as output:
         manifest = {
             "model": model,
             "version": f"{dataset.version}/{job.display_name}",
@@ -95,7 +122,7 @@ def publish_artifacts(
             "job": job.model_dump(mode="json"),
             "runtime": runtime.model_dump(mode="json"),
             "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
-            "metrics": _read_metrics(job, output),
+            "metrics": _read_metrics(job, output, kept.report_metrics),
             "timings": {
                 "staging_seconds": dataset.seconds if isinstance(dataset, StagedDataset) else None,
                 "training_wall_seconds": job.wall_seconds,
@@ -104,21 +131,24 @@ def publish_artifacts(
             },
         }
         if not artifact_root.startswith("oss://"):
-            return _publish_locally(Path(artifact_root), output, manifest, started)
+            return _publish_locally(Path(artifact_root), output, manifest, started, kept)
         with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
-            local = _publish_locally(Path(scratch), output, manifest, started)
+            local = _publish_locally(Path(scratch), output, manifest, started, kept)
             return _upload(Path(scratch), local, artifact_root, _require(oss, "artifact_root"))
 
 
-def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started: float) -> ArtifactSet:
+def _publish_locally(
+    root: Path, output: Path, manifest: dict[str, Any], started: float, kept: KeptOutputs
+) -> ArtifactSet:
     """Copy the collected outputs beside the completed manifest and report; publish by rename."""
     target = root / manifest["model"] / manifest["version"]
     check_publishable(target, MANIFEST_NAME, "artifact_root")
     partial = partial_of(target)
     shutil.rmtree(partial, ignore_errors=True)  # left by a killed try; not a link (checked above)
     partial.mkdir(parents=True)
-    for name in COLLECTED:
+    for name in (METRICS_NAME, *kept.collect):
         source = output / name
+        (partial / name).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
             shutil.copytree(source, partial / name)
         elif source.is_file():
@@ -137,7 +167,11 @@ def _publish_locally(root: Path, output: Path, manifest: dict[str, Any], started
         uri=str(target),
         manifest_uri=str(target / MANIFEST_NAME),
         report_uri=str(target / REPORT_NAME),
-        metrics={k: metrics[k] for k in ("epochs", "train_loss", "final_train_loss", "final_test_accuracy")},
+        metrics={
+            "epochs": metrics["epochs"],
+            metrics["series"][0]: metrics[metrics["series"][0]],
+            **{f"final_{key}": metrics[f"final_{key}"] for key in metrics["series"]},
+        },
     )
 
 
@@ -166,11 +200,12 @@ def _require(oss: OssClientConfig | None, field: str) -> OssClientConfig:
 
 
 @contextlib.contextmanager
-def _job_outputs(job: JobResult, oss: OssClientConfig | None) -> Iterator[Path]:
+def _job_outputs(job: JobResult, oss: OssClientConfig | None, kept: KeptOutputs) -> Iterator[Path]:
     """The job's output directory on this machine: where it is, or downloaded from OSS for the set."""
     if job.output_uri and job.output_uri.startswith("oss://"):
         with tempfile.TemporaryDirectory(prefix="job-outputs-") as scratch:
-            yield _download_outputs(job, job.output_uri, _require(oss, "the job's output_uri"), Path(scratch))
+            config = _require(oss, "the job's output_uri")
+            yield _download_outputs(job, job.output_uri, config, Path(scratch), kept)
         return
     if not job.output_uri or not Path(job.output_uri).is_dir():
         raise ArtifactError(
@@ -179,14 +214,16 @@ def _job_outputs(job: JobResult, oss: OssClientConfig | None) -> Iterator[Path]:
     yield Path(job.output_uri)
 
 
-def _download_outputs(job: JobResult, uri: str, oss: OssClientConfig, scratch: Path) -> Path:
+def _download_outputs(
+    job: JobResult, uri: str, oss: OssClientConfig, scratch: Path, kept: KeptOutputs
+) -> Path:
     """The collected names under ``uri``, copied by the staging engine: parallel and CRC64-verified."""
     from aliyun_training.staging.engine import stage_dataset
     from aliyun_training.staging.oss import OssObjectSource
     from aliyun_training.staging.sources import StagingError
 
     try:
-        source = _CollectedOutputs(OssObjectSource(uri, config=oss), job.job_id)
+        source = _CollectedOutputs(OssObjectSource(uri, config=oss), job.job_id, kept)
         return Path(stage_dataset(source, scratch, "outputs").uri)
     except (SpecError, StagingError) as exc:
         raise ArtifactError(f"cannot collect the outputs of job {job.job_id} from {uri}: {exc}") from None
@@ -199,15 +236,19 @@ class _CollectedOutputs:
     scratch space for nothing. A prefix without metrics.json has no finished training in it.
     """
 
-    def __init__(self, source: OssObjectSource, job_id: str) -> None:
+    def __init__(self, source: OssObjectSource, job_id: str, kept: KeptOutputs) -> None:
         self._source = source
+        self._kept = kept
         self._job_id = job_id
         self.uri = source.uri
         self.checksum = source.checksum
         self.ranged_reads = source.ranged_reads
 
+    def folders(self) -> list[str]:
+        return self._source.folders()
+
     def list(self) -> list[SourceObject]:
-        objects = [obj for obj in self._source.list() if obj.key.split("/", 1)[0] in COLLECTED]
+        objects = [obj for obj in self._source.list() if self._kept.keeps(obj.key)]
         if not any(obj.key == METRICS_NAME for obj in objects):
             raise ArtifactError(
                 f"job {self._job_id} wrote no {METRICS_NAME} under {self.uri}; nothing to collect "
@@ -222,9 +263,9 @@ class _CollectedOutputs:
         return self._source.is_transient(exc)
 
 
-def _read_metrics(job: JobResult, output: Path) -> dict[str, Any]:
+def _read_metrics(job: JobResult, output: Path, series: tuple[str, ...]) -> dict[str, Any]:
     try:
-        return summarize_metrics(json.loads((output / METRICS_NAME).read_text()))
+        return summarize_metrics(json.loads((output / METRICS_NAME).read_text()), series)
     except (FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
         # Named by the job's output_uri: a downloaded copy's scratch path would mean nothing.
         raise ArtifactError(

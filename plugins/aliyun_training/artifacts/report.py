@@ -92,17 +92,19 @@ def render_report(manifest: dict[str, Any]) -> str:
         ),
         *_bandwidth_row(manifest.get("rdma_bandwidth")),
         ("Epochs", str(metrics["epochs"])),
-        ("Final train loss", f"{metrics['final_train_loss']:.4f}"),
-        ("Final test accuracy", f"{metrics['final_test_accuracy']:.2%}"),
+        *((f"Final {_label(key)}", _number(key, metrics[f"final_{key}"])) for key in metrics["series"]),
     ]
     table = "\n".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
+    series = metrics["series"]
+    header = "".join(f"<th>{escape(_label(key))}</th>" for key in series)
     epochs = "\n".join(
-        f"<tr><td>{i + 1}</td><td>{tl:.4f}</td><td>{vl:.4f}</td><td>{acc:.2%}</td></tr>"
-        for i, (tl, vl, acc) in enumerate(
-            zip(metrics["train_loss"], metrics["test_loss"], metrics["test_accuracy"], strict=True)
-        )
+        f"<tr><td>{i + 1}</td>"
+        + "".join(f"<td>{_number(key, metrics[key][i])}</td>" for key in series)
+        + "</tr>"
+        for i in range(metrics["epochs"])
     )
-    chart = loss_chart_svg({"train_loss": metrics["train_loss"], "test_loss": metrics["test_loss"]})
+    charted = [key for key in series if "loss" in key] or series[:1]
+    chart = loss_chart_svg({key: metrics[key] for key in charted})
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Run report: {escape(manifest["model"])} {escape(manifest["version"])}</title>
@@ -116,12 +118,21 @@ th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
 <table>
 {table}
 </table>
-<h2>Loss per epoch</h2>
+<h2>{escape(", ".join(_label(key) for key in charted)).capitalize()} per epoch</h2>
 {chart}
 <table>
-<tr><th>Epoch</th><th>Train loss</th><th>Test loss</th><th>Test accuracy</th></tr>
+<tr><th>Epoch</th>{header}</tr>
 {epochs}
 </table>
 <p>Created {escape(manifest["created"])}. Manifest: manifest.json.</p>
 </body></html>
 """
+
+
+def _label(key: str) -> str:
+    return key.replace("_", " ")
+
+
+def _number(key: str, value: float) -> str:
+    """Accuracies as percentages, everything else with four decimals."""
+    return f"{value:.2%}" if "accuracy" in key else f"{value:.4f}"

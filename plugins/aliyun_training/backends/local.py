@@ -29,8 +29,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import heapq
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -39,8 +41,9 @@ import time
 import uuid
 from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
+from itertools import takewhile
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -53,6 +56,7 @@ from aliyun_training.backends.local_node import (
     kill_processes,
     open_private,
     proc_start_time,
+    split_stamp,
     write_json_atomically,
 )
 from aliyun_training.settings import local_paths
@@ -64,6 +68,8 @@ _LAUNCH_GRACE_SECONDS = 60.0
 #: A supervisor whose heartbeat is older than this is gone (SIGKILLed, OOM-killed, host rebooted).
 _HEARTBEAT_STALE_SECONDS = 10 * HEARTBEAT_SECONDS
 _MAX_LOG_BYTES_PER_CALL = 256 * 1024
+#: One line of a node's log with its newline; a finished node's last line may have none.
+_LOG_RECORD = re.compile(rb"[^\n]*\n|[^\n]+\Z")
 
 #: What a training process needs from the worker's environment, and why. Left out on purpose, besides
 #: Airflow's settings and cloud keys: proxy variables (their URLs may carry a password) and tokens
@@ -109,6 +115,16 @@ class _NodeState(BaseModel):
     @property
     def failed(self) -> bool:
         return self.vanished or self.exit_code not in (None, 0)
+
+
+class _LogLine(NamedTuple):
+    """A line of a node's log, with when its supervisor read it."""
+
+    stamp: bytes
+    rank: int
+    #: The byte offset just after the line in the node's log: the node's cursor once it is logged.
+    end: int
+    text: str
 
 
 def _now() -> str:
@@ -350,25 +366,47 @@ class LocalBackend(OffloadedAsyncMixin):
     # -- logs ------------------------------------------------------------------------------------
 
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
-        """New complete lines of every node's log, each prefixed with the node, since ``cursor``."""
+        """New complete lines of every node's log since ``cursor``, in the order the nodes' supervisors
+        read them from their commands, each prefixed with the node (its RANK).
+
+        A read that stopped at its size bound has more lines after its last one: lines of other nodes
+        stamped later wait for the next call, so no line is logged after one that came later.
+        """
         offsets = dict(cursor or {})
-        lines: list[str] = []
-        more = False
-        for rank in range(self._job(handle)["spec"]["nodes"]):
-            key = f"node-{rank}"
-            path = self.root / handle.name / key / "log"
-            if not path.exists():
-                continue
-            with path.open("rb") as log:
-                log.seek(offsets.get(key, 0))
-                data = log.read(_MAX_LOG_BYTES_PER_CALL)
-            # A running node may be mid-line; a finished node's last line counts even without "\n".
-            node_done = (path.parent / "exit.json").exists() and len(data) < _MAX_LOG_BYTES_PER_CALL
-            complete = data if node_done else data[: data.rfind(b"\n") + 1]
-            more = more or (len(data) == _MAX_LOG_BYTES_PER_CALL and bool(complete))
-            offsets[key] = offsets.get(key, 0) + len(complete)
-            lines += [f"[{key}] {line}" for line in complete.decode(errors="replace").splitlines()]
-        return LogChunk(lines=lines, cursor=offsets, more=more)
+        ranks = range(self._job(handle)["spec"]["nodes"])
+        reads = [self._new_lines(handle, rank, offsets.get(f"node-{rank}", 0)) for rank in ranks]
+        cut = min((lines[-1].stamp for lines, truncated in reads if truncated and lines), default=None)
+        shown = [list(takewhile(lambda line: cut is None or line.stamp <= cut, lines)) for lines, _ in reads]
+        for lines in shown:
+            if lines:
+                offsets[f"node-{lines[-1].rank}"] = lines[-1].end
+        # Each node's lines keep their order; lines read at the same moment go node by node.
+        merged = heapq.merge(*shown, key=lambda line: line.stamp)
+        return LogChunk(
+            lines=[
+                f"[node-{line.rank}] {text}" for line in merged for text in line.text.splitlines() or [""]
+            ],
+            cursor=offsets,
+            more=any(truncated for _, truncated in reads),
+        )
+
+    def _new_lines(self, handle: JobHandle, rank: int, offset: int) -> tuple[list[_LogLine], bool]:
+        """Node ``rank``'s complete log lines from byte ``offset``, and whether the read stopped at
+        its size bound with more to read."""
+        path = self.root / handle.name / f"node-{rank}" / "log"
+        if not path.exists():
+            return [], False
+        with path.open("rb") as log:
+            log.seek(offset)
+            data = log.read(_MAX_LOG_BYTES_PER_CALL)
+        # A running node may be mid-line; a finished node's last line counts even without "\n".
+        node_done = (path.parent / "exit.json").exists() and len(data) < _MAX_LOG_BYTES_PER_CALL
+        complete = data if node_done else data[: data.rfind(b"\n") + 1]
+        lines = []
+        for record in _LOG_RECORD.finditer(complete):
+            stamp, text = split_stamp(record.group().rstrip(b"\n"))
+            lines.append(_LogLine(stamp, rank, offset + record.end(), text.decode(errors="replace")))
+        return lines, len(data) == _MAX_LOG_BYTES_PER_CALL and bool(complete)
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         path = self.root / handle.name / f"node-{node}" / "log"
@@ -376,7 +414,8 @@ class LocalBackend(OffloadedAsyncMixin):
             return []
         with path.open("rb") as log:
             log.seek(max(0, path.stat().st_size - 64 * 1024))
-            return log.read().decode(errors="replace").splitlines()[-lines:]
+            text = [split_stamp(line)[1] for line in log.read().split(b"\n")]
+        return b"\n".join(text).decode(errors="replace").splitlines()[-lines:]
 
     # -- stop ------------------------------------------------------------------------------------
 

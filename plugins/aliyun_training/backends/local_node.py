@@ -8,7 +8,9 @@ directory (the triggerer, a retried worker, another container on the same volume
 - ``heartbeat`` is touched every second while the command runs;
 - ``../stop_requested`` or ``../teardown_requested`` appearing makes it stop the command: SIGTERM,
   then SIGKILL to every process of the job after the grace period;
-- ``exit.json`` records the exit code and end time.
+- ``log`` holds the command's stdout and stderr, each line prefixed with the time the supervisor
+  read it (see :func:`split_stamp`), so the lines of a job's nodes merge in the order they came;
+- ``exit.json`` records the exit code and end time, once every line of the command is in ``log``.
 
 Every file it writes is ``0600`` (the job's output may print anything; only the user running the
 worker and triggerer reads it). Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
@@ -19,9 +21,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +36,33 @@ STOP_FILES = ("stop_requested", "teardown_requested")
 HEARTBEAT_SECONDS = 1.0
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
+#: How long a finished node waits for the last lines of its output before recording its exit.
+DRAIN_SECONDS = 5.0
+#: The longest line the log holds; a longer one continues on the next line.
+MAX_LINE_BYTES = 64 * 1024
+#: The stamp before each line of ``log``: UTC with microseconds, always this width, so the text of
+#: two stamps compares as their times do.
+_STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00 ")
+
+
+def split_stamp(line: bytes) -> tuple[bytes, bytes]:
+    """A ``log`` line's stamp and text; a line without one (written by an earlier supervisor, or cut
+    by a read that started mid-line) has the stamp b"", which sorts first."""
+    match = _STAMP.match(line)
+    return (line[: match.end() - 1], line[match.end() :]) if match else (b"", line)
+
+
+def stamp_lines(output: BinaryIO, log_path: Path) -> None:
+    """Copy the command's output into the log as it comes, each line prefixed with when it was read.
+
+    A line longer than ``MAX_LINE_BYTES`` (a progress bar redrawn with carriage returns for an hour)
+    is cut into lines of that size rather than held in memory until its newline.
+    """
+    with output, open_private(log_path) as log:
+        for line in iter(lambda: output.readline(MAX_LINE_BYTES), b""):
+            stamp = datetime.now(UTC).isoformat(timespec="microseconds").encode()
+            log.write(stamp + b" " + line + (b"" if line.endswith(b"\n") else b"\n"))
+            log.flush()
 
 
 def open_private(path: Path) -> BinaryIO:
@@ -85,14 +116,19 @@ def kill_processes(marker_prefix: str, signum: signal.Signals, spare: int | None
 def main(argv: list[str]) -> int:
     node_dir, grace, command = Path(argv[1]), float(argv[2]), argv[3]
     node_marker = f"{os.environ[JOB_MARKER_VAR]}\0"
-    with open_private(node_dir / "log") as log:
-        child = subprocess.Popen(
-            ["/bin/bash", "-c", command],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    output, output_end = os.pipe()
+    child = subprocess.Popen(
+        ["/bin/bash", "-c", command],
+        stdin=subprocess.DEVNULL,
+        stdout=output_end,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    os.close(output_end)
+    copier = threading.Thread(
+        target=stamp_lines, args=(os.fdopen(output, "rb"), node_dir / "log"), daemon=True
+    )
+    copier.start()
     stop_since: list[float] = []
 
     def request_stop(_signum: int = 0, _frame: object = None) -> None:
@@ -115,6 +151,8 @@ def main(argv: list[str]) -> int:
     # The command is done, but processes it started may linger (torchrun workers in their own
     # sessions): a node ends with nothing it started left behind.
     kill_processes(node_marker, signal.SIGKILL, spare=os.getpid())
+    # Their output ends with them; a process that escaped the marker must not hold the exit back.
+    copier.join(timeout=DRAIN_SECONDS)
     write_json_atomically(
         node_dir / "exit.json",
         {"exit_code": exit_code, "finished": datetime.now(UTC).isoformat(timespec="milliseconds")},

@@ -96,15 +96,14 @@ class AlibabaCloudHook(BaseHook):
 
     @classmethod
     def get_ui_field_behaviour(cls) -> dict[str, Any]:
-        return {
-            "hidden_fields": ["host", "schema", "port", "login", "password"],
-            "relabeling": {},
-            "placeholders": {
-                "extra": '{"access_key_id": "...", "access_key_secret": "...", "region": "cn-wulanchabu", '
-                '"role_arn": "acs:ram::<uid>:role/<role>", '
-                '"endpoints": {"dlc": "pai-dlc-vpc.cn-wulanchabu.aliyuncs.com"}}'
-            },
-        }
+        """The form's standard fields as ``provider_info`` declares them to Airflow, which reads them there.
+
+        Airflow 3.2+ takes the form (this and the extra fields, ``conn-fields``) from the provider's
+        metadata and no longer asks the hook; one declaration serves both.
+        """
+        from aliyun_training.provider_info import HIDDEN_FIELDS, PLACEHOLDERS
+
+        return {"hidden_fields": list(HIDDEN_FIELDS), "relabeling": {}, "placeholders": dict(PLACEHOLDERS)}
 
     # -- connection ------------------------------------------------------------------------------
 
@@ -121,9 +120,14 @@ class AlibabaCloudHook(BaseHook):
             self.load_extras(connection.extra_dejson)
 
     def load_extras(self, extras: dict[str, Any]) -> None:
-        """Validate and keep the extras; register their secrets with the masker first."""
+        """Validate and keep the extras; register their secrets with the masker first.
+
+        An extra that is null or empty counts as not set: Airflow's connection form writes every one
+        of its fields, ``null`` where the field was left empty (``"protocol": null`` means https).
+        """
         from airflow.sdk.log import mask_secret
 
+        extras = {name: value for name, value in extras.items() if value is not None and value != ""}
         for name in _SECRET_EXTRAS:
             if extras.get(name):
                 mask_secret(extras[name], name)

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
+from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, publish_artifacts
+from aliyun_training.links import RunReportLink
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
@@ -43,6 +45,7 @@ class ArtifactsOperator(BaseOperator):
     """
 
     template_fields = ("artifacts", "planned_dataset", "job_result", "dataset", "runtime", "bandwidth")
+    operator_extra_links = (RunReportLink(),)
 
     def __init__(
         self,
@@ -88,11 +91,15 @@ class ArtifactsOperator(BaseOperator):
                 runtime=runtime,
                 oss=_oss_config(plan, job),
                 bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
+                kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("Published artifacts at %s (manifest %s)", artifacts.uri, artifacts.manifest_uri)
-        self.log.info("Train loss per epoch: %s", artifacts.metrics["train_loss"])
+        RunReportLink().persist(context, _browsable(artifacts.report_uri))
+        self.log.info(
+            "Final metrics: %s", {k: v for k, v in artifacts.metrics.items() if k.startswith("final_")}
+        )
         assets = [outlet for outlet in self.outlets if isinstance(outlet, Asset)]
         if assets:
             context["outlet_events"][assets[0]].extra = {
@@ -124,3 +131,8 @@ def _first_present(candidates: Any) -> Any:
     if isinstance(candidates, list | tuple):
         return next((record for record in candidates if record), None)
     return candidates
+
+
+def _browsable(uri: str) -> str:
+    """A local report as a ``file://`` URL; an ``oss://`` one as it is (the OSS console opens it)."""
+    return uri if "://" in uri else Path(uri).as_uri()

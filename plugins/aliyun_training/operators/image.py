@@ -17,7 +17,6 @@ verdict from the job's log.
 from __future__ import annotations
 
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
@@ -102,7 +101,7 @@ class ImageBuildOperator(RemoteRunMixin, BaseOperator):
         from aliyun_training.image.registry import RegistryAuthError, image_digest
         from aliyun_training.remote import remote_run
 
-        files = build_context(Path(plan.context_dir), plan.code_dir)
+        files = build_context(plan.context_path, plan.code_dir)
         tag = image_tag(files, plan.build_args)
         if plan.tag and tag != plan.tag:
             raise SpecError(

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from aliyun_training.declaration import PipelineDeclaration
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
@@ -77,16 +78,23 @@ class RunPlanOperator(BaseOperator):
 
 
 def plan_for_task(
-    params: dict[str, Any], run_date: datetime, project_dir: str, default_environment_dir: str
+    params: dict[str, Any],
+    run_date: datetime,
+    scheduled: bool,
+    declaration: PipelineDeclaration,
+    default_environment_dir: Path,
 ) -> dict[str, Any]:
     """``configure``'s body: the run's plan as JSON for XCom; a bad value fails the task at once."""
-    from aliyun_training.plan.resolve import resolve_run
-    from aliyun_training.settings import environment_files, local_paths
+    from aliyun_training.plan.resolve import RunContext, resolve_run
+    from aliyun_training.settings import environment_directory, local_paths
 
-    environments = environment_files(Path(default_environment_dir))
     try:
         plan = resolve_run(
-            dict(params), run_date.strftime("%Y-%m-%d"), project_dir, local_paths(), environments
+            dict(params),
+            RunContext(run_date, scheduled),
+            declaration,
+            local_paths(),
+            environment_directory(default_environment_dir),
         )
     except SpecError as exc:
         # A bad setting stays bad on retry: fail at once, naming the field and the fix.

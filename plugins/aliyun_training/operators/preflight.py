@@ -1,22 +1,25 @@
 """Preflight as parallel checks plus one report: every check runs, then every finding is shown at once.
 
 Each ``PreflightCheckOperator`` runs one group of checks that applies to the run's backend and
-returns its findings without failing, so a mistake in one group never hides the others. The
-``PreflightReportOperator`` (trigger rule all_done) gathers them, logs one report with a fix for
-every finding, fails the run if anything failed, and returns the report as XCom for the run report.
+returns its findings without failing, so a mistake in one group never hides the others; a group
+that does not apply to the backend, or every group when the run asks to skip preflight, ends
+skipped with the reason. The ``PreflightReportOperator`` (trigger rule all_done) gathers them, logs
+one report with a fix for every finding and the reason of every skipped group, fails the run if
+anything failed (or no check ran because an upstream task failed), and returns the report as XCom
+for the run report.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException
+from airflow.sdk import BaseOperator, TaskInstanceState
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.backends import get_backend
-from aliyun_training.findings import Finding, PreflightReport, Verdict
+from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
 from aliyun_training.spec import Backend, TrainingJobSpec
 from aliyun_training.validation import SpecError, validate_record
@@ -32,6 +35,9 @@ CHECK_GROUPS: dict[str, tuple[Backend, ...]] = {
     "permissions": (Backend.DLC,),
     "cluster": (Backend.ARENA,),
 }
+#: XCom key of a skipped check's reason: the report shows it, and an exception's message reaches
+#: only the check's own log.
+SKIP_REASON_KEY = "skip_reason"
 
 
 class PreflightCheckOperator(BaseOperator):
@@ -42,6 +48,9 @@ class PreflightCheckOperator(BaseOperator):
     :param preflight: the run plan's ``PreflightPlan`` (templated): lingjun_regions, zone_id,
         role_name, policy_file, source_uri and target_root (local disk check).
     :param skip: skip the checks (templated, e.g. from a ``skip_preflight`` param); logs a warning.
+
+    A group that does not apply to the run's backend, or is skipped on request, raises
+    ``AirflowSkipException`` with the reason (pushed as XCom ``skip_reason`` for the report).
     """
 
     template_fields = ("job", "preflight", "skip")
@@ -74,14 +83,26 @@ class PreflightCheckOperator(BaseOperator):
                 "or permission will surface only after the job has queued or failed !!!",
                 self.group,
             )
-            return [Finding(check=self.group, verdict=Verdict.WARN, found="skipped on request").model_dump()]
-        if spec.backend not in CHECK_GROUPS[self.group]:
-            self.log.info("%s checks do not apply to backend %s", self.group, spec.backend.value)
-            return []
+            self._skip(
+                context, f"skipped on request: the run sets skip_preflight, so no {self.group} check ran"
+            )
+        backends = CHECK_GROUPS[self.group]
+        if spec.backend not in backends:
+            applies_to = " and ".join(backend.value for backend in backends)
+            self._skip(
+                context,
+                f"{self.group} checks apply to the {applies_to} backend; this run uses {spec.backend.value}",
+            )
         settings = validate_record(PreflightPlan, self.preflight).model_dump()
         findings = self._checks(spec, job.backend_config, settings)
         self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
         return [finding.model_dump(mode="json") for finding in findings]
+
+    def _skip(self, context: Context, reason: str) -> NoReturn:
+        """End the task skipped (not green: nothing was checked), leaving the reason for the report."""
+        context["ti"].xcom_push(key=SKIP_REASON_KEY, value=reason)
+        self.log.info("Not run: %s", reason)
+        raise AirflowSkipException(reason)
 
     def _checks(
         self, spec: TrainingJobSpec, backend_config: dict[str, Any], settings: dict[str, Any]
@@ -107,7 +128,13 @@ class PreflightCheckOperator(BaseOperator):
 
 
 class PreflightReportOperator(BaseOperator):
-    """Gather every check group's findings into one report; fail with it when anything failed."""
+    """Gather every check group's findings into one report; fail with it when anything failed.
+
+    A group that skipped itself (not for this backend, or skip_preflight) is listed as not applicable
+    with its reason, never as a failure. Checks that never ran because a task before them failed
+    (``configure``) fail the report naming that task; checks skipped because a task before them was
+    skipped (a dataset version that did not land) skip it, so nothing after preflight runs unchecked.
+    """
 
     template_fields = ()
 
@@ -117,9 +144,27 @@ class PreflightReportOperator(BaseOperator):
         self.check_task_ids = list(check_task_ids)
 
     def execute(self, context: Context) -> dict[str, Any]:
+        ti = context["ti"]
+        upstream = sorted(self.get_flat_relative_ids(upstream=True))
+        states = ti.get_task_states(dag_id=ti.dag_id, task_ids=upstream, run_ids=[ti.run_id]).get(
+            ti.run_id, {}
+        )
+        reasons = {
+            task_id: ti.xcom_pull(task_ids=task_id, key=SKIP_REASON_KEY)
+            for task_id in self.check_task_ids
+            if states.get(task_id) == TaskInstanceState.SKIPPED
+        }
+        if failed_before := [
+            t for t in self.check_task_ids if states.get(t) == TaskInstanceState.UPSTREAM_FAILED
+        ]:
+            raise AirflowFailException(self._never_ran(failed_before, states, TaskInstanceState.FAILED))
+        if skipped_before := [t for t, reason in reasons.items() if reason is None]:
+            raise AirflowSkipException(self._never_ran(skipped_before, states, TaskInstanceState.SKIPPED))
         findings: list[Finding] = []
         for task_id in self.check_task_ids:
-            found = context["ti"].xcom_pull(task_ids=task_id)
+            if task_id in reasons:
+                continue
+            found = ti.xcom_pull(task_ids=task_id)
             if found is None:
                 findings.append(
                     Finding(
@@ -131,7 +176,10 @@ class PreflightReportOperator(BaseOperator):
                 )
             findings.extend(Finding.model_validate(f) for f in found or [])
         report = PreflightReport(
-            findings=findings or [Finding(check="preflight", verdict=Verdict.PASS, found="-")]
+            findings=findings,
+            not_applicable=[
+                NotApplicable(check=task_id, reason=reason) for task_id, reason in reasons.items()
+            ],
         )
         self.log.info("Preflight report:\n%s", report.render())
         if report.failed:
@@ -139,6 +187,28 @@ class PreflightReportOperator(BaseOperator):
                 f"Preflight failed; fix every FAIL below and rerun:\n{report.render()}"
             )
         return report.model_dump(mode="json")
+
+    def _never_ran(self, blocked: list[str], states: dict[str, str], cause: TaskInstanceState) -> str:
+        """Why checks have nothing to report, logged: the tasks before them that ended ``cause``."""
+        causes = (
+            ", ".join(
+                t for t, state in sorted(states.items()) if state == cause and t not in self.check_task_ids
+            )
+            or "a task before them"
+        )
+        which = (
+            "No preflight check ran"
+            if len(blocked) == len(self.check_task_ids)
+            else f"The checks {', '.join(blocked)} did not run"
+        )
+        message = (
+            f"{which} because {causes} failed: read the log of {causes} for the error, fix what it names "
+            "and trigger the run again"
+            if cause is TaskInstanceState.FAILED
+            else f"{which} because {causes} was skipped (its log says why): nothing after preflight runs"
+        )
+        self.log.warning("%s", message)
+        return message
 
 
 def _guard(name: str, checks: Callable[[], list[Finding]]) -> list[Finding]:

@@ -13,7 +13,9 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training import runtime_probe
+from aliyun_training.plan.models import JobPlan
 from aliyun_training.records import BuiltImage
+from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -24,13 +26,16 @@ class LocalRuntimeOperator(BaseOperator):
 
     :param python: the training interpreter; default: the one running this task, whose directory the
         local backend puts first on the jobs' PATH.
+    :param job: the run plan's ``JobPlan`` (templated); torch is required when its command runs
+        torchrun (without a job: always), since a declared pipeline's script may need only Python.
     """
 
-    template_fields = ("python",)
+    template_fields = ("python", "job")
 
-    def __init__(self, *, python: str | None = None, **kwargs: Any) -> None:
+    def __init__(self, *, python: str | None = None, job: Any = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.python = python
+        self.job = job
 
     def execute(self, context: Context) -> dict[str, Any]:
         python = self.python or sys.executable
@@ -45,7 +50,8 @@ class LocalRuntimeOperator(BaseOperator):
             raise AirflowFailException(f"Runtime probe failed with {python}:\n{probe.stderr[-2000:]}")
         found = json.loads(probe.stdout.strip().splitlines()[-1])
         self.log.info("Training runtime %s: %s", python, found)
-        if not found["torch"]:
+        needs_torch = self.job is None or "torchrun" in validate_record(JobPlan, self.job).spec.command
+        if not found["torch"] and needs_torch:
             raise AirflowFailException(
                 f"torch is not installed in the training runtime {python} ({found.get('torch_error')}); "
                 "install it with: pip install -r requirements-training.txt"

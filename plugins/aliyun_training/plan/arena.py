@@ -34,11 +34,6 @@ def plan_run(request: PlanRequest) -> RunPlan:
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
     _check_output_pvc(env)
     staging = _staging(request, env, kubernetes, oss_connection)
-    if not staging and not env.data_pvc:
-        raise SpecError(
-            "data_pvc: the arena environment names no PVC holding the dataset (fix: set data_pvc in the "
-            "environment file arena.json, or a staging block that stages each version)"
-        )
     fixed = (
         None if staging else FixedDataset(version=version, uri=f"pvc://{env.data_pvc}", mount_path=mount_path)
     )
@@ -51,7 +46,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
                 *([DatasetMount(uri=fixed.uri, mount_path=mount_path)] if fixed else []),
                 *cloud.output_mount(env, f"pvc://{env.output_pvc}", output_root),
             ],
-            "env": {} if staging else {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+            "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
     backend_config: dict[str, Any] = {
@@ -87,7 +82,21 @@ def plan_run(request: PlanRequest) -> RunPlan:
         kaniko_home=kaniko_home,
         preflight=PreflightPlan(),
         oss_connection=oss_connection,
+        raw=_raw_on_claim(request, env),
     )
+
+
+def _raw_on_claim(request: PlanRequest, env: ArenaEnvironment) -> tuple[DatasetMount | None, str] | None:
+    """A prepare job reads the raw version on the dataset claim, as the bare-metal guide keeps it."""
+    if request.raw is None:
+        return None
+    if not env.data_pvc:
+        raise SpecError(
+            "data_pvc: on ACK the prepare stage reads raw versions from the dataset claim "
+            "(fix: set data_pvc to the claim holding <mount_path>/<version>)"
+        )
+    mount = DatasetMount(uri=f"pvc://{env.data_pvc}", mount_path=env.mount_path)
+    return mount, f"{env.mount_path.rstrip('/')}/{request.raw.version}"
 
 
 def _check_output_pvc(env: ArenaEnvironment) -> None:
@@ -115,7 +124,7 @@ def _staging(
     block = env.staging
     if not block.mode:
         return None
-    source_uri, target_root = staged_source(block, request.dataset, request.version)
+    source_uri, target_root = staged_source(block, request)
     remote: dict[str, Any] = {}
     if block.mode == "pod":
         remote = {

@@ -9,11 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment
+from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment, require_settings
 from aliyun_training.form import RunForm
 from aliyun_training.plan.models import (
     ArtifactsPlan,
-    DatasetPlan,
     ImagePlan,
     JobPlan,
     PreflightPlan,
@@ -43,6 +42,7 @@ def environment_for_run(path: Path, model: type[E], form: RunForm) -> E:
             f"backend: {form.backend.value!r} is not a backend the {model.__name__} file configures"
         )
     environment: E = loaded
+    require_settings(environment, path)
     overrides = form.overrides()
     quota = overrides.get("quota_id")
     if quota is not None:
@@ -88,6 +88,15 @@ def _check_pinned_image(image: str, environment: CloudEnvironment, environment_f
         )
 
 
+def job_env(request: PlanRequest, *, staged: bool, mount_path: str) -> dict[str, str]:
+    """The declaration's job environment, and ``DATA_DIR`` where a fixed dataset holds the version.
+
+    A staged version's ``DATA_DIR`` is its own mount, set when the stage's record is mounted.
+    """
+    fixed = {} if staged else {"DATA_DIR": f"{mount_path.rstrip('/')}/{request.version}"}
+    return {**request.job["env"], **fixed}
+
+
 def node_resources(environment: CloudEnvironment) -> dict[str, Any]:
     """Per-node resources, image and code directory, named the same in every cloud environment."""
     return {
@@ -100,24 +109,25 @@ def node_resources(environment: CloudEnvironment) -> dict[str, Any]:
     }
 
 
-def image_plan(
-    form: RunForm,
-    environment: CloudEnvironment,
-    project_dir: str,
-    inherited: dict[str, Any],
-) -> ImagePlan:
+def image_plan(request: PlanRequest, environment: CloudEnvironment, inherited: dict[str, Any]) -> ImagePlan:
     """The image stage's part: a pinned or fixed image, or a build whose settings are checked now.
 
     ``inherited`` is where a kaniko build runs (the environment's cluster), under the builder's own
     block; the modes a backend offers are its environment model's ``image_build.mode``.
     """
-    block = environment.image_build
+    form, block = request.form, environment.image_build
     mode = block.mode
     builder: dict[str, Any] = {}
     build_args = {"BASE_IMAGE": block.base_image} if block.base_image else {}
-    context_dir, code_dir = Path(project_dir, "include", "docker"), Path(project_dir, "include", "training")
+    context_dir, code_dir = request.declaration.context_dir, request.declaration.code_dir
     tag = None
     if mode and not form.image:
+        if context_dir is None:
+            raise SpecError(
+                f"image.context_dir: {request.environment.name} builds images ({mode}) but the declaration "
+                "names no build context (fix: set image.context_dir to the folder with the Dockerfile, or "
+                "pin an image)"
+            )
         if mode == "acr" and block.base_image:
             raise SpecError(
                 "image_build.base_image: ACR builds with its build rule's own BuildArgs "
@@ -137,7 +147,7 @@ def image_plan(
         pinned=form.image,
         fixed=environment.image,
         force_rebuild=form.force_rebuild,
-        context_dir=str(context_dir),
+        context_dir=str(context_dir) if context_dir else None,
         code_dir=str(code_dir),
     )
 
@@ -193,10 +203,9 @@ def output_bucket_uri(environment: CloudEnvironment) -> str | None:
     return OssLocation(location.bucket_name, location.prefix).uri
 
 
-def artifacts_plan(
-    backend: Backend, environment: CloudEnvironment, environment_file: str, oss_conn_id: str, model: str
-) -> ArtifactsPlan:
+def artifacts_plan(request: PlanRequest, environment: CloudEnvironment, oss_conn_id: str) -> ArtifactsPlan:
     """Where artifact sets go, or why nothing can be published: a setting left blank, named."""
+    backend, environment_file = request.form.backend, request.environment.name
     fixes = {
         "output_uri": "set output_uri to the OSS location mounted at output_root, e.g. oss://bucket/outputs/"
         + (", and output_pvc to the OSS-backed claim of that location" if backend == Backend.ARENA else ""),
@@ -209,8 +218,7 @@ def artifacts_plan(
         if blank
         else None
     )
-    return ArtifactsPlan(
-        model=model,
+    return request.artifacts_plan(
         artifact_root=environment.artifact_root,
         unavailable=unavailable,
         alibaba_cloud_conn_id=oss_conn_id,
@@ -235,22 +243,23 @@ def cloud_run_plan(
     kaniko_home: dict[str, Any],
     preflight: PreflightPlan,
     oss_connection: str,
+    raw: tuple[DatasetMount | None, str] | None = None,
 ) -> RunPlan:
-    """A cloud run's plan from the parts its backend decided; the rest both backends plan alike."""
+    """A cloud run's plan from the parts its backend decided; the rest both backends plan alike.
+
+    ``raw`` is where a prepare job reads the raw version (its mount, if the job needs one, and path).
+    """
+    from aliyun_training.plan.prepare import cloud_prepare_plan
+
+    prepare = cloud_prepare_plan(request, job, raw, oss_connection) if raw else None
     return RunPlan(
         backend=request.form.backend,
-        dataset=DatasetPlan(
-            name=request.dataset,
-            version=request.version,
-            source_uri=staging.source_uri if staging else None,
-            fixed=fixed,
-        ),
+        dataset=request.dataset_plan(fixed),
         job=job,
         staging=staging,
-        image=image_plan(request.form, environment, request.project_dir, kaniko_home),
+        prepare=prepare,
+        image=image_plan(request, environment, kaniko_home),
         rdma_check=rdma_check_plan(request.form, environment),
         preflight=preflight,
-        artifacts=artifacts_plan(
-            request.form.backend, environment, request.environment.name, oss_connection, request.model
-        ),
+        artifacts=artifacts_plan(request, environment, oss_connection),
     )

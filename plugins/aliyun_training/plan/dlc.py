@@ -22,10 +22,17 @@ from aliyun_training.staging.registration import PaiDatasetRegistration
 from aliyun_training.validation import SpecError
 
 DEFAULT_OUTPUT_ROOT = "/mnt/output"
+#: The actions the Lingjun guide's job role needs, which the permissions check asks RAM about.
+POLICY_FILE = Path(__file__).resolve().parents[1] / "preflight" / "dlc_role_policy.json"
 
 
 def plan_run(request: PlanRequest) -> RunPlan:
     env = cloud.environment_for_run(request.environment, DlcEnvironment, request.form)
+    if "shared_memory_gib_per_node" in request.form.overrides() and not request.form.gpus_per_node:
+        raise SpecError(
+            "backend_overrides.shared_memory_gib_per_node: DLC sets shared memory on GPU nodes only and "
+            "this run requests none, so it would be ignored (fix: leave it out, or request GPUs)"
+        )
     connection = env.connection_id or "alibaba_cloud_default"
     version, mount_path = request.version, env.dataset.mount_path
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
@@ -47,7 +54,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "priority": env.priority,
             "datasets": [*mounts, *cloud.output_mount(env, env.output_uri or "", output_root)],
             # A staged version's DATA_DIR is its own mount, set when the stage's record is mounted.
-            "env": {} if staging else {"DATA_DIR": f"{mount_path.rstrip('/')}/{version}"},
+            "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
     vpc = env.vpc
@@ -75,10 +82,24 @@ def plan_run(request: PlanRequest) -> RunPlan:
             lingjun_regions=env.lingjun_regions,
             zone_id=env.zone_id,
             role_name=env.role_name,
-            policy_file=str(Path(request.project_dir, "include", "config", "dlc_role_policy.json")),
+            policy_file=str(POLICY_FILE),
         ),
         oss_connection=connection,
+        raw=_raw_mount(request),
     )
+
+
+def _raw_mount(request: PlanRequest) -> tuple[DatasetMount | None, str] | None:
+    """A prepare job reads the raw version's OSS folder, mounted read-only."""
+    from aliyun_training.plan.prepare import RAW_MOUNT_PATH
+
+    if request.raw is None:
+        return None
+    if not request.raw.source_uri:
+        from aliyun_training.plan.staging import no_source
+
+        raise no_source()
+    return DatasetMount(uri=request.raw.source_uri, mount_path=RAW_MOUNT_PATH), RAW_MOUNT_PATH
 
 
 def _fixed_dataset(env: DlcEnvironment, version: str) -> FixedDataset:
@@ -96,7 +117,7 @@ def _staging(request: PlanRequest, env: DlcEnvironment, connection: str) -> Stag
     block = env.staging
     if not block.mode:
         return None
-    source_uri, target_root = staged_source(block, request.dataset, request.version)
+    source_uri, target_root = staged_source(block, request)
     remote: dict[str, Any] = {}
     if block.mode == "dataflow":
         remote = {

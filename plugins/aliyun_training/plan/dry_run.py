@@ -2,8 +2,9 @@
 
 The document is the same from the CLI (``python -m aliyun_training plan``) and from a DAG run with
 ``dry_run`` set: ``plan`` (the typed plan as JSON), ``requests`` (``{"service", "action", "body",
-"task"}`` per request, in the order the stages send them), ``checks`` (preflight findings, what
-staging would copy, whether the image exists; each ``null`` with a reason when not checked) and
+"task"}`` per request, in the order the stages send them), ``checks`` (the preflight report: its
+``findings`` and, under ``not_applicable``, each check group skipped with why; what staging would
+copy, whether the image exists; each ``{"skipped": reason}`` when not checked) and
 ``gpu_hour_ceiling`` (nodes x GPUs x timeout). Only reads reach a platform: listings, Describe and
 Get calls, the registry's manifest HEAD.
 """

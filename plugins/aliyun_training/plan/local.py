@@ -10,18 +10,18 @@ from __future__ import annotations
 
 from aliyun_training.environments import LocalEnvironment, load_environment
 from aliyun_training.plan.models import (
-    ArtifactsPlan,
-    DatasetPlan,
     JobPlan,
     PreflightPlan,
     RunPlan,
     StagingPlan,
 )
+from aliyun_training.plan.prepare import prepare_plan
 from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.spec import Backend, TrainingJobSpec
 
 
 def plan_run(request: PlanRequest) -> RunPlan:
+    request.form.overrides()  # the local backend reads none: any override is refused, named
     paths, version = request.paths, request.version
     environment = (
         load_environment(request.environment, Backend.LOCAL.value)
@@ -29,18 +29,19 @@ def plan_run(request: PlanRequest) -> RunPlan:
         else LocalEnvironment()
     )
     staging_root = str(paths.cpfs / "datasets" / request.dataset)
-    source_uri = f"file://{paths.object_store / request.dataset / version}/"
+    source_uri = request.chosen.source_uri or ""
     # DATA_DIR is set when the staged version is mounted (``spec.mount_staged``): where it was staged.
-    spec = TrainingJobSpec.parse({**request.job, "working_dir": request.project_dir})
+    spec = TrainingJobSpec.parse({**request.job, "working_dir": str(request.declaration.code_dir)})
+    backend_config = environment.model_dump(exclude_none=True)
     return RunPlan(
         backend=Backend.LOCAL,
-        dataset=DatasetPlan(name=request.dataset, version=version, source_uri=source_uri),
-        job=JobPlan(
-            spec=spec,
-            backend_config=environment.model_dump(exclude_none=True),
-            output_root=str(paths.outputs),
-        ),
+        dataset=request.dataset_plan(),
+        job=JobPlan(spec=spec, backend_config=backend_config, output_root=str(paths.outputs)),
         staging=StagingPlan(mode="direct", source_uri=source_uri, target_root=staging_root, version=version),
-        preflight=PreflightPlan(source_uri=source_uri, target_root=staging_root),
-        artifacts=ArtifactsPlan(model=request.model, artifact_root=str(paths.artifacts)),
+        prepare=prepare_plan(request, backend_config, lambda uri: uri.removeprefix("file://")),
+        # A version still to be prepared is about as large as the raw one it is made of.
+        preflight=PreflightPlan(
+            source_uri=(request.raw or request.chosen).source_uri, target_root=staging_root
+        ),
+        artifacts=request.artifacts_plan(artifact_root=str(paths.artifacts)),
     )

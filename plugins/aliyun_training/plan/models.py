@@ -9,6 +9,7 @@ job's spec, computed when the mount is decided. The same plan is what a dry run 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, TrainingJobSpec
 from aliyun_training.staging.registration import Registration
+from aliyun_training.validation import SpecError
 
 
 class PlanPart(BaseModel):
@@ -33,6 +35,13 @@ class DatasetPlan(PlanPart):
     source_uri: str | None = None
     #: The environment's own dataset, mounted when the run stages nothing (cloud backends).
     fixed: FixedDataset | None = None
+    #: The version a scheduled run waits for (the raw one, when prepared) up to ``wait_minutes``.
+    wait_uri: str | None = None
+    wait_minutes: Annotated[int, Field(ge=0)] = 0
+    #: ``<dataset>/<version>`` of the raw version the prepare stage converted into this one.
+    prepared_from: str | None = None
+    #: The connection an ``oss://`` source is listed through.
+    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
 
 
 class StagingPlan(PlanPart):
@@ -75,8 +84,15 @@ class ImagePlan(PlanPart):
     fixed: str | None = None
     force_rebuild: bool = False
     #: The build context (Dockerfile) and the training code copied into the image.
-    context_dir: str
+    context_dir: str | None = None
     code_dir: str | None = None
+
+    @property
+    def context_path(self) -> Path:
+        """The build context; a build is only planned with one (``plan.cloud.image_plan``)."""
+        if self.context_dir is None:
+            raise SpecError("image.context_dir: the plan builds an image without a build context")
+        return Path(self.context_dir)
 
 
 class RdmaCheckPlan(PlanPart):
@@ -116,10 +132,27 @@ class PreflightPlan(PlanPart):
     target_root: str | None = None
 
 
+class PreparePlan(PlanPart):
+    """Convert the raw version into the training version's shards, once per raw version and code."""
+
+    #: The raw version the command reads as ``RAW_DIR``.
+    raw_uri: str
+    #: Where the shards go (the training version's source); a marker there says they are complete.
+    output_uri: str
+    #: The CPU job that writes them; its spec's ``output_dir`` is ``output_uri`` as its node sees it.
+    job: JobPlan
+    #: The connection OSS locations are read and marked through.
+    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+
+
 class ArtifactsPlan(PlanPart):
     """Where the run's artifact set is published, or why it cannot be."""
 
     model: str
+    #: Files and folders of the job's output directory published besides ``metrics.json``.
+    collect: list[str] = Field(default_factory=lambda: ["checkpoints", "model.pt"])
+    #: The per-epoch series of ``metrics.json`` the report charts and tabulates.
+    report_metrics: list[str] = Field(default_factory=lambda: ["train_loss", "test_loss", "test_accuracy"])
     artifact_root: str | None = None
     #: Why this run publishes nothing (a setting left blank); the artifacts stage then skips.
     unavailable: str | None = None
@@ -134,6 +167,7 @@ class RunPlan(PlanPart):
     dataset: DatasetPlan
     job: JobPlan
     staging: StagingPlan | None = None
+    prepare: PreparePlan | None = None
     #: None on the local backend, which trains in the worker's own runtime.
     image: ImagePlan | None = None
     rdma_check: RdmaCheckPlan | None = None

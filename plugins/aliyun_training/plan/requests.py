@@ -9,7 +9,7 @@ blocks read at submit. Nothing here opens a connection or reads a secret.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
@@ -41,24 +41,42 @@ class PlannedRequest:
 
 
 def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]:
-    """The run's requests in the order its stages would send them."""
-    requests = staging_requests(plan.staging) if plan.staging else []
+    """The run's requests in the order its stages would send them.
+
+    Staging runs beside the image stages, unless a prepare job makes the version it stages: that job
+    runs in the verified image, so the order is image, prepare, staging, train.
+    """
     image = planned_image(plan.image)
-    if plan.image and plan.image.mode and not plan.image.pinned:
-        requests += build_requests(plan.image)
-    if plan.backend is not Backend.LOCAL and not (plan.image and plan.image.pinned):
-        from aliyun_training.image.jobs import verification_spec
+    images = _image_requests(plan, image, job_namer)
+    staging = staging_requests(plan.staging) if plan.staging else []
+    train = job_requests(plan.job, training_spec(plan, image), job_namer("train"), "train")
+    if plan.prepare is None:
+        return [*staging, *images, *train]
+    job = plan.prepare.job
+    spec = job.spec.model_copy(update={"image": image or job.spec.image})
+    prepare = [
+        replace(request, note=f"skipped when {plan.prepare.output_uri} is already complete (its marker)")
+        for request in job_requests(job, spec, job_namer("prepare_dataset"), "prepare_dataset")
+    ]
+    return [*images, *prepare, *staging, *train]
 
-        verify = verification_spec(plan.job.spec.model_copy(update={"image": image}))
-        requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
-        if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
-            from aliyun_training.image.jobs import bandwidth_spec
 
-            rdma = plan.rdma_check
-            spec = plan.job.spec.model_copy(update={"image": image})
-            check = bandwidth_spec(spec, device=rdma.device, gid_index=rdma.gid_index)
-            requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
-    requests += job_requests(plan.job, training_spec(plan, image), job_namer("train"), "train")
+def _image_requests(plan: RunPlan, image: str | None, job_namer: JobNamer) -> list[PlannedRequest]:
+    """The build (unless pinned or present) and the checks of the image, on a cloud backend."""
+    requests = build_requests(plan.image) if plan.image and plan.image.mode and not plan.image.pinned else []
+    if plan.backend is Backend.LOCAL or (plan.image and plan.image.pinned):
+        return requests
+    from aliyun_training.image.jobs import verification_spec
+
+    verify = verification_spec(plan.job.spec.model_copy(update={"image": image}))
+    requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
+    if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
+        from aliyun_training.image.jobs import bandwidth_spec
+
+        rdma = plan.rdma_check
+        spec = plan.job.spec.model_copy(update={"image": image})
+        check = bandwidth_spec(spec, device=rdma.device, gid_index=rdma.gid_index)
+        requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
     return requests
 
 
@@ -209,7 +227,7 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
             **image.builder,
             "destination": reference,
             "tag": image.tag,
-            "context_files": build_context(image.context_dir, image.code_dir),
+            "context_files": build_context(image.context_path, image.code_dir),
             "build_args": image.build_args,
         }
         kaniko = validate_record(KanikoSettings, config)
@@ -287,7 +305,7 @@ def job_requests(job: JobPlan, spec: TrainingJobSpec, name: str, task: str) -> l
         "env": spec.env,
         "output_dir": spec.output_dir,
     }
-    return [PlannedRequest("local", "start torchrun processes", body, task)]
+    return [PlannedRequest("local", "start processes", body, task)]
 
 
 def _create_job(job: JobPlan, spec: TrainingJobSpec, name: str) -> dict[str, Any]:

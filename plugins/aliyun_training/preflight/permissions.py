@@ -1,6 +1,6 @@
 """Does the RAM role that runs DLC jobs hold every action of the DLC default role policy? (RAM hook)
 
-The Lingjun guide lists the actions a role needs (``include/config/dlc_role_policy.json``); a role
+The Lingjun guide lists the actions a role needs (``aliyun_training/preflight/dlc_role_policy.json``); a role
 missing some fails jobs late (no network interface, no dataset mount). The check reads the role's
 attached policies and reports every required action none of them allows.
 """
@@ -58,8 +58,8 @@ def check_role_permissions(hook: RamHook, role: str, required: list[str]) -> Fin
             check="ram_role",
             verdict=Verdict.FAIL,
             found=f"RAM role {role} lacks {len(missing)} of {len(required)} actions: {', '.join(missing)}",
-            fix="attach a policy with these actions (see include/config/dlc_role_policy.json, the Lingjun "
-            "guide's AliyunPAIDLCDefaultRolePolicy)",
+            fix="attach a policy with these actions (see aliyun_training/preflight/dlc_role_policy.json, "
+            "the Lingjun guide's AliyunPAIDLCDefaultRolePolicy)",
         )
     return Finding(
         check="ram_role", verdict=Verdict.PASS, found=f"RAM role {role} allows all {len(required)} actions"

@@ -203,6 +203,19 @@ class OssObjectSource:
         self.uri = self.location.uri
         self._bucket = config.bucket(self.location.bucket, enable_crc=False)
 
+    def folders(self) -> list[str]:
+        import oss2
+
+        prefix = self.location.prefix
+        listing = oss2.ObjectIteratorV2(self._bucket, prefix=prefix, delimiter="/", max_keys=1000)
+        try:
+            return sorted(info.key[len(prefix) :].rstrip("/") for info in listing if info.is_prefix())
+        except oss2.exceptions.NoSuchBucket:
+            raise SpecError(
+                f"source_uri: bucket {self.location.bucket} does not exist "
+                "(fix: correct the bucket name or the region of the OSS endpoint)"
+            ) from None
+
     def list(self) -> list[SourceObject]:
         import oss2
 

@@ -60,6 +60,9 @@ class ObjectSource(Protocol):
     #: Whether parallel byte-range reads of one large object pay off (a remote store does).
     ranged_reads: bool
 
+    def folders(self) -> list[str]:
+        """The names of the folders directly under the prefix (a dataset's versions, for one)."""
+
     def list(self) -> list[SourceObject]:
         """Every object under the prefix, sorted by key."""
 
@@ -89,6 +92,11 @@ class LocalObjectSource:
     def __init__(self, uri: str) -> None:
         self.uri = uri
         self.root = Path(urlparse(uri).path)
+
+    def folders(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(entry.name for entry in self.root.iterdir() if entry.is_dir())
 
     def list(self) -> list[SourceObject]:
         if not self.root.is_dir():

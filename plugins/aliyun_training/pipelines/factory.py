@@ -1,0 +1,206 @@
+"""One declaration, one DAG: the whole run (preflight, staging, image, training, artifacts, dry run).
+
+Each task is a stage's operator taking its part of the run plan, which ``configure`` resolves from
+the declaration, the trigger form and the backend's environment file; ``route`` picks the branches
+of the run's backend. The declaration decides what differs between pipelines (dataset, command,
+framework, resources, backends, outputs, a prepare stage); nothing here knows any model.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.sdk import DAG, Asset, TaskGroup, task
+
+from aliyun_training.declaration import PipelineDeclaration, declare, load_declaration
+from aliyun_training.operators.artifacts import ArtifactsOperator
+from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator, RdmaBandwidthOperator
+from aliyun_training.operators.plan import RunPlanOperator
+from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
+from aliyun_training.operators.prepare import DatasetPrepareOperator
+from aliyun_training.operators.runtime import LocalRuntimeOperator
+from aliyun_training.operators.staging import DatasetStagingOperator
+from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.params import run_params
+from aliyun_training.pipelines.environments import unconfigured_backends
+from aliyun_training.sensors.dataset_version import DatasetVersionSensor
+from aliyun_training.sensors.quota import QuotaCapacitySensor
+from aliyun_training.settings import ENVIRONMENT_DIR_ENV
+
+
+def training_pipeline(
+    declaration: PipelineDeclaration | dict[str, Any] | str | Path,
+    *,
+    environment_dir: str | Path | None = None,
+    base_dir: str | Path | None = None,
+) -> DAG:
+    """The DAG of a declared pipeline.
+
+    :param declaration: a ``PipelineDeclaration``, the path of a YAML declaration, or the
+        declaration as a dict (relative paths then resolve against ``base_dir``, default: here).
+    :param environment_dir: where the backends' environment files are when the deployment does not
+        set ``ALIYUN_TRAINING_ENVIRONMENT_DIR``; default: ``config`` beside the declaration.
+    """
+    if isinstance(declaration, str | Path):
+        declaration = load_declaration(Path(declaration))
+    elif isinstance(declaration, dict):
+        declaration = declare(declaration, Path(base_dir or Path.cwd()).resolve())
+    default_dir = Path(environment_dir) if environment_dir else declaration.base_dir / "config"
+    environments = Path(os.environ.get(ENVIRONMENT_DIR_ENV) or default_dir)
+    return _build(declaration, environments)
+
+
+def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
+    settings = declaration.pipeline
+    model = Asset(name=f"{declaration.model_name}_model", uri=f"model://{declaration.model_name}")
+    with DAG(
+        dag_id=settings.dag_id,
+        description=settings.description
+        or f"Retrain {declaration.model_name} on {declaration.dataset.name}.",
+        doc_md=_doc(declaration),
+        schedule=settings.schedule,
+        start_date=pendulum.datetime(
+            settings.start_date.year, settings.start_date.month, settings.start_date.day, tz="UTC"
+        ),
+        catchup=settings.catchup,
+        max_active_runs=settings.max_active_runs,
+        dagrun_timeout=timedelta(hours=settings.dagrun_timeout_hours),
+        tags=list(dict.fromkeys([*settings.tags, "training", "aliyun"])),
+        default_args={
+            "owner": settings.owner,
+            "retries": settings.retries,
+            "retry_delay": timedelta(minutes=1),
+            "retry_exponential_backoff": True,
+        },
+        params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
+    ) as dag:
+
+        @task(multiple_outputs=True)
+        def configure(
+            params: dict[str, Any], logical_date: Any = None, dag_run: Any = None
+        ) -> dict[str, Any]:
+            """Plan and validate the whole run once; a bad value fails here, naming the field."""
+            from aliyun_training.operators.plan import plan_for_task
+
+            run_date: datetime = logical_date or dag_run.run_after
+            # The scheduler's and a backfill's runs are the logical date's; a run_type enum equals its value.
+            scheduled = getattr(dag_run, "run_type", None) in ("scheduled", "backfill")
+            return plan_for_task(params, run_date, scheduled, declaration, environment_dir)
+
+        @task.branch
+        def route(backend: str, staging: Any, prepare: Any, dry_run: bool) -> list[str]:
+            """A dry run only shows its plan; local runs stage and probe the runtime; DLC runs wait for
+            quota room; cloud runs stage when their environment configures it, else mount its dataset."""
+            if dry_run:
+                return ["show_plan"]
+            # train and publish_artifacts follow a run's records from any branch; a dry run skips them.
+            stage = (
+                ["stage_dataset", "train", "publish_artifacts"] if staging else ["train", "publish_artifacts"]
+            )
+            stage += ["prepare_dataset"] if prepare else []
+            if backend == "local":
+                return [*stage, "training_runtime"]
+            if backend == "dlc":
+                return [*stage, "build_image", "wait_for_capacity"]
+            return [*stage, "build_image"]
+
+        # configure's XComArg: each key is one part of the plan (multiple_outputs).
+        run: Any = configure()  # type: ignore[call-arg]  # Airflow fills the context arguments
+        wait_for_version = DatasetVersionSensor(task_id="wait_for_version", dataset=run["dataset"])
+        with TaskGroup("preflight") as preflight:
+            checks = [
+                PreflightCheckOperator(
+                    task_id=f"check_{group}",
+                    group=group,
+                    job=run["job"],
+                    preflight=run["preflight"],
+                    skip=run["skip_preflight"],
+                )
+                for group in CHECK_GROUPS
+            ]
+            checks >> PreflightReportOperator(
+                task_id="report", check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS]
+            )
+        show_plan = RunPlanOperator(task_id="show_plan", plan=run, report_task_id="preflight.report")
+        wait_for_capacity = QuotaCapacitySensor(
+            task_id="wait_for_capacity", job=run["job"], poke_interval=30, timeout=6 * 3600
+        )
+        stage = DatasetStagingOperator(
+            task_id="stage_dataset", staging=run["staging"], trigger_rule="none_failed_min_one_success"
+        )
+        runtime = LocalRuntimeOperator(task_id="training_runtime", job=run["job"])
+        build_image = ImageBuildOperator(task_id="build_image", build=run["image"])
+        # The image checks are jobs on the run's backend, with the run's spec and settings.
+        verify_image = ImageVerifyOperator(
+            task_id="verify_image", job=run["job"], image=build_image.output, poll_interval=10
+        )
+        check_rdma = RdmaBandwidthOperator(
+            task_id="check_rdma",
+            job=run["job"],
+            image=verify_image.output,
+            check=run["rdma_check"],
+            poll_interval=10,
+        )
+        train = TrainingJobOperator(
+            task_id="train",
+            job=run["job"],
+            dataset=stage.output,
+            image=verify_image.output,
+            poll_interval=5,
+            retries=1,
+            trigger_rule="none_failed_min_one_success",
+        )
+        # Its records come from branches of which only the backend's ran: it runs once train succeeded
+        # although the others were skipped; a failed train fails it upstream, a skipped one skips it.
+        publish = ArtifactsOperator(
+            task_id="publish_artifacts",
+            artifacts=run["artifacts"],
+            planned_dataset=run["dataset"],
+            job_result=train.output,
+            dataset=stage.output,
+            runtime=[verify_image.output, runtime.output],
+            bandwidth=check_rdma.output,
+            outlets=[model],
+            trigger_rule="none_failed_min_one_success",
+        )
+        branches = [show_plan, stage, runtime, build_image, wait_for_capacity, train, publish]
+        if declaration.dataset.prepare:
+            # On a cloud backend the prepare job runs in the verified training image.
+            prepare = DatasetPrepareOperator(
+                task_id="prepare_dataset",
+                prepare=run["prepare"],
+                image=verify_image.output,
+                poll_interval=5,
+                trigger_rule="none_failed_min_one_success",
+            )
+            branches.append(prepare)
+            verify_image >> prepare >> stage
+        wait_for_version >> preflight
+        preflight >> route(run["backend"], run["staging"], run["prepare"], run["dry_run"]) >> branches
+        build_image >> verify_image >> check_rdma
+        [stage, runtime, wait_for_capacity, check_rdma] >> train
+    return dag
+
+
+def _doc(declaration: PipelineDeclaration) -> str:
+    """The DAG's documentation: the declaration's own, then what every declared pipeline does."""
+    source = f"Declared in `{declaration.source}`." if declaration.source else ""
+    return f"""### {declaration.pipeline.description or declaration.dag_id}
+
+{source} Trains on `{declaration.dataset.name}` with `{declaration.training.framework.value}` and publishes
+the `{declaration.model_name}_model` Asset.
+
+1. **configure** — resolve the run (dataset version, job, backend settings); a bad value fails here.
+2. **wait_for_version** — a scheduled run waits (in the triggerer) for its version to land.
+3. **preflight** — parallel checks for the chosen backend, then one report with a fix for each finding.
+4. **route** — a dry run only shows its plan (`show_plan`); otherwise the backend's branches run.
+5. **prepare_dataset** (when declared) — a CPU job converts the raw version into shards, once per version.
+6. **stage_dataset** — copy the version onto CPFS (or the local disk), verified, published atomically.
+7. **build_image / verify_image / check_rdma** (cloud) or **training_runtime** (local).
+8. **train** — the distributed job, monitored while deferred; stopped when the task is killed.
+9. **publish_artifacts** — checkpoints, metrics and a run report with a manifest, announced as an Asset.
+"""

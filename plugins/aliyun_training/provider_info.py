@@ -1,0 +1,129 @@
+"""What Airflow's ProvidersManager learns about this distribution, without importing any of it.
+
+pyproject.toml registers :func:`get_provider_info` as the ``apache_airflow_provider`` entry point.
+Every Airflow process that lists providers (API server, scheduler, triggerer, workers, the CLI)
+calls it, so this module imports nothing: hooks, links and triggers are named by path and imported
+only where they are used.
+
+The ``alibaba_cloud`` connection form is declared here (``conn-fields``, ``ui-field-behaviour``),
+which is how Airflow 3.2+ reads a form: from the provider's metadata, with no hook import and no
+wtforms (Airflow 3 installs neither wtforms nor Flask-AppBuilder unless the FAB provider is
+installed). A field's name is the extra the hook reads; the form writes it unprefixed, and writes
+``null`` for a field left empty, which ``AlibabaCloudHook.load_extras`` treats as absent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+#: The distribution's name: Airflow refuses a provider whose ``package-name`` differs from it.
+PACKAGE_NAME = "aliyun-training-pipelines"
+CONNECTION_TYPE = "alibaba_cloud"
+HOOK_CLASS = "aliyun_training.hooks.alibaba_cloud.AlibabaCloudHook"
+
+_TEXT = {"type": ["string", "null"]}
+_SECRET = {"type": ["string", "null"], "format": "password"}
+
+#: The form's fields, each an extra of the connection (``hooks/alibaba_cloud.py`` documents them).
+#: ``endpoints``, ``retry`` and the timeouts are objects or rarely set, so they stay in the JSON extra.
+CONNECTION_FIELDS: dict[str, dict[str, Any]] = {
+    "access_key_id": {
+        "label": "AccessKey ID",
+        "description": "A RAM user's AccessKey ID. Empty (with the secret): the default credential chain "
+        "(environment, ECS instance role, RRSA on ACK).",
+        "schema": _TEXT,
+    },
+    "access_key_secret": {"label": "AccessKey secret", "schema": _SECRET},
+    "security_token": {
+        "label": "STS security token",
+        "description": "A fixed STS token issued with the AccessKey pair above; it cannot be renewed, "
+        "so prefer a role ARN for long runs.",
+        "schema": _SECRET,
+    },
+    "role_arn": {
+        "label": "RAM role ARN",
+        "description": "Assume this role through STS (renewed during long waits), e.g. "
+        "acs:ram::<account-id>:role/<role>.",
+        "schema": _TEXT,
+    },
+    "role_session_name": {
+        "label": "Role session name",
+        "description": "The STS session name when a role is assumed (default airflow-aliyun-training).",
+        "schema": _TEXT,
+    },
+    "region": {"label": "Region", "description": "e.g. cn-wulanchabu.", "schema": _TEXT},
+    "protocol": {
+        "label": "Protocol",
+        "description": "http only for a local emulator or a trusted VPC endpoint.",
+        "schema": {"type": "string", "enum": ["https", "http"], "default": "https"},
+    },
+}
+
+#: The standard fields the connection does not use; ``extra`` stays for ``endpoints`` and ``retry``.
+HIDDEN_FIELDS = ["host", "schema", "login", "password", "port"]
+PLACEHOLDERS = {
+    "extra": '{"endpoints": {"dlc": "pai-dlc-vpc.cn-wulanchabu.aliyuncs.com"}, '
+    '"retry": {"max_attempts": 8}, "read_timeout_ms": 10000}'
+}
+
+_HOOK_MODULES = [
+    f"aliyun_training.hooks.{name}"
+    for name in (
+        "alibaba_cloud",
+        "aiworkspace",
+        "cr",
+        "dlc",
+        "ecs",
+        "nas",
+        "oss",
+        "paistudio",
+        "ram",
+        "vpc",
+        "registry",
+        "kubernetes",
+    )
+]
+_INTEGRATION = "Alibaba Cloud training"
+
+
+def get_provider_info() -> dict[str, Any]:
+    """The provider's metadata, in the shape of Airflow's ``provider_info.schema.json``.
+
+    The version is not repeated here: Airflow reads it from the installed distribution.
+    """
+    return {
+        "package-name": PACKAGE_NAME,
+        "name": "Aliyun training pipelines",
+        "description": "Distributed GPU training pipelines on Alibaba Cloud PAI-DLC, ACK, or one machine.",
+        "integrations": [{"integration-name": _INTEGRATION, "tags": ["alibaba"]}],
+        "hooks": [{"integration-name": _INTEGRATION, "python-modules": _HOOK_MODULES}],
+        "triggers": [
+            {
+                "integration-name": _INTEGRATION,
+                "python-modules": [
+                    "aliyun_training.triggers.dataset_version",
+                    "aliyun_training.triggers.quota",
+                    "aliyun_training.triggers.remote_run",
+                    "aliyun_training.triggers.training",
+                ],
+            }
+        ],
+        "connection-types": [
+            {
+                "connection-type": CONNECTION_TYPE,
+                "hook-class-name": HOOK_CLASS,
+                "hook-name": "Alibaba Cloud",
+                "conn-fields": CONNECTION_FIELDS,
+                "ui-field-behaviour": {
+                    "hidden-fields": HIDDEN_FIELDS,
+                    "relabeling": {},
+                    "placeholders": PLACEHOLDERS,
+                },
+            }
+        ],
+        "extra-links": [
+            "aliyun_training.links.TrainingJobConsoleLink",
+            "aliyun_training.links.RunPlanLink",
+            "aliyun_training.links.RunReportLink",
+        ],
+    }

@@ -1,0 +1,166 @@
+"""Declared pipelines: the second example end to end, broken declarations, and the README's guide."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pendulum
+import pytest
+from airflow.dag_processing.dagbag import DagBag
+
+from aliyun_training.pipelines import load_pipelines, training_pipeline
+from aliyun_training.pipelines.folder import INVALID_DECLARATIONS_DAG_ID
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+DAG_FILE = PROJECT_DIR / "dags" / "training_pipelines.py"
+RAW = "2026-11-01"
+
+
+def _fast(dag):
+    for task in dag.tasks:
+        if hasattr(task, "poll_interval"):
+            task.poll_interval = 0.1
+    return dag
+
+
+def _states(run) -> dict[str, str]:
+    return {ti.task_id: ti.state for ti in run.get_task_instances()}
+
+
+@pytest.mark.slow
+def test_the_imagenet_pipeline_prepares_shards_once_stages_them_trains_and_publishes(
+    airflow_db: Path, local_root: Path
+) -> None:
+    raw = local_root / "object-store" / "imagenet" / RAW
+    generator = PROJECT_DIR / "include" / "imagenet_resnet" / "make_synthetic_raw.py"
+    subprocess.run(
+        [sys.executable, str(generator), "--out", str(raw), "--classes", "4", "--train-per-class", "40"],
+        check=True,
+    )
+    dag = _fast(DagBag(dag_folder=str(DAG_FILE)).get_dag("imagenet_resnet_retrain"))
+    conf = {"nodes": 2, "epochs": 1, "batch_size": 16, "width": 8}
+
+    first = dag.test(logical_date=pendulum.datetime(2026, 11, 2, tz="UTC"), run_conf=conf)
+    second = dag.test(logical_date=pendulum.datetime(2026, 11, 3, tz="UTC"), run_conf={**conf, "nodes": 1})
+
+    assert first.state == second.state == "success"
+    states = _states(first)
+    assert states["prepare_dataset"] == states["stage_dataset"] == states["train"] == "success"
+    (derived,) = (local_root / "object-store" / "imagenet-shards").iterdir()
+    assert derived.name.startswith(f"{RAW}."), "the derived version is named after the raw one"
+    assert sorted(p.name for p in derived.glob("*.tar"))[0] == "train-000000.tar"
+    assert (derived / "_prepared.json").is_file(), "the marker is written once the shards are complete"
+    prepared = [
+        run.get_task_instance("prepare_dataset").xcom_pull(task_ids="prepare_dataset")
+        for run in (first, second)
+    ]
+    assert [p["reused"] for p in prepared] == [False, True], "a rerun of the raw version reuses its shards"
+    manifests = sorted((local_root / "artifacts" / "resnet8" / derived.name).glob("*/manifest.json"))
+    assert len(manifests) == 2
+    manifest = json.loads(manifests[0].read_text())
+    assert manifest["metrics"]["series"] == ["train_loss", "test_loss", "train_accuracy", "test_accuracy"]
+    assert "Final train accuracy" in (manifests[0].parent / "report.html").read_text()
+    assert manifest["dataset"]["version"] == derived.name
+    link = second.get_task_instance("publish_artifacts").xcom_pull(
+        task_ids="publish_artifacts", key="run_report_url"
+    )
+    assert link in {(m.parent / "report.html").as_uri() for m in manifests}, "the task's Run report link"
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+MINIMAL = """\
+    pipeline:
+      dag_id: {dag_id}
+      schedule: "@weekly"
+    dataset:
+      name: digits
+    training:
+      code_dir: code
+      command: "python train.py --epochs {{epochs}}"
+    parameters:
+      epochs: {{type: integer, default: 2, minimum: 1, maximum: 50}}
+"""
+
+
+def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_others_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / "pipelines"
+    (folder / "code").mkdir(parents=True)
+    _write(folder, "good.yaml", MINIMAL.format(dag_id="good_retrain"))
+    broken = _write(
+        folder, "broken.yaml", MINIMAL.format(dag_id="broken_retrain").replace("name: digits", "nam: x")
+    )
+    typo = _write(
+        folder,
+        "typo.yaml",
+        MINIMAL.format(dag_id="typo_retrain").replace("--epochs {epochs}", "--epochs {epoch}"),
+    )
+    monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))
+
+    bag = DagBag(dag_folder=str(DAG_FILE))
+
+    assert "good_retrain" in bag.dag_ids
+    assert INVALID_DECLARATIONS_DAG_ID not in bag.dag_ids
+    (error,) = bag.import_errors.values()
+    assert f"pipeline declaration {broken}" in error and "dataset.name: Field required" in error
+    assert "dataset.nam: Extra inputs are not permitted" in error
+    assert f"pipeline declaration {typo}" in error and "unknown placeholders ['epoch']" in error
+
+
+def test_the_form_types_the_declared_parameters_and_refuses_a_bad_one(tmp_path: Path) -> None:
+    folder = tmp_path / "pipelines"
+    (folder / "code").mkdir(parents=True)
+    dag = training_pipeline(_write(folder, "p.yaml", MINIMAL.format(dag_id="p")))
+    declaration_param = dag.params.get_param("epochs")
+
+    assert declaration_param.schema == {"type": "integer", "minimum": 1, "maximum": 50, "title": "Epochs"}
+    assert "framework" not in dag.params, "a pipeline offering one framework has no choice to make"
+    with pytest.raises(Exception, match="50"):
+        declaration_param.resolve(51)
+
+
+def _guide_dag():
+    return _fast(DagBag(dag_folder=str(DAG_FILE)).get_dag("digits_retrain"))
+
+
+@pytest.mark.slow
+def test_the_readme_guide_adds_a_model_and_trains_it_locally(
+    airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The README's "Add your own model", literally: a declaration, a script, a dry run, a local run."""
+    folder = tmp_path / "pipelines"
+    guide = (PROJECT_DIR / "README.md").read_text()
+    declaration = guide.split("<!-- guide:declaration -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    script = guide.split("<!-- guide:train.py -->\n```python\n", 1)[1].split("```", 1)[0]
+    _write(folder, "digits.yaml", declaration)
+    _write(folder / "digits", "train.py", script)
+    version = local_root / "object-store" / "digits" / "v1"
+    version.mkdir(parents=True)
+    (version / "samples.txt").write_text("\n".join(str(i) for i in range(100)))
+
+    assert list(load_pipelines(folder)) == ["digits_retrain"]
+    monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))
+    dry = _guide_dag().test(
+        logical_date=pendulum.datetime(2026, 11, 22, tz="UTC"), run_conf={"dry_run": True}
+    )
+    run = _guide_dag().test(logical_date=pendulum.datetime(2026, 11, 23, tz="UTC"), run_conf={"nodes": 2})
+
+    assert dry.state == "success" and _states(dry)["train"] == "skipped", _states(dry)
+    assert list((local_root / "dry-runs" / "digits").glob("*/plan.json"))
+    assert run.state == "success", _states(run)
+    (manifest_path,) = (local_root / "artifacts" / "digits" / "v1").glob("*/manifest.json")
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["dataset"]["version"] == "v1", "an empty version is the newest in the source"
+    assert manifest["metrics"]["epochs"] == 3
+    assert manifest["metrics"]["final_train_loss"] < manifest["metrics"]["train_loss"][0]

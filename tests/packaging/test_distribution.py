@@ -1,0 +1,192 @@
+"""The wheel: what it holds, and that Airflow finds the provider in it once it is installed.
+
+The slow test builds the wheel from a copy of the sources (an in-tree build would leave build/ and
+an egg-info behind), installs it with its own dependencies only (Airflow, pinned by constraints.txt,
+from uv's cache) into a fresh virtual environment, and asks Airflow's ProvidersManager there, in a
+process that has neither plugins/ nor this project's environment variables.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.provider_info import get_provider_info
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+PACKAGE_DIR = PROJECT_DIR / "plugins" / "aliyun_training"
+UV = Path(sys.executable).parent / "uv"
+ENTRY_POINT = "provider_info = aliyun_training.provider_info:get_provider_info"
+PROVIDER = "aliyun-training-pipelines"
+
+#: What the installed provider must give Airflow, run by the fresh environment's Python. Each check
+#: is an ``assert``; a later one can be appended below the last.
+INSTALLED_PROVIDER_CHECKS = """
+import aliyun_training
+from airflow.providers_manager import ProvidersManager
+
+assert "site-packages" in aliyun_training.__file__, aliyun_training.__file__
+manager = ProvidersManager()
+assert "aliyun-training-pipelines" in manager.providers, sorted(manager.providers)
+
+hooks = {m.connection_type: m.hook_class_name for m in manager.iter_connection_type_hook_ui_metadata()}
+assert hooks.get("alibaba_cloud") == "aliyun_training.hooks.alibaba_cloud.AlibabaCloudHook", hooks
+
+links = set(manager.extra_links_class_names)
+assert {"aliyun_training.links.TrainingJobConsoleLink", "aliyun_training.links.RunPlanLink"} <= links, links
+
+widgets = {key for key in manager.connection_form_widgets if key.startswith("extra__alibaba_cloud__")}
+fields = {"access_key_id", "access_key_secret", "security_token", "role_arn", "role_session_name", "region",
+          "protocol"}
+assert widgets == {f"extra__alibaba_cloud__{name}" for name in fields}, widgets
+assert manager.field_behaviours["alibaba_cloud"]["hidden_fields"], manager.field_behaviours["alibaba_cloud"]
+
+triggers = {t.trigger_class_name for t in manager.trigger if t.package_name == "aliyun-training-pipelines"}
+assert "aliyun_training.triggers.training" in triggers, triggers
+
+from aliyun_training.pipelines import load_pipelines, training_pipeline  # the DAG factory imports
+"""
+
+#: The README's guide, run by the fresh environment: the DAG file loads the folder, dag.test runs it.
+GUIDE_DAG_FILE = """
+\"\"\"The Airflow DAG file of the guide's pipelines (Airflow parses files that name airflow and DAG).\"\"\"
+import os
+from aliyun_training.pipelines import load_pipelines
+
+globals().update(load_pipelines(os.environ["ALIYUN_TRAINING_PIPELINES_DIR"]))
+"""
+
+
+def test_provider_info_imports_only_the_standard_library() -> None:
+    """Every Airflow process calls get_provider_info; it must not import Airflow, an SDK or the package."""
+    tree = ast.parse((PACKAGE_DIR / "provider_info.py").read_text())
+    imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
+    imported |= {node.module or "" for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
+    assert {name.split(".")[0] for name in imported} <= sys.stdlib_module_names | {"__future__"}
+
+
+def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
+    """A new hook, trigger or link module is registered, or deliberately left out here."""
+    info = get_provider_info()
+    (hooks,) = (entry["python-modules"] for entry in info["hooks"])
+    (triggers,) = (entry["python-modules"] for entry in info["triggers"])
+    assert set(hooks) == _modules("hooks", helpers={"paging", "retry", "credentials"})
+    assert set(triggers) == _modules("triggers", helpers={"base"})  # base: the abstract PollingTrigger
+    tree = ast.parse((PACKAGE_DIR / "links.py").read_text())
+    link_bases = {"BaseOperatorLink", "_StoredUrlLink"}
+    links = {
+        f"aliyun_training.links.{node.name}"
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and not node.name.startswith("_")
+        and any(ast.unparse(base) in link_bases for base in node.bases)
+    }
+    assert set(info["extra-links"]) == links
+
+
+@pytest.mark.slow
+def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path)
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+        (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
+        assert f"[apache_airflow_provider]\n{ENTRY_POINT}\n" in archive.read(entry_points).decode()
+    packaged = {name for name in names if name.startswith("aliyun_training/")}
+    assert "aliyun_training/provider_info.py" in packaged
+    assert packaged == _package_files(), "every file of the package, and only those"
+
+    python = _install(wheel, tmp_path / "venv")
+    work = tmp_path / "work"
+    work.mkdir()
+    guide = _write_guide(tmp_path / "guide")
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name != "PYTHONPATH" and not name.startswith(("AIRFLOW", "ALIYUN_TRAINING", "PYTEST"))
+    }
+    # Set before the first Airflow command, which writes airflow.cfg (its DAG bundle) from them.
+    env |= {
+        "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(guide),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "ALIYUN_TRAINING_PIPELINES_DIR": str(guide / "pipelines"),
+        "ALIYUN_TRAINING_LOCAL_ROOT": str(guide),
+    }
+    checks = subprocess.run(
+        [str(python), "-c", INSTALLED_PROVIDER_CHECKS], cwd=work, env=env, capture_output=True, text=True
+    )
+    assert checks.returncode == 0, checks.stderr[-4000:]
+
+    _run(python.parent / "airflow", "db", "migrate", env=env)
+    _run(python.parent / "airflow", "dags", "test", "digits_retrain", env=env)
+    (manifest,) = (guide / "artifacts" / "digits" / "v1").glob("*/manifest.json")
+    assert json.loads(manifest.read_text())["metrics"]["epochs"] == 3
+
+
+def _write_guide(root: Path) -> Path:
+    """The README guide's declaration, script and a version, and a DAG file loading the folder."""
+    readme = (PROJECT_DIR / "README.md").read_text()
+    declaration = readme.split("<!-- guide:declaration -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    script = readme.split("<!-- guide:train.py -->\n```python\n", 1)[1].split("```", 1)[0]
+    (root / "pipelines" / "digits").mkdir(parents=True)
+    (root / "pipelines" / "digits.yaml").write_text(declaration)
+    (root / "pipelines" / "digits" / "train.py").write_text(script)
+    version = root / "object-store" / "digits" / "v1"
+    version.mkdir(parents=True)
+    (version / "samples.txt").write_text("1 2 3")
+    (root / "dag.py").write_text(GUIDE_DAG_FILE)
+    return root
+
+
+def _build_wheel(tmp_path: Path) -> Path:
+    source = tmp_path / "source"
+    shutil.copytree(PACKAGE_DIR, source / "plugins" / "aliyun_training", ignore=_ignored)
+    shutil.copy2(PROJECT_DIR / "pyproject.toml", source)
+    dist = tmp_path / "dist"
+    _run(UV, "build", "--wheel", "--python", sys.executable, "--out-dir", dist, source)
+    (wheel,) = dist.glob("*.whl")
+    version = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["version"]
+    assert wheel.name == f"{PROVIDER.replace('-', '_')}-{version}-py3-none-any.whl"
+    return wheel
+
+
+def _install(wheel: Path, venv: Path) -> Path:
+    _run(UV, "venv", "--quiet", "--python", sys.executable, venv)
+    python = venv / "bin" / "python"
+    _run(UV, "pip", "install", "--quiet", "--python", python, wheel, "-c", PROJECT_DIR / "constraints.txt")
+    return python
+
+
+def _modules(subpackage: str, helpers: set[str]) -> set[str]:
+    """The dotted names of the subpackage's modules, less ``__init__`` and the named ``helpers``."""
+    names = {path.stem for path in (PACKAGE_DIR / subpackage).glob("*.py")} - {"__init__", *helpers}
+    return {f"aliyun_training.{subpackage}.{name}" for name in names}
+
+
+def _package_files() -> set[str]:
+    """The package's files as the wheel names them, less bytecode."""
+    return {
+        f"aliyun_training/{path.relative_to(PACKAGE_DIR).as_posix()}"
+        for path in PACKAGE_DIR.rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+    }
+
+
+def _ignored(directory: str, names: list[str]) -> set[str]:
+    return {name for name in names if name == "__pycache__" or name.endswith(".pyc")}
+
+
+def _run(*command: str | Path, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(
+        [str(part) for part in command], capture_output=True, text=True, timeout=300, env=env
+    )
+    assert result.returncode == 0, f"{command[1]}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"
