@@ -389,9 +389,6 @@ class PipelineDeclaration(_Block):
     def context_dir(self) -> Path | None:
         return (self.base_dir / self.image.context_dir).resolve() if self.image.context_dir else None
 
-    def parameter_defaults(self) -> dict[str, Any]:
-        return {name: parameter.default for name, parameter in self.parameters.items()}
-
     def parse_parameters(self, values: dict[str, Any]) -> dict[str, Any]:
         """The form's values of this pipeline's parameters, typed; SpecError names each bad one.
 

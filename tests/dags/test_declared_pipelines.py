@@ -45,7 +45,7 @@ def test_the_imagenet_pipeline_prepares_shards_once_stages_them_trains_and_publi
         check=True,
     )
     dag = _fast(DagBag(dag_folder=str(DAG_FILE)).get_dag("imagenet_resnet_retrain"))
-    conf = {"nodes": 2, "epochs": 1, "batch_size": 16, "width": 8}
+    conf = {"nodes": 1, "epochs": 1, "batch_size": 16, "width": 8}  # two nodes: the CIFAR-10 runs
 
     first = dag.test(logical_date=pendulum.datetime(2026, 11, 2, tz="UTC"), run_conf=conf)
 
