@@ -80,6 +80,21 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         yield Cloud(network, studio, ram, dlc, oss, ids)
 
 
+@contextlib.contextmanager
+def emulated_oss(
+    monkeypatch: pytest.MonkeyPatch, access_key_id: str = AK, secret: str = SK, bucket: str = BUCKET
+) -> Iterator[OssEmulator]:
+    """An OSS emulator holding ``bucket``, reached through ``alibaba_cloud_default``; it must end
+    without an error of its own."""
+    with OssEmulator({access_key_id: secret}, region=REGION) as emulator:
+        emulator.create_bucket(bucket)
+        use_alibaba_connection(
+            monkeypatch, {"oss": emulator.endpoint.removeprefix("http://")}, access_key_id, secret
+        )
+        yield emulator
+        assert emulator.internal_errors == []
+
+
 def use_alibaba_connection(
     monkeypatch: pytest.MonkeyPatch,
     endpoints: dict[str, str],

@@ -12,7 +12,7 @@ from aliyun_training.form import parse_form
 from aliyun_training.plan.resolve import RunContext, choose_version
 from aliyun_training.staging.versions import is_prepared, mark_prepared, source_versions, version_landed
 from aliyun_training.validation import SpecError
-from fakes.cloud import AK, BUCKET, REGION, SK, use_alibaba_connection
+from fakes.cloud import BUCKET, emulated_oss
 from fakes.environment_files import cifar10
 from fakes.oss import OssEmulator
 
@@ -22,11 +22,8 @@ CONNECTION = "alibaba_cloud_default"
 
 @pytest.fixture
 def oss(monkeypatch: pytest.MonkeyPatch) -> Iterator[OssEmulator]:
-    with OssEmulator({AK: SK}, region=REGION) as emulator:
-        emulator.create_bucket(BUCKET)
-        use_alibaba_connection(monkeypatch, {"oss": emulator.endpoint.removeprefix("http://")}, AK, SK)
+    with emulated_oss(monkeypatch) as emulator:
         yield emulator
-        assert emulator.internal_errors == []
 
 
 def test_versions_are_the_folders_under_the_template_listed_over_more_than_one_page(oss) -> None:
@@ -128,3 +125,9 @@ def test_a_version_that_never_lands_skips_the_run_naming_it(tmp_path: Path) -> N
         AirflowSkipException, match=r"version 2026-11-29 of cifar10 did not land .* within 5 minutes"
     ):
         sensor.resume_execution("execute_complete", {}, {})
+
+
+def test_a_missing_bucket_is_an_error_not_a_version_still_to_land(oss) -> None:
+    with pytest.raises(SpecError, match="bucket no-such-bucket does not exist"):
+        version_landed("oss://no-such-bucket/datasets/cifar10/v1/", CONNECTION)
+    assert not version_landed(f"oss://{BUCKET}/datasets/cifar10/v1/", CONNECTION), "an empty prefix"

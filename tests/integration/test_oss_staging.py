@@ -28,7 +28,7 @@ from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingE
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
 from aliyun_training.staging.sources import open_source
 from aliyun_training.validation import SpecError
-from fakes.cloud import use_alibaba_connection
+from fakes.cloud import emulated_oss
 from fakes.oss import OssEmulator, crc64
 
 AK, SK = "LTAI-staging", "staging-secret-value"
@@ -54,11 +54,8 @@ def small_parts(monkeypatch: pytest.MonkeyPatch) -> None:
 
 @pytest.fixture
 def oss(monkeypatch: pytest.MonkeyPatch) -> Iterator[OssEmulator]:
-    with OssEmulator({AK: SK}, region=REGION) as emulator:
-        emulator.create_bucket(BUCKET)
-        use_alibaba_connection(monkeypatch, {"oss": emulator.endpoint.removeprefix("http://")}, AK, SK)
+    with emulated_oss(monkeypatch, AK, SK, BUCKET) as emulator:
         yield emulator
-        assert emulator.internal_errors == []
 
 
 def put_version(oss: OssEmulator, version: str, files: dict[str, bytes] | None = None) -> str:

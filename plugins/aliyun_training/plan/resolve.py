@@ -13,6 +13,7 @@ only what ``RunOverrides`` allows and pin an image of the environment's own repo
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -119,9 +120,9 @@ class PlanRequest:
             model=self.model, collect=declared.collect, report_metrics=declared.report_metrics, **settings
         )
 
-    @property
+    @functools.cached_property
     def job(self) -> dict[str, Any]:
-        """The job settings every backend takes from the declaration and the form."""
+        """The job settings every backend takes from the declaration and the form (rendered once)."""
         form, framework = self.form, self.framework
         procs = max(form.gpus_per_node, 1)
         return {

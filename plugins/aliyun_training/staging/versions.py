@@ -8,9 +8,13 @@ the template's part before ``{version}``, read with one delimited listing.
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.staging.sources import SourceObject
 
 _NUMBER = re.compile(r"(\d+)")
 
@@ -52,15 +56,18 @@ def missing_version(dataset: str, version: str, versions: list[str], folder: str
 
 def version_landed(source_uri: str, alibaba_cloud_conn_id: str) -> bool:
     """Whether the version's folder holds any object yet (a missing folder has not landed)."""
-    from aliyun_training.staging.sources import open_connected_source
+    return bool(_listing(source_uri, alibaba_cloud_conn_id))
+
+
+def _listing(source_uri: str, alibaba_cloud_conn_id: str) -> list[SourceObject]:
+    """The objects of a version's folder; none for a local folder that does not exist yet (an OSS
+    prefix without objects lists empty, and a missing bucket stays an error)."""
+    from aliyun_training.staging.sources import LocalObjectSource, open_connected_source
 
     source = open_connected_source(source_uri, alibaba_cloud_conn_id)
-    try:
-        return bool(source.list())
-    except SpecError as exc:
-        if "does not exist" in str(exc):
-            return False
-        raise
+    if isinstance(source, LocalObjectSource) and not source.root.is_dir():
+        return []
+    return source.list()
 
 
 #: Written into a derived version's folder once its prepare job succeeded; a folder without it is
@@ -70,12 +77,7 @@ PREPARED_MARKER = "_prepared.json"
 
 def is_prepared(output_uri: str, alibaba_cloud_conn_id: str) -> bool:
     """Whether a prepare job finished writing ``output_uri`` (its marker is there)."""
-    from aliyun_training.staging.sources import open_connected_source
-
-    if not version_landed(output_uri, alibaba_cloud_conn_id):
-        return False
-    listed = open_connected_source(output_uri, alibaba_cloud_conn_id).list()
-    return any(obj.key == PREPARED_MARKER for obj in listed)
+    return any(obj.key == PREPARED_MARKER for obj in _listing(output_uri, alibaba_cloud_conn_id))
 
 
 def mark_prepared(output_uri: str, alibaba_cloud_conn_id: str, record: dict[str, object]) -> None:
