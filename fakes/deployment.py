@@ -287,6 +287,12 @@ class Deployment:
     def unpause(self, dag_id: str) -> None:
         self.ok("PATCH", f"/dags/{dag_id}", json={"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        self.ok("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
+
+    def delete_run(self, dag_id: str, run_id: str) -> None:
+        self.ok("DELETE", f"/dags/{dag_id}/dagRuns/{run_id}")
+
     def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str) -> str:
         body = {"conf": conf, "logical_date": logical_date}
         return self.ok("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]

@@ -20,6 +20,15 @@ Decisions where the service's behaviour is not documented (keep them in mind whe
   fuzzy match"); a caller that needs one exact name filters the answer itself.
 - Unknown JobId / PodId answer 404 ``JobNotFound`` / ``PodNotFound``.
 - GetJobEvents returns the first MaxEventsNum events of the script (events carry no times here).
+- StopJob turns a job that has not ended Stopping for ``stopping_seconds``, then Stopped, with no
+  ReasonCode; stopping a stopping or ended job changes nothing.
+- SubStatus (the job's and its pods') is reported only once the job reached its scripted final
+  status, and only where the script sets it: the docstrings give examples and a pod's values
+  (Normal, Evicted), not when the field is present.
+- ListJobs' Status, WorkspaceId, JobType and ResourceId filters match one value exactly (the
+  docstrings list single values and no way to ask for several).
+- The create body's Settings, Tags included, are echoed as sent by GetJob and ListJobs (both
+  models carry JobSettings, whose Tags are "The custom tags").
 - Refusals of bodies the service would not run (the codes are not documented): 400
   ``InvalidParameter`` naming the parameter, like the emulator's other refusals.
 
@@ -150,9 +159,11 @@ class JobScript:
     """How a job behaves: (status, seconds) phases from creation, then the final status.
 
     ``reason_code``/``reason_message`` are reported once the final status is reached (meant for
-    Failed). ``sanity_check_results`` is returned as is by ListJobSanityCheckResults, in wire
-    shape: a list of check rounds, each a list of ``{CheckNumber, Phase, Status, Message,
-    StartedAt, FinishedAt}``.
+    Failed), and so are ``sub_status`` (the job's SubStatus, "such as the preemption retry
+    status") and ``pod_sub_status`` (a pod's SubStatus, "Normal" or "Evicted", keyed by the pod's
+    ``<role lower-cased>-<index>``; GetJob's docstrings). ``sanity_check_results`` is returned as
+    is by ListJobSanityCheckResults, in wire shape: a list of check rounds, each a list of
+    ``{CheckNumber, Phase, Status, Message, StartedAt, FinishedAt}``.
     """
 
     phases: list[tuple[str, float]] = field(
@@ -166,6 +177,8 @@ class JobScript:
     final: str = "Succeeded"
     reason_code: str = ""
     reason_message: str = ""
+    sub_status: str = ""
+    pod_sub_status: dict[str, str] = field(default_factory=dict)
     log_lines: list[str] = field(
         default_factory=lambda: [
             "Starting training: WORLD_SIZE=2 RANK=0",
@@ -519,7 +532,8 @@ def _status_fields(job: EmulatedJob, spans: list[Span], now: float) -> dict[str,
     first = {s.status: s.start for s in reversed(spans)}
     finished = current.status in TERMINAL_STATUSES
     reason = {}
-    if finished and current.status == job.script.final and job.script.reason_code:
+    final = finished and current.status == job.script.final
+    if final and job.script.reason_code:
         reason = {"ReasonCode": job.script.reason_code, "ReasonMessage": job.script.reason_message}
     history = [_history_entry(s, now, reason if s is current else {}) for s in spans]
     times = {
@@ -534,6 +548,7 @@ def _status_fields(job: EmulatedJob, spans: list[Span], now: float) -> dict[str,
     return {
         "Status": current.status,
         **reason,
+        **({"SubStatus": job.script.sub_status} if final and job.script.sub_status else {}),
         "StatusHistory": history,
         **{key: iso_utc(value) for key, value in times.items() if value is not None},
         "Duration": int((current.start if finished else now) - job.created_at),
@@ -569,6 +584,9 @@ def _pods(job: EmulatedJob, spans: list[Span]) -> list[dict[str, Any]]:
             pod["GmtStartTime"] = iso_utc(running.start)
         if current.status in TERMINAL_STATUSES:
             pod["GmtFinishTime"] = iso_utc(current.start)
+        sub_status = job.script.pod_sub_status.get(pod_id.removeprefix(f"{job.job_id}-"))
+        if sub_status and current.status == job.script.final:
+            pod["SubStatus"] = sub_status
         pods.append(pod)
     return pods
 

@@ -1,5 +1,6 @@
-"""A Kubernetes connection pointed at the Kubernetes API fake, for the tests that drive the cncf hooks;
-and ``arena delete`` as arena runs it, to prove jobs this project submits are arena's to delete."""
+"""A Kubernetes connection pointed at the Kubernetes API fake, for the tests that drive the cncf hooks
+(with the kubeconfig's token, a token file, or an exec plugin); and ``arena delete`` as arena runs
+it, to prove jobs this project submits are arena's to delete."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ from fakes.kubernetes_fake import KubernetesFake
 
 NS = "training"
 CONN_ID = "kubernetes_default"
+#: The ExecCredential version the exec plugins here speak (client.authentication.k8s.io, the
+#: version both Python clients accept without an ``interactiveMode``).
+EXEC_API_VERSION = "client.authentication.k8s.io/v1beta1"
 
 
 @contextmanager
@@ -27,15 +31,18 @@ def kubernetes_fake(
     clock: ManualClock | None = None,
     *,
     conn_id: str = CONN_ID,
+    user: dict[str, Any] | None = None,
 ) -> Iterator[KubernetesFake]:
-    """A KubernetesFake (on ``clock``, where given) that connection ``conn_id`` points at, namespace NS.
+    """A KubernetesFake (on ``clock``, where given) that connection ``conn_id`` points at, namespace NS,
+    authenticating as ``user`` (a kubeconfig user, e.g. :func:`token_file_user`) or with the fake's
+    own token.
 
     On leaving, the fake must have answered every request without an internal error.
     """
     with KubernetesFake() as server:
         if clock is not None:
             server.clock = clock
-        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml")
+        kubeconfig = server.write_kubeconfig(tmp_path / "kubeconfig.yaml", user)
         extra = {"kube_config_path": str(kubeconfig), "namespace": NS}
         monkeypatch.setenv(
             f"AIRFLOW_CONN_{conn_id.upper()}", json.dumps({"conn_type": "kubernetes", "extra": extra})
@@ -44,6 +51,21 @@ def kubernetes_fake(
         monkeypatch.setattr(client.Configuration, "_default", client.Configuration._default)
         yield server
         assert server.internal_errors == []
+
+
+def token_file_user(path: Path, token: str) -> dict[str, Any]:
+    """A kubeconfig user reading its bearer token from ``path`` (``tokenFile``), as a projected
+    service-account token is read; ``token`` is written there (call again to rotate it)."""
+    path.write_text(token)
+    return {"tokenFile": str(path)}
+
+
+def exec_user(path: Path, token: str) -> dict[str, Any]:
+    """A kubeconfig user whose exec plugin prints the ExecCredential in ``path`` (``cat``), which
+    names ``token`` (call again to have the plugin hand out another)."""
+    credential = {"apiVersion": EXEC_API_VERSION, "kind": "ExecCredential", "status": {"token": token}}
+    path.write_text(json.dumps(credential))
+    return {"exec": {"apiVersion": EXEC_API_VERSION, "command": "cat", "args": [str(path)]}}
 
 
 def core(conn_id: str = CONN_ID) -> client.CoreV1Api:

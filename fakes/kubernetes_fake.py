@@ -24,6 +24,17 @@ prefix, except where the operators' own code decides the outcome:
 
 Lists honour ``limit``/``continue`` (no default page size, as Kubernetes).
 
+Deletion is the API server's and the garbage collector's: a pod that is scheduled and not yet
+Succeeded or Failed is deleted gracefully (deletionTimestamp set, Terminating for as long as its
+containers take to stop: the script's ``stop_seconds``, at most the grace period), an object with
+finalizers waits for them, foreground propagation holds the owner (``foregroundDeletion``) until
+its blocking dependents are gone, and background propagation deletes it at once and its dependents
+after. The operators reconcile no job being deleted.
+
+Bearer tokens: the kubeconfig's token is accepted for good; :meth:`KubernetesFake.issue_token`
+adds tokens that expire on :attr:`KubernetesFake.clock`, after which they are answered 401, as a
+rotated service-account token or an exec plugin's token is.
+
 A container whose env takes a value from a missing Secret or key (``secretKeyRef``, not optional)
 waits in CreateContainerConfigError, as the kubelet leaves it, until the Secret has the key. A pod
 with a ConfigMap or Secret volume (not optional) whose object or ``items`` key is missing stays
@@ -73,14 +84,43 @@ LABEL_JOB_ROLE = "training.kubeflow.org/job-role"
 LABEL_OPERATOR = "training.kubeflow.org/operator-name"
 
 #: Outcomes a script can end in; the stuck ones never leave the Created (pending) stage.
-OUTCOMES = frozenset({"Succeeded", "Failed", "ExitCode", "OOMKilled", "ImagePullBackOff", "Unschedulable"})
-STUCK_OUTCOMES = frozenset({"ImagePullBackOff", "Unschedulable"})
+OUTCOMES = frozenset(
+    {
+        "Succeeded",
+        "Failed",
+        "ExitCode",
+        "OOMKilled",
+        "Evicted",
+        "ImagePullBackOff",
+        "Unschedulable",
+        "FailedMount",
+    }
+)
+STUCK_OUTCOMES = frozenset({"ImagePullBackOff", "Unschedulable", "FailedMount"})
 #: Container termination (reason, exit code) per failing outcome; None: the script's exit_code.
+#: An evicted pod's containers are killed (SIGKILL: 137; the reason "Error" is unverified).
 FAILURES: dict[str, tuple[str, int | None]] = {
     "Failed": ("Error", None),
     "ExitCode": ("Error", None),
     "OOMKilled": ("OOMKilled", 137),
+    "Evicted": ("Error", 137),
 }
+#: The kubelet's node-pressure eviction (pkg/kubelet/eviction: the pod's status reason "Evicted",
+#: its message built from "The node was low on resource: %v. " and "Threshold quantity: %v,
+#: available: %v. "), which also adds the DisruptionTarget condition with reason TerminationByKubelet
+#: ("Pod disruption conditions", Kubernetes docs).
+EVICTED_REASON = "Evicted"
+DEFAULT_EVICTION_MESSAGE = (
+    "The node was low on resource: memory. Threshold quantity: 100Mi, available: 51200Ki. "
+)
+DISRUPTION_TARGET = "DisruptionTarget"
+TERMINATION_BY_KUBELET = "TerminationByKubelet"
+#: The CSI driver's error in the kubelet's FailedMount event of a "FailedMount" script (unverified wording).
+DEFAULT_MOUNT_ERROR = "rpc error: code = Internal desc = mount failed: exit status 32"
+#: The API server's default ``terminationGracePeriodSeconds`` of a pod (core/v1 defaults).
+DEFAULT_GRACE_SECONDS = 30
+#: The finalizer foreground cascading deletion puts on the owner until its blocking dependents are gone.
+FOREGROUND_FINALIZER = "foregroundDeletion"
 #: The kubelet's FallbackToLogsOnError tail: at most this many lines and bytes of the log.
 FALLBACK_LOG_LINES = 80
 FALLBACK_LOG_BYTES = 2048
@@ -442,6 +482,13 @@ class TrainingScript:
     condition's message, the scheduler's message (Unschedulable) or the pull error (ImagePullBackOff).
     ``termination_message`` is what each container wrote to its termination log (e.g. kaniko's
     ``--digest-file=/dev/termination-log``), reported in its terminated state's ``message``.
+
+    "Evicted" fails the pod as the kubelet's node-pressure eviction does (phase Failed, reason
+    Evicted, the DisruptionTarget condition; ``message`` replaces the eviction message).
+    "FailedMount" keeps the pods ContainerCreating: the kubelet cannot mount their first volume
+    (its FailedMount Warning names the CSI error, ``message`` when set).
+    ``stop_seconds`` is how long the containers take to exit once the kubelet stops them for a
+    deletion: a deleted pod stays (Terminating) that long, at most its grace period.
     """
 
     phases: list[tuple[str, float]] = field(default_factory=lambda: [("Created", 0.05), ("Running", 0.5)])
@@ -459,6 +506,7 @@ class TrainingScript:
     )
     message: str = ""
     termination_message: str = ""
+    stop_seconds: float = 0.0
 
     def __post_init__(self) -> None:
         stages = [stage for stage, _ in self.phases]
@@ -1292,14 +1340,23 @@ def _pod_status(pod: dict[str, Any], run: _Run, now: float, failing: bool) -> di
     since = {"Pending": timeline.start, "Running": timeline.running}.get(phase, timeline.end)
     uid_digest = _digest(pod["metadata"]["uid"])
     ip = f"10.244.{int(uid_digest[:2], 16)}.{int(uid_digest[2:4], 16)}"
+    conditions = [
+        _pod_condition("Initialized", "True", timeline.start),
+        _pod_condition("Ready", ready, since, *not_ready),
+        _pod_condition("ContainersReady", ready, since, *not_ready),
+        _pod_condition("PodScheduled", "True", timeline.start),
+    ]
+    evicted = {}
+    if run.script.outcome == "Evicted" and failing and phase == "Failed":
+        message = run.script.message or DEFAULT_EVICTION_MESSAGE
+        evicted = {"reason": EVICTED_REASON, "message": message}
+        conditions.append(
+            _pod_condition(DISRUPTION_TARGET, "True", timeline.end, TERMINATION_BY_KUBELET, message)
+        )
     return {
         "phase": phase,
-        "conditions": [
-            _pod_condition("Initialized", "True", timeline.start),
-            _pod_condition("Ready", ready, since, *not_ready),
-            _pod_condition("ContainersReady", ready, since, *not_ready),
-            _pod_condition("PodScheduled", "True", timeline.start),
-        ],
+        **evicted,
+        "conditions": conditions,
         "hostIP": "192.168.0.10",
         "podIP": ip,
         "podIPs": [{"ip": ip}],
@@ -1464,6 +1521,8 @@ class KubernetesFake:
         on_create: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.token = token
+        #: Bearer tokens the server accepts, with the clock time each expires at (None: never).
+        self._tokens: dict[str, float | None] = {token: None}
         self.tick_seconds = tick_seconds
         self.on_create = on_create
         self.clock: Callable[[], float] = time.time
@@ -1478,6 +1537,8 @@ class KubernetesFake:
         self._event_serial = 0
         self._objects: dict[str, dict[tuple[str, str], dict[str, Any]]] = {rt.plural: {} for rt in RESOURCES}
         self._born: dict[str, float] = {}
+        #: When each object being deleted was asked to be (its deletionTimestamp is that plus the grace).
+        self._deletion_asked: dict[str, float] = {}
         self._runs: dict[str, _Run] = {}
         #: VolumeAttachments by name: the PV, node and driver, and the pods that use it.
         self._attachments: dict[str, dict[str, Any]] = {}
@@ -1524,13 +1585,14 @@ class KubernetesFake:
     def __exit__(self, *_exc: object) -> None:
         self.stop()
 
-    def write_kubeconfig(self, path: str | Path) -> Path:
-        """Write a kubeconfig whose current context reaches this fake with its bearer token."""
+    def write_kubeconfig(self, path: str | Path, user: dict[str, Any] | None = None) -> Path:
+        """Write a kubeconfig whose current context reaches this fake with its bearer token, or as
+        ``user`` (a kubeconfig ``user``: ``{"tokenFile": ...}``, ``{"exec": ...}``)."""
         config = {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
-            "users": [{"name": "fake-user", "user": {"token": self.token}}],
+            "users": [{"name": "fake-user", "user": user or {"token": self.token}}],
             "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake-user"}}],
             "current-context": "fake",
             "preferences": {},
@@ -1545,6 +1607,26 @@ class KubernetesFake:
         """Jobs and bare pods whose name starts with the prefix follow ``script`` (longest prefix wins)."""
         with self._lock:
             self._scripts[name_prefix] = script
+
+    def issue_token(self, token: str, expires_at: float | None = None) -> None:
+        """Accept ``token`` as well, until :attr:`clock` reaches ``expires_at`` (None: never).
+
+        A bound service-account token or an exec plugin's token is rejected once it expired, and a
+        request with credentials the server does not accept is answered 401 Unauthorized
+        (Kubernetes "Authenticating": "the request is rejected with HTTP status code 401").
+        """
+        with self._lock:
+            self._tokens[token] = expires_at
+
+    def expire_token(self, token: str) -> None:
+        """Reject ``token`` from now on, as once its expiry passed."""
+        self.issue_token(token, self.clock())
+
+    def _authenticated(self, authorization: str) -> bool:
+        scheme, _, token = authorization.partition(" ")
+        with self._lock:
+            expiry = self._tokens.get(token, 0.0) if scheme.lower() == "bearer" else 0.0
+            return expiry is None or self.clock() < expiry
 
     def fail_next(self, method: str, path_contains: str, status: int = 503, times: int = 1) -> None:
         """Answer the next ``times`` matching requests with a ``status`` error, before they touch state."""
@@ -1576,12 +1658,21 @@ class KubernetesFake:
         """Run one controller pass now (the background thread does so every ``tick_seconds``)."""
         with self._lock:
             now = self.clock()
+            self._finish_deletions(now)
             self._collect_garbage()
             self._release_attachments()
             training_uids = self._reconcile_jobs(now)
             self._reconcile_bare_pods(now, training_uids)
             self._reconcile_volumes()
-            live = {obj["metadata"]["uid"] for obj in self._all_objects()}
+            # A deleted job's run stays while its pods terminate: their logs and stop time are its.
+            live = {
+                uid
+                for obj in self._all_objects()
+                for uid in (
+                    obj["metadata"]["uid"],
+                    *(ref.get("uid") for ref in obj["metadata"].get("ownerReferences") or []),
+                )
+            }
             self._runs = {uid: run for uid, run in self._runs.items() if uid in live}
 
     def _control_loop(self) -> None:
@@ -1600,7 +1691,7 @@ class KubernetesFake:
     def _serve(self, call: _Call, authorization: str) -> _Reply:
         """Answer one request; every answer, error or not, is recorded."""
         try:
-            if authorization != f"Bearer {self.token}":
+            if not self._authenticated(authorization):
                 raise KubeApiError(401, "Unauthorized")
             self._raise_injected_fault(call)
             with self._lock:
@@ -1723,6 +1814,7 @@ class KubernetesFake:
         meta = obj["metadata"]
         self._store(rtype).pop((meta.get("namespace", ""), meta["name"]), None)
         self._born.pop(meta["uid"], None)
+        self._deletion_asked.pop(meta["uid"], None)
 
     def _set_status(self, rtype: ResourceType, obj: dict[str, Any], status: dict[str, Any]) -> None:
         if obj.get("status") != status:
@@ -1873,15 +1965,16 @@ class KubernetesFake:
         _check_preconditions(target, obj, options.get("preconditions") or {})
         if call.query.get("dryRun") or options.get("dryRun"):
             return self._deleted_reply(target, obj)
-        self._remove(target.rtype, obj)
         policy = call.query.get("propagationPolicy") or options.get("propagationPolicy") or "Background"
-        if policy == "Orphan":
-            self._orphan(obj["metadata"]["uid"])
+        grace = call.query.get("gracePeriodSeconds", options.get("gracePeriodSeconds"))
+        self._begin_delete(target.rtype, obj, policy, None if grace is None else int(grace))
         self._collect_garbage()
         return self._deleted_reply(target, obj)
 
     def _deleted_reply(self, target: _Target, obj: dict[str, Any]) -> _Reply:
-        if target.rtype.returns_deleted_object:
+        """The deleted object (pods, PVs, PVCs) or a Success Status; an object whose deletion is
+        pending (a pod's grace period, finalizers) is answered as it now is, deletionTimestamp set."""
+        if target.rtype.returns_deleted_object or obj["metadata"].get("deletionTimestamp"):
             return _json_reply(200, self._view(target, obj))
         details = {**target.rtype.details(obj["metadata"]["name"]), "uid": obj["metadata"]["uid"]}
         return _json_reply(
@@ -1893,7 +1986,7 @@ class KubernetesFake:
         """Delete every selected object; like the real server, answer the list of what was deleted."""
         deleted = self._select(target, call.query)
         for obj in deleted:
-            self._remove(target.rtype, obj)
+            self._begin_delete(target.rtype, obj, "Background", None)
         self._collect_garbage()
         return _json_reply(200, self._list_body(target, deleted, {}))
 
@@ -2009,21 +2102,113 @@ class KubernetesFake:
                     obj["metadata"]["ownerReferences"] = kept
                     self._commit(rtype, obj)
 
-    def _collect_garbage(self) -> None:
-        """Delete objects all of whose owners are gone, until none is left (background propagation)."""
-        while True:
-            live = {obj["metadata"]["uid"] for obj in self._all_objects()}
-            orphans = [
-                (rtype, obj)
-                for rtype in RESOURCES
-                for obj in self._store(rtype).values()
-                if obj["metadata"].get("ownerReferences")
-                and not any(ref.get("uid") in live for ref in obj["metadata"]["ownerReferences"])
-            ]
-            if not orphans:
-                return
-            for rtype, obj in orphans:
+    def _begin_delete(
+        self, rtype: ResourceType, obj: dict[str, Any], policy: str, grace_seconds: int | None
+    ) -> None:
+        """Delete ``obj`` as the API server does ("Garbage Collection", "Pod Lifecycle: Termination
+        of Pods"): at once, unless its deletion must wait, in which case it stays, deletionTimestamp
+        set, until :meth:`_finish_deletions` removes it.
+
+        It waits for its finalizers (foreground propagation adds ``foregroundDeletion`` while it has
+        dependents), and a pod for its grace period (``gracePeriodSeconds``, else the pod's
+        ``terminationGracePeriodSeconds``, default 30) unless it is unscheduled or already Succeeded
+        or Failed (pkg/registry/core/pod/strategy.go ``CheckGracefulDelete``): the kubelet stops its
+        containers and deletes it when they exited. deletionTimestamp is the time the grace period
+        ends; a second delete of an object being deleted changes nothing here.
+        """
+        meta = obj["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        if policy == "Orphan":
+            self._orphan(meta["uid"])
+        finalizers = list(meta.get("finalizers") or [])
+        if policy == "Foreground" and self._dependents(meta["uid"]):
+            finalizers.append(FOREGROUND_FINALIZER)
+        grace = _grace_seconds(obj, grace_seconds) if rtype is PODS else 0
+        if not finalizers and grace == 0:
+            self._remove(rtype, obj)
+            return
+        now = self.clock()
+        meta.update(
+            deletionTimestamp=rfc3339(now + grace), deletionGracePeriodSeconds=grace, finalizers=finalizers
+        )
+        if not finalizers:
+            meta.pop("finalizers")
+        self._deletion_asked[meta["uid"]] = now
+        self._commit(rtype, obj)
+
+    def _finish_deletions(self, now: float) -> None:
+        """Remove what was being deleted once nothing holds it: no finalizer is left, and a pod's
+        containers exited (after the script's ``stop_seconds``, at most the grace period: the kubelet
+        kills them then) so that the kubelet deleted it for good."""
+        for rtype in RESOURCES:
+            for obj in list(self._store(rtype).values()):
+                meta = obj["metadata"]
+                if not meta.get("deletionTimestamp") or meta.get("finalizers"):
+                    continue
+                if rtype is PODS:
+                    run = self._run_of_pod(obj)
+                    stop = (run.script if run else self.default_script).stop_seconds
+                    asked = self._deletion_asked.get(meta["uid"], now)
+                    if now < asked + min(stop, meta.get("deletionGracePeriodSeconds") or 0):
+                        continue
                 self._remove(rtype, obj)
+
+    def _dependents(self, owner_uid: str) -> list[tuple[ResourceType, dict[str, Any]]]:
+        return [
+            (rtype, obj)
+            for rtype in RESOURCES
+            for obj in self._store(rtype).values()
+            if any(ref.get("uid") == owner_uid for ref in obj["metadata"].get("ownerReferences") or [])
+        ]
+
+    def _collect_garbage(self) -> None:
+        """The garbage collector: delete objects all of whose owners are gone, and the dependents of
+        an owner in foreground deletion, whose ``foregroundDeletion`` finalizer goes once no dependent
+        with ``blockOwnerDeletion`` is left ("Garbage Collection": foreground cascading deletion).
+
+        Dependents are deleted as a client would delete them (a pod gracefully); repeated until a
+        pass deletes nothing more, since an object removed at once may orphan others.
+        """
+        while True:
+            stored = [(rtype, obj) for rtype in RESOURCES for obj in self._store(rtype).values()]
+            live = {obj["metadata"]["uid"] for _, obj in stored}
+            foreground = {
+                obj["metadata"]["uid"]: (rtype, obj)
+                for rtype, obj in stored
+                if FOREGROUND_FINALIZER in (obj["metadata"].get("finalizers") or [])
+            }
+            doomed = [
+                (rtype, obj)
+                for rtype, obj in stored
+                if not obj["metadata"].get("deletionTimestamp")
+                and (refs := obj["metadata"].get("ownerReferences"))
+                and (
+                    not any(ref.get("uid") in live for ref in refs)
+                    or any(ref.get("uid") in foreground for ref in refs)
+                )
+            ]
+            for rtype, obj in doomed:
+                self._begin_delete(rtype, obj, "Background", None)
+            released = False
+            for uid, (rtype, owner) in foreground.items():
+                blocking = [
+                    obj
+                    for _, obj in self._dependents(uid)
+                    if any(
+                        ref.get("uid") == uid and ref.get("blockOwnerDeletion")
+                        for ref in obj["metadata"]["ownerReferences"]
+                    )
+                ]
+                if not blocking:
+                    owner["metadata"]["finalizers"].remove(FOREGROUND_FINALIZER)
+                    if not owner["metadata"]["finalizers"]:
+                        self._remove(rtype, owner)
+                    else:
+                        self._commit(rtype, owner)
+                    released = True
+            if not doomed and not released:
+                return
 
     # ----------------------------------------------------------------------------- controllers
 
@@ -2053,6 +2238,13 @@ class KubernetesFake:
     def _reconcile_job(self, rtype: ResourceType, job: dict[str, Any], kind: _JobKind, now: float) -> None:
         run = self._run_for(job)
         replicas = _replicas(job, kind)
+        if job["metadata"].get("deletionTimestamp"):
+            # The operators reconcile no job being deleted (training-operator release-1.9
+            # pytorchjob_controller.go Reconcile; mpi-operator likewise); its pods' kubelets go on.
+            failing = _failing_pods(kind, replicas, run.script)
+            for pod in self._owned_pods(job["metadata"]["uid"]):
+                self._advance_pod(pod, run, now, pod["metadata"]["name"] in failing)
+            return
         if not run.pods_created:
             unreachable = _unreachable_workers(kind, job, replicas)
             if unreachable:  # mpirun fails on the launcher, whatever the script: no worker runs sshd
@@ -2079,9 +2271,14 @@ class KubernetesFake:
     def _create_job_pods(
         self, job: dict[str, Any], kind: _JobKind, run: _Run, replicas: list[_Replica]
     ) -> None:
-        run.pods_created = True
+        """Create the replicas' pods. A name still held by another pod (an earlier job's, terminating)
+        is tried again on later passes, as the operators create the replicas they find missing."""
+        uid, taken = job["metadata"]["uid"], False
         for replica in replicas:
-            if (job["metadata"]["namespace"], replica.pod_name) in self._store(PODS):
+            holder = self._store(PODS).get((job["metadata"]["namespace"], replica.pod_name))
+            if holder is not None:
+                owners = holder["metadata"].get("ownerReferences") or []
+                taken = taken or not any(ref.get("uid") == uid for ref in owners)
                 continue
             labels = _operator_labels(kind, job["metadata"]["name"], replica, replicas)
             self._insert(PODS, _replica_pod(job, kind, replica, labels))
@@ -2094,6 +2291,7 @@ class KubernetesFake:
                 run.timeline.start,
                 kind.operator,
             )
+        run.pods_created = not taken
 
     def _owned_pods(self, owner_uid: str) -> list[dict[str, Any]]:
         return [
@@ -2163,24 +2361,30 @@ class KubernetesFake:
                 if policy == "All" or (
                     policy == "Running" and pod["status"].get("phase") in ("Running", "Pending")
                 ):
-                    self._remove(PODS, pod)
+                    self._begin_delete(PODS, pod, "Background", None)
         ttl = run_policy.get("ttlSecondsAfterFinished")
         if ttl is not None and now >= end + ttl:
-            self._remove(rtype, job)
+            self._begin_delete(rtype, job, "Background", None)
             self._collect_garbage()
 
     def _reconcile_bare_pods(self, now: float, training_uids: set[str]) -> None:
         """Pods no training job owns run their own script, as the scheduler and kubelet would run them."""
         for pod in list(self._store(PODS).values()):
             owners = {ref.get("uid") for ref in pod["metadata"].get("ownerReferences") or []}
-            if owners & training_uids:
+            if owners & training_uids or pod["metadata"].get("deletionTimestamp"):
                 continue
             run = self._run_for(pod)
             self._advance_pod(pod, run, now, run.script.outcome in FAILURES)
 
     def _advance_pod(self, pod: dict[str, Any], run: _Run, now: float, failing: bool) -> None:
-        """Schedule ``pod`` (unless it cannot be), write its status and the events about it by ``now``."""
+        """Schedule ``pod`` (unless it cannot be), write its status and the events about it by ``now``.
+
+        A pod being deleted keeps the status it had while the kubelet stops it (unverified: a kubelet
+        reports its containers terminated as they exit, and a terminal phase before the deletion).
+        """
         meta, timeline = pod["metadata"], run.timeline
+        if meta.get("deletionTimestamp"):
+            return
         if run.script.outcome == "Unschedulable":
             message = run.script.message or DEFAULT_UNSCHEDULABLE_MESSAGE
             self._emit_event(
@@ -2317,12 +2521,16 @@ class KubernetesFake:
 
     def _mount_errors(self, pod: dict[str, Any], run: _Run) -> dict[str, str]:
         """Volumes of a not yet started pod that the kubelet cannot set up: a missing ConfigMap,
-        Secret or ``items`` key (not optional), with the kubelet's error, by volume name."""
+        Secret or ``items`` key (not optional), and under a "FailedMount" script the pod's first
+        volume, with the kubelet's (or CSI driver's) error, by volume name."""
         uid, namespace = pod["metadata"]["uid"], pod["metadata"]["namespace"]
         containers = pod["spec"].get("containers") or []
         if any(f"{uid}:{c['name']}:start" in run.emitted for c in containers):
             return {}  # already running: a ConfigMap or Secret deleted later changes nothing
         errors = {}
+        volumes = pod["spec"].get("volumes") or []
+        if run.script.outcome == "FailedMount" and volumes:
+            errors[volumes[0]["name"]] = run.script.message or DEFAULT_MOUNT_ERROR
         for volume in pod["spec"].get("volumes") or []:
             if "configMap" in volume:
                 source, store, kind = volume["configMap"] or {}, self._store(CONFIG_MAPS), "configmap"
@@ -2565,13 +2773,35 @@ def _validate_secret(secret: dict[str, Any]) -> str:
 
 def _immutable_meta(meta: dict[str, Any]) -> dict[str, Any]:
     """Metadata an update cannot change (the current resourceVersion is replaced on commit)."""
-    keys = ("name", "namespace", "uid", "creationTimestamp", "generation", "resourceVersion")
+    keys = (
+        "name",
+        "namespace",
+        "uid",
+        "creationTimestamp",
+        "generation",
+        "resourceVersion",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+    )
     return {key: meta[key] for key in keys if key in meta}
 
 
 def _spec_of(obj: dict[str, Any]) -> dict[str, Any]:
     """Everything but metadata and status: what a generation counts changes of."""
     return {k: v for k, v in obj.items() if k not in ("metadata", "status", "apiVersion", "kind")}
+
+
+def _grace_seconds(pod: dict[str, Any], requested: int | None) -> int:
+    """A deleted pod's grace period (pkg/registry/core/pod/strategy.go ``CheckGracefulDelete``):
+    the one asked for, else the pod's own; none for a pod not scheduled or already Succeeded or
+    Failed; a negative one becomes 1."""
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+        return 0
+    grace = (
+        spec.get("terminationGracePeriodSeconds", DEFAULT_GRACE_SECONDS) if requested is None else requested
+    )
+    return 1 if grace < 0 else grace
 
 
 def _check_preconditions(target: _Target, obj: dict[str, Any], preconditions: dict[str, Any]) -> None:

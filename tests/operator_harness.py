@@ -26,6 +26,7 @@ class TaskInstanceIds:
     task_id: str = "train"
     map_index: int = -1
     max_tries: int = 0
+    try_number: int = 1
     pushed: dict[str, Any] = field(default_factory=dict)
 
     def xcom_push(self, key: str, value: Any) -> None:

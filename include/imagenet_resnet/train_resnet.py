@@ -18,24 +18,25 @@ one node they meet at 127.0.0.1 without it.
 
 Each rank trains on every world_size-th sample of the shard stream (the remainder is dropped, so all
 ranks take the same number of steps) and scores its slice of val. Rank 0 writes metrics.json and a
-checkpoint after every epoch and model.pt at the end, the same files as ``cifar10_ddp.py`` (val
-scores are reported as test_loss and test_accuracy, the keys the run report plots); a retried job
-resumes after the latest checkpoint. gloo on CPU, nccl on GPUs (one per local rank).
+checkpoint after every epoch (``checkpoints.py``, shared with ``cifar10_ddp.py``) and model.pt at the
+end (val scores are reported as test_loss and test_accuracy, the keys the run report plots); a
+retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint. gloo on CPU,
+nccl on GPUs (one per local rank).
 """
 
 from __future__ import annotations
 
 import argparse
 import io
-import json
 import os
-import re
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -49,7 +50,6 @@ MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 EVAL_BATCH_SIZE = 256
 DEFAULT_MPI_PORT = 29500
-CHECKPOINT_PATTERN = re.compile(r"epoch-(\d{4,})\.pt")
 
 
 @dataclass(frozen=True)
@@ -247,35 +247,13 @@ def build_model(width: int, classes: int) -> nn.Module:
     )
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """The checkpoint of the highest epoch; temporary files never match the pattern."""
-    found = [
-        (int(match.group(1)), path)
-        for path in (out_dir / "checkpoints").glob("epoch-*.pt")
-        if (match := CHECKPOINT_PATTERN.fullmatch(path.name))
-    ]
-    return max(found)[1] if found else None
-
-
-def read_resume_state(out_dir: Path) -> dict[str, Any] | None:
-    """The latest checkpoint plus the metrics of the epochs it covers.
-
-    Metrics are written before the checkpoint, so metrics.json may run one epoch ahead of it; those
-    entries are dropped because that epoch is trained again.
-    """
-    path = latest_checkpoint(out_dir)
-    if path is None:
-        return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    metrics_path = out_dir / "metrics.json"
-    history = json.loads(metrics_path.read_text())["epochs"] if metrics_path.is_file() else []
-    state["history"] = [entry for entry in history if entry["epoch"] <= state["epoch"]]
-    return state
+def _decode(files: dict[str, bytes]) -> dict[str, Any]:
+    return torch.load(io.BytesIO(files["state.pt"]), map_location="cpu", weights_only=True)
 
 
 def share_resume_state(env: Dist, out_dir: Path) -> dict[str, Any] | None:
     """Read the resume state on rank 0 and send it to every rank, so all agree on the start epoch."""
-    box = [read_resume_state(out_dir) if env.is_main else None]
+    box = [checkpoints.resume(out_dir, _decode) if env.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
@@ -328,13 +306,6 @@ def torch_bytes(obj: object) -> bytes:
     return buffer.getvalue()
 
 
-def save_epoch(env: Dist, out_dir: Path, state: dict[str, Any], history: list[dict[str, Any]]) -> None:
-    """Persist metrics, then the checkpoint, so a checkpoint never exists without its metrics."""
-    metrics = {"world_size": env.placement.world_size, "backend": env.backend, "epochs": history}
-    write_atomically(out_dir / "metrics.json", (json.dumps(metrics, indent=2) + "\n").encode())
-    write_atomically(out_dir / "checkpoints" / f"epoch-{state['epoch']:04d}.pt", torch_bytes(state))
-
-
 def restore(resume: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer, width: int) -> None:
     """Load a checkpoint's weights and optimizer, refusing one made for another model shape."""
     if resume["width"] != width:
@@ -353,6 +324,7 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
     if resume:
         restore(resume, model, optimizer, args.width)
     history: list[dict[str, Any]] = resume["history"] if resume else []
+    resumes: list[dict[str, Any]] = resume["resumes"] if resume else []
     model.to(env.device)
     ddp = DistributedDataParallel(model, device_ids=[env.device.index] if env.backend == "nccl" else None)
     start = resume["epoch"] + 1 if resume else 1
@@ -381,6 +353,7 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
         )
         if env.is_main:
             scores = " ".join(f"{key}={value:.4f}" for key, value in history[-1].items() if key != "epoch")
+            history[-1]["attempt"] = checkpoints.ATTEMPT
             print(f"epoch {epoch}/{args.epochs} {scores}", flush=True)
             state = {
                 "epoch": epoch,
@@ -389,7 +362,13 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
                 "model": model.state_dict(),
                 "optimizer": optimizer.state_dict(),
             }
-            save_epoch(env, out_dir, state, history)
+            metrics = {
+                "world_size": env.placement.world_size,
+                "backend": env.backend,
+                "epochs": history,
+                "resumes": resumes,
+            }
+            checkpoints.save_epoch(out_dir, epoch, torch_bytes(state), metrics)
     if env.is_main:
         write_atomically(out_dir / "model.pt", torch_bytes(model.state_dict()))
 
@@ -402,7 +381,10 @@ def main(argv: list[str] | None = None) -> None:
         placement = placement_from_env(os.environ)
         url = rendezvous_url(os.environ, placement)
         train, val, classes = load_dataset(Path(args.data), placement)
-    except ValueError as error:  # DataError included: no process group exists yet, so no rank hangs
+    except DataError as error:  # before any process group exists, so no rank hangs
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(checkpoints.DATA_ERROR_EXIT) from None
+    except ValueError as error:
         raise SystemExit(f"error: {error}") from None
     env = init_distributed(placement, url)
     try:

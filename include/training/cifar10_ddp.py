@@ -6,22 +6,24 @@ Launched by torchrun, once per node, the same way on a cloud cluster and on one 
         --master_port=$MASTER_PORT --nproc_per_node=N cifar10_ddp.py --data DIR --out DIR
 
 torchrun rewrites RANK and WORLD_SIZE for each worker to the global process rank and process count,
-so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes a checkpoint and metrics.json
-after every epoch and model.pt at the end; a retried job resumes after the latest checkpoint instead
-of starting over.
+so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes metrics.json and a checkpoint
+(``checkpoints.py``: CHECKPOINT_DIR, a marker written last) after every epoch and model.pt at the end;
+a retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
-import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import checkpoints
 import numpy as np
 import torch
 import torch.distributed as dist
@@ -34,7 +36,6 @@ DATA_FORMAT = "cifar10-npz"
 IMAGE_SHAPE = (32, 32, 3)
 NUM_CLASSES = 10
 EVAL_BATCH_SIZE = 512
-CHECKPOINT_PATTERN = re.compile(r"epoch-(\d{4,})\.pt")
 
 
 @dataclass(frozen=True)
@@ -199,30 +200,8 @@ def build_model() -> nn.Module:
     )
 
 
-def latest_checkpoint(out_dir: Path) -> Path | None:
-    """Find the checkpoint of the highest epoch; temp files never match the pattern."""
-    found = [
-        (int(match.group(1)), path)
-        for path in (out_dir / "checkpoints").glob("epoch-*.pt")
-        if (match := CHECKPOINT_PATTERN.fullmatch(path.name))
-    ]
-    return max(found)[1] if found else None
-
-
-def read_resume_state(out_dir: Path) -> dict[str, Any] | None:
-    """Load the latest checkpoint plus the metrics of the epochs it covers.
-
-    Metrics are written before the checkpoint, so metrics.json may run one epoch ahead of it; those
-    entries are dropped because that epoch is trained again.
-    """
-    path = latest_checkpoint(out_dir)
-    if path is None:
-        return None
-    state = torch.load(path, map_location="cpu", weights_only=True)
-    metrics_path = out_dir / "metrics.json"
-    history = json.loads(metrics_path.read_text())["epochs"] if metrics_path.is_file() else []
-    state["history"] = [entry for entry in history if entry["epoch"] <= state["epoch"]]
-    return state
+def _decode(files: dict[str, bytes]) -> dict[str, Any]:
+    return torch.load(io.BytesIO(files["state.pt"]), map_location="cpu", weights_only=True)
 
 
 def share_resume_state(env: Dist, out_dir: Path) -> dict[str, Any] | None:
@@ -231,7 +210,7 @@ def share_resume_state(env: Dist, out_dir: Path) -> dict[str, Any] | None:
     Nodes need not share the output dir, and all ranks must agree on the start epoch or the
     collectives of the training loop would pair up wrongly and hang.
     """
-    box = [read_resume_state(out_dir) if env.is_main else None]
+    box = [checkpoints.resume(out_dir, _decode) if env.is_main else None]
     dist.broadcast_object_list(box, src=0)
     return box[0]
 
@@ -277,20 +256,6 @@ def evaluate(env: Dist, model: nn.Module, test: Split) -> tuple[float, float]:
     return total_loss / len(test.labels), total_correct / len(test.labels)
 
 
-def save_epoch(
-    env: Dist, out_dir: Path, model: nn.Module, optimizer: torch.optim.Optimizer, history: list[dict]
-) -> None:
-    """Persist metrics, then the checkpoint, so a checkpoint never exists without its metrics."""
-    metrics = {"world_size": env.world_size, "backend": env.backend, "epochs": history}
-    payload = (json.dumps(metrics, indent=2) + "\n").encode()
-    write_atomically(out_dir / "metrics.json", lambda handle: handle.write(payload))
-    epoch = history[-1]["epoch"]
-    state = {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}
-    write_atomically(
-        out_dir / "checkpoints" / f"epoch-{epoch:04d}.pt", lambda handle: torch.save(state, handle)
-    )
-
-
 def make_loader(env: Dist, train: Split, batch_size: int, seed: int) -> DataLoader:
     """Give each rank an equal-sized shuffled share, so all ranks run the same number of steps."""
     dataset = TensorDataset(train.images, train.labels)
@@ -306,6 +271,7 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, test: Split) -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     resume = share_resume_state(env, out_dir)
     history = resume["history"] if resume else []
+    resumes = resume["resumes"] if resume else []
     if resume:
         model.load_state_dict(resume["model"])
         optimizer.load_state_dict(resume["optimizer"])
@@ -327,6 +293,7 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, test: Split) -> None:
                 "test_loss": test_loss,
                 "test_accuracy": test_accuracy,
                 "seconds": round(seconds, 3),
+                "attempt": checkpoints.ATTEMPT,
             }
         )
         if env.is_main:
@@ -335,7 +302,17 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, test: Split) -> None:
                 f"test_accuracy={test_accuracy:.4f} seconds={seconds:.2f}",
                 flush=True,
             )
-            save_epoch(env, out_dir, model, optimizer, history)
+            buffer = io.BytesIO()
+            torch.save(
+                {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer
+            )
+            metrics = {
+                "world_size": env.world_size,
+                "backend": env.backend,
+                "epochs": history,
+                "resumes": resumes,
+            }
+            checkpoints.save_epoch(out_dir, epoch, buffer.getvalue(), metrics)
     if env.is_main:
         write_atomically(out_dir / "model.pt", lambda handle: torch.save(model.state_dict(), handle))
 
@@ -344,7 +321,11 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: validate data first, then train inside a process group that is always torn down."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    train, test = load_dataset(Path(args.data))
+    try:
+        train, test = load_dataset(Path(args.data))
+    except SystemExit as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        raise SystemExit(checkpoints.DATA_ERROR_EXIT) from None
     env = init_distributed()
     try:
         fit(env, args, train, test)

@@ -46,6 +46,7 @@ from pydantic import (
     model_validator,
 )
 
+from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
 from aliyun_training.spec import Backend, Framework
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
@@ -69,6 +70,7 @@ RESERVED_PARAMETERS = frozenset(
         "gpus_per_node",
         "dataset_version",
         "timeout_minutes",
+        "max_gpu_hours",
         "dry_run",
         "skip_preflight",
         "image",
@@ -324,6 +326,28 @@ class ParameterBlock(_Block):
         return schema
 
 
+class RecoveryBlock(_Block):
+    """How the train task recovers from each class of failure, and what a run may spend.
+
+    ``classes`` overrides the default recovery table class by class (``failures.DEFAULT_RECOVERY``:
+    config, data, user_code and budget fail at once; capacity resumes after 15 minutes; preemption
+    and infrastructure resume at once), e.g. ``{user_code: {action: retry}}`` for a flaky script.
+    """
+
+    #: The GPU-hours one run may use over all its tries; None: no bound. The form may ask for less.
+    max_gpu_hours: Annotated[
+        float | None,
+        Field(gt=0, le=1_000_000, json_schema_extra=field_fix("give a positive number of hours")),
+    ] = None
+    classes: dict[FailureClass, RecoveryRule] = Field(default_factory=dict)
+    #: How many times the train task may retry a failure whose rule retries (or resumes).
+    retries: Annotated[int, Field(ge=0, le=20)] = 2
+
+    @property
+    def table(self) -> dict[FailureClass, RecoveryRule]:
+        return {**DEFAULT_RECOVERY, **self.classes}
+
+
 class PipelineDeclaration(_Block):
     """One model's training pipeline; ``source`` is the file it was read from, if any."""
 
@@ -334,6 +358,7 @@ class PipelineDeclaration(_Block):
     backends: dict[Backend, BackendBlock] = Field(default_factory=_default_backends, min_length=1)
     image: ImageBlock = Field(default_factory=ImageBlock)
     artifacts: ArtifactsBlock = Field(default_factory=ArtifactsBlock)
+    recovery: RecoveryBlock = Field(default_factory=RecoveryBlock)
     parameters: dict[str, ParameterBlock] = Field(default_factory=dict)
     #: The folder relative paths are resolved against (the declaration file's); set by the loader.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

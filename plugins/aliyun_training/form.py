@@ -91,6 +91,8 @@ class RunForm(BaseModel):
         ),
     ] = None
     timeout_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
+    #: The GPU-hours the run may use over all its tries; None: the pipeline's ``recovery.max_gpu_hours``.
+    max_gpu_hours: Annotated[float | None, Field(gt=0, le=1_000_000)] = None
     image: str | None = None
     force_rebuild: bool = False
     skip_bandwidth_check: bool = False

@@ -9,11 +9,13 @@ here once; ``poll``/``apoll`` and ``outcome``/``aoutcome`` only differ in how th
 from __future__ import annotations
 
 import logging
+from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
+from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
 
 #: How many log lines of the failing node a failed task shows in its error.
@@ -29,6 +31,27 @@ class JobOutcome(TriggerOutcome[JobHandle]):
     failed_node: int | None = None
     tail: list[str] = Field(default_factory=list)
     details: list[str] = Field(default_factory=list)
+    #: Why a failed job failed, as its backend classified it (``budget`` when the monitor stopped it).
+    failure: Failure | None = None
+
+
+class GpuBudget(BaseModel):
+    """The GPU-hours a job may still use: the run's ``max_gpu_hours`` less its earlier tries'."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    gpus: int
+    hours_left: float
+
+    def used(self, status: JobStatus) -> float:
+        """GPU-hours the job has used so far: its GPUs times the time since it started running."""
+        if status.state is not JobState.RUNNING or not status.started:
+            return 0.0
+        elapsed = (datetime.now(UTC) - datetime.fromisoformat(status.started)).total_seconds()
+        return self.gpus * max(elapsed, 0.0) / 3600
+
+    def exceeded(self, status: JobStatus) -> bool:
+        return self.gpus > 0 and self.used(status) > self.hours_left
 
 
 class JobMonitor:
@@ -41,6 +64,7 @@ class JobMonitor:
         log: logging.Logger | Any,
         cursor: dict[str, Any] | None = None,
         last_raw_status: str | None = None,
+        budget: GpuBudget | None = None,
     ) -> None:
         self.backend = backend
         self.handle = handle
@@ -48,6 +72,7 @@ class JobMonitor:
         self.cursor = cursor
         self.last_raw_status = last_raw_status
         self.last_reason = ""
+        self.budget = budget
 
     def poll(self) -> JobStatus:
         """Read the status once, log the new log lines and then what changed, and return the status.
@@ -66,24 +91,44 @@ class JobMonitor:
             pass
         return self._record(status)
 
+    def over_budget(self, status: JobStatus) -> bool:
+        """True once a running job has used the GPU-hours left to its run; the caller stops it."""
+        return self.budget is not None and self.budget.exceeded(status)
+
+    def budget_outcome(self, status: JobStatus) -> JobOutcome:
+        """The outcome of a job stopped for using up its run's GPU-hours (class ``budget``)."""
+        assert self.budget is not None
+        used = self.budget.used(status)
+        evidence = (
+            f"used {used:.4f} GPU-hours of the {self.budget.hours_left:.4f} left to the run's max_gpu_hours"
+        )
+        self.log.error("Job %s %s: stopping it", self.handle.job_id, evidence)
+        stopped = status.model_copy(update={"reason": evidence})
+        return self._outcome(
+            stopped,
+            failure=Failure(failure_class=FailureClass.BUDGET, evidence=[evidence]),
+            ended=OutcomeStatus.FAILED,
+        )
+
     def outcome(self, status: JobStatus) -> JobOutcome:
         """The outcome of a finished job, with the failing node's evidence when it failed."""
         if status.state is not JobState.FAILED:
             return self._outcome(status)
         node = self._failed_node(status)
-        return self._outcome(
-            status,
-            node,
-            self.backend.tail(self.handle, node, FAILURE_TAIL_LINES),
-            self.backend.failure_details(self.handle),
-        )
+        tail = self.backend.tail(self.handle, node, FAILURE_TAIL_LINES)
+        return self._failed(status, node, tail, self.backend.failure_details(self.handle))
 
     async def aoutcome(self, status: JobStatus) -> JobOutcome:
         if status.state is not JobState.FAILED:
             return self._outcome(status)
         node = self._failed_node(status)
         tail = await self.backend.atail(self.handle, node, FAILURE_TAIL_LINES)
-        return self._outcome(status, node, tail, await self.backend.afailure_details(self.handle))
+        return self._failed(status, node, tail, await self.backend.afailure_details(self.handle))
+
+    def _failed(self, status: JobStatus, node: int, tail: list[str], details: list[str]) -> JobOutcome:
+        failure = self.backend.classify(status, details, tail)
+        self.log.info("Job %s failed: %s", self.handle.job_id, failure.describe())
+        return self._outcome(status, node, tail, details, failure)
 
     def _record(self, status: JobStatus) -> JobStatus:
         """Log a transition, or a new reason within the same status (e.g. why pods stay pending)."""
@@ -119,12 +164,15 @@ class JobMonitor:
         failed_node: int | None = None,
         tail: list[str] | None = None,
         details: list[str] | None = None,
+        failure: Failure | None = None,
+        ended: OutcomeStatus | None = None,
     ) -> JobOutcome:
         return JobOutcome(
-            status=OutcomeStatus(status.state.value),
+            status=ended or OutcomeStatus(status.state.value),
             handle=self.handle,
             job_status=status,
             failed_node=failed_node,
             tail=tail or [],
             details=details or [],
+            failure=failure,
         )

@@ -81,6 +81,20 @@ def run_params(
             "Timeout (minutes)",
             "The job is stopped and the task fails when training runs longer than this.",
         ),
+        "max_gpu_hours": Param(
+            declaration.recovery.max_gpu_hours,
+            type=["null", "number"],
+            exclusiveMinimum=0,
+            maximum=declaration.recovery.max_gpu_hours or 1_000_000,
+            title="GPU-hour budget",
+            description="The job is stopped and the run fails (class budget) once its tries used this "
+            "many GPU-hours together. Empty: no bound"
+            + (
+                f"; at most the pipeline's {declaration.recovery.max_gpu_hours:g}."
+                if declaration.recovery.max_gpu_hours
+                else "."
+            ),
+        ),
         "dry_run": _switch(
             "Dry run",
             "Plan the run, run the read-only preflight checks and show every request it would make "

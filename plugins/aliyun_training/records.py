@@ -12,6 +12,7 @@ from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.failures import FailureClass
 from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, DatasetMount, TrainingJobSpec
 from aliyun_training.validation import SpecError
 
@@ -80,6 +81,26 @@ class BuiltImage(BaseModel):
     tools: list[str] = Field(default_factory=list)
 
 
+class Attempt(BaseModel):
+    """One try of a training task: its job, how the job ended and what the retry policy decided."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    try_number: int
+    job_id: str
+    status: str
+    #: None for the attempt that succeeded.
+    failure_class: FailureClass | None = None
+    evidence: list[str] = Field(default_factory=list)
+    #: What the recovery table decided for the class ("retry, resuming from ..."), or "succeeded".
+    decision: str = ""
+    gpu_hours: float = 0.0
+    started: str | None = None
+    finished: str | None = None
+    #: The checkpoint directory this try was told to resume from (RESUME_FROM), if any.
+    resume_from: str | None = None
+
+
 class JobResult(BaseModel):
     """Outcome of a training job, as the monitoring stage saw it."""
 
@@ -101,6 +122,8 @@ class JobResult(BaseModel):
     status_history: list[dict[str, Any]] = Field(default_factory=list)
     #: Seconds spent per phase: queuing, preparing, running, ...
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    #: Every try of the round, oldest first, this one last; ``gpu_hours`` above is this try's.
+    attempts: list[Attempt] = Field(default_factory=list)
 
 
 class ArtifactSet(BaseModel):

@@ -7,11 +7,13 @@ records the stages pass each other about a job are in ``records``; the errors in
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -64,6 +66,41 @@ class ResourceType(StrEnum):
 def invalid_env_names(names: Iterable[str]) -> list[str]:
     """The names that are not portable environment variable names (letters, digits and ``_``)."""
     return sorted(name for name in names if not _ENV_NAME.fullmatch(name))
+
+
+class JobOwner(BaseModel):
+    """The task instance a job was launched for: tagged on the job so the reconciler can tell
+    whether anyone still waits for it (DLC tags, Kubernetes annotations, the local job.json)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The prefix of every owner tag; a job without them was not launched by this package.
+    TAG_PREFIX: ClassVar[str] = "airflow-"
+
+    dag_id: str
+    run_id: str
+    task_id: str
+    map_index: int = -1
+    try_number: int = 1
+
+    def tags(self) -> dict[str, str]:
+        """The owner as string tags, ``airflow-dag-id`` and so on."""
+        return {
+            f"{self.TAG_PREFIX}{name.replace('_', '-')}": str(value)
+            for name, value in self.model_dump().items()
+        }
+
+    @classmethod
+    def from_tags(cls, tags: Mapping[str, str] | None) -> JobOwner | None:
+        """The owner ``tags`` name, or None when they do not name a whole one."""
+        tags = tags or {}
+        values = {name: tags.get(f"{cls.TAG_PREFIX}{name.replace('_', '-')}") for name in cls.model_fields}
+        if any(value is None for value in values.values()):
+            return None
+        try:
+            return cls.model_validate(values)
+        except ValueError:
+            return None
 
 
 class DatasetMount(BaseModel):
@@ -162,6 +199,9 @@ class TrainingJobSpec(BaseModel):
         Field(json_schema_extra=field_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge")),
     ] = None
     rdma: bool = False
+    #: Who launched the job, set by the training operator; tagged on the job, never part of what
+    #: the job computes (the checkpoint key leaves it out).
+    owner: JobOwner | None = None
     priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))] = 1
 
     @field_validator("env")
@@ -256,6 +296,20 @@ class TrainingJobSpec(BaseModel):
     def parse(cls, data: TrainingJobSpec | dict[str, Any]) -> TrainingJobSpec:
         """Validate user input, raising ``SpecError`` that names each field and its fix."""
         return validate_record(cls, data)
+
+
+#: What of a spec decides what the job computes: the checkpoint key hashes these, and only these.
+CHECKPOINT_KEY_FIELDS = frozenset(
+    {"command", "image", "framework", "nodes", "gpus_per_node", "env", "datasets"}
+)
+
+
+def checkpoint_dir(spec: TrainingJobSpec, dataset_version: str) -> str:
+    """The round's checkpoint directory: inside its output directory (one per round of tries), named
+    by the dataset version and a hash of what the job computes, so no other data or code resumes it."""
+    computed = spec.model_dump(mode="json", include=set(CHECKPOINT_KEY_FIELDS))
+    digest = hashlib.sha256(json.dumps(computed, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{(spec.output_dir or '').rstrip('/')}/checkpoints/{dataset_version}-{digest}"
 
 
 def mounted_output_uri(output_dir: str | None, output_root: str | None, output_uri: str | None) -> str | None:

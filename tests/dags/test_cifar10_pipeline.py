@@ -72,7 +72,9 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     assert manifest["job"]["status"] == "Succeeded" and manifest["job"]["node_hours"] > 0
     assert manifest["runtime"]["torch"].startswith("2.13.0")
     assert len(manifest["metrics"]["train_loss"]) == 1
-    assert (manifests[0].parent / "checkpoints" / "epoch-0001.pt").is_file()
+    [checkpoint] = (manifests[0].parent / "checkpoints").glob(f"{VERSION}-*/epoch-0001")
+    assert {path.name for path in checkpoint.iterdir()} == {"state.pt", "COMPLETE"}
+    assert [a["decision"] for a in manifest["attempts"]] == ["succeeded"]
     assert "<polyline" in (manifests[0].parent / "report.html").read_text()
     assert _asset_event_extras("cifar10_model")[-1]["manifest_uri"] == str(manifests[0])
 

@@ -14,6 +14,7 @@ import time
 
 import pytest
 
+from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, Hold
 from fakes.deployment import Deployment, wait_until
 from tests.e2e.conftest import DAG_ID
@@ -22,6 +23,7 @@ from tests.e2e.runs import (
     TRAIN_POLL_SECONDS,
     assert_no_secret_in_logs,
     assert_succeeded,
+    logical,
     long_train,
     manifest_of,
     run_dlc,
@@ -144,6 +146,87 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_two_poll_intervals(
     assert len(account.creates()) == creates + 1
     assert account.creates()[-1]["DisplayName"] != job.display_name, "a new round has a name of its own"
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] != job.job_id
+
+
+def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one(
+    airflow: Deployment, account: Account
+) -> None:
+    # Clearing kills the trigger (on_kill stops the job); DLC keeps it Stopping for a while, and
+    # the cleared task's new try must neither reattach to it nor launch beside it.
+    account.dlc.script_for(TRAIN_PREFIX, long_train())
+    account.dlc.stopping_seconds = 3 * TRAIN_POLL_SECONDS
+    run_id = run_dlc(airflow, account, "2026-11-15")
+    try:
+        airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+        job = account.dlc_job(account.creates()[-1]["DisplayName"])
+        polled = account.polls(job.job_id)
+        wait_until(lambda: account.polls(job.job_id) > polled, 4 * TRAIN_POLL_SECONDS, "the trigger's poll")
+        creates = len(account.creates())
+        airflow.clear_task(DAG_ID, run_id, "train")
+        wait_until(lambda: len(account.creates()) > creates, RUN_TIMEOUT, "the cleared task's new job")
+        new = account.dlc_job(account.creates()[-1]["DisplayName"])
+        account.finish_soon(new.display_name)
+        assert_succeeded(airflow, run_id)
+    finally:
+        account.dlc.stopping_seconds = 0.05
+        account.scripts()
+
+    assert job.stop_requested_at is not None, "on_kill stopped the cleared try's job"
+    assert new.created_at >= job.stop_requested_at + 3 * TRAIN_POLL_SECONDS, "launched once it had stopped"
+    assert len(account.creates()) == creates + 1
+    assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] == new.job_id
+
+
+def test_a_task_marked_failed_before_a_triggerer_ran_its_trigger_has_its_job_stopped(
+    airflow: Deployment, account: Account
+) -> None:
+    # No triggerer runs, so no on_kill: the failed run's callback stops the job instead.
+    account.dlc.script_for(TRAIN_PREFIX, long_train())
+    airflow.kill_service("triggerer", signal.SIGKILL)
+    try:
+        run_id = run_dlc(airflow, account, "2026-11-22")
+        airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+        job = account.dlc_job(account.creates()[-1]["DisplayName"])
+        airflow.mark_failed(DAG_ID, run_id, "train")
+        assert airflow.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT) == "failed"
+        wait_until(lambda: job.stop_requested_at is not None, RUN_TIMEOUT, "the failed run's job to stop")
+    finally:
+        airflow.start_service("triggerer")
+        account.scripts()
+
+    assert airflow.task_states(DAG_ID, run_id)["train"] == "failed"
+
+
+def test_the_reconciler_stops_the_job_of_a_run_deleted_while_its_trigger_waited(
+    airflow: Deployment, account: Account
+) -> None:
+    # A deleted run calls no callback; only the reconciler can tell its job has no task any more.
+    account.dlc.script_for(TRAIN_PREFIX, long_train())
+    airflow.kill_service("triggerer", signal.SIGKILL)
+    try:
+        run_id = run_dlc(airflow, account, "2026-11-29")
+        airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+        job = account.dlc_job(account.creates()[-1]["DisplayName"])
+        airflow.delete_run(DAG_ID, run_id)
+        airflow.unpause(RECONCILER_DAG_ID)
+        dry = airflow.trigger(RECONCILER_DAG_ID, {"dry_run": True, "grace_minutes": 0}, logical("2026-11-30"))
+        assert airflow.wait_for_run(RECONCILER_DAG_ID, dry, RUN_TIMEOUT) == "success"
+        [would] = [
+            e for e in airflow.xcom(RECONCILER_DAG_ID, dry, "stop_orphaned_jobs") if e["job_id"] == job.job_id
+        ]
+        assert would["action"] == "would stop" and job.stop_requested_at is None
+        real = airflow.trigger(RECONCILER_DAG_ID, {"grace_minutes": 0}, logical("2026-12-01"))
+        assert airflow.wait_for_run(RECONCILER_DAG_ID, real, RUN_TIMEOUT) == "success"
+    finally:
+        airflow.pause(RECONCILER_DAG_ID)
+        airflow.start_service("triggerer")
+        account.scripts()
+
+    [stopped] = [
+        e for e in airflow.xcom(RECONCILER_DAG_ID, real, "stop_orphaned_jobs") if e["job_id"] == job.job_id
+    ]
+    assert stopped["action"] == "stopped" and stopped["task_state"] is None
+    assert job.stop_requested_at is not None, "StopJob reached DLC"
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

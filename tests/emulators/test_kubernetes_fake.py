@@ -230,6 +230,24 @@ def test_requests_without_the_bearer_token_get_401(fake: KubernetesFake) -> None
     assert fake.requests[-1].status == 401
 
 
+def test_an_issued_token_is_accepted_until_it_expires_then_answered_401(
+    fake: KubernetesFake, clock: ManualClock, tmp_path: Path
+) -> None:
+    fake.issue_token("short-lived", expires_at=clock() + 10)
+    configuration = client.Configuration()
+    kubeconfig = fake.write_kubeconfig(tmp_path / "short.yaml", {"token": "short-lived"})
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
+    with client.ApiClient(configuration) as short:
+        assert client.CoreV1Api(short).list_namespaced_pod(NS).items == []
+        clock.advance(10)
+        with pytest.raises(ApiException) as expired:
+            client.CoreV1Api(short).list_namespaced_pod(NS)
+    assert expired.value.status == 401 and _status_of(expired)["reason"] == "Unauthorized"
+    fake.issue_token("short-lived")  # issued again, for good
+    with client.ApiClient(configuration) as renewed:
+        assert client.CoreV1Api(renewed).list_namespaced_pod(NS).items == []
+
+
 # --------------------------------------------------------------------------------- PyTorchJob lifecycle
 
 
@@ -581,6 +599,108 @@ def test_deleting_a_job_collects_its_pods_and_owned_config_map(
     assert deleted_pod.metadata.name == "orphan-job-worker-0"  # pods answer the deleted object
 
 
+def _bare_pod(name: str, **spec: Any) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"containers": [{"name": "c", "image": IMAGE}], **spec}}
+
+
+def test_a_deleted_running_pod_terminates_as_long_as_its_containers_take_at_most_its_grace_period(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    fake.script_for("slow-", TrainingScript(phases=[("Running", 3600.0)], stop_seconds=45.0))
+    fake.script_for("quick-", TrainingScript(phases=[("Running", 3600.0)], stop_seconds=5.0))
+    core.create_namespaced_pod(NS, _bare_pod("slow-pod", terminationGracePeriodSeconds=40))
+    core.create_namespaced_pod(NS, _bare_pod("quick-pod"))
+    clock.advance(1)
+
+    answered = core.delete_namespaced_pod("slow-pod", NS)
+    core.delete_namespaced_pod("quick-pod", NS)
+    terminating = core.read_namespaced_pod("slow-pod", NS)
+
+    assert answered.metadata.deletion_grace_period_seconds == 40
+    assert answered.metadata.deletion_timestamp.timestamp() == clock() + 40
+    assert terminating.metadata.deletion_timestamp and terminating.status.phase == "Running"
+    clock.advance(5)
+    assert sorted(p.metadata.name for p in core.list_namespaced_pod(NS).items) == ["slow-pod"]
+    clock.advance(34)
+    assert core.read_namespaced_pod("slow-pod", NS).metadata.deletion_timestamp
+    clock.advance(1)  # the grace period is over: the kubelet killed the containers
+    assert core.list_namespaced_pod(NS).items == []
+
+
+def test_unscheduled_finished_and_zero_grace_pods_are_deleted_at_once(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    fake.script_for("stuck-", TrainingScript(outcome="Unschedulable"))
+    fake.script_for("long-", TrainingScript(phases=[("Running", 3600.0)], stop_seconds=60.0))
+    for name in ("stuck-pod", "done-pod", "long-pod"):
+        core.create_namespaced_pod(NS, _bare_pod(name))
+    clock.advance(1)
+    assert core.read_namespaced_pod("done-pod", NS).status.phase == "Succeeded"
+
+    core.delete_namespaced_pod("stuck-pod", NS)
+    core.delete_namespaced_pod("done-pod", NS)
+    core.delete_namespaced_pod("long-pod", NS, grace_period_seconds=0)
+
+    assert core.list_namespaced_pod(NS).items == []
+
+
+def test_finalizers_hold_a_deleted_object_until_they_are_removed(core: client.CoreV1Api) -> None:
+    core.create_namespaced_config_map(NS, {"metadata": {"name": "held", "finalizers": ["x.io/hold"]}})
+
+    core.delete_namespaced_config_map("held", NS)
+    held = core.read_namespaced_config_map("held", NS)
+    core.patch_namespaced_config_map("held", NS, {"metadata": {"finalizers": []}})
+
+    assert held.metadata.deletion_timestamp and held.metadata.finalizers == ["x.io/hold"]
+    with pytest.raises(ApiException) as gone:
+        core.read_namespaced_config_map("held", NS)
+    assert gone.value.status == 404
+
+
+def test_foreground_deletion_holds_the_job_until_its_pods_are_gone(
+    fake: KubernetesFake, core: client.CoreV1Api, custom: client.CustomObjectsApi, clock: ManualClock
+) -> None:
+    fake.script_for("fg-", TrainingScript(phases=[("Created", 0.05), ("Running", 3600.0)], stop_seconds=5.0))
+    _create(custom, pytorch_job("fg-job"))
+    clock.advance(1)
+
+    answer = custom.delete_namespaced_custom_object(
+        GROUP, "v1", NS, "pytorchjobs", "fg-job", propagation_policy="Foreground"
+    )
+    clock.advance(1)
+    held = _get_job(custom, "pytorchjobs", "fg-job")
+    pods = _pods(core, f"{JOB}=fg-job")
+
+    assert answer["metadata"]["finalizers"] == ["foregroundDeletion"] == held["metadata"]["finalizers"]
+    assert held["metadata"]["deletionTimestamp"] and len(pods) == 3
+    assert all(pod.metadata.deletion_timestamp for pod in pods.values())
+    assert held["status"] == answer["status"], "the operator leaves a job being deleted alone"
+    clock.advance(4)
+    assert _pods(core, f"{JOB}=fg-job") == {}
+    with pytest.raises(ApiException) as gone:
+        _get_job(custom, "pytorchjobs", "fg-job")
+    assert gone.value.status == 404
+
+
+def test_background_deletion_removes_the_job_at_once_and_its_pods_after_their_stop(
+    fake: KubernetesFake, core: client.CoreV1Api, custom: client.CustomObjectsApi, clock: ManualClock
+) -> None:
+    fake.script_for("bg-", TrainingScript(phases=[("Created", 0.05), ("Running", 3600.0)], stop_seconds=5.0))
+    _create(custom, pytorch_job("bg-job"))
+    clock.advance(1000)  # the first log lines are out
+
+    custom.delete_namespaced_custom_object(GROUP, "v1", NS, "pytorchjobs", "bg-job")
+
+    with pytest.raises(ApiException) as gone:
+        _get_job(custom, "pytorchjobs", "bg-job")
+    assert gone.value.status == 404
+    pods = _pods(core, f"{JOB}=bg-job")
+    assert len(pods) == 3 and all(pod.metadata.deletion_timestamp for pod in pods.values())
+    assert _log(core, "bg-job-master-0"), "a terminating pod's log is still there"
+    clock.advance(5)
+    assert _pods(core, f"{JOB}=bg-job") == {}
+
+
 # --------------------------------------------------------------------------------- test hook
 
 
@@ -709,6 +829,58 @@ def test_image_pull_backoff_keeps_containers_waiting(
     assert _status_of(not_started)["message"].endswith(
         "is waiting to start: trying and failing to pull image"
     )
+
+
+def test_an_evicted_pod_fails_with_the_kubelets_reason_and_disruption_condition(
+    fake: KubernetesFake, core: client.CoreV1Api, custom: client.CustomObjectsApi, clock: ManualClock
+) -> None:
+    fake.script_for("evict-", TrainingScript(outcome="Evicted", failing_replica="master"))
+    _create(custom, pytorch_job("evict-job", workers=1))
+    clock.advance(1)
+
+    status = core.read_namespaced_pod("evict-job-master-0", NS).status
+    disruption = next(c for c in status.conditions if c.type == "DisruptionTarget")
+    terminated = status.container_statuses[0].state.terminated
+
+    assert (status.phase, status.reason) == ("Failed", "Evicted")
+    assert status.message.startswith("The node was low on resource: memory.")
+    assert (disruption.status, disruption.reason, disruption.message) == (
+        "True",
+        "TerminationByKubelet",
+        status.message,
+    )
+    assert terminated.exit_code == 137
+    assert _conditions(_get_job(custom, "pytorchjobs", "evict-job"))[-1] == (
+        "Failed",
+        "True",
+        "PyTorchJobFailed",
+    )
+
+
+def test_a_failed_mount_keeps_the_pod_container_creating_with_the_kubelets_warning(
+    fake: KubernetesFake, core: client.CoreV1Api, clock: ManualClock
+) -> None:
+    fake.script_for("mount-", TrainingScript(outcome="FailedMount"))
+    mounted = _bare_pod(
+        "mount-pod", volumes=[{"name": "data", "persistentVolumeClaim": {"claimName": "nas"}}]
+    )
+    mounted["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/mnt/data"}]
+    core.create_namespaced_pod(NS, mounted)
+    clock.advance(600)
+
+    pod = core.read_namespaced_pod("mount-pod", NS)
+    events = core.list_namespaced_event(NS, field_selector="involvedObject.name=mount-pod").items
+
+    assert pod.status.phase == "Pending"
+    assert pod.status.container_statuses[0].state.waiting.reason == "ContainerCreating"
+    assert [(e.type, e.reason, e.message) for e in events if e.type == "Warning"] == [
+        (
+            "Warning",
+            "FailedMount",
+            'MountVolume.SetUp failed for volume "data" : rpc error: code = Internal desc = mount failed: '
+            "exit status 32",
+        )
+    ]
 
 
 # --------------------------------------------------------------------------------- other job kinds

@@ -61,6 +61,7 @@ class TaskInstanceIds:
     task_id: str = "train"
     map_index: int = -1
     max_tries: int = 0  # the operator has no retries: one try a round; a clear moves it to try_number
+    try_number: int = 1
 
     def xcom_push(self, key: str, value: Any) -> None:
         """Local jobs have no console: the operator stores an empty link."""

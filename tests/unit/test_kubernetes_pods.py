@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from kubernetes import client
 from kubernetes_asyncio import client as async_client
 
-from aliyun_training.backends.arena import _pod_problems
+from aliyun_training.backends.arena import ArenaBackend, _pod_problems
+from aliyun_training.backends.base import JobState, JobStatus
+from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.pods import PodProblem, pending_problem, pod_problems
 
 MISSING_SECRET = 'secret "oss-credentials" not found'
@@ -100,3 +103,116 @@ def test_the_ack_backend_words_every_problem_of_every_pod() -> None:
         f"pod job-worker-0: CreateContainerConfigError {MISSING_SECRET}",
         "pod job-worker-0: container sidecar OOMKilled (exit code 137)",
     ]
+
+
+def ended_pod(reason: str, message: str, disruption: str) -> dict[str, Any]:
+    """A pod a node or controller ended: its status reason, DisruptionTarget, a killed container."""
+    return {
+        "metadata": {"name": "job-master-0", "namespace": "training"},
+        "status": {
+            "phase": "Failed",
+            "reason": reason,
+            "message": message,
+            "conditions": [
+                {"type": "DisruptionTarget", "status": "True", "reason": disruption, "message": message},
+                {"type": "Ready", "status": "False", "reason": "PodFailed"},
+            ],
+            "containerStatuses": [
+                {
+                    "name": "pytorch",
+                    "image": "repo/train:1",
+                    "imageID": "",
+                    "ready": False,
+                    "restartCount": 0,
+                    "state": {"terminated": {"exitCode": 137, "reason": "Error"}},
+                }
+            ],
+        },
+    }
+
+
+SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
+
+
+def test_what_ended_a_pod_comes_first_and_is_no_pending_problem() -> None:
+    pod = ended_pod("Terminated", SHUTDOWN, "TerminationByKubelet")
+
+    assert pod_problems(pod) == [
+        PodProblem("ended", "Terminated", SHUTDOWN),
+        PodProblem("disrupted", "TerminationByKubelet", SHUTDOWN),
+        PodProblem("exited", "Error", "", "pytorch", 137),
+    ]
+    assert pending_problem(pod) == ("waiting for the container to start", False)
+
+
+def test_a_container_waiting_to_restart_names_why_it_stopped_last() -> None:
+    data = pod_json()
+    data["status"]["containerStatuses"][0]["state"] = {
+        "waiting": {"reason": "CrashLoopBackOff", "message": "m"}
+    }
+    data["status"]["containerStatuses"][0]["lastState"] = {
+        "terminated": {"exitCode": 137, "reason": "OOMKilled"}
+    }
+
+    assert pod_problems(data)[1:3] == [
+        PodProblem("waiting", "CrashLoopBackOff", "m", "pytorch"),
+        PodProblem("exited", "OOMKilled", "", "pytorch", 137),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("pod", "reason"),
+    [
+        (ended_pod("Terminated", SHUTDOWN, "TerminationByKubelet"), "Terminated"),
+        (
+            ended_pod("Preempting", "Preempted in order to admit critical pod", "TerminationByKubelet"),
+            "Preempting",
+        ),
+        (
+            ended_pod(
+                "NodeLost", "Node n-1 which was running pod job-master-0 is unresponsive", "DeletionByPodGC"
+            ),
+            "NodeLost",
+        ),
+    ],
+)
+def test_the_ack_backend_classifies_what_a_node_or_controller_did_to_a_pod_as_preemption(
+    pod: dict[str, Any], reason: str
+) -> None:
+    status = JobStatus(state=JobState.FAILED, raw="Failed", reason_code=reason, exit_code=137)
+
+    failure = ArenaBackend().classify(
+        status, _pod_problems([pod]), ["RuntimeError: NCCL error: remote peer closed"]
+    )
+
+    assert failure.failure_class is FailureClass.PREEMPTION
+    assert failure.evidence[0].startswith(f"pod job-master-0: {reason} ")
+
+
+@pytest.mark.parametrize(
+    ("disruption", "message"),
+    [
+        ("PreemptionByScheduler", "default-scheduler: preempting to accommodate a higher priority pod"),
+        ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"),
+        ("EvictionByEvictionAPI", "Eviction API: evicting"),
+    ],
+)
+def test_a_disruption_target_without_a_pod_reason_is_preemption_too(disruption: str, message: str) -> None:
+    pod = ended_pod("", message, disruption)
+    del pod["status"]["reason"]
+
+    failure = ArenaBackend().classify(
+        JobStatus(state=JobState.FAILED, raw="Failed"), _pod_problems([pod]), []
+    )
+
+    assert failure.failure_class is FailureClass.PREEMPTION
+    assert failure.evidence[0] == f"pod job-master-0: DisruptionTarget {disruption} {message}"
+
+
+def test_a_failed_job_without_evidence_of_its_own_is_infrastructure() -> None:
+    status = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJobFailed: job failed")
+
+    failure = ArenaBackend().classify(status, [], [])
+
+    assert failure.failure_class is FailureClass.INFRASTRUCTURE
+    assert failure.evidence == ["PyTorchJobFailed: job failed"]

@@ -123,6 +123,7 @@ def publish_artifacts(
             "runtime": runtime.model_dump(mode="json"),
             "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
             "metrics": _read_metrics(job, output, kept.report_metrics),
+            "attempts": attempt_summary(job, _read_json(output / METRICS_NAME)),
             "timings": {
                 "staging_seconds": dataset.seconds if isinstance(dataset, StagedDataset) else None,
                 "training_wall_seconds": job.wall_seconds,
@@ -261,6 +262,33 @@ class _CollectedOutputs:
 
     def is_transient(self, exc: BaseException) -> bool:
         return self._source.is_transient(exc)
+
+
+def attempt_summary(job: JobResult, metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every try of the round: its job, failure class, evidence, decision and GPU-hours, with the
+    epochs it trained and the epoch it resumed after, from what the training script recorded
+    (``attempt`` on each epoch of metrics.json, ``resumes``). A try whose epochs were lost with its
+    machines (after the last checkpoint) counts only the epochs that were kept."""
+    epochs = metrics.get("epochs") or []
+    resumes = {item.get("attempt"): item for item in metrics.get("resumes") or []}
+    summary = []
+    for attempt in job.attempts:
+        resumed = resumes.get(attempt.try_number)
+        summary.append(
+            {
+                **attempt.model_dump(mode="json"),
+                "epochs_run": sum(1 for epoch in epochs if epoch.get("attempt") == attempt.try_number),
+                "resumed_after_epoch": resumed.get("from_epoch") if resumed else None,
+            }
+        )
+    return summary
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
 
 
 def _read_metrics(job: JobResult, output: Path, series: tuple[str, ...]) -> dict[str, Any]:

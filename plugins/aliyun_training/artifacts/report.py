@@ -103,6 +103,7 @@ def render_report(manifest: dict[str, Any]) -> str:
         + "</tr>"
         for i in range(metrics["epochs"])
     )
+    attempts = _attempts_table(manifest.get("attempts") or [])
     charted = [key for key in series if "loss" in key] or series[:1]
     chart = loss_chart_svg({key: metrics[key] for key in charted})
     return f"""<!doctype html>
@@ -118,6 +119,7 @@ th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
 <table>
 {table}
 </table>
+{attempts}
 <h2>{escape(", ".join(_label(key) for key in charted)).capitalize()} per epoch</h2>
 {chart}
 <table>
@@ -127,6 +129,39 @@ th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
 <p>Created {escape(manifest["created"])}. Manifest: manifest.json.</p>
 </body></html>
 """
+
+
+def _attempts_table(attempts: list[dict[str, Any]]) -> str:
+    """The tries of the round, when there was more than one: why each ended, what followed, and
+    where training resumed."""
+    if len(attempts) < 2:
+        return ""
+    rows = "\n".join(
+        "<tr>"
+        + "".join(
+            f"<td>{escape(str(value))}</td>"
+            for value in (
+                attempt["try_number"],
+                attempt["job_id"],
+                attempt["failure_class"] or "-",
+                "; ".join(attempt["evidence"][:2]) or "-",
+                attempt["decision"],
+                f"{attempt['gpu_hours']:.4f}",
+                attempt["epochs_run"],
+                "-"
+                if attempt["resumed_after_epoch"] is None
+                else f"after epoch {attempt['resumed_after_epoch']}",
+            )
+        )
+        + "</tr>"
+        for attempt in attempts
+    )
+    return f"""<h2>Attempts</h2>
+<table>
+<tr><th>Try</th><th>Job</th><th>Failure class</th><th>Evidence</th><th>Decision</th><th>GPU-hours</th>
+<th>Epochs run</th><th>Resumed</th></tr>
+{rows}
+</table>"""
 
 
 def _label(key: str) -> str:

@@ -5,7 +5,13 @@ trigger through ``AsyncKubernetesHook`` (kubernetes_asyncio). Everything read fr
 turned into plain dicts first, so one set of functions interprets what either client returned.
 
 A job's handle carries the CR's kind and uid: a CR recreated under the same name (a later attempt)
-is a different job. Stopping deletes the CR and the ConfigMap, as ``arena delete`` does.
+is a different job. Stopping deletes the CR and the ConfigMap, as ``arena delete`` does: the job is
+``stopping`` while the CR waits on finalizers (a foreground deletion) and while its pods, which the
+garbage collector deletes after the CR, are still terminating; ``stopped`` once both are gone.
+
+A job launched for a task instance carries it in annotations and is labelled for ``launched``; a
+failed one is classified (``classify``) from the pods' own reasons, the kubelet's and scheduler's
+events and the failing node's log tail.
 
 Every call stands alone, so a backend built in another process (a retried worker, the triggerer)
 answers ``logs`` and ``tail`` without a ``status`` call first. The only thing one call leaves for
@@ -17,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -38,10 +45,12 @@ from aliyun_training.backends.arena_manifests import (
     configmap_name,
     job_kind,
 )
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LaunchedJob, LogChunk
+from aliyun_training.failures import Failure, FailureClass, class_from_text
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
-from aliyun_training.kubernetes.pods import aread_log, pod_problems, read_log, read_or_none
-from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.kubernetes.names import OWNED, OWNED_LABEL, owner_tags
+from aliyun_training.kubernetes.pods import PodProblem, aread_log, pod_problems, read_log, read_or_none
+from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +72,58 @@ _REPLICA_LABELS = (
     ("training.kubeflow.org/replica-type", "training.kubeflow.org/replica-index"),
     ("mpi_role_type", ""),
 )
+#: Which pod problem is the job's ``reason_code``, first to last: what ended a pod (its status
+#: reason, its DisruptionTarget condition) explains the exits and waits that follow it.
+_PROBLEM_RANK = {"ended": 0, "disrupted": 1, "exited": 2, "waiting": 3, "unschedulable": 4}
+
+#: A failed job's evidence -> class, checked in order (the first match wins) over its status reason
+#: and ``failure_details`` lines, which name each pod and its reason; then the log tail's text rules
+#: (``failures.class_from_text``), then the exit code. A data rule comes first because the scheduler
+#: words an unbound claim as Unschedulable too; config before preemption: no retry fixes it. Sources:
+#: - the kubelet's reason strings: pkg/kubelet/images/types.go (ImagePullBackOff, ErrImagePull,
+#:   InvalidImageName, ErrImageNeverPull), pkg/kubelet/container/sync_result.go
+#:   (CreateContainerConfigError, CreateContainerError), pkg/kubelet/events/event.go (FailedMount,
+#:   FailedAttachVolume, "MountVolume.SetUp failed"), pkg/kubelet/eviction (a pod's reason Evicted),
+#:   pkg/kubelet/preemption (Preempting), pkg/kubelet/nodeshutdown (Terminated), the container
+#:   runtime's OOMKilled; the node lifecycle controller's NodeLost reason and NodeNotReady event;
+#: - "Pod disruption conditions" (Kubernetes docs, Disruptions): DisruptionTarget with reasons
+#:   PreemptionByScheduler, DeletionByTaintManager (the node lifecycle controller's NoExecute
+#:   eviction), EvictionByEvictionAPI, DeletionByPodGC, TerminationByKubelet;
+#: - "Pod Lifecycle": PodScheduled False with reason Unschedulable; the scheduler's FailedScheduling
+#:   event, its "Insufficient <resource>" and VolumeBinding's "pod has unbound immediate
+#:   PersistentVolumeClaims" / 'persistentvolumeclaim "<name>" not found'; the kubelet's admission
+#:   reasons OutOf<resource>;
+#: - the API server's denials: 'admission webhook "<name>" denied the request', '<Kind> "<name>" is
+#:   invalid: '; the shell's exit codes 126 (cannot execute) and 127 (command not found).
+ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
+    (
+        FailureClass.DATA,
+        re.compile(
+            r"\b(?:FailedMount|FailedAttachVolume)\b|MountVolume\.\w+ failed|AttachVolume\.Attach failed"
+            r"|unbound immediate PersistentVolumeClaims|persistentvolumeclaim \"[^\"]*\" not found"
+        ),
+    ),
+    (
+        FailureClass.CONFIG,
+        re.compile(
+            r"\b(?:ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull|CreateContainerConfigError"
+            r"|CreateContainerError)\b|\(exit code 12[67]\)|admission webhook \"[^\"]+\" denied the request"
+            r"|\bis invalid: "
+        ),
+    ),
+    (
+        FailureClass.PREEMPTION,
+        re.compile(
+            r"\b(?:Evicted|Preempted|Preempting|PreemptionBy\w+|DeletionByTaintManager|DeletionByPodGC"
+            r"|EvictionByEvictionAPI|TerminationByKubelet|DisruptionTarget|NodeLost|NodeNotReady)\b"
+            r"|^pod \S+: (?:Terminated|Shutdown)\b"
+        ),
+    ),
+    (FailureClass.USER_CODE, re.compile(r"\bOOMKilled\b")),
+    (FailureClass.CAPACITY, re.compile(r"\b(?:Unschedulable|FailedScheduling|OutOf\w+)\b|Insufficient \S+")),
+)
+#: Exit codes the shell gives a command it could not run: 126 not executable, 127 not found.
+_CONFIG_EXIT_CODES = frozenset({126, 127})
 
 
 class ArenaBackend:
@@ -91,13 +152,13 @@ class ArenaBackend:
 
     def _list_pods(self, hook: Any, handle: JobHandle) -> list[dict[str, Any]]:
         listed = list_all(hook.core_v1_client.list_namespaced_pod, **self._pod_query(handle))
-        return _pods(hook.api_client, listed)
+        return _pods(hook.api_client, listed, handle)
 
     async def _alist_pods(self, api: Any, handle: JobHandle) -> list[dict[str, Any]]:
         from kubernetes_asyncio import client
 
         listed = await alist_all(client.CoreV1Api(api).list_namespaced_pod, **self._pod_query(handle))
-        return _pods(api, listed)
+        return _pods(api, listed, handle)
 
     def _listed_by_status(self, handle: JobHandle, pods: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Keep the pods a status call listed for the log read that follows it."""
@@ -141,6 +202,32 @@ class ArenaBackend:
             if job is not None:
                 return JobHandle(backend=self.name, job_id=_job_id(kind, job["metadata"]["uid"]), name=name)
         return None
+
+    def launched(self) -> list[LaunchedJob]:
+        """The namespace's CRs launched for a task instance (``OWNED_LABEL``), of every kind the
+        settings allow, that have not ended or are being deleted, with the owner their annotations
+        name. A kind the cluster does not serve (no such CRD: 404) has none; a labelled CR whose
+        annotations name no whole owner is not ours to report."""
+        from kubernetes.client.exceptions import ApiException
+
+        hook = self._hook()
+        found = []
+        for kind in _candidate_kinds(self.settings):
+            try:
+                listed = list_all(
+                    hook.custom_object_client.list_namespaced_custom_object,
+                    GROUP,
+                    kind.version,
+                    self.settings.namespace,
+                    kind.plural,
+                    label_selector=f"{OWNED_LABEL}={OWNED}",
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                continue
+            found += [job for job in (_launched(self.name, kind, item) for item in listed) if job is not None]
+        return found
 
     def _get_job(self, hook: Any, kind: JobKind, name: str) -> dict[str, Any] | None:
         get = hook.custom_object_client.get_namespaced_custom_object
@@ -279,6 +366,35 @@ class ArenaBackend:
     def _event_query(self, pod: str) -> dict[str, Any]:
         return {"namespace": self.settings.namespace, "field_selector": f"involvedObject.name={pod}"}
 
+    def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+        """The class of a failed (or given up) job: the first of ``ACK_RULES`` its status reason and
+        ``details`` match, else what the log tail says (``class_from_text``), else its exit code
+        (126/127: config; any other: user code), else capacity for a job that never left pending,
+        else infrastructure. (A job deleted from outside ends ``stopped``, which is not a failure:
+        the operator does not retry it.)"""
+        lines = list(dict.fromkeys(line for line in (*status.reason.split("; "), *details) if line))
+        if status.reason_code and not any(status.reason_code in line for line in lines):
+            lines.insert(0, f"reason {status.reason_code}")
+        for failure_class, pattern in ACK_RULES:
+            matched = [line for line in lines if pattern.search(line)]
+            if matched:
+                return Failure(failure_class=failure_class, evidence=matched)
+        text = class_from_text([*tail, *lines])
+        if text is not None:
+            return Failure(failure_class=text[0], evidence=[text[1]])
+        if status.exit_code:
+            exited = [line for line in lines if f"(exit code {status.exit_code})" in line]
+            evidence = (exited or [f"exit code {status.exit_code}"]) + tail[-1:]
+            code_class = (
+                FailureClass.CONFIG if status.exit_code in _CONFIG_EXIT_CODES else FailureClass.USER_CODE
+            )
+            return Failure(failure_class=code_class, evidence=evidence)
+        if status.state is JobState.PENDING:
+            return Failure(
+                failure_class=FailureClass.CAPACITY, evidence=[f"the job stayed pending: {status.reason}"]
+            )
+        return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=lines[:3] or [status.raw])
+
     # -- stop and links --------------------------------------------------------------------------
 
     def stop(self, handle: JobHandle) -> None:
@@ -342,9 +458,23 @@ def _items(api_client: Any, items: list[Any]) -> list[dict[str, Any]]:
     return api_client.sanitize_for_serialization(items)
 
 
-def _pods(api_client: Any, listed: Any) -> list[dict[str, Any]]:
-    """Pods of a job, master first, then by replica type and index (the node order of RANK)."""
+def _uid(handle: JobHandle) -> str:
+    return handle.job_id.rsplit("/", 1)[-1]
+
+
+def _pods(api_client: Any, listed: Any, handle: JobHandle) -> list[dict[str, Any]]:
+    """Pods of a job, master first, then by replica type and index (the node order of RANK).
+
+    Pods of an earlier CR of the same name (still terminating after it was replaced) are left out:
+    their ownerReference names that CR's uid. (arena's old mpi-operator's pods are owned by the
+    launcher Job and the workers' StatefulSet, so they are all kept.)
+    """
     order = {replica: rank for rank, replica in enumerate(LOG_REPLICAS)}
+    kind, uid = _kind(handle).kind, _uid(handle)
+
+    def ours(pod: dict[str, Any]) -> bool:
+        refs = pod["metadata"].get("ownerReferences") or []
+        return not any(ref.get("kind") == kind and ref.get("uid") != uid for ref in refs)
 
     def key(pod: dict[str, Any]) -> tuple[int, int, str]:
         labels = pod["metadata"].get("labels", {})
@@ -358,27 +488,51 @@ def _pods(api_client: Any, listed: Any) -> list[dict[str, Any]]:
                 )
         return len(order), 0, pod["metadata"]["name"]
 
-    return sorted(_items(api_client, listed), key=key)
+    return sorted(filter(ours, _items(api_client, listed)), key=key)
 
 
-def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
-    if job is None:
-        return JobStatus(state=JobState.STOPPED, raw="Deleted", reason="the job was deleted (arena delete?)")
-    if handle.job_id.rsplit("/", 1)[-1] != job["metadata"]["uid"]:
-        raise LookupError(f"job {handle.name} was replaced by a newer attempt")
+def _job_state(job: dict[str, Any]) -> tuple[JobState, dict[str, Any]]:
+    """The state a CR's conditions give, and its newest true condition.
+
+    Conditions are appended as the job moves on, and timestamps have whole seconds: the newest true
+    condition is the last true one in the list (arena reads them the same way).
+    """
     status = job.get("status") or {}
-    # Conditions are appended as the job moves on, and timestamps have whole seconds: the newest
-    # true condition is the last true one in the list (arena reads them the same way).
     true = [c for c in status.get("conditions") or [] if c.get("status") == "True"] or _v1alpha1_conditions(
         status
     )
     newest = true[-1] if true else {"type": "Pending"}
-    state = CONDITION_STATES.get(newest["type"], JobState.PENDING)
+    return CONDITION_STATES.get(newest["type"], JobState.PENDING), newest
+
+
+def _launched(backend: str, kind: JobKind, job: dict[str, Any]) -> LaunchedJob | None:
+    """A listed CR as a launched job: None when it ended or names no whole owner."""
+    meta = job["metadata"]
+    owner = JobOwner.from_tags(owner_tags(meta.get("annotations")))
+    state = JobState.STOPPING if meta.get("deletionTimestamp") else _job_state(job)[0]
+    if owner is None or state.is_terminal:
+        return None
+    return LaunchedJob(
+        handle=JobHandle(backend=backend, job_id=_job_id(kind, meta["uid"]), name=meta["name"]),
+        owner=owner,
+        state=state,
+        created=_iso(meta.get("creationTimestamp")),
+    )
+
+
+def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
+    if job is not None and _uid(handle) != job["metadata"]["uid"]:
+        raise LookupError(f"job {handle.name} was replaced by a newer attempt")
+    if job is None or job["metadata"].get("deletionTimestamp"):
+        return _deleted_status(job, pods)
+    status = job.get("status") or {}
+    state, newest = _job_state(job)
     replicas = ", ".join(
         f"{role}: " + " ".join(f"{k} {v}" for k, v in sorted(counts.items()))
         for role, counts in sorted((status.get("replicaStatuses") or {}).items())
     )
-    problems = _pod_problems(pods) if state in (JobState.PENDING, JobState.FAILED) else []
+    read = _read_problems(pods) if state is not JobState.SUCCEEDED else []
+    problems = _problem_lines(read) if state in (JobState.PENDING, JobState.FAILED) else []
     reason = "; ".join(
         part
         for part in (
@@ -399,6 +553,30 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
         finished=_iso(status.get("completionTime")) if state.is_terminal else None,
         failed_node=failed,
         exit_code=_exit_code(pods[failed]) if failed is not None else None,
+        reason_code=_reason_code(read, failed)
+        or (newest.get("reason", "") if state is JobState.FAILED else ""),
+    )
+
+
+def _deleted_status(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
+    """A job whose CR is being deleted or gone: stopping until the CR and its pods are gone.
+
+    The CR waits while finalizers hold it (a foreground deletion holds it for its pods); after a
+    background deletion (``arena delete``, ``stop``) it is gone at once and the garbage collector
+    deletes the pods, each Terminating until its containers stopped (at most its grace period).
+    """
+    if job is None and not pods:
+        return JobStatus(state=JobState.STOPPED, raw="Deleted", reason="the job was deleted (arena delete?)")
+    parts = []
+    if job is not None:
+        held = ", ".join(job["metadata"].get("finalizers") or [])
+        parts.append("the job is being deleted" + (f" (finalizers: {held})" if held else ""))
+    else:
+        parts.append("the job was deleted")
+    if pods:
+        parts.append("its pods are not gone yet: " + ", ".join(pod["metadata"]["name"] for pod in pods))
+    return JobStatus(
+        state=JobState.STOPPING, raw="Deleting" if job is not None else "Deleted", reason="; ".join(parts)
     )
 
 
@@ -408,18 +586,45 @@ def _v1alpha1_conditions(status: dict[str, Any]) -> list[dict[str, Any]]:
     return [{"type": launcher, "status": "True"}] if launcher else []
 
 
-def _pod_problems(pods: list[dict[str, Any]]) -> list[str]:
-    """What keeps pods from running or killed them: unschedulable, image pulls, OOM, exit codes."""
+def _read_problems(pods: list[dict[str, Any]]) -> list[tuple[int, str, PodProblem]]:
+    """Every pod's problems (``pod_problems``), read once: (node index, pod name, problem)."""
+    return [
+        (index, pod["metadata"]["name"], problem)
+        for index, pod in enumerate(pods)
+        for problem in pod_problems(pod)
+    ]
+
+
+def _problem_lines(read: list[tuple[int, str, PodProblem]]) -> list[str]:
+    """Each problem as one line naming its pod and reason: what ended pods or keeps them from
+    running (evictions, disruptions, unschedulable, image pulls) and what killed them (OOM, exits)."""
     lines = []
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        for problem in pod_problems(pod):
-            if problem.kind == "exited":
-                what = f"container {problem.container} {problem.reason or 'Error'}"
-                lines.append(f"pod {name}: {what} (exit code {problem.exit_code})")
-            else:
-                lines.append(f"pod {name}: {problem.reason} {problem.message}".strip())
+    for _index, name, problem in read:
+        if problem.kind == "exited":
+            what = f"container {problem.container} {problem.reason or 'Error'}"
+            lines.append(f"pod {name}: {what} (exit code {problem.exit_code})")
+        elif problem.kind == "disrupted":
+            lines.append(f"pod {name}: DisruptionTarget {problem.reason} {problem.message}".strip())
+        else:
+            lines.append(f"pod {name}: {problem.reason} {problem.message}".strip())
     return lines
+
+
+def _pod_problems(pods: list[dict[str, Any]]) -> list[str]:
+    """What ended pods, keeps them from running or killed them, one line each."""
+    return _problem_lines(_read_problems(pods))
+
+
+def _reason_code(read: list[tuple[int, str, PodProblem]], failed: int | None) -> str:
+    """The platform's code for the job's state: the failed node's most telling problem (by
+    ``_PROBLEM_RANK``), else the most telling of any pod's (the first node's on a tie); "" when no
+    pod has one."""
+    ranked = sorted(
+        (index != failed, _PROBLEM_RANK[problem.kind], index, problem.reason)
+        for index, _name, problem in read
+        if problem.reason
+    )
+    return ranked[0][3] if ranked else ""
 
 
 def _describe_pods(pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]]) -> list[str]:

@@ -21,11 +21,15 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
 from aliyun_training.kubernetes.names import (
+    ANNOTATION_PREFIX,
     LABEL_MAX,
+    OWNED,
+    OWNED_LABEL,
     is_dns1035_label,
     is_dns_label,
     is_dns_subdomain,
     is_extended_resource_name,
+    owner_annotations,
 )
 from aliyun_training.spec import INJECTED_ENV_VARS, Framework, TrainingJobSpec, invalid_env_names
 from aliyun_training.validation import SpecError, field_fix, validate_record
@@ -63,7 +67,7 @@ MPI_JOB_V1ALPHA1 = JobKind("MPIJob", "mpijobs", "v1alpha1", "mpiReplicaSpecs", "
 KINDS = (PYTORCH_JOB, TF_JOB, MPI_JOB_V2, MPI_JOB_V1ALPHA1)
 
 #: Where the CR records the job's output directory, for the artifacts stage.
-OUTPUT_DIR_ANNOTATION = "aliyun-training/output-dir"
+OUTPUT_DIR_ANNOTATION = f"{ANNOTATION_PREFIX}output-dir"
 #: torchrun's rendezvous backend for elastic jobs; the operator points it at ``<job>-worker-0``.
 ELASTIC_RDZV_BACKEND = "c10d"
 #: Variables the platform or this pipeline sets on every node, which ``nccl_env`` must not override:
@@ -265,8 +269,8 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
     """The training CR as arena's chart renders it (elastic PyTorch and MPIJob v2beta1: as their
     operators define them, arena's charts having neither)."""
     kind = job_kind(spec, settings)
-    labels = arena_labels(name, kind, settings)
-    annotations = arena_annotations(spec, settings)
+    labels = {**arena_labels(name, kind, settings), **owned_labels(spec)}
+    annotations = {**arena_annotations(spec, settings), **owned_annotations(spec)}
     replicas = {
         role: {
             "replicas": count,
@@ -383,6 +387,18 @@ def arena_annotations(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[st
         "arena.kubeflow.org/username": settings.username,
         "requestGPUsOfJobOwner": str(spec.nodes * spec.gpus_per_node),
     }
+
+
+def owned_labels(spec: TrainingJobSpec) -> dict[str, str]:
+    """The label the reconciler selects a task instance's jobs by (``kubernetes.names.OWNED_LABEL``);
+    none on a job launched for no task instance. Added beside arena's labels, never in their place."""
+    return {OWNED_LABEL: OWNED} if spec.owner else {}
+
+
+def owned_annotations(spec: TrainingJobSpec) -> dict[str, str]:
+    """The task instance a job was launched for, exactly (``JobOwner.tags()`` under this package's
+    domain): on the CR and on each pod template, so its pods name their owner too."""
+    return owner_annotations(spec.owner.tags()) if spec.owner else {}
 
 
 def submit_values(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any]:

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.failures import Failure
+from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 
 class JobState(StrEnum):
@@ -22,6 +23,9 @@ class JobState(StrEnum):
 
     PENDING = "pending"
     RUNNING = "running"
+    #: A stop was asked for and the platform is still tearing the job down: its machines are not
+    #: free yet, so nothing may be launched in its place until it is ``stopped``.
+    STOPPING = "stopping"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     STOPPED = "stopped"
@@ -53,8 +57,23 @@ class JobStatus(BaseModel):
     finished: str | None = None
     failed_node: int | None = None
     exit_code: int | None = None
+    #: The platform's own code for why the job is in this state, for classifying a failure: DLC's
+    #: ReasonCode, a container's termination or waiting reason (OOMKilled, ImagePullBackOff,
+    #: Evicted), the local node's signal name (SIGKILL).
+    reason_code: str = ""
     #: Phases the job went through: [{"status", "start", "end", "seconds"}], oldest first.
     history: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class LaunchedJob(BaseModel):
+    """A job of ours the platform still runs, with the task instance that launched it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    handle: JobHandle
+    owner: JobOwner
+    state: JobState
+    created: str | None = None
 
 
 class LogChunk(BaseModel):
@@ -107,6 +126,14 @@ class TrainingBackend(Protocol):
 
     def failure_details(self, handle: JobHandle) -> list[str]:
         """Platform evidence for a failed job (events, health checks), for the task error."""
+
+    def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+        """Name the class of a failed job from its status, ``failure_details`` and its failing
+        node's last log lines; no I/O, so the trigger and the worker decide alike."""
+
+    def launched(self) -> list[LaunchedJob]:
+        """Every job of ours that has not ended (pending, running or stopping), with its owner:
+        what the reconciler checks against the task instances that should be waiting for them."""
 
     async def astatus(self, handle: JobHandle) -> JobStatus: ...
 

@@ -3,6 +3,7 @@
 The spec's command is the torchrun line the local backend runs: DLC injects MASTER_ADDR,
 MASTER_PORT, WORLD_SIZE (nodes) and RANK (node index), and on Lingjun the NCCL_IB_* variables.
 The deterministic job name is the DisplayName (and a tag), so ``find`` reattaches through ListJobs;
+the task instance that launched the job is tagged too, so ``launched`` tells whose each job is;
 CreateJob has no idempotency token, so a CreateJob retried after a lost response first looks the
 job up by name instead of creating a second one. Every call goes through ``hooks.dlc.DlcHook``
 (DescribeVpcs through ``VpcHook``); :func:`create_job_request` builds the CreateJob body with no
@@ -13,17 +14,19 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 import shlex
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LaunchedJob, LogChunk
+from aliyun_training.failures import Failure, FailureClass, class_from_text
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
-from aliyun_training.spec import Framework, TrainingJobSpec
+from aliyun_training.spec import Framework, JobOwner, TrainingJobSpec
 from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
@@ -38,13 +41,16 @@ DLC_STATES: dict[str, JobState] = {
     "SanityChecking": JobState.PENDING,
     "Running": JobState.RUNNING,
     "Restarting": JobState.RUNNING,
-    "Stopping": JobState.RUNNING,
+    "Stopping": JobState.STOPPING,
     "SucceededReserving": JobState.SUCCEEDED,
     "Succeeded": JobState.SUCCEEDED,
     "FailedReserving": JobState.FAILED,
     "Failed": JobState.FAILED,
     "Stopped": JobState.STOPPED,
 }
+#: The statuses of a job that has not ended, in the order a job passes them (``launched`` lists
+#: them in this order).
+UNENDED_STATUSES = tuple(status for status, state in DLC_STATES.items() if not state.is_terminal)
 #: Elastic PyTorch training is a PyTorchJob with an ElasticSpec; ``elastic_batch`` is DLC's own
 #: ElasticBatchJob type (CreateJobRequest.JobType lists both).
 JOB_TYPES = {
@@ -102,6 +108,87 @@ TAIL_MAX_REQUESTS = 8
 FIND_HORIZON = timedelta(days=31)
 #: The time format DLC's StartTime/EndTime parameters use (the references' example 2020-11-08T16:00:00Z).
 DLC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+
+#: How ``classify`` reads a failed job; the first step that applies decides:
+#:
+#: 1. DLC's verdict (ReasonCode, ReasonMessage, the job's and its pods' SubStatus) against these
+#:    rules; the evidence is that verdict ("ReasonCode=...");
+#: 2. a failed sanity check: infrastructure (DLC checks the machines, not the script);
+#: 3. the job's events (``event: ...``) against these rules, capacity only while the job never ran:
+#:    the events of a job that ran still hold the words of its queuing;
+#: 4. ``failures.class_from_text`` over DLC's words and the failing node's last lines (NCCL and
+#:    GPU faults, CUDA out of memory, a missing file);
+#: 5. the script's own failure: a Python traceback, or an exit code of 1 to 125, is user code; 126
+#:    and 127 (the shell's "not executable" and "not found") are config;
+#: 6. otherwise infrastructure. DLC named no cause and the script did not say it failed (no
+#:    traceback, no exit code of its own), so what ended it was under it: a signal from outside,
+#:    a node that went away, a runtime that never started it. Calling that user code would blame
+#:    a script that may never have run.
+#:
+#: The rules are (class, pattern), case-insensitive, the first rule any line matches winning; each
+#: names a failure, never a step every job takes (events also tell of queuing, mounting and
+#: checking that went well). DLC publishes no list of ReasonCodes, so they are keywords, and the
+#: exact codes and messages are unverified. Sources: the SDK's docstrings (GetJob SubStatus "such
+#: as the preemption retry status", a pod's SubStatus "Normal" or "Evicted") and the failure
+#: patterns of Alibaba Cloud's own PAI-DLC diagnostics skill (repository
+#: aliyun/alibabacloud-aiops-skills, skill alibabacloud-pai-dlc-job-diagnostics,
+#: references/diagnostic-patterns.md): ResourceAllocateFailed, "resource type is not enough",
+#: OutOfGPU, NotEnoughGPU, ErrImagePull, ImagePullBackOff, "image not found", "manifest unknown",
+#: "unauthorized", Evicted, "preempted", spot reclamation, GPUUnhealthy, AIMasterBlackList,
+#: DriverVersionMismatch, hang detection. The other words are Kubernetes' (NodeNotReady,
+#: FailedMount, "Insufficient nvidia.com/gpu") and Alibaba Cloud's general error codes (Forbidden,
+#: NoPermission, InvalidParameter). Preemption comes first, as the pods of a reclaimed node then
+#: fail in other ways too; config before capacity, as no permission to use a quota is no shortage
+#: of it.
+DLC_FAILURE_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
+    (
+        FailureClass.PREEMPTION,
+        re.compile(r"preempted|preemption|reclaim|evict|NodeNotReady|node\s*lost|lost\s+node", re.I),
+    ),
+    (
+        FailureClass.CONFIG,
+        re.compile(
+            r"ErrImagePull|ImagePullBackOff|fail\w*\s+to\s+pull|image\s+not\s+found|manifest\s+unknown"
+            r"|unauthorized|forbidden|NoPermission|permission\s+denied|access\s*denied"
+            r"|InvalidParameter|invalid\s+(?:command|argument|parameter|spec)",
+            re.I,
+        ),
+    ),
+    (
+        FailureClass.CAPACITY,
+        re.compile(
+            r"ResourceAllocateFailed|resource\s+type\s+is\s+not\s+enough|insufficient|OutOfGPU|NotEnoughGPU"
+            r"|exceed\w*\s+(?:the\s+)?quota|quota\w*\s+exceed|queu\w*\s+(?:timeout|timed\s+out|too\s+long)",
+            re.I,
+        ),
+    ),
+    (
+        FailureClass.DATA,
+        re.compile(
+            r"FailedMount|MountFailed|mount\w*\s+(?:fail|error)|(?:fail\w*|unable)\s+to\s+mount"
+            r"|(?:dataset|data\s*source)\b.*\b(?:not\s+found|missing|unavailable|fail)|NoSuchBucket|NoSuchKey",
+            re.I,
+        ),
+    ),
+    (
+        FailureClass.INFRASTRUCTURE,
+        re.compile(
+            r"GPUUnhealthy|AIMasterBlackList|DriverVersionMismatch|hardware\s+(?:fault|failure|error)"
+            r"|sanity\s*check\w*\s*fail|\bhang\b.*\bdetect|detect\w*\s+(?:a\s+)?hang|\bhung\b",
+            re.I,
+        ),
+    ),
+)
+#: A Python traceback: the script itself raised.
+TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
+#: An exit code as a pod's message, an event or torchrun's failure summary writes it ("exited with
+#: code 1", "exit status 2", "exitcode  : 1"). 126 and 127 are the shell's "not executable" and
+#: "not found"; 128 and above mean a signal ended the process (from outside: no verdict on the
+#: script), as does torchrun's negative exitcode, which this does not match.
+EXIT_CODE = re.compile(
+    r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*[:=]?\s*(\d+)|exitcode\s*:\s*(\d+)", re.I
+)
+COMMAND_NOT_RUN = frozenset({126, 127})
 
 
 #: What an MPI launcher gets: it only runs mpirun, so a node's worth of CPU and memory on top of
@@ -186,10 +273,16 @@ def create_job_request(
         ]
         or None,
         user_vpc=_user_vpc(vpc, extended_cidrs),
-        settings=models.JobSettings(enable_rdma=spec.rdma or None, tags={NAME_TAG: name}),
+        settings=models.JobSettings(enable_rdma=spec.rdma or None, tags=job_tags(spec, name)),
         job_max_running_time_minutes=spec.timeout_minutes,
         priority=spec.priority,
     )
+
+
+def job_tags(spec: TrainingJobSpec, name: str) -> dict[str, str]:
+    """JobSettings.Tags ("The custom tags"): the job's name, and the task instance that launched it
+    when the operator set ``spec.owner``, which ``launched`` reads back."""
+    return {NAME_TAG: name, **(spec.owner.tags() if spec.owner else {})}
 
 
 def _user_vpc(vpc: dict[str, Any] | None, extended_cidrs: list[str]) -> Any:
@@ -340,7 +433,7 @@ class DlcBackend:
         request = self.create_request(spec, name)
 
         def existing() -> str | None:
-            made = self._find_active(name)
+            made = self._find_made(name)
             if made is None:
                 return None
             log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
@@ -360,9 +453,15 @@ class DlcBackend:
         newest = next((job for job in jobs if job.display_name == name), None)
         return JobHandle(backend=self.name, job_id=newest.job_id, name=name) if newest else None
 
-    def _find_active(self, name: str) -> JobHandle | None:
+    def _find_made(self, name: str) -> JobHandle | None:
+        """The job a CreateJob whose answer was lost made: the newest of ``name``, if it is pending
+        or running. Made by this submit, it would be the newest, and nobody would have stopped it:
+        a newest job that is stopping is an earlier one, whose machines are not free yet, and the
+        lost CreateJob made none. An ended one is taken as earlier too, which misses a made job
+        that already failed within the retry's backoff.
+        """
         found = self.find(name)
-        if found is None or self.status(found).state.is_terminal:
+        if found is None or self.status(found).state not in (JobState.PENDING, JobState.RUNNING):
             return None
         return found
 
@@ -385,11 +484,11 @@ class DlcBackend:
             state = JobState.RUNNING
         self._views[handle.job_id] = LogView.of(job)
         failed = next((rank for rank, pod in enumerate(_node_order(job)) if pod.status == "Failed"), None)
-        reason = ": ".join(part for part in (job.reason_code, job.reason_message) if part)
         return JobStatus(
             state=state,
             raw=job.status,
-            reason=reason if state in (JobState.FAILED, JobState.STOPPED) else "",
+            reason=_reason(job) if state in (JobState.FAILED, JobState.STOPPED) else "",
+            reason_code=job.reason_code or "",
             started=_iso(job.gmt_running_time or job.gmt_create_time),
             finished=_iso(job.gmt_finish_time) if state.is_terminal else None,
             failed_node=failed,
@@ -494,6 +593,46 @@ class DlcBackend:
     async def afailure_details(self, handle: JobHandle) -> list[str]:
         events = await self.hook.aget_job_events(handle.job_id)
         return _describe_failure(events, await self.hook.aget_sanity_checks(handle.job_id))
+
+    def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+        """DLC's verdict, its sanity checks and events, then the script's last lines, in the order
+        ``DLC_FAILURE_RULES`` gives."""
+        return classify_dlc(status, details, tail)
+
+    # -- what is still running -------------------------------------------------------------------
+
+    def launched(self) -> list[LaunchedJob]:
+        """Every job of the workspace that has not ended and whose tags name a whole ``JobOwner``.
+
+        ListJobs filters on one Status (the SDK lists its values, one at a time), so each status
+        of ``UNENDED_STATUSES`` is listed in turn, every page, from ``FIND_HORIZON`` ago (without
+        StartTime ListJobs looks back 7 days only). A job that moves on during the listing shows
+        up again under its later status, and that sighting wins; one that moves back between two
+        listings (Restarting to Running) can be missed until the next call. A job without owner
+        tags was not launched by a task of this package and is left out.
+        """
+        start_time = _dlc_time((datetime.now(UTC) - FIND_HORIZON).timestamp())
+        jobs: dict[str, LaunchedJob] = {}
+        for raw in UNENDED_STATUSES:
+            for job in self.hook.jobs(workspace_id=self.workspace_id, start_time=start_time, status=raw):
+                found = self._launched_job(job)
+                if found is not None:
+                    jobs[found.handle.job_id] = found
+        return list(jobs.values())
+
+    def _launched_job(self, job: Any) -> LaunchedJob | None:
+        tags = (job.settings.tags if job.settings else None) or {}
+        owner = JobOwner.from_tags(tags)
+        state = DLC_STATES.get(job.status)
+        if owner is None or state is None or state.is_terminal:
+            return None
+        name = tags.get(NAME_TAG) or job.display_name
+        return LaunchedJob(
+            handle=JobHandle(backend=self.name, job_id=job.job_id, name=name),
+            owner=owner,
+            state=state,
+            created=_iso(job.gmt_create_time),
+        )
 
     # -- stop and links --------------------------------------------------------------------------
 
@@ -673,3 +812,60 @@ def _describe_failure(events: Any, checks: Any) -> list[str]:
                     f"sanity check #{check.check_number} {check.phase}: {check.status} {check.message}"
                 )
     return lines
+
+
+def _reason(job: Any) -> str:
+    """ReasonCode and ReasonMessage, then the job's SubStatus and each pod's that is not Normal."""
+    parts = [": ".join(part for part in (job.reason_code, job.reason_message) if part)]
+    if job.sub_status:
+        parts.append(f"SubStatus={job.sub_status}")
+    parts += [
+        f"pod {pod.pod_id} SubStatus={pod.sub_status}"
+        for pod in _node_order(job)
+        if pod.sub_status and pod.sub_status != "Normal"
+    ]
+    return "; ".join(part for part in parts if part)
+
+
+def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+    """The class of a failed DLC job, by the steps ``DLC_FAILURE_RULES`` describes."""
+    verdict = _verdict(status)
+    said = [verdict] if verdict else []
+    matched = class_from_text(said, DLC_FAILURE_RULES)
+    if matched is not None:
+        return Failure(failure_class=matched[0], evidence=said)
+    checks = [line for line in details if line.startswith("sanity check #")]
+    if checks:
+        return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=[*said, *checks])
+    events = [line for line in details if line.startswith("event: ")]
+    ran = any(phase.get("status") == "Running" for phase in status.history)
+    rules = tuple(rule for rule in DLC_FAILURE_RULES if not (ran and rule[0] is FailureClass.CAPACITY))
+    lines = [*said, *events, *tail]
+    matched = class_from_text(events, rules) or class_from_text(lines) or _script_failure(lines)
+    if matched is not None:
+        return Failure(failure_class=matched[0], evidence=list(dict.fromkeys([*said, matched[1]])))
+    return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=said or ["DLC named no reason"])
+
+
+def _verdict(status: JobStatus) -> str:
+    """DLC's reason as evidence: ``ReasonCode=<code>: <message>; SubStatus=...``."""
+    if status.reason_code and status.reason.startswith(status.reason_code):
+        return f"ReasonCode={status.reason}"
+    if status.reason_code:
+        return "; ".join(part for part in (f"ReasonCode={status.reason_code}", status.reason) if part)
+    return status.reason
+
+
+def _script_failure(lines: list[str]) -> tuple[FailureClass, str] | None:
+    """User code for a traceback or the script's own exit code, config for 126/127; None for none
+    (an exit code of 128 or more is a signal's)."""
+    for line in lines:
+        if TRACEBACK.search(line):
+            return FailureClass.USER_CODE, line.strip()
+        for match in EXIT_CODE.finditer(line):
+            code = int(match.group(1) or match.group(2))
+            if code in COMMAND_NOT_RUN:
+                return FailureClass.CONFIG, line.strip()
+            if 0 < code < 128:
+                return FailureClass.USER_CODE, line.strip()
+    return None

@@ -47,7 +47,14 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, OffloadedAsyncMixin
+from aliyun_training.backends.base import (
+    JobHandle,
+    JobState,
+    JobStatus,
+    LaunchedJob,
+    LogChunk,
+    OffloadedAsyncMixin,
+)
 from aliyun_training.backends.local_node import (
     HEARTBEAT_SECONDS,
     JOB_MARKER_VAR,
@@ -59,8 +66,9 @@ from aliyun_training.backends.local_node import (
     split_stamp,
     write_json_atomically,
 )
+from aliyun_training.failures import DATA_ERROR_EXIT, Failure, FailureClass, class_from_text
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 _NODE_SUPERVISOR = Path(__file__).with_name("local_node.py")
 #: A node without a pid this long after the job was created was never launched (launcher died).
@@ -189,6 +197,9 @@ class LocalBackend(OffloadedAsyncMixin):
             if existing is not None:
                 if not self.status(existing).state.is_terminal:
                     return existing
+                # A failed job's other nodes may still be tearing down, and their supervisors write
+                # into the run directory by path: end them before a new attempt takes the name.
+                self.stop(existing)
                 self._archive(existing)
             handle = JobHandle(backend=self.name, job_id=f"{name}.{uuid.uuid4().hex[:8]}", name=name)
             self._publish_job_dir(handle, spec)
@@ -288,7 +299,7 @@ class LocalBackend(OffloadedAsyncMixin):
 
         if (self.root / handle.name / "stop_requested").exists():
             if running:
-                return JobStatus(state=JobState.RUNNING, raw="Stopping", started=started)
+                return JobStatus(state=JobState.STOPPING, raw="Stopping", started=started)
             return JobStatus(state=JobState.STOPPED, raw="Stopped", reason="stopped on request", **times)
 
         failed = sorted((n for n in nodes if n.failed), key=lambda n: n.finished or "~")
@@ -305,6 +316,7 @@ class LocalBackend(OffloadedAsyncMixin):
                 state=JobState.FAILED,
                 raw="Failed",
                 reason=f"node {first.rank} (RANK={first.rank}) {how}",
+                reason_code=_exit_code_name(first),
                 failed_node=first.rank,
                 exit_code=first.exit_code,
                 started=started,
@@ -320,6 +332,7 @@ class LocalBackend(OffloadedAsyncMixin):
                     state=JobState.FAILED,
                     raw="Failed",
                     reason="the launcher died before starting every node; retry to relaunch",
+                    reason_code=LAUNCHER_DIED,
                     **times,
                 )
             return JobStatus(state=JobState.PENDING, raw="Launching", started=started)
@@ -428,7 +441,7 @@ class LocalBackend(OffloadedAsyncMixin):
         if not self.status(handle).state.is_terminal:
             (self.root / handle.name / "stop_requested").touch()
             deadline = time.monotonic() + self.stop_grace_seconds + 5 * HEARTBEAT_SECONDS
-            while self.status(handle).state is JobState.RUNNING and time.monotonic() < deadline:
+            while self.status(handle).state is JobState.STOPPING and time.monotonic() < deadline:
                 time.sleep(0.2)
         kill_processes(f"{handle.job_id}:", signal.SIGKILL)
         deadline = time.monotonic() + 5
@@ -446,3 +459,72 @@ class LocalBackend(OffloadedAsyncMixin):
     def failure_details(self, handle: JobHandle) -> list[str]:
         """Local jobs have no platform events: the failing node's log tail says it all."""
         return []
+
+    def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+        """A node that vanished or was killed by a signal nobody asked for lost its machine
+        (preemption); otherwise the node's exit code and its last lines decide."""
+        return classify_local(status, tail)
+
+    # -- what is still running -------------------------------------------------------------------
+
+    def launched(self) -> list[LaunchedJob]:
+        jobs = []
+        for job_file in sorted(self.root.glob("*/job.json")):
+            with contextlib.suppress(FileNotFoundError, LookupError, ValueError):
+                job = json.loads(job_file.read_text())
+                owner = (job["spec"] or {}).get("owner")
+                if not owner:
+                    continue
+                handle = JobHandle(backend=self.name, job_id=job["job_id"], name=job["name"])
+                state = self.status(handle).state
+                if not state.is_terminal:
+                    jobs.append(
+                        LaunchedJob(
+                            handle=handle,
+                            owner=JobOwner.model_validate(owner),
+                            state=state,
+                            created=job["created"],
+                        )
+                    )
+        return jobs
+
+
+#: The reason code of a job whose launcher died before it started every node.
+LAUNCHER_DIED = "LauncherDied"
+#: Signals that end a process from outside: the machine went away (or an operator killed it).
+_LOST_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGHUP", "SIGINT"})
+#: torchrun's summary of a worker that a signal ended ("Signal 9 (SIGKILL) received by PID ...",
+#: torch.distributed.elastic's ChildFailedError) and the shell's exit codes 128+9 and 128+15.
+_SIGNALLED_WORKER = re.compile(r"Signal \d+ \((SIGKILL|SIGTERM|SIGHUP)\) received|exitcode\s*:\s*-(9|15)\b")
+#: POSIX shells: 126 found but not executable, 127 not found.
+_COMMAND_NOT_RUN = {126: "the command is not executable", 127: "the command was not found"}
+
+
+def _exit_code_name(node: _NodeState) -> str:
+    if node.vanished:
+        return "Vanished"
+    code = node.exit_code or 0
+    return signal.Signals(-code).name if code < 0 else f"ExitCode{code}"
+
+
+def classify_local(status: JobStatus, tail: list[str]) -> Failure:
+    """The class of a failed local job from its reason code and the failing node's last lines."""
+    code = status.reason_code
+    if code == "Vanished" or code in _LOST_SIGNALS:
+        return Failure(failure_class=FailureClass.PREEMPTION, evidence=[f"{status.reason} ({code})"])
+    if code == LAUNCHER_DIED:
+        return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=[status.reason])
+    if status.exit_code in _COMMAND_NOT_RUN:
+        return Failure(
+            failure_class=FailureClass.CONFIG,
+            evidence=[f"{status.reason}: {_COMMAND_NOT_RUN[status.exit_code]}"],
+        )
+    if status.exit_code == DATA_ERROR_EXIT:
+        return Failure(failure_class=FailureClass.DATA, evidence=[status.reason, *tail[-1:]])
+    signalled = next((line.strip() for line in tail if _SIGNALLED_WORKER.search(line)), None)
+    matched = class_from_text(tail)
+    if signalled and (matched is None or matched[0] is FailureClass.USER_CODE):
+        return Failure(failure_class=FailureClass.PREEMPTION, evidence=[status.reason, signalled])
+    if matched is not None:
+        return Failure(failure_class=matched[0], evidence=[status.reason, matched[1]])
+    return Failure(failure_class=FailureClass.USER_CODE, evidence=[status.reason])

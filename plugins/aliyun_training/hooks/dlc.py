@@ -22,16 +22,26 @@ class DlcHook(AlibabaCloudHook):
         answer first asks ``existing`` for the job that answer may have made (its id, or None)."""
         return self.call_once("CreateJob", lambda: self.conn.create_job(request).body.job_id, existing)
 
-    def jobs(self, *, display_name: str, workspace_id: str | None, start_time: str) -> Iterator[Any]:
+    def jobs(
+        self,
+        *,
+        workspace_id: str | None,
+        start_time: str,
+        display_name: str | None = None,
+        status: str | None = None,
+    ) -> Iterator[Any]:
         """ListJobs newest first from ``start_time``: every page, each read only when reached.
 
         DisplayName matches fuzzily (``name`` also lists ``name-2``); the caller compares exactly.
+        ``status`` is one of the job statuses ListJobsRequest's docstring lists: one, as it
+        documents no way to ask for several.
         """
         from alibabacloud_pai_dlc20201203 import models
 
         def page(number: int) -> tuple[list[Any], int | None]:
             request = models.ListJobsRequest(
                 display_name=display_name,
+                status=status,
                 workspace_id=workspace_id,
                 start_time=start_time,
                 sort_by="GmtCreateTime",

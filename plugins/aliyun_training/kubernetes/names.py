@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
 
 #: The longest DNS-1123 / DNS-1035 label, and the longest subdomain.
 LABEL_MAX = 63
@@ -124,3 +125,29 @@ def label_value(text: str) -> str:
     """A label value (at most 63 of [A-Za-z0-9._-], alphanumeric at both ends)."""
     value = re.sub(r"[^A-Za-z0-9._-]+", "-", text)[:LABEL_MAX]
     return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+# -- owners ---------------------------------------------------------------------------------------
+
+#: The label of a job launched for a task instance, which its annotations name: what the reconciler
+#: selects on. The owner itself cannot be a label: run ids hold ':' and '+', which label values may
+#: not (at most 63 of [A-Za-z0-9._-]), so it goes into annotations, which take any string.
+OWNED_LABEL = "aliyun-training/owned"
+OWNED = "task-instance"
+#: The domain of this package's annotations: ``aliyun-training/<name>``.
+ANNOTATION_PREFIX = "aliyun-training/"
+
+
+def owner_annotations(tags: Mapping[str, str]) -> dict[str, str]:
+    """An owner's tags (``JobOwner.tags()``) as annotations under this package's domain."""
+    return {f"{ANNOTATION_PREFIX}{name}": value for name, value in tags.items()}
+
+
+def owner_tags(annotations: Mapping[str, str] | None) -> dict[str, str]:
+    """An object's annotations under this package's domain, the domain taken off: the tags
+    ``owner_annotations`` wrote are among them."""
+    return {
+        name.removeprefix(ANNOTATION_PREFIX): value
+        for name, value in (annotations or {}).items()
+        if name.startswith(ANNOTATION_PREFIX)
+    }

@@ -3,10 +3,12 @@
 What the ACK backend's training pods and the bare pods (the staging pod, the kaniko build pod)
 share lives here once:
 
-- One interpreter of a pod's status (``pod_problems``): it is unschedulable, a container waits for
-  something other than starting (an image pull, a missing Secret or key: ``fatal`` when no waiting
-  fixes it), or a container exited with a non-zero code. It reads the API's field names, so it
-  takes a model of either client or the JSON form the backend keeps.
+- One interpreter of a pod's status (``pod_problems``): the kubelet or a controller ended it (its
+  status reason: Evicted, Preempting, Terminated; the DisruptionTarget condition), it is
+  unschedulable, a container waits for something other than starting (an image pull, a missing
+  Secret or key: ``fatal`` when no waiting fixes it), or a container exited with a non-zero code.
+  It reads the API's field names, so it takes a model of either client or the JSON form the
+  backend keeps.
 - One raw log read (``read_log``/``aread_log``): as raw bytes (``_preload_content=False``), because
   the sync client mangles log text when it decodes it (a line that parses as JSON comes back as a
   Python repr). With kubernetes_asyncio an unloaded response raises nothing for a 4xx answer, so
@@ -166,9 +168,14 @@ def api_fields(pod: Any) -> dict[str, Any]:
 class PodProblem:
     """One thing that keeps a pod from running, or that ended one of its containers."""
 
-    #: ``unschedulable``: its PodScheduled condition is False; ``waiting``: a container waits for a
-    #: reason other than starting; ``exited``: a container terminated with a non-zero exit code.
-    kind: Literal["unschedulable", "waiting", "exited"]
+    #: ``ended``: the pod's own status reason, which the kubelet or a controller sets when it ends
+    #: the pod (Evicted, Preempting, Terminated, NodeLost, OutOf<resource>); ``disrupted``: its
+    #: DisruptionTarget condition is True (the reason says who: PreemptionByScheduler,
+    #: DeletionByTaintManager, TerminationByKubelet...); ``unschedulable``: its PodScheduled
+    #: condition is False; ``waiting``: a container waits for a reason other than starting;
+    #: ``exited``: a container terminated with a non-zero exit code (or did last, when it is
+    #: waiting to restart).
+    kind: Literal["ended", "disrupted", "unschedulable", "waiting", "exited"]
     reason: str | None
     message: str = ""
     container: str = ""
@@ -185,15 +192,29 @@ class PodProblem:
         return f"{self.reason}: {self.message}".strip(": ")
 
 
+#: Pod conditions that are problems: (type, status) -> the problem's kind.
+_CONDITION_PROBLEMS: dict[tuple[str | None, str | None], Literal["disrupted", "unschedulable"]] = {
+    ("DisruptionTarget", "True"): "disrupted",
+    ("PodScheduled", "False"): "unschedulable",
+}
+
+
 def pod_problems(pod: Any) -> list[PodProblem]:
-    """What keeps ``pod`` from running or killed its containers, in the order its status lists them:
-    an unschedulable pod first, then each container's waiting reason and non-zero exit."""
+    """What ended ``pod``, keeps it from running or killed its containers, in the order its status
+    lists them: the pod's own reason first, then its DisruptionTarget and unschedulable conditions,
+    then each container's waiting reason and non-zero exit.
+
+    A container waiting to restart (CrashLoopBackOff) says why it stopped in its last state, which
+    counts as its exit.
+    """
     status = api_fields(pod).get("status") or {}
-    problems = [
-        PodProblem("unschedulable", condition.get("reason"), condition.get("message") or "")
-        for condition in status.get("conditions") or []
-        if condition.get("type") == "PodScheduled" and condition.get("status") == "False"
-    ]
+    problems = (
+        [PodProblem("ended", status["reason"], status.get("message") or "")] if status.get("reason") else []
+    )
+    for condition in status.get("conditions") or []:
+        kind = _CONDITION_PROBLEMS.get((condition.get("type"), condition.get("status")))
+        if kind is not None:
+            problems.append(PodProblem(kind, condition.get("reason"), condition.get("message") or ""))
     for container in status.get("containerStatuses") or []:
         state = container.get("state") or {}
         waiting, terminated = state.get("waiting"), state.get("terminated")
@@ -201,6 +222,7 @@ def pod_problems(pod: Any) -> list[PodProblem]:
             problems.append(
                 PodProblem("waiting", waiting["reason"], waiting.get("message") or "", container["name"])
             )
+            terminated = (container.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode"):
             name, code = container["name"], terminated["exitCode"]
             problems.append(PodProblem("exited", terminated.get("reason"), "", name, code))
@@ -210,7 +232,7 @@ def pod_problems(pod: Any) -> list[PodProblem]:
 def pending_problem(pod: Any) -> tuple[str, bool]:
     """Why a Pending pod is not running yet, and whether waiting can fix it."""
     for problem in pod_problems(pod):
-        if problem.kind != "exited":
+        if problem.kind in ("unschedulable", "waiting"):
             return problem.summary, problem.fatal
     return "waiting for the container to start", False
 

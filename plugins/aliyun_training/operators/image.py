@@ -162,14 +162,17 @@ def _builder_config(plan: ImagePlan, files: dict[str, str], tag: str, reference:
 class _CheckJobOperator(TrainingJobOperator):
     """A training job whose verdict is read from its own log once it succeeded."""
 
+    resumable = False
     #: How many of the job's last log lines hold the verdict.
     log_lines = CHECK_LOG_LINES
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _finish(self, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome) -> dict[str, Any]:
-        super()._finish(spec, backend, outcome)  # raises when the job failed
+    def _finish(
+        self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
+    ) -> dict[str, Any]:
+        super()._finish(context, spec, backend, outcome)  # raises when the job failed
         return self._verdict(spec, backend.tail(outcome.handle, 0, self.log_lines))
 
 

@@ -30,6 +30,8 @@ class DatasetPrepareOperator(TrainingJobOperator):
 
     template_fields = (*TrainingJobOperator.template_fields, "prepare")
     ui_color = "#ffd180"
+    #: A conversion writes its shards once; a rerun converts again (the marker is written last).
+    resumable = False
 
     def __init__(self, *, prepare: PreparePlan | dict[str, Any], **kwargs: Any) -> None:
         super().__init__(job={}, **kwargs)
@@ -55,10 +57,12 @@ class DatasetPrepareOperator(TrainingJobOperator):
         self.log.info("Preparing %s into %s", prepared.raw_uri, prepared.output_uri)
         return super().execute(context)
 
-    def _finish(self, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome) -> dict[str, Any]:
+    def _finish(
+        self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
+    ) -> dict[str, Any]:
         from aliyun_training.staging.versions import mark_prepared
 
-        result = super()._finish(spec, backend, outcome)
+        result = super()._finish(context, spec, backend, outcome)
         prepared = self.prepared
         record = {"raw_uri": prepared.raw_uri, "job_id": result["job_id"], "command": spec.command}
         mark_prepared(prepared.output_uri, prepared.alibaba_cloud_conn_id, record)

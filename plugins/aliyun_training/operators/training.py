@@ -4,7 +4,21 @@ Crash safety: the job gets a deterministic name from (dag_id, run_id, task_id, m
 round of tries (clearing the task starts a new one). Before launching, the operator reattaches to
 the job an earlier try of the round saved in ``task_state_store``, or to one found under the name
 (a worker that died between submitting and saving), so a job is never launched twice. Only a job
-that failed or was stopped is launched again on retry; a cleared task launches a new one.
+that failed or was stopped is launched again on retry; a cleared task launches a new one. A job
+still ``stopping`` (a stop was asked, its machines are not free yet) is waited for first.
+
+Recovery: a failed job's backend names its failure class; the task fails with
+:class:`~aliyun_training.operators.recovery.TrainingJobFailed`, whose class the task's retry policy
+turns into fail-now, retry-later or retry-and-resume. Every try of a round is recorded in
+``task_state_store`` (job, class, evidence, decision, GPU-hours); the next try reads the last one to
+decide whether to set ``RESUME_FROM``, and the successful try returns them all for the manifest.
+
+The job contract each try sees: ``CHECKPOINT_DIR`` (the same for every try of a round: the round's
+output directory, the dataset version and a hash of what the job computes), ``TRAINING_ATTEMPT``
+(the try number) and, on a try that resumes, ``RESUME_FROM``. A task that ends without success
+stops its saved job (``on_failure_callback``), so no job outlives its task; what no callback sees
+(a task marked failed before the triggerer picked its trigger up, a deleted run) the reconciler
+DAG stops.
 """
 
 from __future__ import annotations
@@ -19,14 +33,16 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import TrainingJobConsoleLink
-from aliyun_training.monitor import JobMonitor, JobOutcome
+from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
+from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.plan.models import JobPlan
-from aliyun_training.records import JobResult, OutcomeStatus, StagedDataset, mount_staged
+from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, mount_staged
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import TrainingJobSpec, mounted_output_uri
+from aliyun_training.spec import JobOwner, TrainingJobSpec, checkpoint_dir, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
 from aliyun_training.validation import SpecError, validate_record
 
@@ -35,8 +51,18 @@ if TYPE_CHECKING:
 
 #: task_state_store key of the job handle; renaming it breaks reattachment of in-flight retries.
 HANDLE_KEY = "training_job_handle"
+#: task_state_store key of the tries recorded so far (``Attempt`` dicts, every round's).
+ATTEMPTS_KEY = "training_job_attempts"
 #: Slack between our clock and the platform's when searching jobs by creation time.
 CLOCK_SKEW = timedelta(hours=1)
+#: What a job still pending at its timeout may be stuck on besides room: no retry frees it.
+STUCK_FOR_GOOD = frozenset({FailureClass.CONFIG, FailureClass.DATA})
+#: How long a try waits for an earlier job that is still stopping before it gives up (and retries).
+STOPPING_WAIT = timedelta(minutes=15)
+#: What of a spec decides what the job computes: the checkpoint key hashes these, and only these.
+CHECKPOINT_KEY_FIELDS = frozenset(
+    {"command", "image", "framework", "nodes", "gpus_per_node", "env", "datasets"}
+)
 
 
 class TrainingJobOperator(DeferralMixin, BaseOperator):
@@ -53,7 +79,12 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         (templated): the job runs in it instead of the spec's image.
     :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
     :param poll_interval: seconds between status polls.
+    :param retry_policy: how a failure's class decides the retry (default: a
+        ``FailureClassRetryPolicy`` with the default recovery table).
     """
+
+    #: Whether the job is a training run that checkpoints: it gets CHECKPOINT_DIR and may resume.
+    resumable = True
 
     template_fields: Sequence[str] = ("job", "dataset", "image")
     ui_color = "#ff6a00"
@@ -69,6 +100,8 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         poll_interval: float = 10.0,
         **kwargs: Any,
     ) -> None:
+        kwargs.setdefault("retry_policy", FailureClassRetryPolicy())
+        kwargs["on_failure_callback"] = [*_callbacks(kwargs.get("on_failure_callback")), stop_saved_job]
         super().__init__(**kwargs)
         self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
         self.dataset = dataset
@@ -92,13 +125,17 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         handle = self._attach_or_submit(backend, spec, name, context)
         context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
         TrainingJobConsoleLink().persist(context, backend.console_url(handle))
-        monitor = JobMonitor(backend, handle, self.log)
+        budget = self._budget(spec, context)
+        monitor = JobMonitor(backend, handle, self.log, budget=budget)
         status = monitor.poll()
         remaining = self._remaining(spec, status)
         if not status.state.is_terminal and remaining.total_seconds() <= 0:
-            self._stop_after_timeout(backend, handle, spec)
+            self._stop_after_timeout(context, backend, handle, spec)
+        if monitor.over_budget(status):
+            backend.stop(handle)
+            return self._finish(context, spec, backend, monitor.budget_outcome(status))
         if status.state.is_terminal:
-            return self._finish(spec, backend, monitor.outcome(status))
+            return self._finish(context, spec, backend, monitor.outcome(status))
         if self.deferrable:
             trigger = TrainingJobTrigger(
                 backend=backend.name,
@@ -107,21 +144,22 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
                 poll_interval=self.poll_interval,
                 log_cursor=monitor.cursor,
                 last_raw_status=monitor.last_raw_status,
+                budget=budget.model_dump() if budget else None,
             )
             self.defer_until_done(trigger, remaining)
-        return self._wait_blocking(spec, backend, monitor, remaining)
+        return self._wait_blocking(context, spec, backend, monitor, remaining)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """Resume after the trigger fired: turn its event into a result or a precise error."""
-        spec = self._spec()
-        return self._finish(spec, self._backend(spec.backend), JobOutcome.model_validate(event))
+        spec, backend, _ = self._prepare(context, announce=False)
+        return self._finish(context, spec, backend, JobOutcome.model_validate(event))
 
     def stop_after_deferral_timeout(self, context: Context) -> None:
         """Stop the job of the saved handle, failing with where it was stuck."""
         stored = context["task_state_store"].get(HANDLE_KEY)
         if stored:
-            spec = self._spec()
-            self._stop_after_timeout(self._backend(spec.backend), JobHandle.model_validate(stored), spec)
+            spec, backend, _ = self._prepare(context, announce=False)
+            self._stop_after_timeout(context, backend, JobHandle.model_validate(stored), spec)
 
     def on_kill(self) -> None:
         """Blocking mode: the task was killed on the worker, so stop the job it is waiting for."""
@@ -141,7 +179,11 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             spec = spec.model_copy(update={"image": _image_reference(self.image)})
         return spec
 
-    def _prepare(self, context: Context) -> tuple[TrainingJobSpec, TrainingBackend, str]:
+    def _prepare(
+        self, context: Context, announce: bool = True
+    ) -> tuple[TrainingJobSpec, TrainingBackend, str]:
+        """The try's spec as its job runs it (owner, contract variables), its backend and job name;
+        ``announce`` logs whether it resumes (once per try: not again when the try resumes)."""
         ti = context["ti"]
         name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, self._first_try_of_round(ti))
         try:
@@ -149,11 +191,116 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             if spec.output_dir is None:
                 output_root = self.plan.output_root or str(local_paths().outputs)
                 spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
+            owner = JobOwner(
+                dag_id=ti.dag_id,
+                run_id=ti.run_id,
+                task_id=ti.task_id,
+                map_index=ti.map_index if ti.map_index is not None else -1,
+                try_number=ti.try_number,
+            )
+            spec = spec.model_copy(
+                update={"owner": owner, "env": {**spec.env, **self._contract_env(spec, context, announce)}}
+            )
             backend = self._backend(spec.backend)
         except SpecError as exc:
             # Retrying cannot fix a bad spec: fail at once, before anything is submitted.
             raise AirflowFailException(str(exc)) from None
         return spec, backend, name
+
+    def _contract_env(self, spec: TrainingJobSpec, context: Context, announce: bool) -> dict[str, str]:
+        """CHECKPOINT_DIR and TRAINING_ATTEMPT for every try; RESUME_FROM when the last try of the
+        round failed in a class the recovery table resumes."""
+        if not self.resumable:
+            return {}
+        checkpoints = checkpoint_dir(spec, self._dataset_version())
+        env = {"CHECKPOINT_DIR": checkpoints, "TRAINING_ATTEMPT": str(context["ti"].try_number)}
+        last = next(reversed(self._round_attempts(context)), None)
+        if last is not None and last.failure_class is not None:
+            resumes = self._policy.resumes(last.failure_class)
+            if resumes:
+                env["RESUME_FROM"] = checkpoints
+            if resumes and announce:
+                self.log.info(
+                    "Try %d resumes after job %s failed (%s): RESUME_FROM=%s",
+                    context["ti"].try_number,
+                    last.job_id,
+                    last.failure_class.value,
+                    checkpoints,
+                )
+            elif announce and not resumes:
+                self.log.warning(
+                    "Try %d trains from scratch: the recovery table does not resume after %s failures",
+                    context["ti"].try_number,
+                    last.failure_class.value,
+                )
+        return env
+
+    def _dataset_version(self) -> str:
+        if self.dataset:
+            return validate_record(StagedDataset, self.dataset).version
+        versions = [mount.dataset_version for mount in self.plan.spec.datasets if mount.dataset_version]
+        return versions[0] if versions else "unversioned"
+
+    @property
+    def _policy(self) -> FailureClassRetryPolicy:
+        policy = self.retry_policy
+        return policy if isinstance(policy, FailureClassRetryPolicy) else FailureClassRetryPolicy()
+
+    def _budget(self, spec: TrainingJobSpec, context: Context) -> GpuBudget | None:
+        """What the run's max_gpu_hours leaves this try, after the GPU-hours of the round's earlier tries."""
+        limit = self.plan.max_gpu_hours
+        if limit is None:
+            return None
+        used = sum(attempt.gpu_hours for attempt in self._round_attempts(context))
+        return GpuBudget(gpus=spec.nodes * spec.gpus_per_node, hours_left=max(limit - used, 0.0))
+
+    # -- the tries of a round --------------------------------------------------------------------
+
+    def _round_attempts(self, context: Context) -> list[Attempt]:
+        """The tries of this round recorded so far, oldest first (the store outlives a clear)."""
+        first = self._first_try_of_round(context["ti"])
+        return [attempt for attempt in _stored_attempts(context) if attempt.try_number >= first]
+
+    def _record_attempt(self, context: Context, attempt: Attempt) -> list[Attempt]:
+        """Save this try's attempt (once, whichever path ends it); return the round's tries."""
+        kept = [
+            a
+            for a in _stored_attempts(context)
+            if (a.try_number, a.job_id) != (attempt.try_number, attempt.job_id)
+        ]
+        context["task_state_store"].set(ATTEMPTS_KEY, [a.model_dump(mode="json") for a in [*kept, attempt]])
+        return self._round_attempts(context)
+
+    def _fail(
+        self,
+        context: Context,
+        spec: TrainingJobSpec,
+        handle: JobHandle,
+        status: JobStatus | None,
+        failure: Failure,
+        message: str,
+    ) -> TrainingJobFailed:
+        """Record the failed try and build the error the retry policy reads."""
+        rule = self._policy.rule(failure.failure_class)
+        self._record_attempt(
+            context,
+            Attempt(
+                try_number=context["ti"].try_number,
+                job_id=handle.job_id,
+                status=status.raw if status else "unknown",
+                failure_class=failure.failure_class,
+                evidence=failure.evidence,
+                decision=rule.describe(),
+                gpu_hours=_gpu_hours(spec, status),
+                started=status.started if status else None,
+                finished=status.finished if status else None,
+                resume_from=spec.env.get("RESUME_FROM"),
+            ),
+        )
+        evidence = "".join(f"\n  {line}" for line in failure.evidence)
+        return TrainingJobFailed(
+            f"{message}\nFailure class: {failure.failure_class.value} -> {rule.describe()}{evidence}", failure
+        )
 
     def _attach_or_submit(
         self, backend: TrainingBackend, spec: TrainingJobSpec, name: str, context: Context
@@ -167,6 +314,8 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             if handle is None:
                 continue
             status = self._status_or_none(backend, handle)
+            if status is not None and status.state is JobState.STOPPING:
+                status = self._wait_until_stopped(backend, handle)
             # A job that still runs is reattached whichever round launched it, so two never run at
             # once; a succeeded one only if this round did (the store outlives a clear, the name not).
             reusable = {JobState.PENDING, JobState.RUNNING}
@@ -184,6 +333,22 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
         )
         return handle
+
+    def _wait_until_stopped(self, backend: TrainingBackend, handle: JobHandle) -> JobStatus:
+        """Wait for an earlier job that is still stopping: its GPUs are not free, and reattaching to
+        it would only watch it end ``stopped``."""
+        self.log.info("Earlier job %s is still stopping: waiting for it before launching", handle.job_id)
+        deadline = time.monotonic() + STOPPING_WAIT.total_seconds()
+        while (status := backend.status(handle)).state is JobState.STOPPING:
+            if time.monotonic() >= deadline:
+                raise AirflowException(
+                    f"Earlier job {handle.job_id} of this task is still stopping after "
+                    f"{STOPPING_WAIT.total_seconds() / 60:.0f} minutes; its machines are not free yet, so "
+                    "nothing was launched (a retry waits again; check the job in its platform's console)"
+                )
+            time.sleep(min(self.poll_interval, 5.0))
+        self.log.info("Earlier job %s ended %s", handle.job_id, status.raw)
+        return status
 
     def _first_try_of_round(self, ti: Any) -> int:
         """The try number this round of tries began with: 1, or past the last try after a clear.
@@ -206,45 +371,101 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         return timedelta(minutes=spec.timeout_minutes) - (datetime.now(UTC) - started)
 
     def _wait_blocking(
-        self, spec: TrainingJobSpec, backend: TrainingBackend, monitor: JobMonitor, remaining: timedelta
+        self,
+        context: Context,
+        spec: TrainingJobSpec,
+        backend: TrainingBackend,
+        monitor: JobMonitor,
+        remaining: timedelta,
     ) -> dict[str, Any]:
         self._waiting_for = monitor.handle
         deadline = time.monotonic() + remaining.total_seconds()
         while True:
             time.sleep(self.poll_interval)
             status = monitor.poll()
+            if monitor.over_budget(status):
+                backend.stop(monitor.handle)
+                return self._finish(context, spec, backend, monitor.budget_outcome(status))
             if status.state.is_terminal:
-                return self._finish(spec, backend, monitor.outcome(status))
+                return self._finish(context, spec, backend, monitor.outcome(status))
             if time.monotonic() >= deadline:
-                self._stop_after_timeout(backend, monitor.handle, spec)
+                self._stop_after_timeout(context, backend, monitor.handle, spec)
 
-    def _stop_after_timeout(self, backend: TrainingBackend, handle: JobHandle, spec: TrainingJobSpec) -> None:
-        """Stop the job; the error says where it was stuck (a job pending for ever names the cause)."""
+    def _stop_after_timeout(
+        self, context: Context, backend: TrainingBackend, handle: JobHandle, spec: TrainingJobSpec
+    ) -> None:
+        """Stop the job; the error says where it was stuck (a job pending for ever names the cause).
+
+        A job that never started running had no room (``capacity``); one that ran past its time
+        is taken for hung (``infrastructure``): both retry, the second resuming.
+        """
         self.log.error("Job %s exceeded timeout_minutes=%d: stopping it", handle.job_id, spec.timeout_minutes)
         last = backend.status(handle)
         evidence = [f"last status: {last.raw}" + (f" ({last.reason})" if last.reason else "")]
         evidence += backend.failure_details(handle)
         backend.stop(handle)
-        details = "".join(f"\n  {line}" for line in evidence)
-        raise AirflowException(
+        never_ran = last.state is JobState.PENDING
+        where = "pending" if never_ran else "still running"
+        failure_class = FailureClass.CAPACITY if never_ran else FailureClass.INFRASTRUCTURE
+        if never_ran:
+            # Pods that wait on an image that cannot be pulled, or on a volume, wait for good.
+            found = backend.classify(last, evidence[1:], []).failure_class
+            failure_class = found if found in STUCK_FOR_GOOD else failure_class
+        failure = Failure(
+            failure_class=failure_class,
+            evidence=[f"{where} after timeout_minutes={spec.timeout_minutes}", *evidence],
+        )
+        raise self._fail(
+            context,
+            spec,
+            handle,
+            last,
+            failure,
             f"Training job {handle.job_id} did not finish within timeout_minutes={spec.timeout_minutes} "
-            f"and was stopped; raise timeout_minutes or shorten the run{details}"
+            "and was stopped; raise timeout_minutes or shorten the run",
         )
 
-    def _finish(self, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome) -> dict[str, Any]:
+    def _finish(
+        self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
+    ) -> dict[str, Any]:
         handle, status = outcome.handle, outcome.job_status
         if outcome.status is OutcomeStatus.ERROR or status is None:
             raise AirflowException(f"Lost track of job {handle.job_id}: {outcome.message}")
         if outcome.status is OutcomeStatus.FAILED:
+            failure = outcome.failure or backend.classify(status, outcome.details, outcome.tail)
             tail = "\n".join(f"    {line}" for line in outcome.tail)
             details = "".join(f"\n  {line}" for line in outcome.details)
-            raise AirflowException(
+            raise self._fail(
+                context,
+                spec,
+                handle,
+                status,
+                failure,
                 f"Training job {handle.job_id} failed: {status.reason}.{details}\n"
-                f"Last log lines of node {outcome.failed_node}:\n{tail}"
+                f"Last log lines of node {outcome.failed_node}:\n{tail}",
             )
         if outcome.status is not OutcomeStatus.SUCCEEDED:
-            raise AirflowException(f"Training job {handle.job_id} ended {status.raw}: {status.reason}")
-        return self._result(spec, backend, handle, status).model_dump(mode="json")
+            # Stopped from outside this task (the console, arena delete): someone meant it; a retry
+            # would launch it again behind their back.
+            raise AirflowFailException(
+                f"Training job {handle.job_id} ended {status.raw}: {status.reason}. It was stopped outside "
+                "this task, so it is not retried; clear the task to run it again"
+            )
+        result = self._result(spec, backend, handle, status)
+        attempts = self._record_attempt(
+            context,
+            Attempt(
+                try_number=context["ti"].try_number,
+                job_id=handle.job_id,
+                status=status.raw,
+                decision="succeeded",
+                gpu_hours=result.gpu_hours,
+                started=status.started,
+                finished=status.finished,
+                resume_from=spec.env.get("RESUME_FROM"),
+            ),
+        )
+        return result.model_copy(update={"attempts": attempts}).model_dump(mode="json")
 
     def _result(
         self, spec: TrainingJobSpec, backend: TrainingBackend, handle: JobHandle, status: JobStatus
@@ -278,6 +499,47 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             status_history=status.history,
             phase_seconds=phase_seconds,
         )
+
+
+def stop_saved_job(context: Context) -> None:
+    """``on_failure_callback``: stop the job the failed task saved, unless it already ended.
+
+    A try that fails while its job still runs (the trigger lost track, the worker's error after the
+    job started) would otherwise leave it holding GPUs once no retry is left to reattach to it.
+    """
+    operator = context["task"]
+    stored = context["task_state_store"].get(HANDLE_KEY)
+    if not stored or not isinstance(operator, TrainingJobOperator):
+        return
+    handle = JobHandle.model_validate(stored)
+    backend = operator._backend(handle.backend)
+    try:
+        state = backend.status(handle).state
+    except (LookupError, FileNotFoundError):
+        return
+    if not state.is_terminal:
+        operator.log.warning("Task failed with job %s still %s: stopping it", handle.job_id, state.value)
+        backend.stop(handle)
+
+
+def _stored_attempts(context: Context) -> list[Attempt]:
+    stored = context["task_state_store"].get(ATTEMPTS_KEY)
+    return [Attempt.model_validate(item) for item in stored] if isinstance(stored, list) else []
+
+
+def _callbacks(given: Any) -> list[Any]:
+    if given is None:
+        return []
+    return list(given) if isinstance(given, list | tuple) else [given]
+
+
+def _gpu_hours(spec: TrainingJobSpec, status: JobStatus | None) -> float:
+    """GPU-hours a job held from its start until its end (or now, for one that was stopped)."""
+    if status is None or not status.started:
+        return 0.0
+    end = datetime.fromisoformat(status.finished) if status.finished else datetime.now(UTC)
+    seconds = max((end - datetime.fromisoformat(status.started)).total_seconds(), 0.0)
+    return round(spec.nodes * spec.gpus_per_node * seconds / 3600, 6)
 
 
 def _image_reference(image: str | dict[str, Any]) -> str:

@@ -22,11 +22,14 @@ from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOpera
 from aliyun_training.operators.plan import RunPlanOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.prepare import DatasetPrepareOperator
+from aliyun_training.operators.reconcile import StopRunJobs
+from aliyun_training.operators.recovery import FailureClassRetryPolicy
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import unconfigured_backends
+from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
@@ -49,9 +52,23 @@ def training_pipeline(
         declaration = load_declaration(Path(declaration))
     elif isinstance(declaration, dict):
         declaration = declare(declaration, Path(base_dir or Path.cwd()).resolve())
+    return _build(declaration, _environment_dir(declaration, environment_dir))
+
+
+def watched_backends(
+    declaration: PipelineDeclaration, environment_dir: str | Path | None = None
+) -> list[WatchedBackend]:
+    """The declaration's backends with their environment files: where its jobs may run."""
+    environments = _environment_dir(declaration, environment_dir)
+    return [
+        WatchedBackend(backend=backend, environment=str(environments / declared.environment))
+        for backend, declared in declaration.backends.items()
+    ]
+
+
+def _environment_dir(declaration: PipelineDeclaration, environment_dir: str | Path | None) -> Path:
     default_dir = Path(environment_dir) if environment_dir else declaration.base_dir / "config"
-    environments = Path(os.environ.get(ENVIRONMENT_DIR_ENV) or default_dir)
-    return _build(declaration, environments)
+    return Path(os.environ.get(ENVIRONMENT_DIR_ENV) or default_dir)
 
 
 def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
@@ -77,6 +94,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             "retry_exponential_backoff": True,
         },
         params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
+        # A failed run (its dagrun_timeout included) stops whatever job it still has.
+        on_failure_callback=StopRunJobs(watched_backends(declaration, environment_dir)),
     ) as dag:
 
         @task(multiple_outputs=True)
@@ -108,6 +127,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 return [*stage, "build_image", "wait_for_capacity"]
             return [*stage, "build_image"]
 
+        # Every task that runs a job fails, waits or resumes by its failure's class.
+        recovery = FailureClassRetryPolicy(declaration.recovery.table)
         # configure's XComArg: each key is one part of the plan (multiple_outputs).
         run: Any = configure()  # type: ignore[call-arg]  # Airflow fills the context arguments
         wait_for_version = DatasetVersionSensor(task_id="wait_for_version", dataset=run["dataset"])
@@ -136,7 +157,11 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         build_image = ImageBuildOperator(task_id="build_image", build=run["image"])
         # The image checks are jobs on the run's backend, with the run's spec and settings.
         verify_image = ImageVerifyOperator(
-            task_id="verify_image", job=run["job"], image=build_image.output, poll_interval=10
+            task_id="verify_image",
+            job=run["job"],
+            image=build_image.output,
+            poll_interval=10,
+            retry_policy=recovery,
         )
         check_rdma = RdmaBandwidthOperator(
             task_id="check_rdma",
@@ -144,6 +169,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             image=verify_image.output,
             check=run["rdma_check"],
             poll_interval=10,
+            retry_policy=recovery,
         )
         train = TrainingJobOperator(
             task_id="train",
@@ -151,7 +177,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             dataset=stage.output,
             image=verify_image.output,
             poll_interval=5,
-            retries=1,
+            retries=declaration.recovery.retries,
+            retry_policy=recovery,
             trigger_rule="none_failed_min_one_success",
         )
         # Its records come from branches of which only the backend's ran: it runs once train succeeded
@@ -175,6 +202,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 prepare=run["prepare"],
                 image=verify_image.output,
                 poll_interval=5,
+                retry_policy=recovery,
                 trigger_rule="none_failed_min_one_success",
             )
             branches.append(prepare)

@@ -32,14 +32,17 @@ class InvalidDeclarations(DAG):
 
 
 def load_pipelines(folder: str | Path, environment_dir: str | Path | None = None) -> dict[str, DAG]:
-    """A DAG per declaration in ``folder`` by dag_id, plus one :class:`InvalidDeclarations` if any failed.
+    """A DAG per declaration in ``folder`` by dag_id, the reconciler of their backends' jobs, and one
+    :class:`InvalidDeclarations` if any failed.
 
     A DAG file assigns the result to its globals (``globals().update(load_pipelines(...))``), which
     is where Airflow looks for DAGs.
     """
-    from aliyun_training.pipelines.factory import training_pipeline
+    from aliyun_training.pipelines.factory import training_pipeline, watched_backends
+    from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID, reconciler_dag
 
     dags: dict[str, DAG] = {}
+    watched = []
     errors: list[str] = []
     for path in declaration_files(Path(folder)):
         try:
@@ -50,8 +53,11 @@ def load_pipelines(folder: str | Path, environment_dir: str | Path | None = None
                     "(fix: give each pipeline its own dag_id)"
                 )
             dags[declaration.dag_id] = training_pipeline(declaration, environment_dir=environment_dir)
+            watched += watched_backends(declaration, environment_dir)
         except DeclarationError as exc:
             errors.append(str(exc))
+    if watched:
+        dags[RECONCILER_DAG_ID] = reconciler_dag(watched)
     if errors:
         invalid = InvalidDeclarations(dag_id=INVALID_DECLARATIONS_DAG_ID, schedule=None)
         invalid.errors = errors

@@ -25,8 +25,6 @@ DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 
 
 def plan_run(request: PlanRequest) -> RunPlan:
-    from aliyun_training.backends.arena_manifests import arena_settings
-
     env = cloud.environment_for_run(request.environment, ArenaEnvironment, request.form)
     kubernetes = env.connection_id or "kubernetes_default"
     oss_connection = env.alibaba_cloud_conn_id or "alibaba_cloud_default"
@@ -49,19 +47,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
-    backend_config: dict[str, Any] = {
-        "conn_id": kubernetes,
-        "namespace": env.namespace,
-        "rdma_resource": env.rdma_resource or "rdma/hca",
-        "host_network": env.host_network,
-        "nccl_env": env.nccl_env,
-        "image_pull_secrets": env.image_pull_secrets,
-        "mpi_api_version": env.mpi_api_version or "v2beta1",
-        "max_gpus_per_node": env.max_gpus_per_node,
-        "username": env.username,
-    }
-    # The cluster's own rules (names, NCCL variables, API versions) are checked before anything runs.
-    arena_settings(backend_config)
+    backend_config = arena_backend_config(env)
     kaniko_home = {
         "kubernetes_conn_id": kubernetes,
         "namespace": env.namespace,
@@ -84,6 +70,28 @@ def plan_run(request: PlanRequest) -> RunPlan:
         oss_connection=oss_connection,
         raw=_raw_on_claim(request, env),
     )
+
+
+def arena_backend_config(env: ArenaEnvironment) -> dict[str, Any]:
+    """The ACK backend's settings from its environment: what a job carries and the reconciler reads.
+
+    The cluster's own rules (names, NCCL variables, API versions) are checked here, before anything runs.
+    """
+    from aliyun_training.backends.arena_manifests import arena_settings
+
+    backend_config: dict[str, Any] = {
+        "conn_id": env.connection_id or "kubernetes_default",
+        "namespace": env.namespace,
+        "rdma_resource": env.rdma_resource or "rdma/hca",
+        "host_network": env.host_network,
+        "nccl_env": env.nccl_env,
+        "image_pull_secrets": env.image_pull_secrets,
+        "mpi_api_version": env.mpi_api_version or "v2beta1",
+        "max_gpus_per_node": env.max_gpus_per_node,
+        "username": env.username,
+    }
+    arena_settings(backend_config)
+    return backend_config
 
 
 def _raw_on_claim(request: PlanRequest, env: ArenaEnvironment) -> tuple[DatasetMount | None, str] | None:

@@ -57,14 +57,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
-    vpc = env.vpc
-    backend_config: dict[str, Any] = {
-        "conn_id": connection,
-        "region": env.region,
-        "workspace_id": env.workspace_id,
-        "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,
-        "image_registry_conn_id": env.image_registry_conn_id,
-    }
+    backend_config = dlc_backend_config(env)
     return cloud.cloud_run_plan(
         request,
         env,
@@ -87,6 +80,18 @@ def plan_run(request: PlanRequest) -> RunPlan:
         oss_connection=connection,
         raw=_raw_mount(request),
     )
+
+
+def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:
+    """The DLC backend's settings from its environment: what a job carries and the reconciler reads."""
+    vpc = env.vpc
+    return {
+        "conn_id": env.connection_id or "alibaba_cloud_default",
+        "region": env.region,
+        "workspace_id": env.workspace_id,
+        "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,
+        "image_registry_conn_id": env.image_registry_conn_id,
+    }
 
 
 def _raw_mount(request: PlanRequest) -> tuple[DatasetMount | None, str] | None:

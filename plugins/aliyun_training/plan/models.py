@@ -118,6 +118,8 @@ class JobPlan(PlanPart):
     output_uri: str | None = None
     #: Where a registered staged version is mounted on every node.
     dataset_mount_path: str | None = None
+    #: The GPU-hours the run's tries may use together; the monitor stops the job past them.
+    max_gpu_hours: float | None = None
 
 
 class PreflightPlan(PlanPart):

@@ -14,10 +14,15 @@ from typing import Any
 
 from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
 from aliyun_training.records import StagedDataset, mount_staged
-from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.spec import Backend, TrainingJobSpec, checkpoint_dir
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
 from aliyun_training.validation import validate_record
 
+#: What a dry run cannot show of the train job: what differs per try.
+RESUME_NOTE = (
+    "each try also carries its task instance (DLC tags, Kubernetes annotations) and its try number; "
+    "a retry after a preemption, an infrastructure fault or no room also gets RESUME_FROM=CHECKPOINT_DIR"
+)
 #: A job's deterministic name from its task id (the operator's ``job_name`` for the run).
 JobNamer = Callable[[str], str]
 
@@ -49,7 +54,12 @@ def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]
     image = planned_image(plan.image)
     images = _image_requests(plan, image, job_namer)
     staging = staging_requests(plan.staging) if plan.staging else []
-    train = job_requests(plan.job, training_spec(plan, image), job_namer("train"), "train")
+    train = [
+        replace(request, note=RESUME_NOTE)
+        for request in job_requests(
+            plan.job, training_spec(plan, image), job_namer("train"), "train", plan.dataset.version
+        )
+    ]
     if plan.prepare is None:
         return [*staging, *images, *train]
     job = plan.prepare.job
@@ -270,10 +280,17 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
     ]
 
 
-def job_requests(job: JobPlan, spec: TrainingJobSpec, name: str, task: str) -> list[PlannedRequest]:
-    """The requests that launch ``spec`` as ``name`` on the plan's backend."""
+def job_requests(
+    job: JobPlan, spec: TrainingJobSpec, name: str, task: str, checkpointed: str | None = None
+) -> list[PlannedRequest]:
+    """The requests that launch ``spec`` as ``name`` on the plan's backend; a job ``checkpointed``
+    on a dataset version gets the first try's CHECKPOINT_DIR and TRAINING_ATTEMPT, as the operator
+    sets them."""
     if spec.output_dir is None and job.output_root:
         spec = spec.model_copy(update={"output_dir": f"{job.output_root.rstrip('/')}/{name}"})
+    if checkpointed is not None:
+        contract = {"CHECKPOINT_DIR": checkpoint_dir(spec, checkpointed), "TRAINING_ATTEMPT": "1"}
+        spec = spec.model_copy(update={"env": {**spec.env, **contract}})
     if spec.backend is Backend.DLC:
         return [PlannedRequest("dlc", "CreateJob", _create_job(job, spec, name), task)]
     if spec.backend is Backend.ARENA:

@@ -185,7 +185,21 @@ def resolve_run(
         connection=sources.connection,
     )
     plan = _planners()[form.backend](request)
-    return plan.model_copy(update={"dry_run": form.dry_run, "skip_preflight": form.skip_preflight})
+    job = plan.job.model_copy(update={"max_gpu_hours": _gpu_budget(form, declaration)})
+    return plan.model_copy(
+        update={"job": job, "dry_run": form.dry_run, "skip_preflight": form.skip_preflight}
+    )
+
+
+def _gpu_budget(form: RunForm, declaration: PipelineDeclaration) -> float | None:
+    """The run's max_gpu_hours: the form's when it asks for no more than the pipeline allows."""
+    limit, asked = declaration.recovery.max_gpu_hours, form.max_gpu_hours
+    if asked is not None and limit is not None and asked > limit:
+        raise SpecError(
+            f"max_gpu_hours: {asked:g} is above the pipeline's {limit:g} (fix: ask for at most {limit:g}; "
+            "recovery.max_gpu_hours in the declaration is the bound)"
+        )
+    return asked if asked is not None else limit
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from typing import Any
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, TrainingBackend
-from aliyun_training.monitor import JobMonitor, JobOutcome
+from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.records import OutcomeStatus
 from aliyun_training.triggers.base import PollingTrigger
 
@@ -16,8 +16,9 @@ class TrainingJobTrigger(PollingTrigger):
     """Polls a job through its backend until it finishes, streaming status and logs to the task log.
 
     ``log_cursor`` and ``last_raw_status`` are where the deferring task's own first poll left off,
-    so the trigger logs only what is new. ``on_kill`` stops the job and every process or pod it
-    started.
+    so the trigger logs only what is new. ``budget`` (a ``GpuBudget``) is what the run's
+    ``max_gpu_hours`` leaves this job: the trigger stops the job once it used that much. ``on_kill``
+    stops the job and every process or pod it started.
     """
 
     def __init__(
@@ -28,6 +29,7 @@ class TrainingJobTrigger(PollingTrigger):
         poll_interval: float = 10.0,
         log_cursor: dict[str, Any] | None = None,
         last_raw_status: str | None = None,
+        budget: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -36,6 +38,7 @@ class TrainingJobTrigger(PollingTrigger):
         self.poll_interval = poll_interval
         self.log_cursor = log_cursor
         self.last_raw_status = last_raw_status
+        self.budget = budget
 
     @property
     def job_handle(self) -> JobHandle:
@@ -57,10 +60,14 @@ class TrainingJobTrigger(PollingTrigger):
             self.log,
             cursor=self.log_cursor,
             last_raw_status=self.last_raw_status,
+            budget=GpuBudget.model_validate(self.budget) if self.budget else None,
         )
 
     async def poll(self) -> JobOutcome | None:
         status = await self._monitor.apoll()
+        if self._monitor.over_budget(status):
+            await self.stop()
+            return self._monitor.budget_outcome(status)
         return await self._monitor.aoutcome(status) if status.state.is_terminal else None
 
     def outcome(self, status: OutcomeStatus, message: str = "") -> JobOutcome:

@@ -1,0 +1,1 @@
+../training/checkpoints.py

@@ -1,0 +1,147 @@
+"""Why a job failed, in the words that decide what a retry should do.
+
+Every backend reads its platform's own evidence (DLC's ReasonCode and events, a pod's container
+states, a local process's exit code or signal) and names one :class:`FailureClass`; the retry
+policy maps the class to an action. What the platforms share, the text a failing training script
+prints (an NCCL error, CUDA running out of memory, a missing file), is matched here once, by
+:func:`class_from_text`, so the three backends read a log tail the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class FailureClass(StrEnum):
+    """What kind of failure ended a job; the retry policy decides per class."""
+
+    #: The request can never run as given: bad image, command, permissions, invalid request.
+    CONFIG = "config"
+    #: No room: the quota or cluster cannot place the job, or it stayed pending too long.
+    CAPACITY = "capacity"
+    #: The platform took the machines away: spot reclaimed, node lost or drained, pod evicted.
+    PREEMPTION = "preemption"
+    #: The machines misbehaved: NCCL/RDMA errors, GPU faults, hangs.
+    INFRASTRUCTURE = "infrastructure"
+    #: The training script failed or ran out of memory.
+    USER_CODE = "user_code"
+    #: The dataset is missing or unreadable.
+    DATA = "data"
+    #: The run used up its ``max_gpu_hours``; the job was stopped.
+    BUDGET = "budget"
+
+
+class Failure(BaseModel):
+    """One classified failure: the class and the lines of platform evidence that selected it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    failure_class: FailureClass
+    #: Why this class, in the platform's words first ("ReasonCode=...", "pod ...: OOMKilled").
+    evidence: list[str] = Field(default_factory=list)
+
+    def describe(self) -> str:
+        shown = "; ".join(self.evidence[:3])
+        return f"{self.failure_class.value}" + (f" ({shown})" if shown else "")
+
+
+#: The exit code of a training script that found its data unusable: sysexits.h's EX_DATAERR ("the
+#: input data was incorrect in some way"), part of the job contract the example scripts follow.
+DATA_ERROR_EXIT = 65
+
+#: What training output says, checked in order (the first match wins), against a failed job's last
+#: log lines and the platform's messages. Infrastructure comes before user code: an NCCL timeout
+#: ends in a Python traceback too. Sources: NCCL's and PyTorch's own error messages
+#: ("NCCL error", "ncclSystemError", "ProcessGroupNCCL ... Watchdog caught collective operation
+#: timeout", "CUDA error: uncorrectable ECC error", "Xid"), ibverbs' ("ibv_"), CUDA's
+#: "CUDA out of memory" / torch.OutOfMemoryError, Python's FileNotFoundError and the shell's
+#: "command not found" / "can't open file", and torchrun's summary of a worker's exit code.
+TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
+    (
+        FailureClass.INFRASTRUCTURE,
+        re.compile(
+            r"NCCL (?:error|WARN .*(?:timeout|unhandled))|nccl\w*Error|ProcessGroupNCCL.*[Tt]imeout"
+            r"|Watchdog caught collective operation timeout|ibv_\w+ failed|RDMA\S* (?:error|failure)"
+            r"|ECC error|\bXid\b"
+            r"|CUDA error: (?!out of memory)|GPU is lost|fell off the bus",
+        ),
+    ),
+    (
+        FailureClass.USER_CODE,
+        re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|OOMKilled"),
+    ),
+    (
+        FailureClass.CONFIG,
+        re.compile(
+            r"command not found|can't open file|No module named|ModuleNotFoundError|Permission denied"
+        ),
+    ),
+    (
+        FailureClass.DATA,
+        re.compile(
+            rf"exitcode\s*:\s*{DATA_ERROR_EXIT}\b|FileNotFoundError|No such file or directory"
+            r"|dataset .*(?:missing|not found|unreadable)",
+            re.I,
+        ),
+    ),
+)
+
+
+#: A rule table: (class, pattern) pairs, checked in order.
+Rules = tuple[tuple[FailureClass, re.Pattern[str]], ...]
+
+
+def class_from_text(lines: list[str], rules: Rules = TEXT_RULES) -> tuple[FailureClass, str] | None:
+    """The first of ``rules`` any of ``lines`` matches, with the line that matched; None when none
+    does. Backends pass their platform's own table the same way (``rules``)."""
+    for failure_class, pattern in rules:
+        for line in lines:
+            if pattern.search(line):
+                return failure_class, line.strip()
+    return None
+
+
+class RecoveryAction(StrEnum):
+    """What a retry does after a failure of some class."""
+
+    #: Fail the task at once: no retry can fix it.
+    FAIL = "fail"
+    #: Retry from scratch.
+    RETRY = "retry"
+    #: Retry with ``RESUME_FROM`` set: the job continues from its newest complete checkpoint.
+    RESUME = "resume"
+
+
+class RecoveryRule(BaseModel):
+    """The action for one failure class, and how long to wait before the retry."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    action: RecoveryAction
+    #: None: the task's own retry delay.
+    delay_minutes: Annotated[float | None, Field(ge=0, le=24 * 60)] = None
+
+    def describe(self) -> str:
+        wait = f" after {self.delay_minutes:g} min" if self.delay_minutes else ""
+        return {
+            RecoveryAction.FAIL: "fail without retrying",
+            RecoveryAction.RETRY: f"retry from scratch{wait}",
+            RecoveryAction.RESUME: f"retry{wait}, resuming from the newest complete checkpoint",
+        }[self.action]
+
+
+#: The default table: what a retry cannot fix fails at once; no room waits longer and tries again;
+#: lost machines resume where the checkpoints left off. A pipeline overrides classes one by one.
+DEFAULT_RECOVERY: dict[FailureClass, RecoveryRule] = {
+    FailureClass.CONFIG: RecoveryRule(action=RecoveryAction.FAIL),
+    FailureClass.DATA: RecoveryRule(action=RecoveryAction.FAIL),
+    FailureClass.USER_CODE: RecoveryRule(action=RecoveryAction.FAIL),
+    FailureClass.BUDGET: RecoveryRule(action=RecoveryAction.FAIL),
+    FailureClass.CAPACITY: RecoveryRule(action=RecoveryAction.RESUME, delay_minutes=15),
+    FailureClass.PREEMPTION: RecoveryRule(action=RecoveryAction.RESUME),
+    FailureClass.INFRASTRUCTURE: RecoveryRule(action=RecoveryAction.RESUME),
+}

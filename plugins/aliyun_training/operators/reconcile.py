@@ -1,0 +1,164 @@
+"""Stop the jobs nobody waits for any more: the reconciler DAG's task and a failed run's callback.
+
+Every job this package launches carries its owner, the task instance that launched it (DLC tags,
+Kubernetes annotations, the local job.json). A task that ends stops its own job, in the trigger's
+``on_kill`` or its ``on_failure_callback``; what neither sees is handled here: a task marked failed
+or success before the triggerer picked its trigger up, a run deleted while its job ran, a worker
+that died for good. The reconciler asks Airflow for the state of each owner and stops a job whose
+task no longer waits for it, once the job is older than a grace period (a task that just launched
+its job may not have deferred yet).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import BaseOperator
+
+from aliyun_training.backends import get_backend
+from aliyun_training.backends.base import LaunchedJob, TrainingBackend
+from aliyun_training.plan.backends import WatchedBackend, backend_config, distinct
+from aliyun_training.spec import JobOwner
+from aliyun_training.validation import SpecError, validate_record
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+log = logging.getLogger(__name__)
+
+#: Task states in which a task still waits for its job, or will reattach to it on its next try.
+WAITING_STATES = frozenset(
+    {"running", "deferred", "queued", "scheduled", "up_for_retry", "up_for_reschedule", "restarting"}
+)
+
+
+def watched_backends(
+    watched: Sequence[WatchedBackend | dict[str, Any]],
+) -> list[tuple[WatchedBackend, TrainingBackend]]:
+    """The backends of ``watched`` that are set up, each once; the others are named in the log."""
+    backends = []
+    for item in distinct([validate_record(WatchedBackend, w) if isinstance(w, dict) else w for w in watched]):
+        try:
+            backends.append((item, get_backend(item.backend.value, backend_config(item))))
+        except SpecError as exc:
+            log.info("Not watching %s jobs: %s", item.backend.value, str(exc).splitlines()[-1].strip())
+    return backends
+
+
+def owner_key(owner: JobOwner) -> str:
+    """How ``get_task_states`` names a task instance within its run: the task id, ``_<index>`` if mapped."""
+    return owner.task_id if owner.map_index < 0 else f"{owner.task_id}_{owner.map_index}"
+
+
+def verdict(job: LaunchedJob, task_state: str | None, now: datetime, grace: timedelta) -> tuple[bool, str]:
+    """Whether to stop ``job``, and why, given its owner's task state (None: no such task instance)."""
+    created = datetime.fromisoformat(job.created) if job.created else None
+    if created is not None and now - created < grace:
+        return False, f"launched {int((now - created).total_seconds())} s ago, within the grace period"
+    if task_state in WAITING_STATES:
+        return False, f"its task is {task_state}"
+    if task_state is None:
+        return True, "its task instance no longer exists (the run was deleted or cleared away)"
+    return True, f"its task is {task_state} and no longer waits for it"
+
+
+class OrphanedJobsOperator(BaseOperator):
+    """List the jobs of every watched backend and stop those no task waits for; return the report.
+
+    :param watched: the backends and environment files to look in (``WatchedBackend`` or its dict).
+    :param report_only: only report what would be stopped (templated: the DAG's ``dry_run``).
+    :param grace_minutes: how old a job must be before its owner's state counts (templated).
+    """
+
+    template_fields: Sequence[str] = ("report_only", "grace_minutes")
+    ui_color = "#b0bec5"
+
+    def __init__(
+        self,
+        *,
+        watched: Sequence[WatchedBackend | dict[str, Any]],
+        report_only: bool | str = False,
+        grace_minutes: float | str = 10,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.watched = [w.model_dump(mode="json") if isinstance(w, WatchedBackend) else w for w in watched]
+        self.report_only = report_only
+        self.grace_minutes = grace_minutes
+
+    def execute(self, context: Context) -> list[dict[str, Any]]:
+        ti = context["ti"]
+        dry_run = str(self.report_only).lower() in ("true", "1")
+        grace = timedelta(minutes=float(self.grace_minutes))
+        now = datetime.now(UTC)
+        report = []
+        for item, backend in watched_backends(self.watched):
+            for job in backend.launched():
+                owner = job.owner
+                states = ti.get_task_states(
+                    dag_id=owner.dag_id, run_ids=[owner.run_id], task_ids=[owner.task_id]
+                )
+                task_state = (states.get(owner.run_id) or {}).get(owner_key(owner))
+                stop, why = verdict(job, task_state, now, grace)
+                action = ("would stop" if dry_run else "stopped") if stop else "kept"
+                if stop and not dry_run:
+                    backend.stop(job.handle)
+                self.log.info(
+                    "%s job %s on %s (%s/%s/%s try %d): %s",
+                    action.capitalize(),
+                    job.handle.job_id,
+                    item.backend.value,
+                    owner.dag_id,
+                    owner.run_id,
+                    owner_key(owner),
+                    owner.try_number,
+                    why,
+                )
+                report.append(
+                    {
+                        "backend": item.backend.value,
+                        "job_id": job.handle.job_id,
+                        "state": job.state.value,
+                        "owner": owner.model_dump(),
+                        "task_state": task_state,
+                        "action": action,
+                        "reason": why,
+                    }
+                )
+        stopped = sum(entry["action"] != "kept" for entry in report)
+        self.log.info(
+            "%d job(s) of ours running; %d %s",
+            len(report),
+            stopped,
+            "would be stopped" if dry_run else "stopped",
+        )
+        return report
+
+
+class StopRunJobs:
+    """A DAG's ``on_failure_callback``: stop every job the failed run still has, on every backend.
+
+    Runs when the run fails, its ``dagrun_timeout`` included, whichever task was waiting.
+    """
+
+    def __init__(self, watched: Sequence[WatchedBackend]) -> None:
+        self.watched = list(watched)
+
+    def __call__(self, context: Context) -> None:
+        # The DAG processor runs DAG callbacks with "dag" and "run_id" in every context ("dag_run"
+        # only when the run's last task instance is known).
+        dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        for _item, backend in watched_backends(self.watched):
+            for job in backend.launched():
+                if (job.owner.dag_id, job.owner.run_id) == (dag_id, run_id):
+                    log.warning(
+                        "Run %s failed with job %s (%s) still %s: stopping it",
+                        run_id,
+                        job.handle.job_id,
+                        owner_key(job.owner),
+                        job.state.value,
+                    )
+                    backend.stop(job.handle)

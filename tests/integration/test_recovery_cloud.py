@@ -1,0 +1,179 @@
+"""Failure classes lead to their action on DLC and ACK, through the training operator and the emulators.
+
+A ``config`` failure runs one job and the retry policy fails the task; a ``preemption`` runs two,
+and the second is launched with ``RESUME_FROM`` set to the first's ``CHECKPOINT_DIR``. Each try
+goes the way a deployment runs it: ``execute`` submits and defers, the trigger watches the job to its
+end, ``execute_complete`` turns the event into the result or the classified error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from airflow.sdk.definitions.retry_policy import RetryAction
+from airflow.sdk.exceptions import TaskDeferred
+
+from aliyun_training.backends.arena_manifests import GROUP
+from aliyun_training.failures import FailureClass
+from aliyun_training.operators.recovery import TrainingJobFailed
+from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
+from fakes.base import ManualClock
+from fakes.dlc import DlcEmulator, JobScript
+from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from tests.integration import test_arena_recovery, test_dlc_backend
+from tests.operator_harness import MemoryTaskStateStore, TaskInstanceIds, fire
+
+dlc = test_dlc_backend.dlc
+connected = test_dlc_backend.connected
+clock = test_arena_recovery.clock
+fake = test_arena_recovery.fake
+
+FAST = [("Creating", 0.05), ("Queuing", 0.05), ("Running", 0.2)]
+
+
+def run_try(
+    op: TrainingJobOperator, try_number: int, store: MemoryTaskStateStore, settle: Callable[[], None]
+) -> Any:
+    """One try of the task: execute, and when it defers, the trigger's event into execute_complete."""
+    context = {
+        "ti": TaskInstanceIds(try_number=try_number, max_tries=2),
+        "task_state_store": store,
+        "task": op,
+    }
+    try:
+        return op.execute(context)
+    except TaskDeferred as deferred:
+        settle()
+        return op.execute_complete(context, asyncio.run(fire(deferred.trigger)))
+
+
+def fail_try(
+    op: TrainingJobOperator, try_number: int, store: MemoryTaskStateStore, settle: Callable[[], None]
+) -> TrainingJobFailed:
+    with pytest.raises(TrainingJobFailed) as failed:
+        run_try(op, try_number, store, settle)
+    return failed.value
+
+
+def dlc_operator() -> TrainingJobOperator:
+    return TrainingJobOperator(
+        task_id="train",
+        job={
+            "spec": test_dlc_backend.spec(datasets=[]),
+            "backend_config": {"workspace_id": "ws-1"},
+            "output_root": "/mnt/output",
+        },
+        poll_interval=0.05,
+        retries=2,
+    )
+
+
+def dlc_envs(dlc: DlcEmulator) -> list[dict[str, str]]:
+    return [request.body.get("Envs") or {} for request in dlc.requests_for("CreateJob") if not request.fault]
+
+
+def test_a_config_failure_on_dlc_runs_one_job_and_fails_the_task(connected: DlcEmulator) -> None:
+    connected.script_for(
+        "retrain-train",
+        JobScript(
+            phases=FAST,
+            final="Failed",
+            reason_code="ErrImagePull",
+            reason_message="Failed to pull image: not found",
+            log_lines=[],
+        ),
+    )
+    op, store = dlc_operator(), MemoryTaskStateStore()
+
+    failed = fail_try(op, 1, store, lambda: time.sleep(0.5))
+
+    assert failed.failure.failure_class is FailureClass.CONFIG
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
+    assert len(dlc_envs(connected)) == 1
+    assert store[ATTEMPTS_KEY][0]["failure_class"] == "config"
+
+
+def test_a_preemption_on_dlc_runs_a_second_job_that_resumes(connected: DlcEmulator) -> None:
+    connected.script_for(
+        "retrain-train",
+        JobScript(
+            phases=FAST, final="Failed", reason_code="JobFailed", pod_sub_status={"worker-0": "Evicted"}
+        ),
+    )
+    op, store = dlc_operator(), MemoryTaskStateStore()
+
+    failed = fail_try(op, 1, store, lambda: time.sleep(0.5))
+    decision = op.retry_policy.evaluate(failed, 1, 3)
+    connected.script_for("retrain-train", JobScript(phases=FAST))
+    result = run_try(op, 2, store, lambda: time.sleep(0.5))
+
+    assert failed.failure.failure_class is FailureClass.PREEMPTION and decision.action is RetryAction.RETRY
+    first, second = dlc_envs(connected)
+    assert "RESUME_FROM" not in first and second["RESUME_FROM"] == first["CHECKPOINT_DIR"]
+    assert (first["TRAINING_ATTEMPT"], second["TRAINING_ATTEMPT"]) == ("1", "2")
+    assert [a["failure_class"] for a in result["attempts"]] == ["preemption", None]
+    assert result["attempts"][1]["resume_from"] == first["CHECKPOINT_DIR"]
+
+
+def ack_operator() -> TrainingJobOperator:
+    spec = test_arena_recovery.spec(owner=None).model_dump(mode="json")
+    return TrainingJobOperator(
+        task_id="train",
+        job={
+            "spec": spec,
+            "backend_config": {"conn_id": test_arena_recovery.CONN_ID, "namespace": test_arena_recovery.NS},
+            "output_root": "/mnt/output",
+        },
+        poll_interval=0.05,
+        retries=2,
+    )
+
+
+def ack_env(op: TrainingJobOperator) -> dict[str, str]:
+    """The master's environment in the PyTorchJob the cluster holds now."""
+    hook = op._backend("arena")._hook()
+    jobs = hook.custom_object_client.list_namespaced_custom_object(
+        GROUP, "v1", test_arena_recovery.NS, "pytorchjobs"
+    )
+    [job] = jobs["items"]
+    container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+    return {item["name"]: item.get("value", "") for item in container.get("env", [])}
+
+
+def test_a_config_failure_on_ack_runs_one_job_and_fails_the_task(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    fake.default_script = TrainingScript(
+        outcome="ExitCode", exit_code=127, failing_replica="master", log_lines=["python: not found"]
+    )
+    op, store = ack_operator(), MemoryTaskStateStore()
+
+    failed = fail_try(op, 1, store, lambda: test_arena_recovery.advance(fake, clock, 30))
+
+    assert failed.failure.failure_class is FailureClass.CONFIG, failed.failure.evidence
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
+    assert len(store[ATTEMPTS_KEY]) == 1
+
+
+def test_a_preemption_on_ack_runs_a_second_job_that_resumes(fake: KubernetesFake, clock: ManualClock) -> None:
+    fake.default_script = TrainingScript(outcome="Evicted", failing_replica="master")
+    op, store = ack_operator(), MemoryTaskStateStore()
+
+    def settle() -> None:
+        test_arena_recovery.advance(fake, clock, 30)
+
+    failed = fail_try(op, 1, store, settle)
+    first = ack_env(op)
+    fake.default_script = TrainingScript()
+    result = run_try(op, 2, store, settle)
+    second = ack_env(op)
+
+    assert failed.failure.failure_class is FailureClass.PREEMPTION, failed.failure.evidence
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.RETRY
+    assert "RESUME_FROM" not in first and second["RESUME_FROM"] == first["CHECKPOINT_DIR"]
+    assert [a["failure_class"] for a in result["attempts"]] == ["preemption", None]
+    assert result["attempts"][0]["job_id"] != result["attempts"][1]["job_id"], "two jobs ran"
