@@ -177,44 +177,32 @@ def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] == new.job_id
 
 
-def test_a_task_marked_failed_before_a_triggerer_ran_its_trigger_has_its_job_stopped(
+def test_the_reconciler_stops_the_jobs_of_a_task_marked_failed_and_a_run_deleted_before_pickup(
     airflow: Deployment, account: Account
 ) -> None:
-    # No triggerer runs, so no on_kill: the failed run's callback stops the job instead.
+    # No triggerer runs their triggers, so no on_kill: a task marked failed, and a run deleted, while
+    # no triggerer watched them leave their jobs running until the reconciler finds them.
     account.dlc.script_for(TRAIN_PREFIX, long_train())
-    airflow.kill_service("triggerer", signal.SIGKILL)
+    jobs = {}
     try:
-        run_id = run_dlc(airflow, account, "2026-11-22")
-        airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
-        job = account.dlc_job(account.creates()[-1]["DisplayName"])
-        airflow.mark_failed(DAG_ID, run_id, "train")
-        assert airflow.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT) == "failed"
-        wait_until(lambda: job.stop_requested_at is not None, RUN_TIMEOUT, "the failed run's job to stop")
-    finally:
-        airflow.start_service("triggerer")
-        account.scripts()
-
-    assert airflow.task_states(DAG_ID, run_id)["train"] == "failed"
-
-
-def test_the_reconciler_stops_the_job_of_a_run_deleted_while_its_trigger_waited(
-    airflow: Deployment, account: Account
-) -> None:
-    # A deleted run calls no callback; only the reconciler can tell its job has no task any more.
-    account.dlc.script_for(TRAIN_PREFIX, long_train())
-    airflow.kill_service("triggerer", signal.SIGKILL)
-    try:
-        run_id = run_dlc(airflow, account, "2026-11-29")
-        airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
-        job = account.dlc_job(account.creates()[-1]["DisplayName"])
-        airflow.delete_run(DAG_ID, run_id)
+        for version, leave in (("2026-11-22", airflow.mark_failed), ("2026-11-29", None)):
+            run_id = run_dlc(airflow, account, version)
+            airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+            # The stages before train defer too, so the triggerer goes once train has deferred.
+            airflow.kill_service("triggerer", signal.SIGKILL)
+            jobs[version] = account.dlc_job(account.creates()[-1]["DisplayName"])
+            if leave is None:
+                airflow.delete_run(DAG_ID, run_id)
+            else:
+                leave(DAG_ID, run_id, "train")
+                assert airflow.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT) == "failed"
+                airflow.start_service("triggerer")
         airflow.unpause(RECONCILER_DAG_ID)
         dry = airflow.trigger(RECONCILER_DAG_ID, {"dry_run": True, "grace_minutes": 0}, logical("2026-11-30"))
         assert airflow.wait_for_run(RECONCILER_DAG_ID, dry, RUN_TIMEOUT) == "success"
-        [would] = [
-            e for e in airflow.xcom(RECONCILER_DAG_ID, dry, "stop_orphaned_jobs") if e["job_id"] == job.job_id
-        ]
-        assert would["action"] == "would stop" and job.stop_requested_at is None
+        would = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, dry, "stop_orphaned_jobs")}
+        assert all(would[job.job_id]["action"] == "would stop" for job in jobs.values())
+        assert all(job.stop_requested_at is None for job in jobs.values()), "a dry run stops nothing"
         real = airflow.trigger(RECONCILER_DAG_ID, {"grace_minutes": 0}, logical("2026-12-01"))
         assert airflow.wait_for_run(RECONCILER_DAG_ID, real, RUN_TIMEOUT) == "success"
     finally:
@@ -222,11 +210,11 @@ def test_the_reconciler_stops_the_job_of_a_run_deleted_while_its_trigger_waited(
         airflow.start_service("triggerer")
         account.scripts()
 
-    [stopped] = [
-        e for e in airflow.xcom(RECONCILER_DAG_ID, real, "stop_orphaned_jobs") if e["job_id"] == job.job_id
-    ]
-    assert stopped["action"] == "stopped" and stopped["task_state"] is None
-    assert job.stop_requested_at is not None, "StopJob reached DLC"
+    stopped = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, real, "stop_orphaned_jobs")}
+    marked, deleted = stopped[jobs["2026-11-22"].job_id], stopped[jobs["2026-11-29"].job_id]
+    assert (marked["action"], marked["task_state"]) == ("stopped", "failed")
+    assert (deleted["action"], deleted["task_state"]) == ("stopped", None)
+    assert all(job.stop_requested_at is not None for job in jobs.values()), "StopJob reached DLC"
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

@@ -14,14 +14,15 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "include" / "imagenet_resnet"
 CLASSES = 4
 TIMEOUT = 300
 
-#: One worker runs the module, so its shards and its two-epoch run are made once, not per worker.
-pytestmark = pytest.mark.xdist_group("imagenet-resnet-training")
+#: One worker runs the module, so its shards and its two-epoch run are made once, not per worker;
+#: it is the xdist group of every test that imports torch into pytest's process (about 2 s of CPU
+#: per process), so one worker pays for that import, not each.
+pytestmark = pytest.mark.xdist_group("torch")
 
 
 def _run(*args: str, env: dict[str, str] | None = None) -> str:
@@ -32,10 +33,11 @@ def _run(*args: str, env: dict[str, str] | None = None) -> str:
     return result.stdout
 
 
-def _torchrun(data: Path, out: Path, epochs: int) -> str:
+def _torchrun(data: Path, out: Path, epochs: int, env: dict[str, str] | None = None) -> str:
     return _run(
         *("-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc_per_node=2"),
         *(str(SCRIPTS / "train_resnet.py"), "--data", str(data), "--out", str(out), "--epochs", str(epochs)),
+        env={**os.environ, **env} if env else None,
     )
 
 
@@ -73,6 +75,8 @@ def two_epochs(shard_version: Path, tmp_path_factory: pytest.TempPathFactory) ->
 def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
     two_epochs: tuple[Path, str, list[dict]],
 ) -> None:
+    import torch
+
     out, log, epochs = two_epochs
 
     assert "launcher=torchrun backend=gloo start_epoch=1" in log
@@ -80,7 +84,8 @@ def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
     assert epochs[1]["train_loss"] < epochs[0]["train_loss"]
     assert epochs[1]["train_accuracy"] > 1 / CLASSES
     assert {"test_loss", "test_accuracy", "seconds"} <= set(epochs[1]), "the keys the run report reads"
-    assert {"epoch-0001.pt", "epoch-0002.pt"} <= {path.name for path in (out / "checkpoints").iterdir()}
+    assert {"epoch-0001", "epoch-0002"} <= {path.name for path in (out / "checkpoints").iterdir()}
+    assert (out / "checkpoints" / "epoch-0002" / "COMPLETE").is_file(), "the marker is written last"
     weights = torch.load(out / "model.pt", weights_only=True)
     assert weights["8.weight"].shape == (CLASSES, 64)  # the linear head: 4 x width 16 features
 
@@ -91,13 +96,14 @@ def test_torchrun_resumes_after_the_latest_checkpoint(
 ) -> None:
     out, _, first = two_epochs
 
-    log = _torchrun(shard_version, out, epochs=3)
+    log = _torchrun(shard_version, out, epochs=3, env={"RESUME_FROM": str(out / "checkpoints")})
 
     assert "start_epoch=3" in log and "epoch 1/3" not in log
+    assert f"resuming from {out / 'checkpoints' / 'epoch-0002'} (epoch 2)" in log
     resumed = _epochs(out)
     assert resumed[:2] == first, "the resumed run keeps the finished epochs' metrics"
     assert [entry["epoch"] for entry in resumed] == [1, 2, 3]
-    assert (out / "checkpoints" / "epoch-0003.pt").is_file()
+    assert (out / "checkpoints" / "epoch-0003" / "COMPLETE").is_file()
 
 
 @pytest.mark.slow

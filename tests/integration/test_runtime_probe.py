@@ -15,6 +15,9 @@ from aliyun_training import runtime_probe
 from aliyun_training.runtime_probe import nccl_version, probe
 
 PROBE_FILE = Path(runtime_probe.__file__)
+#: These tests import torch into pytest's process (about 2 s of CPU): they run on the xdist worker of
+#: the other tests that do, not on whichever worker is free.
+IMPORTS_TORCH = pytest.mark.xdist_group("torch")
 
 
 @pytest.mark.parametrize(
@@ -38,6 +41,7 @@ def test_nccl_version_is_none_when_unknown(raw):
     assert nccl_version(raw) is None
 
 
+@IMPORTS_TORCH
 def test_probe_reports_this_interpreter_and_its_torch():
     import torch
 
@@ -51,6 +55,7 @@ def test_probe_reports_this_interpreter_and_its_torch():
     assert isinstance(report["ibv_devices"], list)
 
 
+@IMPORTS_TORCH
 def test_probe_counts_gpus_only_when_cuda_is_available():
     import torch
 
@@ -86,6 +91,7 @@ def test_probe_file_without_torch_reports_the_import_error():
     assert "torch" in report["torch_error"]
 
 
+@IMPORTS_TORCH
 def test_probe_file_prints_one_json_line_with_torch():
     import torch
 

@@ -23,7 +23,7 @@ import pytest
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
-from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.kubernetes.names import job_name
@@ -196,16 +196,21 @@ def test_a_retry_after_a_failure_and_a_clear_after_a_success_launch_a_new_job(
     stop_job(runs, again.handle)
 
 
-def test_a_cleared_task_reattaches_to_the_job_it_launched_while_that_still_runs(
+def test_a_cleared_task_stops_the_job_its_earlier_round_still_runs_and_launches_its_own(
     runs: Path, context: dict[str, Any]
 ) -> None:
+    # The cleared try's trigger may not have been killed (its on_kill not run) when the new try starts.
     first, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
     context["ti"].max_tries = 1
 
     again, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
 
-    assert again.handle == first.handle, "two jobs of one task never run at once"
-    stop_job(runs, first.handle)
+    backend = LocalBackend(root=str(runs))
+    assert backend.status(JobHandle.model_validate(first.handle)).state is JobState.STOPPED, (
+        "two jobs of one task never run at once"
+    )
+    assert again.handle["name"] != first.handle["name"], "the new round runs a job of its own"
+    stop_job(runs, again.handle)
 
 
 def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(

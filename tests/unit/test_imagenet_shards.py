@@ -24,7 +24,16 @@ def _import(name: str) -> ModuleType:
 shards = _import("shards")
 prepare_shards = _import("prepare_shards")
 make_synthetic_raw = _import("make_synthetic_raw")
-train_resnet = _import("train_resnet")
+
+#: The training script imports torch (about 2 s of CPU per process): its tests run on the xdist
+#: worker of the other tests that import it, not on every worker that collects this module.
+IMPORTS_TORCH = pytest.mark.xdist_group("torch")
+
+
+@pytest.fixture
+def train_resnet() -> ModuleType:
+    """The training script, imported by the tests that use it only."""
+    return _import("train_resnet")
 
 
 def _image(seed: int, height: int = 6, width: int = 5) -> np.ndarray:
@@ -204,6 +213,7 @@ MPI_ENV = {
 }
 
 
+@IMPORTS_TORCH
 @pytest.mark.parametrize(
     ("env", "expected"),
     [
@@ -213,12 +223,15 @@ MPI_ENV = {
         ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}, (0, 1, 0, "torchrun")),
     ],
 )
-def test_placement_comes_from_torchrun_or_open_mpi(env: dict[str, str], expected: tuple) -> None:
+def test_placement_comes_from_torchrun_or_open_mpi(
+    train_resnet: ModuleType, env: dict[str, str], expected: tuple
+) -> None:
     placement = train_resnet.placement_from_env(env)
 
     assert (placement.rank, placement.world_size, placement.local_rank, placement.launcher) == expected
 
 
+@IMPORTS_TORCH
 @pytest.mark.parametrize(
     ("env", "message"),
     [
@@ -228,12 +241,15 @@ def test_placement_comes_from_torchrun_or_open_mpi(env: dict[str, str], expected
         ({**MPI_ENV, "OMPI_COMM_WORLD_SIZE": "x"}, "OMPI_COMM_WORLD_SIZE='x' is not"),
     ],
 )
-def test_placement_refuses_an_incomplete_or_inconsistent_launch(env: dict[str, str], message: str) -> None:
+def test_placement_refuses_an_incomplete_or_inconsistent_launch(
+    train_resnet: ModuleType, env: dict[str, str], message: str
+) -> None:
     with pytest.raises(ValueError, match=message):
         train_resnet.placement_from_env(env)
 
 
-def test_rendezvous_is_torchruns_own_or_master_addr_for_mpirun() -> None:
+@IMPORTS_TORCH
+def test_rendezvous_is_torchruns_own_or_master_addr_for_mpirun(train_resnet: ModuleType) -> None:
     def url(env: dict[str, str]) -> str:
         return train_resnet.rendezvous_url(env, train_resnet.placement_from_env(env))
 
@@ -248,7 +264,10 @@ def test_rendezvous_is_torchruns_own_or_master_addr_for_mpirun() -> None:
         url(MPI_ENV)
 
 
-def test_each_rank_trains_on_a_disjoint_equal_share_and_scores_all_of_val(tmp_path: Path) -> None:
+@IMPORTS_TORCH
+def test_each_rank_trains_on_a_disjoint_equal_share_and_scores_all_of_val(
+    train_resnet: ModuleType, tmp_path: Path
+) -> None:
     samples = [shards.Sample(f"k{i}", _image(i, 4, 4), i) for i in range(10)]
     names = shards.write_shards(tmp_path, "s", samples, shard_size=4)
     entry = {"shards": names, "samples": 10}

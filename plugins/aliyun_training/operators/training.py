@@ -4,8 +4,9 @@ Crash safety: the job gets a deterministic name from (dag_id, run_id, task_id, m
 round of tries (clearing the task starts a new one). Before launching, the operator reattaches to
 the job an earlier try of the round saved in ``task_state_store``, or to one found under the name
 (a worker that died between submitting and saving), so a job is never launched twice. Only a job
-that failed or was stopped is launched again on retry; a cleared task launches a new one. A job
-still ``stopping`` (a stop was asked, its machines are not free yet) is waited for first.
+that failed or was stopped is launched again on retry; a cleared task stops a job of its earlier
+round that still runs and launches a new one. A job still ``stopping`` (a stop was asked, its
+machines are not free yet) is waited for first.
 
 Recovery: a failed job's backend names its failure class; the task fails with
 :class:`~aliyun_training.operators.recovery.TrainingJobFailed`, whose class the task's retry policy
@@ -314,14 +315,20 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             if handle is None:
                 continue
             status = self._status_or_none(backend, handle)
+            if status is not None and handle.name != name and not status.state.is_terminal:
+                # An earlier round's job (the store outlives a clear, the name does not): the clear
+                # asked for a new run, and the trigger's on_kill may not have stopped it yet. Stop
+                # it here, so two never run at once and this round never watches it end stopped.
+                self.log.info(
+                    "Job %s is an earlier round's (the task was cleared): stopping it first", handle.job_id
+                )
+                backend.stop(handle)
+                status = backend.status(handle)
             if status is not None and status.state is JobState.STOPPING:
                 status = self._wait_until_stopped(backend, handle)
-            # A job that still runs is reattached whichever round launched it, so two never run at
-            # once; a succeeded one only if this round did (the store outlives a clear, the name not).
-            reusable = {JobState.PENDING, JobState.RUNNING}
-            if handle.name == name:
-                reusable.add(JobState.SUCCEEDED)
-            if status is not None and status.state in reusable:
+            # Only this round's jobs are reattached: running, or succeeded but never saved.
+            reusable = {JobState.PENDING, JobState.RUNNING, JobState.SUCCEEDED}
+            if status is not None and handle.name == name and status.state in reusable:
                 self.log.info("Reattaching to job %s (%s), %s", handle.job_id, origin, status.raw)
                 return handle
         try:
