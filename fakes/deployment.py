@@ -290,7 +290,11 @@ class Deployment:
     def pause(self, dag_id: str) -> None:
         self.ok("PATCH", f"/dags/{dag_id}", json={"is_paused": True})
 
+    def mark_run_failed(self, dag_id: str, run_id: str) -> None:
+        self.ok("PATCH", f"/dags/{dag_id}/dagRuns/{run_id}", json={"state": "failed"})
+
     def delete_run(self, dag_id: str, run_id: str) -> None:
+        """Delete a run as the UI does; Airflow deletes only runs that are not running (409)."""
         self.ok("DELETE", f"/dags/{dag_id}/dagRuns/{run_id}")
 
     def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str) -> str:

@@ -17,6 +17,7 @@ import pytest
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, Hold
 from fakes.deployment import Deployment, wait_until
+from fakes.dlc import EmulatedJob
 from tests.e2e.conftest import DAG_ID
 from tests.e2e.runs import (
     RUN_TIMEOUT,
@@ -177,32 +178,30 @@ def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] == new.job_id
 
 
-def test_the_reconciler_stops_the_jobs_of_a_task_marked_failed_and_a_run_deleted_before_pickup(
+def test_a_failed_run_stops_its_job_and_the_reconciler_stops_a_deleted_runs_job(
     airflow: Deployment, account: Account
 ) -> None:
-    # No triggerer runs their triggers, so no on_kill: a task marked failed, and a run deleted, while
-    # no triggerer watched them leave their jobs running until the reconciler finds them.
-    account.dlc.script_for(TRAIN_PREFIX, long_train())
-    jobs = {}
+    # With no triggerer running a task's trigger, no on_kill runs. A task marked failed fails its
+    # run, and the run's on_failure_callback stops the job. A run marked failed and deleted through
+    # the API runs no callback at all: its job runs on until the reconciler finds it.
+    account.dlc.script_for(TRAIN_PREFIX, long_train(3600.0))
     try:
-        for version, leave in (("2026-11-22", airflow.mark_failed), ("2026-11-29", None)):
-            run_id = run_dlc(airflow, account, version)
-            airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
-            # The stages before train defer too, so the triggerer goes once train has deferred.
-            airflow.kill_service("triggerer", signal.SIGKILL)
-            jobs[version] = account.dlc_job(account.creates()[-1]["DisplayName"])
-            if leave is None:
-                airflow.delete_run(DAG_ID, run_id)
-            else:
-                leave(DAG_ID, run_id, "train")
-                assert airflow.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT) == "failed"
-                airflow.start_service("triggerer")
+        marked_run = run_dlc(airflow, account, "2026-11-22")
+        failed = train_job_without_triggerer(airflow, account, marked_run)
+        airflow.mark_failed(DAG_ID, marked_run, "train")
+        assert airflow.wait_for_run(DAG_ID, marked_run, RUN_TIMEOUT) == "failed"
+        wait_until(lambda: failed.stop_requested_at is not None, RUN_TIMEOUT, "the run's callback")
+        airflow.start_service("triggerer")
+
+        deleted_run = run_dlc(airflow, account, "2026-11-29")
+        deleted = train_job_without_triggerer(airflow, account, deleted_run)
+        airflow.mark_run_failed(DAG_ID, deleted_run)
+        airflow.delete_run(DAG_ID, deleted_run)
         airflow.unpause(RECONCILER_DAG_ID)
         dry = airflow.trigger(RECONCILER_DAG_ID, {"dry_run": True, "grace_minutes": 0}, logical("2026-11-30"))
         assert airflow.wait_for_run(RECONCILER_DAG_ID, dry, RUN_TIMEOUT) == "success"
         would = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, dry, "stop_orphaned_jobs")}
-        assert all(would[job.job_id]["action"] == "would stop" for job in jobs.values())
-        assert all(job.stop_requested_at is None for job in jobs.values()), "a dry run stops nothing"
+        assert deleted.stop_requested_at is None, "a dry run stops nothing"
         real = airflow.trigger(RECONCILER_DAG_ID, {"grace_minutes": 0}, logical("2026-12-01"))
         assert airflow.wait_for_run(RECONCILER_DAG_ID, real, RUN_TIMEOUT) == "success"
     finally:
@@ -210,11 +209,18 @@ def test_the_reconciler_stops_the_jobs_of_a_task_marked_failed_and_a_run_deleted
         airflow.start_service("triggerer")
         account.scripts()
 
+    assert (would[deleted.job_id]["action"], would[deleted.job_id]["task_state"]) == ("would stop", None)
     stopped = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, real, "stop_orphaned_jobs")}
-    marked, deleted = stopped[jobs["2026-11-22"].job_id], stopped[jobs["2026-11-29"].job_id]
-    assert (marked["action"], marked["task_state"]) == ("stopped", "failed")
-    assert (deleted["action"], deleted["task_state"]) == ("stopped", None)
-    assert all(job.stop_requested_at is not None for job in jobs.values()), "StopJob reached DLC"
+    assert stopped[deleted.job_id]["action"] == "stopped" and deleted.stop_requested_at is not None
+    assert failed.job_id not in stopped, "the callback had stopped the failed run's job"
+
+
+def train_job_without_triggerer(airflow: Deployment, account: Account, run_id: str) -> EmulatedJob:
+    """Wait for the run's train task to defer, then kill the triggerer; the job it launched."""
+    airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+    # The stages before train defer too, so the triggerer goes only once train has deferred.
+    airflow.kill_service("triggerer", signal.SIGKILL)
+    return account.dlc_job(account.creates()[-1]["DisplayName"])
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:
