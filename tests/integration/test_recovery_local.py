@@ -62,7 +62,7 @@ class TaskInstance:
     def xcom_push(self, key: str, value: Any) -> None:
         pass
 
-    def get_task_states(self, dag_id: str, run_ids: list[str], task_ids: list[str]) -> dict[str, Any]:
+    def get_task_states(self, dag_id: str, run_ids: list[str]) -> dict[str, Any]:
         return {run: self.states[run] for run in run_ids if run in self.states}
 
 
@@ -376,23 +376,32 @@ def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_
             runs.stop(handle)
 
 
-def test_a_failed_run_stops_its_own_jobs_only(local_root: Path) -> None:
+def test_a_failed_run_stops_its_own_jobs_but_not_one_its_cleared_task_waits_for(local_root: Path) -> None:
     mine = JobOwner(dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train")
     other = mine.model_copy(update={"run_id": "scheduled__2026-11-24T00:00:00+00:00"})
-    handles = [_owned_job(local_root, "job-a", mine), _owned_job(local_root, "job-b", other)]
+    cleared = mine.model_copy(update={"task_id": "check_rdma", "try_number": 2})
+    handles = [
+        _owned_job(local_root, "job-a", mine),
+        _owned_job(local_root, "job-b", other),
+        _owned_job(local_root, "job-c", cleared),
+    ]
     runs = backend(local_root)
 
     @dataclass
     class Dag:
         dag_id: str = "cifar10_retrain"
 
+    # The callback ran late: check_rdma was cleared since and waits for its new job.
+    ti = TaskInstance(states={RUN_ID: {"train": "failed", "check_rdma": "deferred"}})
     try:
         StopRunJobs([WatchedBackend(backend="local", environment=str(local_root / "local.json"))])(
-            {"dag": Dag(), "run_id": RUN_ID}
+            {"dag": Dag(), "run_id": RUN_ID, "ti": ti}
         )
-        assert [runs.status(h).state for h in handles] == [JobState.STOPPED, JobState.RUNNING]
+        states = [runs.status(h).state for h in handles]
+        assert states == [JobState.STOPPED, JobState.RUNNING, JobState.RUNNING]
     finally:
-        runs.stop(handles[1])
+        for handle in handles[1:]:
+            runs.stop(handle)
 
 
 def test_launched_lists_running_owned_jobs_with_their_owner(local_root: Path) -> None:

@@ -53,6 +53,20 @@ def owner_key(owner: JobOwner) -> str:
     return owner.task_id if owner.map_index < 0 else f"{owner.task_id}_{owner.map_index}"
 
 
+def run_task_states(context: Context, dag_id: str, run_id: str) -> dict[str, str]:
+    """The states of a run's task instances, keyed as ``owner_key`` names them ({} once deleted).
+
+    A DAG callback's context may have no task instance (its run's last one unknown); the DAG
+    processor answers the same ``GetTaskStates`` request for the callback as a worker does.
+    """
+    ti: Any = context.get("ti")
+    if ti is None:
+        from airflow.sdk.execution_time.task_runner import RuntimeTaskInstance
+
+        ti = RuntimeTaskInstance
+    return ti.get_task_states(dag_id=dag_id, run_ids=[run_id]).get(run_id) or {}
+
+
 def verdict(job: LaunchedJob, task_state: str | None, now: datetime, grace: timedelta) -> tuple[bool, str]:
     """Whether to stop ``job``, and why, given its owner's task state (None: no such task instance)."""
     created = datetime.fromisoformat(job.created) if job.created else None
@@ -90,18 +104,18 @@ class OrphanedJobsOperator(BaseOperator):
         self.grace_minutes = grace_minutes
 
     def execute(self, context: Context) -> list[dict[str, Any]]:
-        ti = context["ti"]
         dry_run = str(self.report_only).lower() in ("true", "1")
         grace = timedelta(minutes=float(self.grace_minutes))
         now = datetime.now(UTC)
         report = []
+        runs: dict[tuple[str, str], dict[str, str]] = {}
         for item, backend in watched_backends(self.watched):
             for job in backend.launched():
                 owner = job.owner
-                states = ti.get_task_states(
-                    dag_id=owner.dag_id, run_ids=[owner.run_id], task_ids=[owner.task_id]
-                )
-                task_state = (states.get(owner.run_id) or {}).get(owner_key(owner))
+                run = (owner.dag_id, owner.run_id)
+                if run not in runs:
+                    runs[run] = run_task_states(context, *run)
+                task_state = runs[run].get(owner_key(owner))
                 stop, why = verdict(job, task_state, now, grace)
                 action = ("would stop" if dry_run else "stopped") if stop else "kept"
                 if stop and not dry_run:
@@ -141,7 +155,9 @@ class OrphanedJobsOperator(BaseOperator):
 class StopRunJobs:
     """A DAG's ``on_failure_callback``: stop every job the failed run still has, on every backend.
 
-    Runs when the run fails, its ``dagrun_timeout`` included, whichever task was waiting.
+    Runs when the run fails, its ``dagrun_timeout`` included, whichever task was waiting. The DAG
+    processor may run it after the run was cleared and its task launched again: a job whose task
+    waits for it again is kept (a cleared task stops its earlier round's job itself).
     """
 
     def __init__(self, watched: Sequence[WatchedBackend]) -> None:
@@ -151,9 +167,16 @@ class StopRunJobs:
         # The DAG processor runs DAG callbacks with "dag" and "run_id" in every context ("dag_run"
         # only when the run's last task instance is known).
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        states: dict[str, str] | None = None
         for _item, backend in watched_backends(self.watched):
             for job in backend.launched():
-                if (job.owner.dag_id, job.owner.run_id) == (dag_id, run_id):
+                if (job.owner.dag_id, job.owner.run_id) != (dag_id, run_id):
+                    continue
+                states = run_task_states(context, dag_id, run_id) if states is None else states
+                task_state = states.get(owner_key(job.owner))
+                if task_state in WAITING_STATES:
+                    log.info("Keeping job %s: its task is %s again", job.handle.job_id, task_state)
+                else:
                     log.warning(
                         "Run %s failed with job %s (%s) still %s: stopping it",
                         run_id,
