@@ -1,10 +1,10 @@
 """The retraining DAG in a real deployment, driven only through the REST API, under faults.
 
 The pattern of apache/airflow issues #36090, #41231, #67227 and #15588: a triggerer or worker dies,
-a user marks a deferred task failed, clears it or deletes its run. Each test asserts what the user
-sees (run and task states, the XCom) and what the cloud saw (jobs created and stopped). These kill
-services, so they run against a deployment of their own (the ``airflow`` fixture is
-module-scoped), beside test_deployment.py's.
+a user marks a deferred task failed, the cloud throttles. Each test asserts what the user sees (run
+and task states, the manifest) and what the cloud saw (jobs created and stopped). These throttle
+the cloud and kill services, so they run against a deployment of their own (the ``airflow``
+fixture is module-scoped), beside test_deployment.py's.
 """
 
 from __future__ import annotations
@@ -26,11 +26,29 @@ from tests.e2e.runs import (
     assert_succeeded,
     logical,
     long_train,
+    manifest_of,
     run_dlc,
     wait_for_try,
 )
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-failures")]
+
+
+def test_a_run_succeeds_while_30_percent_of_cloud_answers_are_throttling_or_5xx(
+    airflow: Deployment, account: Account
+) -> None:
+    account.faults(0.3)
+    try:
+        run_id = run_dlc(airflow, account, "2026-11-23")
+        states = assert_succeeded(airflow, run_id)
+    finally:
+        account.faults(0.0)
+
+    faulted = [r for r in account.dlc.requests if r.fault]
+    assert len(faulted) >= 3, "the run met the faults"
+    job = airflow.xcom(DAG_ID, run_id, "train")
+    assert states["publish_artifacts"] == "success" and manifest_of(account, job["job_id"])
+    assert len([c for c in account.creates() if c["DisplayName"] == job["display_name"]]) == 1
 
 
 def test_a_killed_and_restarted_triggerer_loses_no_job_and_submits_none_twice(
