@@ -167,21 +167,28 @@ class StopRunJobs:
         # The DAG processor runs DAG callbacks with "dag" and "run_id" in every context ("dag_run"
         # only when the run's last task instance is known).
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
-        states: dict[str, str] | None = None
-        for _item, backend in watched_backends(self.watched):
-            for job in backend.launched():
-                if (job.owner.dag_id, job.owner.run_id) != (dag_id, run_id):
-                    continue
-                states = run_task_states(context, dag_id, run_id) if states is None else states
-                task_state = states.get(owner_key(job.owner))
-                if task_state in WAITING_STATES:
-                    log.info("Keeping job %s: its task is %s again", job.handle.job_id, task_state)
-                else:
-                    log.warning(
-                        "Run %s failed with job %s (%s) still %s: stopping it",
-                        run_id,
-                        job.handle.job_id,
-                        owner_key(job.owner),
-                        job.state.value,
-                    )
-                    backend.stop(job.handle)
+        jobs = [
+            (backend, job)
+            for _item, backend in watched_backends(self.watched)
+            for job in backend.launched()
+            if (job.owner.dag_id, job.owner.run_id) == (dag_id, run_id)
+        ]
+        if not jobs:
+            return
+        states = run_task_states(context, dag_id, run_id)
+        now = datetime.now(UTC)
+        for backend, job in jobs:
+            # No grace period: the run has failed, so only a task cleared since waits again.
+            stop, why = verdict(job, states.get(owner_key(job.owner)), now, timedelta(0))
+            if not stop:
+                log.info("Keeping job %s: %s", job.handle.job_id, why)
+                continue
+            log.warning(
+                "Run %s failed with job %s (%s) still %s, %s: stopping it",
+                run_id,
+                job.handle.job_id,
+                owner_key(job.owner),
+                job.state.value,
+                why,
+            )
+            backend.stop(job.handle)
