@@ -11,6 +11,7 @@ fields, and :class:`JobOutputs`, which plays a training job writing its outputs 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -265,3 +266,34 @@ def run_check(
         },
     )
     return operator.execute({})
+
+
+def publisher_outputs(
+    root: Path, publisher: str, checkpoints: tuple[int, ...] = (1,), size: int = 64 * 1024
+) -> dict[str, bytes]:
+    """Write a job output directory under ``root`` whose every collected file is ``publisher``'s own
+    bytes (``model.pt``, ``metrics.json``, ``checkpoints/epoch-NNNN.pt`` of each epoch in
+    ``checkpoints``); return the files by key.
+
+    Publication race tests give each publisher such a directory: a published set that mixes two
+    publishers' files is then visible byte for byte.
+    """
+    epochs = [{"epoch": 1, "train_loss": 0.5, "test_loss": 0.6, "test_accuracy": 0.7, "seconds": 1.0}]
+    files = {
+        "model.pt": _seeded_bytes(f"{publisher}/model", size),
+        "metrics.json": json.dumps({"publisher": publisher, "epochs": epochs}).encode(),
+        **{
+            f"checkpoints/epoch-{index:04d}.pt": _seeded_bytes(f"{publisher}/checkpoint-{index}", 2 * size)
+            for index in checkpoints
+        },
+    }
+    for key, data in files.items():
+        (root / key).parent.mkdir(parents=True, exist_ok=True)
+        (root / key).write_bytes(data)
+    return files
+
+
+def _seeded_bytes(seed: str, size: int) -> bytes:
+    """``size`` bytes that differ for every ``seed``."""
+    block = hashlib.sha256(seed.encode()).digest()
+    return (block * (size // len(block) + 1))[:size]

@@ -187,7 +187,8 @@ def test_republishing_the_same_run_replaces_the_set(tmp_path):
     assert not (target / "stale-file.txt").exists()
     model_entry = next(e for e in _manifest(second)["files"] if e["path"] == "model.pt")
     assert model_entry["sha256"] == hashlib.sha256(b"retrained model").hexdigest()
-    assert sorted(p.name for p in target.parent.iterdir()) == [job.display_name]
+    # No partial or retired directory is left; the lock file stays beside the set (never deleted).
+    assert sorted(p.name for p in target.parent.iterdir()) == [f".{job.display_name}.lock", job.display_name]
 
 
 def test_job_without_output_dir_is_an_error_and_publishes_nothing(tmp_path):

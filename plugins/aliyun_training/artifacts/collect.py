@@ -1,12 +1,20 @@
 """Publish a finished job's checkpoints, metrics and run report as one versioned, self-describing set.
 
 The set lands at ``<artifact_root>/<model>/<dataset version>/<job name>/`` through a partial
-directory and a rename, so a consumer triggered by the model Asset never sees half a set. An
-``oss://`` artifact root gets the same set uploaded with the staging engine's uploader, the
-manifest last: a reader that waits for manifest.json sees a complete set. Only a set this module
-published (its directory holds manifest.json) is ever replaced; any other directory at the target is
-refused before anything is copied (``publish.check_publishable``). The manifest says what
-produced it: dataset version, job, runtime, metrics (the per-epoch losses as lists) and timings.
+directory and a rename, so a consumer triggered by the model Asset never sees half a set. Only a set
+this module published (its directory holds manifest.json) is ever replaced; any other directory at
+the target is refused before anything is copied (``publish.check_publishable``). The manifest says
+what produced it: dataset version, job, runtime, metrics (the per-epoch losses as lists) and timings.
+
+One writer per target: the collected outputs are copied and the set is assembled in the partial
+directory only while the target's lock file is held (``publish.publication_lock``). A second publisher of the
+same set at the same time does not wait for it: it fails with an ArtifactError naming the holder,
+and the first one's set is published whole. Two runs writing one set at once means two runs
+believe they own it; waiting and then replacing would silently swap the set under the Asset event
+the first one emitted. A later publisher (a retried task) still replaces a set published here.
+
+An ``oss://`` artifact root gets the same set built in a scratch directory and uploaded under a
+lock object, refusing foreign objects at the target as the local path does (``oss_publication``).
 
 A cloud job's outputs outlive its nodes only in OSS (``output_uri`` mounted at its output root),
 so a job whose ``output_uri`` is ``oss://`` has just the collected names downloaded first, by the
@@ -37,7 +45,13 @@ from aliyun_training.records import (
     JobResult,
     StagedDataset,
 )
-from aliyun_training.staging.publish import check_publishable, partial_of, publish_directory
+from aliyun_training.staging.publish import (
+    PublicationBusy,
+    check_publishable,
+    partial_of,
+    publication_lock,
+    publish_directory,
+)
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -47,6 +61,8 @@ if TYPE_CHECKING:
 MANIFEST_NAME = "manifest.json"
 REPORT_NAME = "report.html"
 METRICS_NAME = "metrics.json"
+#: The setting that chose the target, named in every refusal.
+FIELD = "artifact_root"
 log = logging.getLogger(__name__)
 
 
@@ -134,40 +150,64 @@ def publish_artifacts(
         if not artifact_root.startswith("oss://"):
             return _publish_locally(Path(artifact_root), output, manifest, started, kept)
         with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
-            local = _publish_locally(Path(scratch), output, manifest, started, kept)
-            return _upload(Path(scratch), local, artifact_root, _require(oss, "artifact_root"))
+            built = Path(scratch) / "set"
+            manifest = _assemble(built, output, manifest, started, kept)
+            return _upload(built, manifest, artifact_root, _require(oss, FIELD))
 
 
 def _publish_locally(
     root: Path, output: Path, manifest: dict[str, Any], started: float, kept: KeptOutputs
 ) -> ArtifactSet:
-    """Copy the collected outputs beside the completed manifest and report; publish by rename."""
+    """Assemble the set in the partial directory and publish it by rename, all under the target's lock."""
     target = root / manifest["model"] / manifest["version"]
-    check_publishable(target, MANIFEST_NAME, "artifact_root")
-    partial = partial_of(target)
-    shutil.rmtree(partial, ignore_errors=True)  # left by a killed try; not a link (checked above)
-    partial.mkdir(parents=True)
+    check_publishable(target, MANIFEST_NAME, FIELD)  # before the lock file is created beside it
+    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        with publication_lock(target, FIELD, wait=False):
+            partial = partial_of(target)
+            shutil.rmtree(partial, ignore_errors=True)  # left by a killed try; not a link (checked above)
+            manifest = _assemble(partial, output, manifest, started, kept)
+            publish_directory(target, MANIFEST_NAME, FIELD)
+    except PublicationBusy as busy:
+        raise ArtifactError(
+            f"{FIELD}: another publisher is writing {target} right now ({busy.lock} is held by "
+            f"{busy.holder}); nothing was written by this run and that publisher's set is published whole "
+            "(fix: two runs publish the same set — same model, dataset version and job name; let the "
+            "other one finish, then run this one again if its set should replace that one)"
+        ) from None
+    return _record(str(target), str(target / MANIFEST_NAME), str(target / REPORT_NAME), manifest)
+
+
+def _assemble(
+    directory: Path, output: Path, manifest: dict[str, Any], started: float, kept: KeptOutputs
+) -> dict[str, Any]:
+    """Copy the collected outputs into ``directory`` beside the completed manifest and report."""
+    directory.mkdir(parents=True)
     for name in (METRICS_NAME, *kept.collect):
         source = output / name
-        (partial / name).parent.mkdir(parents=True, exist_ok=True)
+        (directory / name).parent.mkdir(parents=True, exist_ok=True)
         if source.is_dir():
-            shutil.copytree(source, partial / name)
+            shutil.copytree(source, directory / name)
         elif source.is_file():
-            shutil.copy2(source, partial / name)
+            shutil.copy2(source, directory / name)
     manifest = {
         **manifest,
         "timings": {**manifest["timings"], "collect_seconds": round(time.monotonic() - started, 3)},
-        "files": _describe_files(partial),
+        "files": _describe_files(directory),
         "report": REPORT_NAME,
     }
-    (partial / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
-    (partial / REPORT_NAME).write_text(render_report(manifest))
-    publish_directory(target, MANIFEST_NAME, "artifact_root")
+    (directory / MANIFEST_NAME).write_text(json.dumps(manifest, indent=2))
+    (directory / REPORT_NAME).write_text(render_report(manifest))
+    return manifest
+
+
+def _record(uri: str, manifest_uri: str, report_uri: str, manifest: dict[str, Any]) -> ArtifactSet:
+    """The published set as the task returns it, with the summary metrics."""
     metrics = manifest["metrics"]
     return ArtifactSet(
-        uri=str(target),
-        manifest_uri=str(target / MANIFEST_NAME),
-        report_uri=str(target / REPORT_NAME),
+        uri=uri,
+        manifest_uri=manifest_uri,
+        report_uri=report_uri,
         metrics={
             "epochs": metrics["epochs"],
             metrics["series"][0]: metrics[metrics["series"][0]],
@@ -176,22 +216,16 @@ def _publish_locally(
     )
 
 
-def _upload(scratch: Path, local: ArtifactSet, artifact_root: str, oss: OssClientConfig) -> ArtifactSet:
-    """Upload a set built under ``scratch`` to the same relative place under ``artifact_root``."""
+def _upload(built: Path, manifest: dict[str, Any], artifact_root: str, oss: OssClientConfig) -> ArtifactSet:
+    """Publish the set built in ``built`` under ``<artifact_root><model>/<version>/``."""
+    from aliyun_training.artifacts.oss_publication import publish_to_oss
     from aliyun_training.oss_location import parse_oss_uri
-    from aliyun_training.staging.oss import upload_directory
 
-    root = parse_oss_uri(artifact_root, field="artifact_root")
-    relative = Path(local.uri).relative_to(scratch).as_posix()
-    target = f"{root.uri}{relative}/"
-    files, size = upload_directory(Path(local.uri), target, oss, last=[MANIFEST_NAME])
+    root = parse_oss_uri(artifact_root, field=FIELD)
+    target = f"{root.uri}{manifest['model']}/{manifest['version']}/"
+    files, size = publish_to_oss(built, target, oss)
     log.info("Uploaded %d artifact files (%.1f MB) to %s", files, size / 1e6, target)
-    return ArtifactSet(
-        uri=target,
-        manifest_uri=target + MANIFEST_NAME,
-        report_uri=target + REPORT_NAME,
-        metrics=local.metrics,
-    )
+    return _record(target, target + MANIFEST_NAME, target + REPORT_NAME, manifest)
 
 
 def _require(oss: OssClientConfig | None, field: str) -> OssClientConfig:

@@ -11,9 +11,15 @@ Guarantees, because training jobs and backfills read these directories concurren
   the same ETag are not copied again;
 - re-staging an unchanged version transfers nothing (listing, manifest and file stats compared);
   re-staging a changed one copies only the objects whose ETag changed and hard-links the rest;
-- two runs staging the same version at once serialize on a lock file;
+- two runs staging the same version at once serialize on a lock file (``publish.publication_lock``),
+  and each lists the source only once it holds the lock, so a listing never predates the version
+  the previous holder published;
+- a listing that lacks objects the published version has (a version still being uploaded, or
+  objects deleted) is refused: it never replaces a more complete version;
 - bad input (empty source, unsafe keys, no space, a source that changes mid-copy) fails before
   anything is published and never removes what was there;
+- a disk that fills up mid-copy keeps the partial directory with the files copied so far (the next
+  run resumes from it) and says so, as does the next run's free-space check while it is there;
 - only a version directory staging published (it holds ``_manifest.json``) is ever replaced: a
   target that exists without one, or a link at the target, its partial directory or its lock, is
   refused before anything is copied (see ``publish.py``).
@@ -22,7 +28,7 @@ Guarantees, because training jobs and backfills read these directories concurren
 from __future__ import annotations
 
 import contextlib
-import fcntl
+import errno
 import functools
 import hashlib
 import itertools
@@ -31,6 +37,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import threading
 import time
 from collections.abc import Iterator
@@ -45,8 +52,8 @@ from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.publish import (
     check_publishable,
     partial_of,
+    publication_lock,
     publish_directory,
-    refuse_link,
     restore_retired,
 )
 from aliyun_training.staging.sources import (
@@ -136,22 +143,21 @@ def stage_dataset(
         )
     if isinstance(source, str):
         source = open_source(source)
-    objects = _checked_listing(source)
     root = Path(target_root)
     target = root / version
     check_publishable(target, MANIFEST_NAME, TARGET_FIELD)
     _check_target(root)
-    with _version_lock(root, version):
+    with publication_lock(target, TARGET_FIELD, wait=True):
         restore_retired(target, MANIFEST_NAME)  # a publication killed between its two renames (NFS)
         published = _read_manifest(target)
+        # Listed only now: a listing taken while another stager held the lock may predate (lack
+        # objects of) the version that stager published.
+        objects = _checked_listing(source)
+        _refuse_older_listing(published, objects, source.uri, target)
         transferred: tuple[int, int] = (0, 0)
         manifest = published if published and _unchanged(published, target, objects) else None
         if manifest is None:
-            partial = partial_of(target)
-            transferred, entries = _copy_all(
-                source, objects, partial, published, target, workers, progress_interval
-            )
-            manifest = _write_manifest(partial, source.uri, version, entries)
+            transferred, manifest = _stage(source, objects, published, target, workers, progress_interval)
             publish_directory(target, MANIFEST_NAME, TARGET_FIELD)
             log.info("Published %s (%d files, %d copied)", target, len(objects), transferred[0])
         else:
@@ -202,27 +208,68 @@ def _check_target(root: Path) -> None:
         raise StagingError(f"target {root} is not writable; check the mount and its permissions")
 
 
-def _check_space(root: Path, todo: list[SourceObject]) -> None:
+def _refuse_older_listing(
+    published: dict[str, Any] | None, objects: list[SourceObject], source_uri: str, target: Path
+) -> None:
+    """Refuse a listing that lacks objects of the published version: it is older than that version.
+
+    A version listed while it was still being uploaded (or after objects were deleted) would
+    replace a more complete one with fewer files. Objects whose ETag changed are not refused: they
+    are copied again, as a rewritten object always was.
+    """
+    if not published:
+        return
+    listed = {o.key for o in objects}
+    missing = [entry["path"] for entry in published["files"] if entry["path"] not in listed]
+    if not missing:
+        return
+    examples = ", ".join(missing[:3]) + (", ..." if len(missing) > 3 else "")
+    raise StagingError(
+        f"dataset_version: version {target.name} is staged at {target} with {len(published['files'])} "
+        f"files, but {source_uri} now lists {len(objects)}, without {len(missing)} of the staged ones "
+        f"({examples}): the listing is older than the staged version — the version is still being "
+        "uploaded, or objects were deleted from it; nothing was copied and the staged version is "
+        "untouched (fix: wait until the upload has finished — its completion marker, "
+        "dataset.version.marker (_SUCCESS by default), is written last — and run again; stage changed "
+        f"data as a new dataset_version; or, if the objects were deleted on purpose, move {target} away "
+        "so that the version is staged afresh)"
+    )
+
+
+def _check_space(root: Path, todo: list[SourceObject], partial: Path) -> None:
     needed = int(sum(o.size for o in todo) * SPACE_HEADROOM)
     free = shutil.disk_usage(root).free
     if free < needed:
         raise StagingError(
             f"not enough free space on {root}: {free / 1e6:.1f} MB free, {needed / 1e6:.1f} MB needed "
-            f"(data to copy x {SPACE_HEADROOM}); free space or stage to a larger filesystem"
+            f"(data to copy x {SPACE_HEADROOM}){_leftover(partial)} (fix: free space or stage to a larger "
+            "filesystem, set as staging.target_root)"
         )
 
 
-@contextlib.contextmanager
-def _version_lock(root: Path, version: str) -> Iterator[None]:
-    """An exclusive lock on ``.<version>.lock``, opened without following a link or truncating."""
-    path = root / f".{version}.lock"
-    refuse_link(path, TARGET_FIELD)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
+def _leftover(partial: Path) -> str:
+    """What an earlier run left in the partial directory, for a free-space error ('' when nothing)."""
+    files, size = _usage(partial)
+    if not files:
+        return ""
+    return (
+        f"; {partial} holds {files} files ({size / 1e6:.1f} MB) an earlier run copied: the next run "
+        f"resumes from it and copies only files not yet journaled (delete {partial} to start over and "
+        "free that space)"
+    )
+
+
+def _usage(directory: Path) -> tuple[int, int]:
+    """Regular files (not following links) under ``directory`` and their total size; (0, 0) if absent."""
+    files = size = 0
+    for dirpath, _, names in os.walk(directory):
+        for name in names:
+            with contextlib.suppress(OSError):
+                info = os.lstat(os.path.join(dirpath, name))
+                if stat.S_ISREG(info.st_mode):
+                    files += name != JOURNAL_NAME
+                    size += info.st_size
+    return files, size
 
 
 def _read_manifest(target: Path) -> dict[str, Any] | None:
@@ -258,6 +305,46 @@ def _stat_matches(directory: Path, entry: dict[str, Any], stats: dict[str, int])
     return stat.st_size == entry["size"] and stat.st_mtime_ns == stats.get(entry["path"])
 
 
+def _stage(
+    source: ObjectSource,
+    objects: list[SourceObject],
+    published: dict[str, Any] | None,
+    target: Path,
+    workers: int,
+    progress_interval: float,
+) -> tuple[tuple[int, int], dict[str, Any]]:
+    """Fill the partial directory and write its manifest; return ((files, bytes) copied, manifest).
+
+    A full disk (or quota) is reported, not raised as a bare OSError: what was copied stays in the
+    partial directory for the next run, and incomplete part files are removed to free their space.
+    """
+    partial = partial_of(target)
+    try:
+        transferred, entries = _copy_all(
+            source, objects, partial, published, target, workers, progress_interval
+        )
+        manifest = _write_manifest(partial, source.uri, target.name, entries)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        _prune(partial, {o.key for o in objects})
+        raise _out_of_space(target, partial, exc) from None
+    (partial / JOURNAL_NAME).unlink()  # only now: a run that fails before resumes from it
+    return transferred, manifest
+
+
+def _out_of_space(target: Path, partial: Path, exc: OSError) -> StagingError:
+    files, size = _usage(partial)
+    free = shutil.disk_usage(target.parent).free
+    return StagingError(
+        f"no space left on {target.parent} while staging {target.name} ({exc.strerror}; "
+        f"{free / 1e6:.1f} MB free now): {partial} is kept with the {files} files ({size / 1e6:.1f} MB) "
+        "copied so far, and the next run resumes from it, copying only files not yet journaled; "
+        "nothing published was changed (fix: free space on the filesystem and run again, or set "
+        "staging.target_root to a larger filesystem)"
+    )
+
+
 def _copy_all(
     source: ObjectSource,
     objects: list[SourceObject],
@@ -274,7 +361,7 @@ def _copy_all(
         log.info("Resuming: %d of %d files were copied by an earlier run", len(done), len(objects))
     linkable = _unchanged_files(published, target, objects, done)
     todo = [o for o in objects if o.key not in done and o.key not in linkable]
-    _check_space(partial.parent, todo)
+    _check_space(partial.parent, todo, partial)
     partial.mkdir(parents=True, exist_ok=True)
     with journal_path.open("a") as journal:
         for key, entry in linkable.items():
@@ -292,7 +379,6 @@ def _copy_all(
                 journal.flush()
                 flushed = time.monotonic()
     _prune(partial, {o.key for o in objects})
-    journal_path.unlink()
     return (len(todo), sum(o.size for o in todo)), [done[o.key] for o in objects]
 
 

@@ -13,13 +13,14 @@ oss2 is imported inside the functions that use it: never at DAG parse time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
 import re
 import tempfile
 import urllib.request
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -192,6 +193,40 @@ class _TruncatedRead(IOError):
     """The connection ended before the requested bytes arrived."""
 
 
+def iter_objects(bucket: Any, prefix: str) -> Iterator[SourceObject]:
+    """The objects under ``prefix`` in key order, keys relative to it; folder markers are skipped.
+
+    oss2's ObjectIteratorV2 follows ListObjectsV2's ``NextContinuationToken`` page after page (up to
+    1000 keys a page, the most OSS answers) and retries a 5xx of a page itself.
+    """
+    import oss2
+
+    for info in oss2.ObjectIteratorV2(bucket, prefix=prefix, max_keys=1000):
+        key = info.key[len(prefix) :]
+        if key and not (key.endswith("/") and info.size == 0):  # a folder marker holds no data
+            yield SourceObject(key=key, size=info.size, etag=info.etag)
+
+
+@contextlib.contextmanager
+def oss_errors(uri: str, field: str, action: str, permission: str) -> Iterator[None]:
+    """A missing bucket or a denied request is a setting to fix, named by ``field``: a SpecError
+    (``action`` is what was done on ``uri``; ``permission`` what the identity then needs)."""
+    import oss2
+
+    try:
+        yield
+    except oss2.exceptions.NoSuchBucket:
+        raise SpecError(
+            f"{field}: bucket {parse_oss_uri(uri, field=field).bucket_name} does not exist "
+            "(fix: correct the bucket name or the region of the OSS endpoint)"
+        ) from None
+    except oss2.exceptions.AccessDenied as exc:
+        raise SpecError(
+            f"{field}: {action} {uri} was denied ({exc.message}) "
+            f"(fix: grant {permission} on the bucket to the connection's identity)"
+        ) from None
+
+
 class OssObjectSource:
     """The objects under ``oss://bucket/prefix/``, read with ``If-Match`` on the listed ETag."""
 
@@ -208,34 +243,12 @@ class OssObjectSource:
 
         prefix = self.location.prefix
         listing = oss2.ObjectIteratorV2(self._bucket, prefix=prefix, delimiter="/", max_keys=1000)
-        try:
+        with oss_errors(self.uri, "source_uri", "listing", "oss:ListObjects"):
             return sorted(info.key[len(prefix) :].rstrip("/") for info in listing if info.is_prefix())
-        except oss2.exceptions.NoSuchBucket:
-            raise SpecError(
-                f"source_uri: bucket {self.location.bucket} does not exist "
-                "(fix: correct the bucket name or the region of the OSS endpoint)"
-            ) from None
 
     def list(self) -> list[SourceObject]:
-        import oss2
-
-        objects = []
-        try:
-            for info in oss2.ObjectIteratorV2(self._bucket, prefix=self.location.prefix, max_keys=1000):
-                key = info.key[len(self.location.prefix) :]
-                if not key or (key.endswith("/") and info.size == 0):
-                    continue  # a folder marker (the version's own, or a sub-folder's), not data
-                objects.append(SourceObject(key=key, size=info.size, etag=info.etag))
-        except oss2.exceptions.NoSuchBucket:
-            raise SpecError(
-                f"source_uri: bucket {self.location.bucket} does not exist "
-                "(fix: correct the bucket name or the region of the OSS endpoint)"
-            ) from None
-        except oss2.exceptions.AccessDenied as exc:
-            raise SpecError(
-                f"source_uri: listing {self.uri} was denied ({exc.message}) "
-                "(fix: grant oss:ListObjects and oss:GetObject on the bucket to the staging identity)"
-            ) from None
+        with oss_errors(self.uri, "source_uri", "listing", "oss:ListObjects and oss:GetObject"):
+            objects = list(iter_objects(self._bucket, self.location.prefix))
         return sorted(objects, key=lambda o: o.key)
 
     def read(self, obj: SourceObject, start: int, end: int, sink: ChunkSink) -> str | None:
@@ -267,6 +280,7 @@ def upload_directory(
     config: OssClientConfig,
     *,
     last: Iterable[str] = (),
+    before_last: Callable[[], None] | None = None,
     workers: int = 8,
     attempts: int = 4,
 ) -> tuple[int, int]:
@@ -274,7 +288,8 @@ def upload_directory(
 
     oss2 checks each upload's CRC64 against what OSS stored. The files named in ``last`` (a
     manifest) go up only after everything else succeeded, so a reader that waits for the manifest
-    never sees a partial set.
+    never sees a partial set; ``before_last`` runs just before them and may raise to stop them
+    (a publisher checks it still holds its lock there).
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -293,6 +308,8 @@ def upload_directory(
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         sizes = list(pool.map(put, first))
+    if before_last is not None:
+        before_last()
     sizes += [put(name) for name in final]
     return len(files), sum(sizes)
 

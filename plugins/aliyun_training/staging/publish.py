@@ -20,17 +20,28 @@ else is refused before anything is copied, with a SpecError naming the directory
 
 The root itself (and the folders above the target) may be links: they are the administrator's mount
 layout, set in the environment file, not something a trigger chooses.
+
+One writer per target: ``publication_lock`` holds an exclusive ``flock`` on ``.<name>.lock`` beside
+the target while a publisher reads its source, fills the partial directory and publishes it, so two
+publishers never share a partial directory. The staging engine waits for it (the second stager then
+finds the version staged); artifact publication does not wait and names the holder, which each
+holder writes into the lock file.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import errno
+import fcntl
 import logging
 import os
 import shutil
+import socket
 import stat
 import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 from aliyun_training.validation import SpecError
@@ -43,6 +54,80 @@ log = logging.getLogger(__name__)
 def partial_of(target: Path) -> Path:
     """Where a publication of ``target`` is assembled: a hidden sibling, renamed into place at the end."""
     return target.with_name(f".{target.name}.partial")
+
+
+def lock_of(target: Path) -> Path:
+    """The lock file of ``target``: a hidden sibling, kept after publication (see ``publication_lock``)."""
+    return target.with_name(f".{target.name}.lock")
+
+
+class PublicationBusy(RuntimeError):
+    """Another publisher holds the lock of a target (raised only to a publisher that does not wait)."""
+
+    def __init__(self, lock: Path, holder: str) -> None:
+        super().__init__(f"{lock} is held by {holder}")
+        self.lock = lock
+        self.holder = holder
+
+
+@contextlib.contextmanager
+def publication_lock(target: Path, field: str, *, wait: bool) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``lock_of(target)``: one writer per target at a time.
+
+    The file is opened without following a link and refused unless it is a plain file of its own
+    (a hard link to another file would have that file overwritten with the holder's name). It is
+    never deleted: a writer waiting on a deleted lock file and one that created a new one would both
+    hold "the" lock. The kernel drops the lock when its holder dies, so a killed publisher leaves
+    nothing that blocks the next one. Without ``wait``, a held lock raises PublicationBusy naming
+    the holder as it wrote itself into the file.
+    """
+    path = lock_of(target)
+    refuse_link(path, field)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    try:
+        _refuse_shared_file(fd, path, field)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            written = os.pread(fd, 4096, 0).decode(errors="replace").strip()
+            raise PublicationBusy(path, written or "a publisher that has not written its name yet") from None
+        _write_holder(fd)
+        yield
+    finally:
+        os.close(fd)
+
+
+def holder_description() -> str:
+    """Who is publishing, for a lock: the process and host, and the Airflow task when one runs it."""
+    task = [
+        os.environ.get(f"AIRFLOW_CTX_{name}") for name in ("DAG_ID", "DAG_RUN_ID", "TASK_ID", "TRY_NUMBER")
+    ]
+    who = f"pid {os.getpid()} on {socket.gethostname()}"
+    return f"{who} (Airflow task {task[0]}/{task[1]}/{task[2]}, try {task[3]})" if all(task) else who
+
+
+def _write_holder(fd: int) -> None:
+    """Name the holder in its lock file, for a publisher that finds it held.
+
+    Best effort: on a full disk the name cannot be written, and the run must still get as far as
+    saying that there is no space (the file is then empty, and a contender says so).
+    """
+    os.ftruncate(fd, 0)
+    with contextlib.suppress(OSError):
+        os.pwrite(
+            fd,
+            f"{holder_description()} since {datetime.now(UTC).isoformat(timespec='seconds')}\n".encode(),
+            0,
+        )
+
+
+def _refuse_shared_file(fd: int, path: Path, field: str) -> None:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+        raise SpecError(
+            f"{field}: {path} is not a plain lock file (it is a special file or a hard link to another "
+            "file); publishing never writes into a file it cannot tell is its own (fix: remove it)"
+        )
 
 
 def check_publishable(target: Path, manifest: str, field: str) -> None:
