@@ -224,10 +224,11 @@ class Account:
     # -- state the tests set up ----------------------------------------------------------------------
 
     def put_dataset(self, version: str) -> None:
-        """A tiny dataset version in OSS, the layout the training script reads."""
+        """A tiny dataset version in OSS, the layout the training script reads, with its marker."""
         prefix = f"datasets/cifar10/{version}/"
         self.oss.put(BUCKET, prefix + "train.npz", f"train images of {version}".encode() * 64)
         self.oss.put(BUCKET, prefix + "test.npz", f"test images of {version}".encode() * 16)
+        self.oss.put(BUCKET, prefix + "_SUCCESS", b"")  # written last: scheduled runs wait for it
 
     def scripts(self, train: float = 0.5) -> None:
         """How long each kind of job runs; the image and RDMA checks print what real ones print."""

@@ -5,11 +5,15 @@ the prepare stage still needs raw images in ImageNet's layout to convert. This w
 
     <out>/train/<wnid>/<n>.ppm, <out>/val/<wnid>/<n>.ppm   binary PPM (P6) images
     <out>/LOC_synset_mapping.txt                           "<wnid> <label names>" per class
+    <out>/_SUCCESS                                         empty, written last
 
 with the first ImageNet class ids. Each class is a striped pattern at its own angle and tint; each
 image shifts the stripes randomly and adds strong noise, so a small ResNet learns the classes within
 a few CPU epochs but no single pixel gives the label away. The version appears complete or not at
-all: it is written into a hidden sibling directory and renamed into place.
+all: it is written into a hidden sibling directory and renamed into place. ``_SUCCESS`` is the
+completion marker a scheduled run waits for (the pipeline's ``dataset.version.marker``); it is
+written last so that a copy of the folder that keeps the order (an upload of it to OSS) lands only
+once complete too.
 
 Usage: python make_synthetic_raw.py --out DIR [--classes 4] [--train-per-class 100]
            [--val-per-class 25] [--seed 0] [--size 32]
@@ -37,6 +41,7 @@ SYNSETS = [
     ("n01518878", "ostrich, Struthio camelus"),
 ]
 MAPPING_NAME = "LOC_synset_mapping.txt"
+MARKER = "_SUCCESS"
 STRIPE_CYCLES = 3.0
 STRIPE_AMPLITUDE = 60.0
 NOISE_STD = 40.0
@@ -102,7 +107,7 @@ def write_split(
 
 
 def generate(out: Path, classes: int, train: int, val: int, seed: int, size: int) -> None:
-    """Write both splits and the synset mapping into a hidden sibling, then rename it to ``out``."""
+    """Write both splits, the synset mapping and the marker (last) into a sibling, renamed to ``out``."""
     rng = np.random.default_rng(seed)
     style = class_style(classes, rng)
     with publish_directory(out, MAPPING_NAME) as partial:
@@ -110,6 +115,7 @@ def generate(out: Path, classes: int, train: int, val: int, seed: int, size: int
         write_split(partial, "val", val, style, size, rng)
         lines = "".join(f"{wnid} {names}\n" for wnid, names in SYNSETS[:classes])
         (partial / MAPPING_NAME).write_text(lines)
+        (partial / MARKER).touch()
 
 
 def main(argv: list[str] | None = None) -> None:

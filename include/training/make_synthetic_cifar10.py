@@ -36,6 +36,8 @@ WAVES_PER_CHANNEL = 4
 MAX_FREQUENCY = 3
 MAX_SHIFT = 4
 NOISE_STD = 45.0
+#: Written last, empty: a scheduled run waits for it (the pipeline's ``dataset.version.marker``).
+MARKER = "_SUCCESS"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,17 +118,23 @@ def write_meta(out: Path, train: int, test: int, seed: int) -> None:
 
 
 def generate(out: Path, train: int, test: int, shards: int, seed: int) -> None:
-    """Write the train shards, the test split and meta.json last, so meta marks a complete version."""
+    """Write the train shards, the test split, meta.json and the empty marker last.
+
+    An earlier marker is removed first: until the new one is written, a run waiting for the version
+    must not take a folder being rewritten for a complete one.
+    """
     rng = np.random.default_rng(seed)
     templates = make_templates(rng)
     train_images, train_labels = make_samples(rng, templates, train)
     test_images, test_labels = make_samples(rng, templates, test)
     out.mkdir(parents=True, exist_ok=True)
+    (out / MARKER).unlink(missing_ok=True)
     bounds = np.linspace(0, train, shards + 1).astype(int)
     for index, (start, stop) in enumerate(itertools.pairwise(bounds)):
         write_npz(out / f"train-{index:05d}.npz", train_images[start:stop], train_labels[start:stop])
     write_npz(out / "test.npz", test_images, test_labels)
     write_meta(out, train, test, seed)
+    (out / MARKER).touch()
 
 
 def main(argv: list[str] | None = None) -> None:

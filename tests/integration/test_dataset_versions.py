@@ -10,7 +10,7 @@ import pytest
 
 from aliyun_training.form import parse_form
 from aliyun_training.plan.resolve import RunContext, choose_version
-from aliyun_training.staging.versions import is_prepared, mark_prepared, source_versions, version_landed
+from aliyun_training.staging.versions import check_landing, is_prepared, mark_prepared, source_versions
 from aliyun_training.validation import SpecError
 from fakes.cloud import BUCKET, emulated_oss
 from fakes.environment_files import cifar10
@@ -40,9 +40,10 @@ def test_versions_are_the_folders_under_the_template_listed_over_more_than_one_p
 
 
 def _choose(version: str | None, scheduled: bool = False):
-    form = parse_form({"backend": "dlc", "dataset_version": version})
-    run = RunContext(datetime(2026, 11, 22, tzinfo=UTC), scheduled=scheduled)
-    return choose_version(form, run, cifar10(), TEMPLATE, CONNECTION)
+    declaration = cifar10()
+    form = parse_form({"backend": "dlc", "dataset_version": version}, declaration)
+    run = RunContext(datetime(2026, 11, 22, tzinfo=UTC), installation="tests", scheduled=scheduled)
+    return choose_version(form, run, declaration, TEMPLATE, CONNECTION)
 
 
 def test_an_empty_version_is_the_newest_and_a_missing_one_names_those_that_exist(oss) -> None:
@@ -57,7 +58,11 @@ def test_an_empty_version_is_the_newest_and_a_missing_one_names_those_that_exist
     assert "it holds 2026-11-08, 2026-11-15" in str(missing.value)
     scheduled = _choose(None, scheduled=True)
     assert (scheduled.version, scheduled.wait_minutes) == ("2026-11-22", 360), "a scheduled run waits"
-    assert not version_landed(scheduled.source_uri or "", CONNECTION)
+    landing = check_landing(scheduled.source_uri or "", "_SUCCESS", CONNECTION)
+    assert (landing.landed, landing.message) == (
+        False,
+        f"waiting for oss://{BUCKET}/datasets/cifar10/2026-11-22/_SUCCESS",
+    )
 
 
 def test_a_prepared_version_is_complete_only_once_its_marker_is_written(oss, tmp_path: Path) -> None:
@@ -70,64 +75,9 @@ def test_a_prepared_version_is_complete_only_once_its_marker_is_written(oss, tmp
     mark_prepared(uri, CONNECTION, {"job_id": "dlc-1"})
     mark_prepared(local.as_uri(), CONNECTION, {"job_id": "local-1"})
 
+    oss.clear_records()
+    after = (is_prepared(uri, CONNECTION), is_prepared(local.as_uri(), CONNECTION))
     assert before == (False, False)
-    assert is_prepared(uri, CONNECTION) and is_prepared(local.as_uri(), CONNECTION)
+    assert after == (True, True)
+    assert oss.counts() == {"GetObjectMeta": 1}, "one HEAD of the marker, however many shards"
     assert b"dlc-1" in oss.get(BUCKET, "outputs/prepared/imagenet-shards/v1.abc/_prepared.json")
-
-
-def _waiting_sensor(folder: Path, minutes: int = 30):
-    from aliyun_training.plan.models import DatasetPlan
-    from aliyun_training.sensors.dataset_version import DatasetVersionSensor
-
-    plan = DatasetPlan(
-        name="cifar10", version="2026-11-29", wait_uri=f"file://{folder}/2026-11-29/", wait_minutes=minutes
-    )
-    return DatasetVersionSensor(task_id="wait_for_version", dataset=plan, poke_interval=0.1)
-
-
-def test_a_scheduled_runs_version_is_waited_for_in_the_triggerer_until_it_lands(tmp_path: Path) -> None:
-    import asyncio
-
-    from airflow.sdk.exceptions import TaskDeferred
-
-    sensor = _waiting_sensor(tmp_path)
-    with pytest.raises(TaskDeferred) as deferred:
-        sensor.execute({})
-    trigger = deferred.value.trigger
-
-    async def first_event() -> dict:
-        landing = asyncio.get_running_loop().call_later(
-            0.3,
-            lambda: (tmp_path / "2026-11-29").mkdir()
-            or (tmp_path / "2026-11-29" / "x.bin").write_bytes(b"1"),
-        )
-        async for event in trigger.run():
-            landing.cancel()
-            return event.payload
-        raise AssertionError("the trigger ended without an event")
-
-    event = asyncio.run(first_event())
-    assert deferred.value.timeout.total_seconds() == 30 * 60
-    assert event["status"] == "succeeded"
-    sensor.execute_complete({}, event)
-
-
-def test_a_version_that_never_lands_skips_the_run_naming_it(tmp_path: Path) -> None:
-    from airflow.sdk.exceptions import AirflowSkipException, TaskDeferralTimeout
-
-    sensor = _waiting_sensor(tmp_path, minutes=5)
-
-    def timed_out(*_: object) -> None:
-        raise TaskDeferralTimeout("timeout")
-
-    sensor.execute_complete = timed_out  # type: ignore[method-assign]  # as the deferral's timeout resumes it
-    with pytest.raises(
-        AirflowSkipException, match=r"version 2026-11-29 of cifar10 did not land .* within 5 minutes"
-    ):
-        sensor.resume_execution("execute_complete", {}, {})
-
-
-def test_a_missing_bucket_is_an_error_not_a_version_still_to_land(oss) -> None:
-    with pytest.raises(SpecError, match="bucket no-such-bucket does not exist"):
-        version_landed("oss://no-such-bucket/datasets/cifar10/v1/", CONNECTION)
-    assert not version_landed(f"oss://{BUCKET}/datasets/cifar10/v1/", CONNECTION), "an empty prefix"

@@ -18,11 +18,13 @@ if TYPE_CHECKING:
 
 
 class DatasetVersionSensor(BaseSensorOperator):
-    """Succeeds once the plan's version is in its source; a run with nothing to wait for passes at once.
+    """Succeeds once the plan's version has landed; a run with nothing to wait for passes at once.
 
     Only scheduled runs wait (``DatasetPlan.wait_uri``): a version a user names must exist when the
-    run is planned. The wait runs in the triggerer; when the version has not landed after the
-    dataset's ``wait_minutes`` the task is skipped, and the run with it, saying which version it
+    run is planned. A version has landed when its completion marker (``wait_marker``) exists, or,
+    with none declared, when two looks a poll apart list the same objects, none of an upload in
+    progress (``staging.versions``). The wait runs in the triggerer; when the version has not landed
+    after the dataset's ``wait_minutes`` the task is skipped, and the run with it, saying what it
     waited for: the next period's run trains on the next version.
 
     :param dataset: the run plan's ``DatasetPlan`` (templated), whose connection lists an OSS source.
@@ -41,15 +43,25 @@ class DatasetVersionSensor(BaseSensorOperator):
         return validate_record(DatasetPlan, self.dataset)
 
     def poke(self, context: Context) -> bool:
-        from aliyun_training.staging.versions import version_landed
+        """One look, passing only on the marker: a marker-less version needs two looks a poll apart,
+        which the trigger takes."""
+        from aliyun_training.staging.versions import check_landing
 
         plan = self.plan
         if not plan.wait_uri:
             self.log.info("Version %s of %s: nothing to wait for", plan.version, plan.name)
             return True
-        landed = version_landed(plan.wait_uri, plan.alibaba_cloud_conn_id)
-        self.log.info("%s %s", plan.wait_uri, "has landed" if landed else "has not landed yet")
-        return landed
+        if plan.wait_marker is None:
+            self.log.info(
+                "No completion marker is declared (dataset.version.marker: null): %s has landed once two "
+                "listings %ss apart are the same and hold no upload in progress",
+                plan.wait_uri,
+                self.poke_interval,
+            )
+            return False
+        check = check_landing(plan.wait_uri, plan.wait_marker, plan.alibaba_cloud_conn_id)
+        self.log.info("%s", check.message)
+        return check.landed
 
     def execute(self, context: Context) -> None:
         if self.poke(context):
@@ -57,7 +69,12 @@ class DatasetVersionSensor(BaseSensorOperator):
         plan = self.plan
         assert plan.wait_uri is not None, "poke passes a plan without a version to wait for"
         self.defer(
-            trigger=DatasetVersionTrigger(plan.wait_uri, plan.alibaba_cloud_conn_id, self.poke_interval),
+            trigger=DatasetVersionTrigger(
+                source_uri=plan.wait_uri,
+                alibaba_cloud_conn_id=plan.alibaba_cloud_conn_id,
+                marker=plan.wait_marker,
+                poll_interval=self.poke_interval,
+            ),
             method_name="execute_complete",
             timeout=timedelta(minutes=plan.wait_minutes),
         )
@@ -65,6 +82,7 @@ class DatasetVersionSensor(BaseSensorOperator):
     def execute_complete(self, context: Context, event: dict[str, Any]) -> None:
         if event["status"] != OutcomeStatus.SUCCEEDED:
             raise AirflowException(f"Waiting for the dataset version failed: {event['message']}")
+        self.log.info("%s", event["message"])
 
     def resume_execution(self, next_method: str, next_kwargs: dict[str, Any] | None, context: Context) -> Any:
         from airflow.sdk.exceptions import AirflowSensorTimeout, TaskDeferralTimeout
@@ -73,8 +91,21 @@ class DatasetVersionSensor(BaseSensorOperator):
             return super().resume_execution(next_method, next_kwargs, context)
         except (TaskDeferralTimeout, AirflowSensorTimeout):  # a sensor's deferral timeout is the latter
             plan = self.plan
+            folder = (plan.wait_uri or "").rstrip("/") + "/"
+            if plan.wait_marker is not None:
+                missing = f"its completion marker {folder}{plan.wait_marker} never appeared"
+                fix = (
+                    f"have the upload write {plan.wait_marker} last, or set dataset.version.marker: null "
+                    "to wait for an unchanged listing instead"
+                )
+            else:
+                missing = (
+                    f"no two looks {self.poke_interval:g}s apart listed the same objects without an upload "
+                    "in progress (dataset.version.marker is null)"
+                )
+                fix = "have the upload write an empty _SUCCESS last and set dataset.version.marker: _SUCCESS"
             raise AirflowSkipException(
-                f"version {plan.version} of {plan.name} did not land in {plan.wait_uri} within "
-                f"{plan.wait_minutes} minutes; this run is skipped (fix: upload it and clear this task, "
-                "or trigger a run naming an existing version)"
+                f"version {plan.version} of {plan.name} did not land in {folder} within "
+                f"{plan.wait_minutes} minutes: {missing}; this run is skipped (fix: {fix}; then clear "
+                "this task, or trigger a run naming an existing version)"
             ) from None

@@ -1,22 +1,49 @@
-"""Which versions of a dataset its source holds: the newest for a run that names none, and what exists.
+"""Which versions of a dataset its source holds, and whether a scheduled run's version has landed.
 
 A source template (``oss://bucket/datasets/{dataset}/{version}/``, or the local object store's
 ``file://`` one) puts each version in its own folder, so the versions are the folder names under
 the template's part before ``{version}``, read with one delimited listing.
+
+A scheduled run waits for its version (``wait_for_version``), and versions hold millions of objects,
+so each look at one reads at most one page:
+
+- With a completion marker (``dataset.version.marker``, ``_SUCCESS`` by default, as Hadoop and Spark
+  jobs write it): the version has landed once that object is directly in its folder. The upload
+  writes it last, so its presence says everything else is in place. One HEAD (oss2
+  ``Bucket.object_exists``, a GetObjectMeta) or one ``stat``, however large the version.
+- Without one (``marker: null``): the version has landed once two looks a poll apart list the same
+  first page (up to :data:`LISTING_PAGE` objects: keys, sizes, ETags, and whether more follow), the
+  page is not empty and holds no object of an upload in progress (:data:`IN_PROGRESS`). Objects
+  after the first page are never compared: a version larger than a page should be written with a
+  marker.
 """
 
 from __future__ import annotations
 
+import hashlib
+import itertools
+import json
+import os
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
 
 from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.staging.sources import SourceObject
 from aliyun_training.validation import SpecError
 
-if TYPE_CHECKING:
-    from aliyun_training.staging.sources import SourceObject
-
 _NUMBER = re.compile(r"(\d+)")
+
+#: The objects one marker-less look compares: one ListObjectsV2 page, OSS's largest ``max-keys``.
+LISTING_PAGE = 1000
+#: Keys of objects an upload still in progress writes, which a completed version never holds:
+#: ``.uploading``, ``.tmp`` and ``.partial`` (upload tools' and editors' temporary names), Hadoop's
+#: ``._COPYING_`` (``hadoop fs -put``), and each followed by ``-<digits>`` (a writer's process id,
+#: as this project's own generators name their temporary files).
+IN_PROGRESS = re.compile(r"\.(uploading|tmp|partial|_COPYING_)(-\d+)?$")
 
 
 def versions_folder(template: str, dataset: str) -> str:
@@ -54,21 +81,155 @@ def missing_version(dataset: str, version: str, versions: list[str], folder: str
     )
 
 
-def version_landed(source_uri: str, alibaba_cloud_conn_id: str) -> bool:
-    """Whether the version's folder holds any object yet (a missing folder has not landed)."""
-    return bool(_listing(source_uri, alibaba_cloud_conn_id))
+# -- has a version landed ---------------------------------------------------------------------------
 
 
-def _listing(source_uri: str, alibaba_cloud_conn_id: str) -> list[SourceObject]:
-    """The objects of a version's folder; none for a local folder that does not exist yet (an OSS
-    prefix without objects lists empty, and a missing bucket stays an error)."""
-    from aliyun_training.staging.sources import LocalObjectSource, open_connected_source
+@dataclass(frozen=True)
+class LandingCheck:
+    """One look at a version's folder.
 
-    source = open_connected_source(source_uri, alibaba_cloud_conn_id)
-    if isinstance(source, LocalObjectSource) and not source.root.is_dir():
-        return []
-    return source.list()
+    ``message`` says what the look was for or found, for the waiting task's log; ``digest`` is the
+    marker-less look's page, which the next look (a poll later) must equal for the version to land.
+    """
 
+    landed: bool
+    message: str
+    digest: str | None = None
+
+
+def check_landing(
+    version_uri: str, marker: str | None, alibaba_cloud_conn_id: str, previous: str | None = None
+) -> LandingCheck:
+    """Whether the version in the folder ``version_uri`` has landed, from one request.
+
+    With a ``marker``: whether that object exists. Without: whether the listing's first page is
+    complete and equals ``previous``, the digest of the look a poll earlier (None: this is the first
+    look, which cannot land). A transient OSS failure (throttling, 5xx, a dropped connection) is
+    "not yet", keeping ``previous``: a wait of hours should not fail on one blip. A missing bucket or
+    a denied request raises :class:`SpecError` naming the fix.
+    """
+    from aliyun_training.staging.oss import is_transient_oss_error
+
+    folder = version_uri.rstrip("/") + "/"
+    try:
+        if marker is not None:
+            if _object_exists(folder, marker, alibaba_cloud_conn_id, field="source_uri"):
+                return LandingCheck(True, f"landed: marker found: {folder}{marker}")
+            return LandingCheck(False, f"waiting for {folder}{marker}")
+        return _compare_listing(folder, alibaba_cloud_conn_id, previous)
+    except Exception as exc:
+        if not is_transient_oss_error(exc):
+            raise
+        status = getattr(exc, "status", 0)  # an oss2 answer's; a dropped connection has none
+        reason = f"HTTP {status} {getattr(exc, 'code', '')}" if status > 0 else type(exc).__name__
+        return LandingCheck(False, f"could not look at {folder} ({reason}); looking again", previous)
+
+
+def _compare_listing(folder: str, alibaba_cloud_conn_id: str, previous: str | None) -> LandingCheck:
+    """The marker-less rule on the folder's first page (see the module's docstring)."""
+    objects, truncated = _first_page(folder, alibaba_cloud_conn_id)
+    page = [[o.key, o.size, o.etag] for o in objects]
+    digest = hashlib.sha256(json.dumps([truncated, page]).encode()).hexdigest()
+    listed = f"{len(objects)} object{'' if len(objects) == 1 else 's'}" + (
+        f" (the first page of more than {LISTING_PAGE})" if truncated else ""
+    )
+    if not objects:
+        return LandingCheck(False, f"waiting for objects in {folder} (it lists none)", digest)
+    busy = next((o.key for o in objects if IN_PROGRESS.search(o.key)), None)
+    if busy is not None:
+        return LandingCheck(False, f"upload in progress: {folder}{busy} ({listed} listed)", digest)
+    if previous is None:
+        return LandingCheck(
+            False, f"listed {listed} in {folder}; landed if the next look lists the same", digest
+        )
+    if digest != previous:
+        return LandingCheck(False, f"listing changed: {listed} in {folder}", digest)
+    unseen = (
+        f"; objects after the first {LISTING_PAGE} were not compared (fix: have the upload write a "
+        "marker last and set dataset.version.marker to it)"
+        if truncated
+        else ""
+    )
+    return LandingCheck(True, f"landed: listing unchanged: {listed} in {folder}{unseen}", digest)
+
+
+def _first_page(folder: str, alibaba_cloud_conn_id: str) -> tuple[list[SourceObject], bool]:
+    """Up to :data:`LISTING_PAGE` objects of the folder and whether more follow (one ListObjectsV2).
+
+    A zero-byte key ending in ``/`` is a folder object (the console's "create folder"), not data. A
+    local folder is walked depth first in name order, reading directories only until the page is
+    full; one that does not exist lists empty.
+    """
+    if folder.startswith("oss://"):
+        bucket, prefix = _oss_folder(folder, alibaba_cloud_conn_id, field="source_uri")
+        from aliyun_training.staging.oss import oss_errors
+
+        with oss_errors(folder, "source_uri", "listing", "oss:ListObjects"):
+            result = bucket.list_objects_v2(prefix=prefix, max_keys=LISTING_PAGE)
+        objects = [
+            SourceObject(info.key[len(prefix) :], info.size, info.etag)
+            for info in result.object_list
+            if not (info.key.endswith("/") and info.size == 0)
+        ]
+        return objects, bool(result.is_truncated)
+    root = _local_folder(folder)
+    found = list(itertools.islice(_local_objects(root, root), LISTING_PAGE + 1))
+    return found[:LISTING_PAGE], len(found) > LISTING_PAGE
+
+
+def _local_objects(root: Path, directory: Path) -> Iterator[SourceObject]:
+    """The regular files under ``directory``, described as :class:`LocalObjectSource` describes them.
+
+    A file renamed or deleted between its directory's read and its ``stat`` (a writer's temporary
+    file) is left out: the next look lists the folder as it is then.
+    """
+    try:
+        with os.scandir(directory) as scan:
+            entries = sorted(scan, key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return
+    for entry in entries:
+        if entry.is_dir(follow_symlinks=False):
+            yield from _local_objects(root, Path(entry.path))
+            continue
+        try:
+            info = entry.stat() if entry.is_file() else None
+        except FileNotFoundError:
+            info = None
+        if info is not None:
+            key = Path(entry.path).relative_to(root).as_posix()
+            yield SourceObject(key, info.st_size, f"{info.st_size:x}-{info.st_mtime_ns:x}")
+
+
+def _object_exists(folder: str, name: str, alibaba_cloud_conn_id: str, *, field: str) -> bool:
+    """Whether the object ``name`` is directly in ``folder``: one GetObjectMeta (HEAD), or one stat."""
+    if not folder.startswith("oss://"):
+        return (_local_folder(folder) / name).is_file()
+    bucket, prefix = _oss_folder(folder, alibaba_cloud_conn_id, field=field)
+    from aliyun_training.staging.oss import oss_errors
+
+    with oss_errors(folder, field, f"reading {name} in", "oss:GetObject"):
+        return bool(bucket.object_exists(prefix + name))
+
+
+def _local_folder(uri: str) -> Path:
+    return Path(urlparse(uri).path)
+
+
+def _oss_folder(
+    uri: str, alibaba_cloud_conn_id: str, *, field: str, enable_crc: bool = False
+) -> tuple[Any, str]:
+    """The oss2 Bucket of an ``oss://`` folder, through the connection, and the folder's key prefix;
+    ``field`` names the setting the URI came from in errors."""
+    from aliyun_training.oss_location import parse_oss_uri
+    from aliyun_training.staging.oss import OssClientConfig
+
+    location = parse_oss_uri(uri, field=field)
+    config = OssClientConfig.from_connection(alibaba_cloud_conn_id)
+    return config.bucket(location.bucket_name, enable_crc=enable_crc), location.prefix
+
+
+# -- prepared versions ------------------------------------------------------------------------------
 
 #: Written into a derived version's folder once its prepare job succeeded; a folder without it is
 #: partial (a job that died mid-write) and is prepared again.
@@ -76,26 +237,20 @@ PREPARED_MARKER = "_prepared.json"
 
 
 def is_prepared(output_uri: str, alibaba_cloud_conn_id: str) -> bool:
-    """Whether a prepare job finished writing ``output_uri`` (its marker is there)."""
-    return any(obj.key == PREPARED_MARKER for obj in _listing(output_uri, alibaba_cloud_conn_id))
+    """Whether a prepare job finished writing ``output_uri`` (its marker is there: one request)."""
+    return _object_exists(
+        output_uri.rstrip("/") + "/", PREPARED_MARKER, alibaba_cloud_conn_id, field="output_uri"
+    )
 
 
 def mark_prepared(output_uri: str, alibaba_cloud_conn_id: str, record: dict[str, object]) -> None:
     """Write the marker last, once every shard is in place."""
-    import json
-
     body = json.dumps(record, indent=2, sort_keys=True).encode()
-    if output_uri.startswith("file://"):
-        from pathlib import Path
-
-        folder = Path(output_uri.removeprefix("file://"))
+    if not output_uri.startswith("oss://"):
+        folder = _local_folder(output_uri)
         partial = folder / f".{PREPARED_MARKER}.partial"
         partial.write_bytes(body)
         partial.replace(folder / PREPARED_MARKER)
         return
-    from aliyun_training.oss_location import parse_oss_uri
-    from aliyun_training.staging.oss import OssClientConfig
-
-    location = parse_oss_uri(output_uri, field="output_uri")
-    bucket = OssClientConfig.from_connection(alibaba_cloud_conn_id).bucket(location.bucket, enable_crc=True)
-    bucket.put_object(f"{location.prefix}{PREPARED_MARKER}", body)
+    bucket, prefix = _oss_folder(output_uri, alibaba_cloud_conn_id, field="output_uri", enable_crc=True)
+    bucket.put_object(f"{prefix}{PREPARED_MARKER}", body)

@@ -9,27 +9,44 @@ from aliyun_training.triggers.base import PollingTrigger
 
 
 class DatasetVersionTrigger(PollingTrigger):
-    """Lists the version's folder every ``poll_interval`` seconds until it holds an object.
+    """Looks at the version's folder every ``poll_interval`` seconds until the version has landed.
 
-    Nothing is started, so there is nothing to stop; the listing runs in a thread (oss2 is blocking).
+    Each look is one request (``staging.versions.check_landing``): the ``marker`` object's HEAD, or,
+    with no marker, the listing's first page, which must equal the previous look's. That digest is
+    kept here between polls, not serialized: a trigger rebuilt elsewhere starts comparing afresh,
+    which only delays the landing by one poll. Nothing is started, so there is nothing to stop; the
+    look runs in a thread (oss2 is blocking).
     """
 
-    def __init__(self, source_uri: str, alibaba_cloud_conn_id: str, poll_interval: float = 300.0) -> None:
+    def __init__(
+        self,
+        source_uri: str,
+        alibaba_cloud_conn_id: str,
+        marker: str | None = "_SUCCESS",
+        poll_interval: float = 300.0,
+    ) -> None:
         super().__init__()
         self.source_uri = source_uri
         self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
+        self.marker = marker
         self.poll_interval = poll_interval
+        self._previous: str | None = None
 
     @property
     def subject(self) -> str:
         return f"dataset version {self.source_uri}"
 
     async def poll(self) -> TriggerOutcome[str] | None:
-        from aliyun_training.staging.versions import version_landed
+        from aliyun_training.staging.versions import check_landing
 
-        if await asyncio.to_thread(version_landed, self.source_uri, self.alibaba_cloud_conn_id):
-            return self.outcome(OutcomeStatus.SUCCEEDED)
-        self.log.info("%s has not landed yet; looking again in %ss", self.source_uri, self.poll_interval)
+        check = await asyncio.to_thread(
+            check_landing, self.source_uri, self.marker, self.alibaba_cloud_conn_id, self._previous
+        )
+        self._previous = check.digest
+        if check.landed:
+            self.log.info("%s", check.message)
+            return self.outcome(OutcomeStatus.SUCCEEDED, check.message)
+        self.log.info("%s; looking again in %ss", check.message, self.poll_interval)
         return None
 
     def outcome(self, status: OutcomeStatus, message: str = "") -> TriggerOutcome[str]:
