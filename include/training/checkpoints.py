@@ -7,6 +7,11 @@ are written first and whose ``COMPLETE`` marker, naming every file with its SHA-
 last; the directory is built under a temporary name and renamed into place. A directory without the
 marker, or whose files do not match it, is skipped and never loaded.
 
+A marker is data a job wrote, on storage other jobs may share: it may name only regular files
+directly inside its own checkpoint directory. Any other name (a path, a link, a device, a FIFO)
+makes the checkpoint unusable without that path being opened, so a marker cannot make a resume
+read the machine's files, hang on a pipe or stream a device.
+
 Stdlib only, shared by the example training scripts (run by path, next to them in the image).
 """
 
@@ -17,6 +22,7 @@ import json
 import os
 import re
 import shutil
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,8 +87,8 @@ def load_newest(root: Path, read: Callable[[dict[str, bytes], dict[str, Any]], T
     """
     for _epoch, path in complete(root):
         try:
-            marker = json.loads((path / MARKER).read_text())
-            files = {name: (path / name).read_bytes() for name in marker["files"]}
+            marker = json.loads(read_member(path, MARKER))
+            files = {name: read_member(path, name) for name in marker["files"]}
             bad = sorted(name for name, digest in marker["files"].items() if _sha256(files[name]) != digest)
             if bad:
                 raise ValueError(f"{bad} do not match the marker's checksums")
@@ -143,6 +149,48 @@ def save_epoch(out_dir: Path, epoch: int, state: bytes, metrics: dict[str, Any])
     os.replace(tmp, out_dir / METRICS)
     meta = {"history": metrics["epochs"], "resumes": metrics["resumes"]}
     save(checkpoint_dir(out_dir), epoch, {"state.pt": state}, meta)
+
+
+def read_member(directory: Path, name: str) -> bytes:
+    """The bytes of ``name``, a regular file directly inside ``directory``; ValueError otherwise.
+
+    The name is checked as text and the entry with ``lstat`` before anything is opened, so a path
+    out of the directory, a link, a device or a FIFO is refused unread. The open then refuses a link
+    and does not wait for a writer (``O_NOFOLLOW | O_NONBLOCK``), and the opened file is checked
+    again, so an entry swapped after the check is refused too.
+    """
+    if name in ("", ".", "..") or "/" in name or "\0" in name:
+        raise ValueError(
+            f"the marker names {name!r}, which is not a file name in {directory} "
+            "(a marker may name only files directly inside its checkpoint directory)"
+        )
+    member = directory / name
+    kind = _kind(os.lstat(member).st_mode)
+    if kind != "regular file":
+        raise ValueError(
+            f"{member} is a {kind}, not a regular file "
+            "(a checkpoint's marker and the files it names must be regular files, not links)"
+        )
+    fd = os.open(member, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    with open(fd, "rb") as opened:
+        kind = _kind(os.fstat(opened.fileno()).st_mode)
+        if kind != "regular file":
+            raise ValueError(f"{member} became a {kind} after it was checked")
+        return opened.read()
+
+
+def _kind(mode: int) -> str:
+    """What a file is, in the words of the message that refuses it."""
+    kinds = (
+        (stat.S_ISREG, "regular file"),
+        (stat.S_ISLNK, "symbolic link"),
+        (stat.S_ISDIR, "directory"),
+        (stat.S_ISFIFO, "FIFO"),
+        (stat.S_ISCHR, "character device"),
+        (stat.S_ISBLK, "block device"),
+        (stat.S_ISSOCK, "socket"),
+    )
+    return next((word for test, word in kinds if test(mode)), "special file")
 
 
 def _sha256(data: bytes) -> str:

@@ -1,20 +1,37 @@
-"""The run report: one self-contained HTML page (inline SVG chart, no scripts, no network)."""
+"""The run report: one self-contained HTML page (inline SVG chart, no scripts, no network).
+
+Metrics come from the training script's metrics.json, which any job writes as it likes: a value may
+be a string ("n/a"), null, NaN or an object as well as a number. Numbers are charted and formatted;
+anything else is shown as (escaped) text in the tables, left out of the chart, and named in a note,
+so one odd value neither breaks the report nor passes silently for a number.
+"""
 
 from __future__ import annotations
 
+import json
+import math
+from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any
+from typing import Any, TypeGuard
 
 _WIDTH, _HEIGHT, _PAD = 560, 260, 40
 _SERIES_COLOURS = {"train_loss": "#ff6a00", "test_loss": "#1f6feb"}
+#: The longest text a non-numeric metric shows in a cell: a job may write a whole object there.
+_MAX_TEXT = 80
 
 
-def loss_chart_svg(series: dict[str, list[float]]) -> str:
-    """A line chart of per-epoch losses with axes, ticks and a legend."""
-    values = [v for points in series.values() for v in points]
+def loss_chart_svg(series: Mapping[str, Sequence[float | None]]) -> str:
+    """A line chart of per-epoch losses with axes, ticks and a legend.
+
+    ``None`` is an epoch without a point (its value was not a number); the epoch keeps its place on
+    the x axis, so the other points stay above their epochs.
+    """
+    values = [v for points in series.values() for v in points if v is not None]
     epochs = max((len(points) for points in series.values()), default=0)
-    if not values or epochs == 0:
+    if epochs == 0:
         return "<p>No epochs recorded.</p>"
+    if not values:
+        return "<p>No numeric values to chart.</p>"
     top = max(values) * 1.1 or 1.0
 
     def x(i: int) -> float:
@@ -42,11 +59,11 @@ def loss_chart_svg(series: dict[str, list[float]]) -> str:
         )
     for row, (name, points) in enumerate(series.items()):
         colour = _SERIES_COLOURS.get(name, "#333")
-        coords = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(points))
-        parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>')
-        parts += [
-            f'<circle cx="{x(i):.1f}" cy="{y(v):.1f}" r="3" fill="{colour}"/>' for i, v in enumerate(points)
-        ]
+        placed = [(x(i), y(v)) for i, v in enumerate(points) if v is not None]
+        if placed:
+            coords = " ".join(f"{px:.1f},{py:.1f}" for px, py in placed)
+            parts.append(f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{coords}"/>')
+        parts += [f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}"/>' for px, py in placed]
         legend_y = _PAD + 14 * row
         parts.append(
             f'<text x="{_WIDTH - _PAD}" y="{legend_y}" text-anchor="end" font-size="12" fill="{colour}">'
@@ -92,20 +109,21 @@ def render_report(manifest: dict[str, Any]) -> str:
         ),
         *_bandwidth_row(manifest.get("rdma_bandwidth")),
         ("Epochs", str(metrics["epochs"])),
-        *((f"Final {_label(key)}", _number(key, metrics[f"final_{key}"])) for key in metrics["series"]),
+        *((f"Final {_label(key)}", _cell(key, metrics[f"final_{key}"])) for key in metrics["series"]),
     ]
     table = "\n".join(f"<tr><th>{escape(k)}</th><td>{escape(v)}</td></tr>" for k, v in rows)
     series = metrics["series"]
     header = "".join(f"<th>{escape(_label(key))}</th>" for key in series)
     epochs = "\n".join(
         f"<tr><td>{i + 1}</td>"
-        + "".join(f"<td>{_number(key, metrics[key][i])}</td>" for key in series)
+        + "".join(f"<td>{escape(_cell(key, metrics[key][i]))}</td>" for key in series)
         + "</tr>"
         for i in range(metrics["epochs"])
     )
     attempts = _attempts_table(manifest.get("attempts") or [])
     charted = [key for key in series if "loss" in key] or series[:1]
-    chart = loss_chart_svg({key: metrics[key] for key in charted})
+    chart = loss_chart_svg({key: [v if _is_number(v) else None for v in metrics[key]] for key in charted})
+    note = _non_numeric_note({key: metrics[key] for key in series})
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Run report: {escape(manifest["model"])} {escape(manifest["version"])}</title>
@@ -122,6 +140,7 @@ th, td {{ border: 1px solid #ccc; padding: 4px 10px; text-align: left; }}
 {attempts}
 <h2>{escape(", ".join(_label(key) for key in charted)).capitalize()} per epoch</h2>
 {chart}
+{note}
 <table>
 <tr><th>Epoch</th>{header}</tr>
 {epochs}
@@ -168,6 +187,34 @@ def _label(key: str) -> str:
     return key.replace("_", " ")
 
 
-def _number(key: str, value: float) -> str:
-    """Accuracies as percentages, everything else with four decimals."""
-    return f"{value:.2%}" if "accuracy" in key else f"{value:.4f}"
+def _is_number(value: object) -> TypeGuard[float]:
+    """Whether a metric can be charted: a finite int or float (true/false and NaN have no place)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _cell(key: str, value: object) -> str:
+    """A metric as text (unescaped): accuracies as percentages, other numbers with four decimals,
+    a string as written and anything else as JSON (null, NaN, an object), cut at ``_MAX_TEXT``."""
+    if _is_number(value):
+        return f"{value:.2%}" if "accuracy" in key else f"{value:.4f}"
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
+def _non_numeric_note(series: Mapping[str, Sequence[object]]) -> str:
+    """Which series held values that are not numbers, and in which epochs; empty when none did."""
+    found = {
+        key: [i + 1 for i, value in enumerate(points) if not _is_number(value)]
+        for key, points in series.items()
+    }
+    named = [
+        f"{_label(key)} (epoch{'s' if len(epochs) > 1 else ''} {', '.join(map(str, epochs))})"
+        for key, epochs in found.items()
+        if epochs
+    ]
+    if not named:
+        return ""
+    return (
+        f"<p>Non-numeric values in {escape('; '.join(named))}: shown as text in the table, "
+        "left out of the chart.</p>"
+    )

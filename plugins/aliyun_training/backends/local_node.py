@@ -13,7 +13,11 @@ directory (the triggerer, a retried worker, another container on the same volume
 - ``exit.json`` records the exit code and end time, once every line of the command is in ``log``.
 
 Every file it writes is ``0600`` (the job's output may print anything; only the user running the
-worker and triggerer reads it). Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
+worker and triggerer reads it). The command and every process it starts run with umask ``077``
+(:data:`JOB_UMASK`), so what the job writes ($OUTPUT_DIR, checkpoints, model.pt) is as private as
+its logs: a directory it creates is ``0700`` and a file ``0600``, whatever umask the worker has
+(a job may still chmod what it means to share).
+Usage: python local_node.py NODE_DIR GRACE_SECONDS COMMAND
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ STOP_FILES = ("stop_requested", "teardown_requested")
 HEARTBEAT_SECONDS = 1.0
 PRIVATE_FILE_MODE = 0o600
 PRIVATE_DIR_MODE = 0o700
+#: Inherited by the job's processes: they create files ``0600`` and directories ``0700``.
+JOB_UMASK = 0o077
 #: How long a finished node waits for the last lines of its output before recording its exit.
 DRAIN_SECONDS = 5.0
 #: The longest line the log holds; a longer one continues on the next line.
@@ -116,6 +122,8 @@ def kill_processes(marker_prefix: str, signum: signal.Signals, spare: int | None
 def main(argv: list[str]) -> int:
     node_dir, grace, command = Path(argv[1]), float(argv[2]), argv[3]
     node_marker = f"{os.environ[JOB_MARKER_VAR]}\0"
+    # Set here, before the command starts, so no process of the job ever runs with the worker's.
+    os.umask(JOB_UMASK)
     output, output_end = os.pipe()
     child = subprocess.Popen(
         ["/bin/bash", "-c", command],
