@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         document = plan_command(args)
-    except (SpecError, json.JSONDecodeError) as exc:
+    except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(document, indent=2, sort_keys=True, default=str))
@@ -85,14 +85,19 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     """The dry run's document for the command line's arguments."""
     from aliyun_training.declaration import load_declaration
     from aliyun_training.kubernetes.names import job_name
+    from aliyun_training.operators.ownership import installation_id
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
     from aliyun_training.plan.resolve import RunContext, resolve_run
     from aliyun_training.settings import local_paths
 
-    given = json.loads(args.params)
+    fix = "fix: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'"
+    try:
+        given = json.loads(args.params)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"--params: not JSON ({exc}) ({fix})") from None
     if not isinstance(given, dict):
-        raise SpecError("--params: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'")
+        raise SpecError(f"--params: a JSON {type(given).__name__}, not an object ({fix})")
     declaration = load_declaration(args.pipeline)
     params = {
         **param_defaults(declaration),
@@ -101,12 +106,12 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
         "dataset_version": args.dataset_version,
         "dry_run": True,
     }
-    run = RunContext(datetime.now(UTC), list_sources=not args.no_preflight)
+    run = RunContext(datetime.now(UTC), installation_id(), list_sources=not args.no_preflight)
     plan = resolve_run(params, run, declaration, local_paths(), args.environment_dir, args.environment)
     preflight = None if args.no_preflight else run_preflight(plan)
     return dry_run_document(
         plan,
-        lambda task_id: job_name(declaration.dag_id, DRY_RUN_ID, task_id),
+        lambda task_id: job_name(declaration.dag_id, DRY_RUN_ID, task_id, installation=plan.installation),
         preflight=preflight,
         check_platform=not args.no_preflight,
     )

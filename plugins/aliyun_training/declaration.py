@@ -45,10 +45,18 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import SchemaError
 
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
-from aliyun_training.spec import Backend, Framework
-from aliyun_training.validation import SpecError, field_fix, validate_record
+from aliyun_training.spec import (
+    DATASET_VERSION_PATTERN,
+    INJECTED_ENV_VARS,
+    MAX_TIMEOUT_MINUTES,
+    Backend,
+    Framework,
+    invalid_env_names,
+)
+from aliyun_training.validation import SpecError, check_pattern, field_fix, validate_record
 
 #: The suffixes a declarations folder is searched for.
 DECLARATION_SUFFIXES = (".yaml", ".yml")
@@ -80,6 +88,8 @@ RESERVED_PARAMETERS = frozenset(
     }
 )
 _IDENTIFIER = r"^[a-z][a-z0-9_]*$"
+#: Days a ``version.format`` is tried on: single-digit and two-digit days and months, two years.
+VERSION_FORMAT_PROBES = (date(2026, 1, 5), date(2026, 12, 31), date(2027, 7, 14))
 
 
 class DeclarationError(SpecError):
@@ -133,8 +143,46 @@ class VersionBlock(_Block):
     ] = "%Y-%m-%d"
     #: How long a scheduled run waits for its version before it is skipped; 0: do not wait.
     wait_minutes: Annotated[int, Field(ge=0, le=7 * 24 * 60)] = 6 * 60
+    #: The object an upload writes last into a version's folder, which says the version is complete
+    #: (``_SUCCESS``, as Hadoop and Spark jobs write it); null: a version has landed once two checks
+    #: a poll apart list the same objects.
+    marker: Annotated[
+        str | None,
+        Field(
+            pattern=r"^[A-Za-z0-9_.][A-Za-z0-9_.-]{0,127}$",
+            json_schema_extra=field_fix("name an object of the version's folder, e.g. _SUCCESS, or null"),
+        ),
+    ] = "_SUCCESS"
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("marker")
+    @classmethod
+    def _names_an_object(cls, value: str | None) -> str | None:
+        if value in (".", ".."):
+            raise ValueError(f"{value!r} names a folder, not an object (fix: e.g. _SUCCESS, or null)")
+        return value
+
+    @field_validator("format")
+    @classmethod
+    def _names_a_version(cls, value: str) -> str:
+        """A logical date formatted with it must be a version name, and not the same every period."""
+        try:
+            names = [day.strftime(value) for day in VERSION_FORMAT_PROBES]
+        except ValueError as exc:
+            raise ValueError(f"{value!r} is not a strftime format ({exc}) (fix: e.g. %Y-%m-%d)") from None
+        bad = sorted({name for name in names if not re.fullmatch(DATASET_VERSION_PATTERN, name)})
+        if bad:
+            raise ValueError(
+                f"{value!r} makes version names such as {bad[0]!r}, which are not valid versions (fix: "
+                "letters, digits, '.', '_' or '-', starting with a letter or digit, no '/', e.g. %Y-%m-%d)"
+            )
+        if len(set(names)) == 1:
+            raise ValueError(
+                f"{value!r} names every period's version {names[0]!r} "
+                "(fix: use date directives, e.g. %Y-%m-%d)"
+            )
+        return value
 
 
 class PrepareBlock(_Block):
@@ -188,15 +236,19 @@ class ResourcesBlock(_Block):
     max_nodes: Annotated[int, Field(ge=1, le=128)] = 16
     gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 0
     max_gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
-    timeout_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
+    timeout_minutes: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_MINUTES)] = 60
 
     @model_validator(mode="after")
     def _defaults_within_bounds(self) -> ResourcesBlock:
         if self.nodes > self.max_nodes:
-            raise ValueError(f"nodes: {self.nodes} is above max_nodes {self.max_nodes}")
+            raise ValueError(
+                f"nodes: {self.nodes} is above max_nodes {self.max_nodes} "
+                "(fix: lower nodes or raise max_nodes)"
+            )
         if self.gpus_per_node > self.max_gpus_per_node:
             raise ValueError(
-                f"gpus_per_node: {self.gpus_per_node} is above max_gpus_per_node {self.max_gpus_per_node}"
+                f"gpus_per_node: {self.gpus_per_node} is above max_gpus_per_node {self.max_gpus_per_node} "
+                "(fix: lower gpus_per_node or raise max_gpus_per_node)"
             )
         return self
 
@@ -222,11 +274,27 @@ class TrainingBlock(_Block):
     frameworks: list[Framework] = Field(default_factory=list)
     env: dict[str, str] = Field(default_factory=dict)
 
+    @field_validator("env")
+    @classmethod
+    def _env_is_portable(cls, env: dict[str, str]) -> dict[str, str]:
+        bad = invalid_env_names(env)
+        if bad:
+            raise ValueError(
+                f"invalid variable names {bad} (fix: letters, digits and '_', not first a digit)"
+            )
+        clash = sorted(INJECTED_ENV_VARS.intersection(env))
+        if clash:
+            raise ValueError(f"{clash} are set by the platform on every node (fix: remove them from env)")
+        return env
+
     @model_validator(mode="after")
     def _frameworks_have_commands(self) -> TrainingBlock:
         offered = self.offered_frameworks
         if self.framework not in offered:
-            raise ValueError(f"framework: {self.framework.value} is not among frameworks {offered}")
+            raise ValueError(
+                f"framework: {self.framework.value} is not among frameworks {offered} "
+                "(fix: add it to frameworks)"
+            )
         return self
 
     @property
@@ -280,7 +348,7 @@ class ArtifactsBlock(_Block):
     def _stays_in_the_output(cls, paths: list[str]) -> list[str]:
         bad = [path for path in paths if ".." in Path(path).parts]
         if bad:
-            raise ValueError(f"{bad} leave the job's output directory; name paths inside it")
+            raise ValueError(f"{bad} leave the job's output directory (fix: name paths inside it)")
         return paths
 
 
@@ -296,9 +364,25 @@ class ParameterBlock(_Block):
     enum: list[int | float | str] | None = None
     pattern: str | None = None
 
+    @field_validator("pattern")
+    @classmethod
+    def _pattern_is_safe(cls, pattern: str | None) -> str | None:
+        if pattern is not None:
+            check_pattern(pattern)
+        return pattern
+
     @model_validator(mode="after")
     def _default_is_valid(self) -> ParameterBlock:
-        value_model(self).model_validate({"value": self.default})
+        try:
+            model = value_model(self)
+        except SchemaError as exc:
+            # pydantic's regex engine has no look-around or back references.
+            reason = str(exc).splitlines()[-1].strip()
+            raise ValueError(
+                f"pattern: {self.pattern!r} cannot be checked by pydantic ({reason}) "
+                "(fix: write it without look-around assertions or back references)"
+            ) from None
+        model.model_validate({"value": self.default})
         return self
 
     @property
@@ -370,10 +454,10 @@ class PipelineDeclaration(_Block):
     def _names_are_free(cls, parameters: dict[str, ParameterBlock]) -> dict[str, ParameterBlock]:
         bad = [name for name in parameters if not re.fullmatch(_IDENTIFIER, name) or keyword.iskeyword(name)]
         if bad:
-            raise ValueError(f"{bad} are not lower-case identifiers; name parameters like batch_size")
+            raise ValueError(f"{bad} are not lower-case identifiers (fix: name parameters like batch_size)")
         taken = sorted(RESERVED_PARAMETERS & set(parameters))
         if taken:
-            raise ValueError(f"{taken} are fields of every pipeline's form; choose other names")
+            raise ValueError(f"{taken} are fields of every pipeline's form (fix: choose other names)")
         return parameters
 
     @model_validator(mode="after")
@@ -382,18 +466,30 @@ class PipelineDeclaration(_Block):
         templates = {"training.command": self.training.command}
         templates |= {f"training.commands.{f.value}": c for f, c in self.training.commands.items()}
         for where, template in templates.items():
-            unknown = sorted(placeholders(template) - known)
+            try:
+                unknown = sorted(placeholders(template) - known)
+            except ValueError as exc:
+                raise ValueError(
+                    f"{where}: not a command template ({exc}) (fix: write a literal brace as {{{{ or }}}})"
+                ) from None
             if unknown:
                 raise ValueError(
-                    f"{where}: unknown placeholders {unknown}; use {sorted(known)} (declare a parameter "
-                    "for each value the form sets, and write a literal brace as {{ or }})"
+                    f"{where}: unknown placeholders {unknown} (fix: use {sorted(known)}; declare a "
+                    "parameter for each value the form sets, and write a literal brace as {{ or }})"
+                )
+            unsafe = unsafe_placeholders(template)
+            if unsafe:
+                raise ValueError(
+                    f"{where}: {'; '.join(unsafe)}. A value is shell-quoted where its placeholder stands, "
+                    "which protects it only outside quotes (fix: write the placeholder bare, e.g. "
+                    '--run-name {run_name}, not --run-name "{run_name}")'
                 )
         prepare = self.dataset.prepare
         if prepare and placeholders(prepare.command):
             raise ValueError(
                 f"dataset.prepare.command: placeholders {sorted(placeholders(prepare.command))} would make "
-                "the shards depend on a run's form; the command must be the same for every run of a raw "
-                "version (read $RAW_DIR, write $OUTPUT_DIR; write a literal brace as {{ or }})"
+                "the shards depend on a run's form (fix: the command must be the same for every run of a "
+                "raw version: read $RAW_DIR, write $OUTPUT_DIR, and write a literal brace as {{ or }})"
             )
         return self
 
@@ -472,6 +568,54 @@ def _value_model(definition: str) -> type[BaseModel]:
 def placeholders(template: str) -> set[str]:
     """The ``{name}`` fields of a ``str.format`` template; a malformed template raises ValueError."""
     return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def unsafe_placeholders(template: str) -> list[str]:
+    """Why placeholders of a shell command template would let a value escape its quoting, if they would.
+
+    ``render_command`` puts each value in single quotes (``shlex.quote``), which keeps any text one
+    word only where the shell reads it unquoted. Inside double quotes or backticks the quotes are
+    literal and ``$(...)`` runs; after a backslash the opening quote is escaped; after ``$`` bash
+    reads ``$'...'`` escapes; in a here-document the body is expanded whatever it holds. A format
+    spec or conversion (``{x!r}``, ``{x:>9}``) rewrites the quoted text. Each is refused, naming the
+    placeholder.
+    """
+    problems = []
+    quote: str | None = None
+    escaped = False
+    previous = ""
+    for literal, name, spec, conversion in string.Formatter().parse(template):
+        for char in literal:
+            if escaped:
+                escaped = False
+            elif quote == "'":
+                quote = None if char == "'" else quote
+            elif char == "\\":
+                escaped = True
+            elif quote is not None:
+                quote = None if char == quote else quote
+            elif char in "'\"`":
+                quote = char
+            previous = char
+        if name is None:
+            continue
+        where = {"'": "inside single quotes", '"': "inside double quotes", "`": "inside backticks"}.get(
+            quote or "", ""
+        )
+        if escaped:
+            where = "right after a backslash"
+        elif not where and previous == "$":
+            where = "right after $"
+        elif not where and re.search(r"(?<!<)<<(?!<)", template[: template.find("{" + name)]):
+            where = "in a here-document"
+        if spec or conversion:
+            problems.append(
+                f"{{{name}}} carries a format spec or conversion, which would rewrite its quoting"
+            )
+        elif where:
+            problems.append(f"{{{name}}} is {where}")
+        escaped, previous = False, "}"
+    return problems
 
 
 def _text(value: Any) -> str:

@@ -15,6 +15,7 @@ plans the run (``aliyun_training.plan``).
 
 from __future__ import annotations
 
+import fnmatch
 import ipaddress
 import json
 import string
@@ -37,7 +38,9 @@ SOURCE_URI_FIELDS = frozenset({"dataset", "version"})
 def _absolute_path(value: str) -> str:
     path = PurePosixPath(value)
     if not path.is_absolute() or ".." in path.parts or any(c in value for c in "\0\n\r"):
-        raise ValueError(f"{value!r} is not an absolute path without '..' or control characters")
+        raise ValueError(
+            f"{value!r} is not an absolute path without '..' or control characters (fix: e.g. /mnt/data)"
+        )
     return value
 
 
@@ -58,17 +61,22 @@ def source_template(value: str) -> str:
     try:
         parts = list(string.Formatter().parse(value))
     except ValueError as exc:
-        raise ValueError(f"{value!r} is not a valid template ({exc})") from None
+        raise ValueError(
+            f"{value!r} is not a valid template ({exc}) (fix: e.g. oss://bucket/datasets/{{dataset}}/{{version}}/)"
+        ) from None
     placeholders = [(name, spec or conversion) for _, name, spec, conversion in parts if name is not None]
     # A format spec or conversion ({version!r}, {version:>8}) would change the folder's name.
     bad = [name for name, decorated in placeholders if decorated or name not in SOURCE_URI_FIELDS]
     if bad:
         raise ValueError(
             f"{value!r} uses placeholders other than {{dataset}} and {{version}}: "
-            f"{', '.join(repr('{' + name + '}') for name in bad)}"
+            f"{', '.join(repr('{' + name + '}') for name in bad)} (fix: use only {{dataset}} and {{version}})"
         )
     if "version" not in {name for name, _ in placeholders}:
-        raise ValueError(f"{value!r} has no {{version}}, so every version would stage the same folder")
+        raise ValueError(
+            f"{value!r} has no {{version}}, so every version would stage the same folder "
+            "(fix: e.g. oss://bucket/datasets/{dataset}/{version}/)"
+        )
     _oss_uri(value.format(dataset="dataset", version="v1"))
     return value
 
@@ -77,14 +85,14 @@ def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value, strict=True))
     except ValueError as exc:
-        raise ValueError(f"not a CIDR block: {exc}") from None
+        raise ValueError(f"not a CIDR block: {exc} (fix: e.g. 192.168.0.0/16)") from None
 
 
 def _kubernetes_name(valid: Callable[[str], bool], kind: str) -> Callable[[str], str]:
     def check(value: str) -> str:
         if not valid(value):
             raise ValueError(
-                f"{value!r} is not {kind} (lower-case letters, digits and '-', as Kubernetes names)"
+                f"{value!r} is not {kind} (fix: lower-case letters, digits and '-', as Kubernetes names)"
             )
         return value
 
@@ -277,7 +285,37 @@ class ArenaRdmaCheckSettings(RdmaCheckSettings):
     gid_index: Annotated[int, Field(ge=0, le=255, json_schema_extra=field_fix("a GID index, e.g. 3"))] = 3
 
 
-class CloudEnvironment(_Settings):
+class UsePolicy(_Settings):
+    """Which pipelines may run with an environment file: the first setting every file has.
+
+    A deployment may host several teams' pipelines, each declared in its own file with its own
+    ``pipeline.dag_id`` and ``pipeline.owner``; an environment file points at one team's workspace,
+    quota, cluster and buckets. Whoever writes a declaration names the environment file it uses, so
+    the file says who may: a pipeline must match ``allowed_pipelines`` (shell-style patterns of
+    dag ids, e.g. ``team_a_*``) when it is set, and ``allowed_owners`` when it is set. Both empty:
+    every pipeline of the deployment may (one team's deployment). Checked when the declaration
+    loads and again when a run is planned.
+    """
+
+    allowed_pipelines: Annotated[
+        list[Annotated[str, Field(pattern=r"^[A-Za-z0-9_.*?\[\]-]+$")]],
+        Field(json_schema_extra=field_fix('list dag id patterns, e.g. ["team_a_*"], or leave it empty')),
+    ] = Field(default_factory=list)
+    allowed_owners: Annotated[
+        list[Annotated[str, Field(min_length=1)]],
+        Field(json_schema_extra=field_fix('list pipeline.owner values, e.g. ["team-a"], or leave it empty')),
+    ] = Field(default_factory=list)
+
+    def refusal(self, dag_id: str, owner: str) -> str | None:
+        """Why the pipeline ``dag_id`` of ``owner`` may not use this file, or None when it may."""
+        if self.allowed_pipelines and not any(fnmatch.fnmatchcase(dag_id, p) for p in self.allowed_pipelines):
+            return f"its allowed_pipelines {self.allowed_pipelines} do not match {dag_id!r}"
+        if self.allowed_owners and owner not in self.allowed_owners:
+            return f"its allowed_owners {self.allowed_owners} do not include the pipeline's owner {owner!r}"
+        return None
+
+
+class CloudEnvironment(UsePolicy):
     """What both cloud environments name alike: node resources, image, code, outputs, images."""
 
     connection_id: PlainId | None = None
@@ -378,7 +416,7 @@ class ArenaEnvironment(CloudEnvironment):
     rdma_check: ArenaRdmaCheckSettings = Field(default_factory=ArenaRdmaCheckSettings)
 
 
-class LocalEnvironment(_Settings):
+class LocalEnvironment(UsePolicy):
     """``local.json`` (optional): how the local backend runs torchrun on the worker."""
 
     #: The rendezvous port of node 0; empty: a free port is picked per job.
@@ -390,6 +428,10 @@ class LocalEnvironment(_Settings):
     stop_grace_seconds: Annotated[
         float, Field(gt=0, le=600, json_schema_extra=field_fix("use 1 to 600 seconds"))
     ] = 10.0
+
+    def backend_config(self) -> dict[str, Any]:
+        """The local backend's settings (``LocalBackend``'s arguments), without the use policy."""
+        return self.model_dump(exclude_none=True, exclude=set(UsePolicy.model_fields))
 
 
 Environment = LocalEnvironment | CloudEnvironment
@@ -440,6 +482,24 @@ def load_environment(path: Path, backend: str) -> Environment:
             "not an object of settings (fix: write the settings as one JSON object, as in the README)"
         )
     return validate_record(model, data, title=f"environment file {path}")
+
+
+def check_use(environment: Environment, path: Path, dag_id: str, owner: str) -> None:
+    """Refuse a pipeline that ``environment`` (read from ``path``) does not allow, naming why."""
+    refusal = environment.refusal(dag_id, owner)
+    if refusal:
+        raise SpecError(
+            f"environment file {path} is not for pipeline {dag_id}: {refusal} (fix: name your team's "
+            "environment file in the declaration's backends block, or ask the administrator to add the "
+            "pipeline to the file's allowed_pipelines or allowed_owners)"
+        )
+
+
+def load_local_environment(path: Path) -> LocalEnvironment:
+    """``local.json``, or its defaults where the deployment has none (the file is optional)."""
+    loaded = load_environment(path, "local") if path.is_file() else LocalEnvironment()
+    assert isinstance(loaded, LocalEnvironment), "the local model parses local.json"
+    return loaded
 
 
 def blank_required_settings(environment: Environment) -> list[str]:

@@ -25,14 +25,23 @@ move data, credentials or shell text somewhere the administrator did not choose.
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any, cast
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
+from aliyun_training.backends import IMPLEMENTED_BACKENDS
 from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, overridable_settings
-from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, Framework
+from aliyun_training.spec import DATASET_VERSION_PATTERN, MAX_TIMEOUT_MINUTES, Backend, Framework
 from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
+
+if TYPE_CHECKING:
+    from aliyun_training.declaration import PipelineDeclaration
+
+#: What an image reference pinned on the form may look like: a tag or a digest, never a bare name.
+PINNED_IMAGE_PATTERN = r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$"
+#: The largest GPU-hour budget a run may ask for when its pipeline sets none.
+MAX_GPU_HOURS = 1_000_000
 
 
 def _overrides_model() -> type[BaseModel]:
@@ -67,14 +76,15 @@ OVERRIDABLE: dict[Backend, frozenset[str]] = {
 class RunForm(BaseModel):
     """The trigger form's values, typed: what ``configure`` works from.
 
-    The DAG's Params validate the form before a run exists; this model is what the run itself
-    trusts; a pipeline's own parameters are typed by its declaration
-    (``PipelineDeclaration.parse_parameters``) and ignored here. JSON does not tell ``2.0`` from
-    ``2`` and JSON Schema's ``integer`` accepts both, so an integral number becomes an int here
-    instead of reaching a command line as ``--nodes 2.0``; a fraction is refused.
+    ``parse_form`` first checks the values against :func:`form_schema`, the JSON Schema the DAG's
+    Params check in the UI, so the run refuses exactly what the form refuses; this model then types
+    them. A pipeline's own parameters are typed by its declaration
+    (``PipelineDeclaration.parse_parameters``). JSON does not tell ``2.0`` from ``2`` and JSON
+    Schema's ``integer`` accepts both, so an integral number becomes an int here instead of reaching
+    a command line as ``--nodes 2.0``; a fraction is refused.
     """
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: Backend = Backend.LOCAL
     #: None: the declaration's framework; else one of those it offers (checked when planning).
@@ -90,10 +100,16 @@ class RunForm(BaseModel):
             ),
         ),
     ] = None
-    timeout_minutes: Annotated[int, Field(ge=1, le=60 * 24 * 30)] = 60
+    timeout_minutes: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_MINUTES)] = 60
     #: The GPU-hours the run may use over all its tries; None: the pipeline's ``recovery.max_gpu_hours``.
-    max_gpu_hours: Annotated[float | None, Field(gt=0, le=1_000_000)] = None
-    image: str | None = None
+    max_gpu_hours: Annotated[float | None, Field(gt=0, le=MAX_GPU_HOURS)] = None
+    image: Annotated[
+        str | None,
+        Field(
+            pattern=PINNED_IMAGE_PATTERN,
+            json_schema_extra=field_fix("give a tag or digest, e.g. registry.example.com/team/train:v3"),
+        ),
+    ] = None
     force_rebuild: bool = False
     skip_bandwidth_check: bool = False
     skip_preflight: bool = False
@@ -115,9 +131,110 @@ class RunForm(BaseModel):
         return given
 
 
-def parse_form(params: dict[str, Any]) -> RunForm:
-    """The run's form values, typed; SpecError names each bad field and its fix."""
-    return validate_record(RunForm, params, title="Invalid trigger form values")
+def form_schema(declaration: PipelineDeclaration) -> dict[str, dict[str, Any]]:
+    """The JSON Schema of each field of ``declaration``'s trigger form, by field name.
+
+    The one definition of what a run may be given: the DAG's Params (``aliyun_training.params``)
+    check it in the UI and the API before a run exists, and ``parse_form`` checks it again when the
+    run is planned. The pipeline's resources bound nodes and GPUs, its recovery block the GPU-hours,
+    and its own parameters bring their schemas; patterns refuse a trailing newline.
+    """
+    resources, training = declaration.resources, declaration.training
+    schema: dict[str, dict[str, Any]] = {
+        "backend": {
+            "type": "string",
+            "enum": [b.value for b in IMPLEMENTED_BACKENDS if b in declaration.backends],
+        },
+        "nodes": {"type": "integer", "minimum": 1, "maximum": resources.max_nodes},
+        "gpus_per_node": {"type": "integer", "minimum": 0, "maximum": resources.max_gpus_per_node},
+        "dataset_version": {
+            "type": ["null", "string"],
+            "pattern": whole_string_pattern(DATASET_VERSION_PATTERN),
+        },
+        **{name: parameter.param_schema() for name, parameter in declaration.parameters.items()},
+        "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MINUTES},
+        "max_gpu_hours": {
+            "type": ["null", "number"],
+            "exclusiveMinimum": 0,
+            "maximum": declaration.recovery.max_gpu_hours or MAX_GPU_HOURS,
+        },
+        "dry_run": {"type": "boolean"},
+        "image": {"type": ["null", "string"], "pattern": whole_string_pattern(PINNED_IMAGE_PATTERN)},
+        "force_rebuild": {"type": "boolean"},
+        "skip_bandwidth_check": {"type": "boolean"},
+        "backend_overrides": overrides_schema(),
+        "skip_preflight": {"type": "boolean"},
+    }
+    if len(training.offered_frameworks) > 1:
+        schema["framework"] = {"type": "string", "enum": [f.value for f in training.offered_frameworks]}
+    return schema
+
+
+def parse_form(values: dict[str, Any], declaration: PipelineDeclaration) -> RunForm:
+    """The run's form values checked against :func:`form_schema` and typed; SpecError names each bad
+    field (an unknown one too: a typo such as ``epoch`` would otherwise be ignored) and its fix."""
+    from jsonschema import FormatChecker
+    from jsonschema.validators import validator_for
+
+    schema = form_schema(declaration)
+    errors = []
+    unknown = sorted(set(values) - set(schema))
+    if unknown:
+        errors.append(
+            f"  - {', '.join(unknown)}: not a field of {declaration.dag_id}'s form "
+            f"(fix: remove it; the fields are {', '.join(schema)})"
+        )
+    for name, value in values.items():
+        if name not in schema:
+            continue
+        validator = validator_for(schema[name])(schema[name], format_checker=FormatChecker())
+        for error in validator.iter_errors(value):
+            where = ".".join([name, *(str(part) for part in error.absolute_path)])
+            errors.append(f"  - {where}: {_problem(error)} (fix: {_fix(declaration, name, schema[name])})")
+    if errors:
+        raise SpecError("Invalid trigger form values:\n" + "\n".join(errors))
+    typed = {name: value for name, value in values.items() if name in RunForm.model_fields}
+    return validate_record(RunForm, typed, title="Invalid trigger form values")
+
+
+def _problem(error: Any) -> str:
+    """jsonschema's message, without the regular expression a pattern mismatch would quote."""
+    if error.validator == "pattern":
+        return f"{error.instance!r} is not of the required form"
+    if error.validator == "type":
+        return f"{error.instance!r} is not of type {' or '.join(_listed(error.validator_value))}"
+    return str(error.message)
+
+
+def _listed(kinds: str | list[str]) -> list[str]:
+    return [kinds] if isinstance(kinds, str) else kinds
+
+
+def _fix(declaration: PipelineDeclaration, name: str, schema: dict[str, Any]) -> str:
+    """How to correct field ``name``: its declared or documented fix, else what its schema allows."""
+    if name in declaration.parameters:
+        return declaration.parameters[name].fix
+    info = RunForm.model_fields.get(name)
+    extra = info.json_schema_extra if info is not None else None
+    if isinstance(extra, dict) and isinstance(extra.get("fix"), str) and name != "backend_overrides":
+        return str(extra["fix"])
+    if "enum" in schema:
+        return f"use one of {schema['enum']}"
+    if schema.get("type") == "object":
+        return (
+            f"leave other keys out; the form may override only {', '.join(schema['properties'])}, "
+            "everything else is set by an administrator in the environment file"
+        )
+    kinds = _listed(schema["type"])
+    bounds = " ".join(
+        f"{word} {schema[key]:g}"
+        for key, word in (("minimum", "from"), ("exclusiveMinimum", "above"), ("maximum", "up to"))
+        if key in schema
+    )
+    described = {"integer": "an integer", "number": "a number", "boolean": "true or false", "null": "null"}
+    return (
+        "use " + " or ".join(described.get(kind, kind) for kind in kinds) + (f" {bounds}" if bounds else "")
+    )
 
 
 @functools.cache

@@ -7,6 +7,7 @@ same one-line-per-field message.
 
 from __future__ import annotations
 
+import re
 from typing import Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -52,9 +53,46 @@ def explain(model: type[BaseModel], exc: ValidationError, title: str | None = No
         field = ".".join(str(part) for part in err["loc"])
         message = err["msg"].removeprefix("Value error, ")
         fix = _unknown_key_fix(model, err["loc"]) if err["type"] == "extra_forbidden" else None
-        fix = fix or _field_fix(model, err["loc"])
+        fix = fix or _field_fix(model, err["loc"]) or _error_fix(err["type"], err.get("ctx") or {})
         lines.append(f"  - {field + ': ' if field else ''}{message}" + (f" (fix: {fix})" if fix else ""))
     return "\n".join(lines)
+
+
+#: A fix for a constraint's error, from the bound pydantic reports (for a field that names no fix).
+_CONSTRAINT_FIXES = {
+    "greater_than_equal": "use a value of at least {ge}",
+    "greater_than": "use a value above {gt}",
+    "less_than_equal": "use a value of at most {le}",
+    "less_than": "use a value below {lt}",
+    "literal_error": "use {expected}",
+    "enum": "use {expected}",
+    "string_pattern_mismatch": "use a value matching {pattern}",
+    "string_too_short": "use at least {min_length} character(s)",
+    "string_too_long": "use at most {max_length} characters",
+    "too_short": "give at least {min_length} item(s)",
+    "too_long": "give at most {max_length} item(s)",
+    "missing": "add it",
+    "int_parsing": "use a whole number",
+    "int_type": "use a whole number",
+    "int_from_float": "use a whole number",
+    "float_parsing": "use a number",
+    "float_type": "use a number",
+    "bool_parsing": "use true or false",
+    "bool_type": "use true or false",
+    "string_type": "use a text value",
+    "list_type": "use a list",
+    "dict_type": "use an object of keys and values",
+    "model_type": "use an object of keys and values",
+    "model_attributes_type": "use an object of keys and values",
+}
+
+
+def _error_fix(kind: str, ctx: dict[str, Any]) -> str | None:
+    template = _CONSTRAINT_FIXES.get(kind)
+    try:
+        return template.format(**ctx) if template else None
+    except (KeyError, IndexError):
+        return None
 
 
 def _unknown_key_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
@@ -89,3 +127,189 @@ def _nested_model(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return next((m for arg in get_args(annotation) if (m := _nested_model(arg)) is not None), None)
+
+
+# -- patterns an administrator declares -----------------------------------------------------------
+
+#: Characters the backtracking check reasons about: printable ASCII, whitespace and two non-ASCII.
+_ALPHABET = frozenset([chr(code) for code in range(0x20, 0x7F)] + ["\t", "\n", "é", "中"])
+
+
+def check_pattern(pattern: str) -> None:
+    """Raise ValueError unless ``pattern`` compiles and cannot backtrack catastrophically.
+
+    The trigger form checks a declared parameter's pattern with Python's backtracking ``re`` (through
+    jsonschema) on whatever a triggerer types, in the API server: a pattern with a repeated group
+    whose repetitions can match the same text (``(a+)+``, ``(a|aa)*``, ``(\\w+\\s?)*``) takes time
+    exponential in the input's length. Such patterns are refused when the declaration loads: a
+    quantified group may contain a quantifier or an alternation only when what one repetition starts
+    with cannot be consumed by that inner quantifier, and alternatives start differently
+    (``(-[a-z0-9]+)*`` and ``(cpu|gpu)+`` pass).
+    """
+    # The standard library's own regex parser; typeshed has no stubs for these private modules.
+    import re._constants as sre  # type: ignore[import-not-found]
+    import re._parser as parser  # type: ignore[import-not-found]
+
+    try:
+        parsed = parser.parse(pattern)
+    except re.error as exc:
+        raise ValueError(
+            f"{pattern!r} is not a regular expression ({exc}) (fix: correct its syntax)"
+        ) from None
+    problem = _backtracking(list(parsed), sre)
+    if problem:
+        raise ValueError(
+            f"{pattern!r} can take exponential time on a crafted value ({problem}) (fix: write it so that "
+            "a repeated group cannot match the same text in more than one way, e.g. ^[a-z0-9]+(-[a-z0-9]+)*$)"
+        )
+
+
+def _backtracking(items: list[Any], sre: Any) -> str | None:
+    """The first ambiguous repetition in a parsed pattern, described, or None."""
+    for op, arg in items:
+        if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+            _low, high, body = arg
+            body = list(body)
+            if high > 1 and op is not sre.POSSESSIVE_REPEAT:
+                problem = _ambiguous_body(body, sre)
+                if problem:
+                    return problem
+            problem = _backtracking(body, sre)
+        else:
+            problem = next(
+                (found for sub in _children(op, arg, sre) if (found := _backtracking(sub, sre))), None
+            )
+        if problem:
+            return problem
+    return None
+
+
+def _ambiguous_body(body: list[Any], sre: Any) -> str | None:
+    """Why one repetition of ``body`` could be split into others, or None."""
+    starts = _first(body, sre)
+    for op, arg in _descendants(body, sre):
+        repeats = op in (sre.MAX_REPEAT, sre.MIN_REPEAT) and arg[1] > 1
+        if repeats and _chars(list(arg[2]), sre) & starts:
+            return "a quantifier inside a repeated group can consume what the group starts with"
+        if op is sre.BRANCH:
+            firsts = [_first(list(branch), sre) for branch in arg[1]]
+            nullable = any(_nullable(list(branch), sre) for branch in arg[1])
+            overlap = any(a & b for i, a in enumerate(firsts) for b in firsts[i + 1 :])
+            if overlap or nullable:
+                return "alternatives inside a repeated group can match the same text"
+    return None
+
+
+def _children(op: Any, arg: Any, sre: Any) -> list[list[Any]]:
+    """The sub-patterns directly inside one parsed item."""
+    if op is sre.SUBPATTERN:
+        return [list(arg[3])]
+    if op is sre.BRANCH:
+        return [list(branch) for branch in arg[1]]
+    if op in (sre.ASSERT, sre.ASSERT_NOT):
+        return [list(arg[1])]
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+        return [list(arg[2])]
+    if op is sre.ATOMIC_GROUP:
+        return [list(arg)]
+    if op is sre.GROUPREF_EXISTS:
+        return [list(arm) for arm in arg[1:] if arm is not None]
+    return []
+
+
+def _descendants(items: list[Any], sre: Any) -> list[tuple[Any, Any]]:
+    """Every item inside ``items``, at any depth."""
+    found = []
+    for op, arg in items:
+        found.append((op, arg))
+        for sub in _children(op, arg, sre):
+            found += _descendants(sub, sre)
+    return found
+
+
+def _first(items: list[Any], sre: Any) -> frozenset[str]:
+    """The characters a match of ``items`` can start with."""
+    starts: set[str] = set()
+    for op, arg in items:
+        if op in (sre.AT, sre.ASSERT, sre.ASSERT_NOT):
+            continue
+        starts |= _item_first(op, arg, sre)
+        if not _item_nullable(op, arg, sre):
+            break
+    return frozenset(starts)
+
+
+def _item_first(op: Any, arg: Any, sre: Any) -> frozenset[str]:
+    if op in (sre.SUBPATTERN, sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT, sre.ATOMIC_GROUP):
+        return frozenset().union(*(_first(sub, sre) for sub in _children(op, arg, sre)))
+    if op is sre.BRANCH:
+        return frozenset().union(*(_first(list(branch), sre) for branch in arg[1]))
+    return _leaf_chars(op, arg, sre)
+
+
+def _chars(items: list[Any], sre: Any) -> frozenset[str]:
+    """Every character a match of ``items`` can consume."""
+    chars: set[str] = set()
+    for op, arg in items:
+        children = _children(op, arg, sre)
+        chars |= (
+            frozenset().union(*(_chars(sub, sre) for sub in children))
+            if children
+            else _leaf_chars(op, arg, sre)
+        )
+    return frozenset(chars)
+
+
+def _nullable(items: list[Any], sre: Any) -> bool:
+    return all(_item_nullable(op, arg, sre) for op, arg in items)
+
+
+def _item_nullable(op: Any, arg: Any, sre: Any) -> bool:
+    if op in (sre.AT, sre.ASSERT, sre.ASSERT_NOT):
+        return True
+    if op in (sre.MAX_REPEAT, sre.MIN_REPEAT, sre.POSSESSIVE_REPEAT):
+        return arg[0] == 0 or _nullable(list(arg[2]), sre)
+    if op is sre.BRANCH:
+        return any(_nullable(list(branch), sre) for branch in arg[1])
+    if op in (sre.SUBPATTERN, sre.ATOMIC_GROUP):
+        return all(_nullable(sub, sre) for sub in _children(op, arg, sre))
+    return op is sre.GROUPREF
+
+
+def _leaf_chars(op: Any, arg: Any, sre: Any) -> frozenset[str]:
+    """The characters one character-matching item accepts, within ``_ALPHABET`` (plus its literal)."""
+    if op is sre.LITERAL:
+        return frozenset({chr(arg)})
+    if op is sre.NOT_LITERAL:
+        return _ALPHABET - {chr(arg)}
+    if op is sre.ANY:
+        return _ALPHABET
+    if op is sre.IN:
+        negate = any(item_op is sre.NEGATE for item_op, _ in arg)
+        accepted = frozenset(
+            c for c in _ALPHABET if any(_in_item(i_op, i_arg, c, sre) for i_op, i_arg in arg)
+        )
+        literals = frozenset(chr(i_arg) for i_op, i_arg in arg if i_op is sre.LITERAL)
+        return _ALPHABET - accepted if negate else accepted | literals
+    # A back reference may repeat anything the group matched.
+    return _ALPHABET if op is sre.GROUPREF else frozenset()
+
+
+def _in_item(op: Any, arg: Any, char: str, sre: Any) -> bool:
+    if op is sre.LITERAL:
+        return char == chr(arg)
+    if op is sre.RANGE:
+        return arg[0] <= ord(char) <= arg[1]
+    if op is sre.CATEGORY:
+        return _CATEGORIES.get(str(arg), lambda _c: True)(char)
+    return False
+
+
+_CATEGORIES: dict[str, Any] = {
+    "CATEGORY_DIGIT": str.isdigit,
+    "CATEGORY_NOT_DIGIT": lambda c: not c.isdigit(),
+    "CATEGORY_SPACE": str.isspace,
+    "CATEGORY_NOT_SPACE": lambda c: not c.isspace(),
+    "CATEGORY_WORD": lambda c: c.isalnum() or c == "_",
+    "CATEGORY_NOT_WORD": lambda c: not (c.isalnum() or c == "_"),
+}

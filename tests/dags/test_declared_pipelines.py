@@ -112,6 +112,22 @@ def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_o
         MINIMAL.format(dag_id="typo_retrain").replace("--epochs {epochs}", "--epochs {epoch}"),
     )
     monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))
+    # Each of these fails alone, at load, instead of hiding every pipeline or failing every run:
+    minimal = MINIMAL.format(dag_id="{dag_id}")
+    pattern = "\n      run_name: {{type: string, default: a, pattern: '{pattern}'}}\n"
+    loose = {
+        "regex": minimal.rstrip("\n") + pattern.format(pattern="(["),
+        "redos": minimal.rstrip("\n") + pattern.format(pattern="^(a+)+$"),
+        "quoted": minimal.replace("--epochs {epochs}", '--epochs \\"{epochs}\\"'),
+        "slashed": minimal.replace("name: digits", 'name: digits\n      version: {format: "%Y/%m/%d"}'),
+    }
+    for dag_id, text in loose.items():
+        _write(folder, f"{dag_id}.yaml", text.replace("{dag_id}", f"{dag_id}_retrain"))
+    _write(folder, "team_a.yaml", MINIMAL.format(dag_id="team_a_retrain"))
+    environments = tmp_path / "config"
+    environments.mkdir()
+    (environments / "dlc.json").write_text(json.dumps({"allowed_pipelines": ["team_b_*", "good_*"]}))
+    monkeypatch.setenv("ALIYUN_TRAINING_ENVIRONMENT_DIR", str(environments))
 
     bag = DagBag(dag_folder=str(DAG_FILE))
 
@@ -121,6 +137,21 @@ def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_o
     assert f"pipeline declaration {broken}" in error and "dataset.name: Field required" in error
     assert "dataset.nam: Extra inputs are not permitted" in error
     assert f"pipeline declaration {typo}" in error and "unknown placeholders ['epoch']" in error
+    assert "parameters.run_name.pattern: '([' is not a regular expression" in error
+    assert "parameters.run_name.pattern: '^(a+)+$' can take exponential time" in error
+    assert "training.command: {epochs} is inside double quotes" in error
+    assert "dataset.version.format: '%Y/%m/%d' makes version names such as '2026/01/05'" in error
+    assert (
+        "backends.dlc.environment dlc.json: its allowed_pipelines ['team_b_*', 'good_*'] do not match"
+        in error
+    )
+    assert not {
+        "regex_retrain",
+        "redos_retrain",
+        "quoted_retrain",
+        "slashed_retrain",
+        "team_a_retrain",
+    } & set(bag.dag_ids)
 
 
 def test_the_form_types_the_declared_parameters_and_refuses_a_bad_one(tmp_path: Path) -> None:

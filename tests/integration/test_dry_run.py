@@ -251,7 +251,7 @@ def test_params_that_are_not_a_json_object_exit_2_naming_the_flag(capsys: pytest
 
     captured = capsys.readouterr()
     assert captured.out == ""
-    assert captured.err.startswith("error: --params: give the trigger-form values as a JSON object")
+    assert captured.err.startswith("error: --params: a JSON list, not an object (fix: give the trigger-form")
 
 
 IMAGENET = "pipelines/imagenet_resnet.yaml"

@@ -61,7 +61,9 @@ def test_configure_refuses_settings_the_form_may_not_change(
     tmp_path: Path, backend: str, environment: dict[str, Any], overrides: dict[str, Any]
 ) -> None:
     """What reaches configure without the form's own validation (the CLI, dag.test) is refused too."""
-    with pytest.raises(SpecError, match=r"backend_overrides.*Extra inputs are not permitted"):
+    with pytest.raises(
+        SpecError, match=r"backend_overrides: Additional properties are not allowed .* was unexpected"
+    ):
         resolve(tmp_path, environment, backend=backend, gpus_per_node=8, backend_overrides=overrides)
 
 
@@ -125,7 +127,9 @@ def test_a_version_with_a_trailing_newline_is_refused_by_the_form_and_by_configu
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate("v1\n", form_schema)
 
-    with pytest.raises(SpecError, match=r"dataset_version: String should match pattern"):
+    with pytest.raises(
+        SpecError, match=r"dataset_version: 'v1\\n' is not of the required form \(fix: use letters"
+    ):
         resolve(tmp_path, dataset_version="v1\n")
     assert not (tmp_path / "cpfs").exists()
 
@@ -138,7 +142,8 @@ def test_an_integral_float_reaches_the_command_as_an_integer(tmp_path: Path) -> 
 
 def test_a_fractional_count_is_refused_naming_the_field(tmp_path: Path) -> None:
     with pytest.raises(
-        SpecError, match=r"epochs: Input should be a valid integer, got a number with a fractional"
+        SpecError,
+        match=r"epochs: 2.5 is not of type integer \(fix: use an integer, at least 1 and at most 100\)",
     ):
         resolve(tmp_path, epochs=2.5)
 
@@ -238,3 +243,73 @@ def test_the_shipped_environment_files_parse(tmp_path: Path) -> None:
         shipped = PROJECT_DIR / "include" / "config" / f"{backend}.json"
         assert load_environment(shipped, backend).connection_id
         json.loads(shipped.read_text())
+
+
+# -- configure applies exactly the form's schema ----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        (
+            {"epoch": 3},
+            r"epoch: not a field of cifar10_retrain's form \(fix: remove it; the fields are backend,",
+        ),
+        ({"nodes": "2"}, r"nodes: '2' is not of type integer \(fix: use an integer from 1 up to 16\)"),
+        ({"dry_run": "yes"}, r"dry_run: 'yes' is not of type boolean \(fix: use true or false\)"),
+        ({"timeout_minutes": 50_000}, r"timeout_minutes: 50000 is greater than the maximum of 43200"),
+        (
+            {"nodes": 17},
+            r"nodes: 17 is greater than the maximum of 16 \(fix: use an integer from 1 up to 16\)",
+        ),
+        ({"backend": "sagemaker"}, r"backend: 'sagemaker' is not one of \['local', 'dlc', 'arena'\]"),
+        ({"image": "evil"}, r"image: 'evil' is not of the required form \(fix: give a tag or digest"),
+    ],
+)
+def test_configure_refuses_what_the_form_refuses_and_keys_the_form_does_not_have(
+    tmp_path: Path, form: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError, match=message):
+        resolve(tmp_path, **form)
+
+
+def test_the_form_and_configure_share_one_schema_and_accept_the_same_values(tmp_path: Path) -> None:
+    from aliyun_training.form import form_schema
+    from aliyun_training.params import run_params
+    from fakes.environment_files import cifar10
+
+    declaration = cifar10()
+    params, schema = run_params(declaration), form_schema(declaration)
+
+    assert set(params) == set(schema)
+    for name, param in params.items():
+        assert {key: param.schema[key] for key in schema[name]} == schema[name], name
+    assert resolve(tmp_path, timeout_minutes=20_000).job.spec.timeout_minutes == 20_000
+
+
+# -- environment files say which pipelines may use them ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("policy", "refusal"),
+    [
+        (
+            {"allowed_pipelines": ["team_b_*"]},
+            r"its allowed_pipelines \['team_b_\*'\] do not match 'cifar10_retrain'",
+        ),
+        (
+            {"allowed_owners": ["team-b"]},
+            r"its allowed_owners \['team-b'\] do not include the pipeline's owner 'ml-platform'",
+        ),
+    ],
+)
+def test_configure_refuses_an_environment_file_that_does_not_allow_the_pipeline(
+    tmp_path: Path, policy: dict[str, Any], refusal: str
+) -> None:
+    with pytest.raises(
+        SpecError, match=rf"environment file .*dlc.json is not for pipeline cifar10_retrain: {refusal}"
+    ):
+        resolve(tmp_path, {**DLC, **policy}, backend="dlc")
+
+    allowed = {"allowed_pipelines": ["cifar10_*"], "allowed_owners": ["ml-platform"]}
+    assert resolve(tmp_path, {**DLC, **allowed}, backend="dlc").backend.value == "dlc"

@@ -1,16 +1,16 @@
-"""Which of a pipeline's backends are ready, read once per file change while DAG files are parsed."""
+"""Which of a pipeline's backends are ready and allowed, read once per file change while parsing DAGs."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from aliyun_training.declaration import PipelineDeclaration
-from aliyun_training.environments import blank_required_settings, load_environment
+from aliyun_training.declaration import DeclarationError, PipelineDeclaration
+from aliyun_training.environments import Environment, blank_required_settings, load_environment
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
 
-#: (path, modification time) -> why the file does not configure its backend ("" when it does).
-_problems: dict[tuple[Path, int], str] = {}
+#: (path, modification time) -> the file's settings, or why it could not be read.
+_loaded: dict[tuple[Path, int], Environment | str] = {}
 
 
 def unconfigured_backends(declaration: PipelineDeclaration, environment_dir: Path) -> dict[Backend, str]:
@@ -22,21 +22,49 @@ def unconfigured_backends(declaration: PipelineDeclaration, environment_dir: Pat
     for backend, declared in declaration.backends.items():
         if backend is Backend.LOCAL:
             continue
-        problem = _problem(environment_dir / declared.environment, backend)
-        if problem:
-            problems[backend] = problem
+        path = environment_dir / declared.environment
+        loaded = _load(path, backend)
+        if isinstance(loaded, str):
+            problems[backend] = loaded
+        elif blank := blank_required_settings(loaded):
+            problems[backend] = f"{path.name} leaves {', '.join(blank)} blank"
     return problems
 
 
-def _problem(path: Path, backend: Backend) -> str:
+def check_environment_use(declaration: PipelineDeclaration, environment_dir: Path) -> None:
+    """Refuse the declaration when an environment file it names does not allow it.
+
+    A file that is missing or invalid is not a refusal (the form marks that backend unconfigured);
+    one that exists and names other pipelines or owners is: the declaration fails to load, alone.
+    """
+    refusals = []
+    for backend, declared in declaration.backends.items():
+        loaded = _load(environment_dir / declared.environment, backend)
+        refusal = (
+            None
+            if isinstance(loaded, str)
+            else loaded.refusal(declaration.dag_id, declaration.pipeline.owner)
+        )
+        if refusal:
+            refusals.append(f"backends.{backend.value}.environment {declared.environment}: {refusal}")
+    if refusals:
+        raise DeclarationError(
+            f"pipeline declaration {declaration.source or declaration.dag_id}: the environment files it "
+            f"names are not for pipeline {declaration.dag_id}: {'; '.join(refusals)} (fix: name your team's "
+            "environment files, or ask the administrator to allow the pipeline in allowed_pipelines or "
+            "allowed_owners)"
+        )
+
+
+def _load(path: Path, backend: Backend) -> Environment | str:
+    """The file's settings, or why they cannot be read (a missing local file is the defaults)."""
     try:
         key = (path, path.stat().st_mtime_ns)
     except OSError:
         return f"{path} does not exist"
-    if key not in _problems:
+    if key not in _loaded:
         try:
-            blank = blank_required_settings(load_environment(path, backend.value))
-            _problems[key] = f"{path.name} leaves {', '.join(blank)} blank" if blank else ""
+            _loaded[key] = load_environment(path, backend.value)
         except SpecError as exc:
-            _problems[key] = f"{path.name} is invalid ({str(exc).splitlines()[-1].strip()})"
-    return _problems[key]
+            _loaded[key] = f"{path.name} is invalid ({str(exc).splitlines()[-1].strip()})"
+    return _loaded[key]

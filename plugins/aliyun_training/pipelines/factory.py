@@ -28,7 +28,7 @@ from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.params import run_params
-from aliyun_training.pipelines.environments import unconfigured_backends
+from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
 from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
@@ -52,7 +52,9 @@ def training_pipeline(
         declaration = load_declaration(Path(declaration))
     elif isinstance(declaration, dict):
         declaration = declare(declaration, Path(base_dir or Path.cwd()).resolve())
-    return _build(declaration, _environment_dir(declaration, environment_dir))
+    environments = _environment_dir(declaration, environment_dir)
+    check_environment_use(declaration, environments)
+    return _build(declaration, environments)
 
 
 def watched_backends(

@@ -56,6 +56,10 @@ def load_pipelines(folder: str | Path, environment_dir: str | Path | None = None
             watched += watched_backends(declaration, environment_dir)
         except DeclarationError as exc:
             errors.append(str(exc))
+        except Exception as exc:
+            # Whatever one file breaks must not hide the other pipelines (a DAG file that raises loses
+            # all its DAGs): it is reported with its file like a declaration error.
+            errors.append(f"pipeline declaration {path}: {type(exc).__name__}: {exc}")
     if watched:
         dags[RECONCILER_DAG_ID] = reconciler_dag(watched)
     if errors:
