@@ -297,8 +297,11 @@ class Deployment:
         """Delete a run as the UI does; Airflow deletes only runs that are not running (409)."""
         self.ok("DELETE", f"/dags/{dag_id}/dagRuns/{run_id}")
 
-    def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str) -> str:
-        body = {"conf": conf, "logical_date": logical_date}
+    def trigger(self, dag_id: str, conf: dict[str, Any], logical_date: str, run_id: str | None = None) -> str:
+        """Trigger a run (``run_id``: its id, else Airflow's ``manual__<now>``); the run's id."""
+        body: dict[str, Any] = {"conf": conf, "logical_date": logical_date}
+        if run_id:
+            body["dag_run_id"] = run_id
         return self.ok("POST", f"/dags/{dag_id}/dagRuns", json=body)["dag_run_id"]
 
     def runs(self, dag_id: str) -> list[dict[str, Any]]:

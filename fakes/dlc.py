@@ -29,6 +29,9 @@ Decisions where the service's behaviour is not documented (keep them in mind whe
   docstrings list single values and no way to ask for several).
 - The create body's Settings, Tags included, are echoed as sent by GetJob and ListJobs (both
   models carry JobSettings, whose Tags are "The custom tags").
+- ListJobs' ``Tags`` ("The tags used for filtering"; the SDK sends the map as a JSON string) lists
+  only jobs whose Settings.Tags hold every given key with the given value: how the filter combines
+  several tags is not documented; the package sends one tag and checks every job's tags itself.
 - Refusals of bodies the service would not run (the codes are not documented): 400
   ``InvalidParameter`` naming the parameter, like the emulator's other refusals.
 
@@ -64,6 +67,7 @@ the answer back (an answer lost in transit) while other requests are still serve
 from __future__ import annotations
 
 import copy
+import json
 import re
 import secrets
 import uuid
@@ -129,7 +133,17 @@ DEFAULT_PAGE_SIZE = 10
 MAX_PAGE_SIZE = 100
 LIST_JOBS_FILTERS = ("DisplayName", "WorkspaceId", "Status", "JobType", "ResourceId")
 LIST_JOBS_PARAMETERS = frozenset(
-    {*LIST_JOBS_FILTERS, "PageNumber", "PageSize", "SortBy", "Order", "ShowOwn", "StartTime", "EndTime"}
+    {
+        *LIST_JOBS_FILTERS,
+        "Tags",
+        "PageNumber",
+        "PageSize",
+        "SortBy",
+        "Order",
+        "ShowOwn",
+        "StartTime",
+        "EndTime",
+    }
 )
 #: Job types whose ElasticSpec is accepted: the frameworks AIMaster supports (DLC's AIMaster guide).
 ELASTIC_JOB_TYPES = frozenset({"PyTorchJob", "MPIJob", "TFJob", "ElasticBatchJob"})
@@ -628,6 +642,14 @@ def _project(model: type[DaraModel], data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _matches(view: dict[str, Any], query: dict[str, str]) -> bool:
+    if "Tags" in query:
+        try:
+            wanted_tags = json.loads(query["Tags"])
+        except json.JSONDecodeError:
+            raise ApiError(400, "InvalidParameter", "The parameter Tags is not a JSON object.") from None
+        tags = (view.get("Settings") or {}).get("Tags") or {}
+        if not isinstance(wanted_tags, dict) or any(tags.get(k) != v for k, v in wanted_tags.items()):
+            return False
     for name in LIST_JOBS_FILTERS:
         wanted = query.get(name)
         if not wanted:

@@ -62,6 +62,10 @@ def use_environments(
     return {backend: directory / f"{backend}.json" for backend in ("local", "dlc", "arena")}
 
 
+#: The installation id plans made here carry (a deployment reads its own from the Airflow config).
+INSTALLATION = "test-deployment"
+
+
 def cifar10() -> PipelineDeclaration:
     return load_declaration(CIFAR10)
 
@@ -79,7 +83,7 @@ def resolve_configured(
     if run["backend"] == "local" and isinstance(run.get("dataset_version"), str):
         (tmp_path / "object-store" / "cifar10" / run["dataset_version"]).mkdir(parents=True, exist_ok=True)
     date = datetime.fromisoformat(run_date).replace(tzinfo=UTC)
-    when = RunContext(date, scheduled=True, list_sources=run["backend"] == "local")
+    when = RunContext(date, INSTALLATION, scheduled=True, list_sources=run["backend"] == "local")
     return resolve_run(run, when, cifar10(), LocalPaths(tmp_path), tmp_path / "config")
 
 

@@ -26,6 +26,8 @@ os.environ.update(
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{_SESSION_DIR / 'airflow' / 'airflow.db'}",
         "ALIYUN_TRAINING_LOCAL_ROOT": str(_SESSION_DIR / "local"),
+        # The installation id every job, pod and plan of a test carries (fakes.environment_files's).
+        "AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID": "test-deployment",
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(PROJECT_DIR / "plugins"), os.environ.get("PYTHONPATH")])
         ),

@@ -15,8 +15,11 @@ import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from aliyun_training.kubernetes.names import job_name
+from aliyun_training.operators.ownership import task_owner
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.spec import JobOwner
 from aliyun_training.triggers.training import TrainingJobTrigger
+from fakes.environment_files import INSTALLATION
 
 
 @dataclass
@@ -34,7 +37,12 @@ class TaskInstanceIds:
 
     @property
     def job_name(self) -> str:
-        return job_name(self.dag_id, self.run_id, self.task_id, self.map_index)
+        return job_name(self.dag_id, self.run_id, self.task_id, self.map_index, installation=INSTALLATION)
+
+    @property
+    def owner(self) -> JobOwner:
+        """The owner the operator tags this task instance's job with."""
+        return task_owner(self, INSTALLATION)
 
 
 class MemoryTaskStateStore(dict):

@@ -84,6 +84,9 @@ _HOOK_MODULES = [
     )
 ]
 _INTEGRATION = "Alibaba Cloud training"
+#: The provider's section of the Airflow configuration (``AIRFLOW__ALIYUN_TRAINING__<OPTION>``).
+CONFIG_SECTION = "aliyun_training"
+INSTALLATION_OPTION = "installation_id"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -126,4 +129,27 @@ def get_provider_info() -> dict[str, Any]:
             "aliyun_training.links.RunPlanLink",
             "aliyun_training.links.RunReportLink",
         ],
+        "config": {
+            CONFIG_SECTION: {
+                "description": "Settings every component of a deployment shares.",
+                "options": {
+                    INSTALLATION_OPTION: {
+                        "description": (
+                            "Names this Airflow deployment on every job, pod, volume and staging or build "
+                            "run it creates, so deployments that share a PAI workspace, an ACK namespace "
+                            "or buckets act only on their own. Set the same value on every component "
+                            "(scheduler, dag-processor, triggerer, workers); lower-case letters, digits "
+                            "and '-', at most 40 characters. Empty: derived from the address of the "
+                            "deployment's API server ([core] execution_api_server_url, else [api] "
+                            "base_url), which every worker knows; deployments whose API servers share an "
+                            "address (two hosts both using http://localhost:8080) must set it."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": "ml-prod",
+                        "default": "",
+                    }
+                },
+            }
+        },
     }

@@ -21,6 +21,10 @@ from aliyun_training.validation import field_fix, validate_record
 
 #: Dataset versions become directory names and URI segments: no separators, no leading dot.
 DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+#: An installation id: a Kubernetes label value and a DLC tag value, kept short and lower-case.
+INSTALLATION_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
+#: The longest a job may run before it is stopped, wherever a timeout is set (form, declaration, spec).
+MAX_TIMEOUT_MINUTES = 60 * 24 * 30
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
 INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
@@ -69,38 +73,61 @@ def invalid_env_names(names: Iterable[str]) -> list[str]:
 
 
 class JobOwner(BaseModel):
-    """The task instance a job was launched for: tagged on the job so the reconciler can tell
-    whether anyone still waits for it (DLC tags, Kubernetes annotations, the local job.json)."""
+    """The installation and task instance a job was launched for: tagged on the job so the reconciler
+    can tell whether anyone still waits for it (DLC tags, Kubernetes annotations, the local job.json).
+
+    ``installation`` names the Airflow deployment: several share one workspace, namespace and
+    buckets, and each acts only on the jobs whose tags name it.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: The prefix of every owner tag; a job without them was not launched by this package.
     TAG_PREFIX: ClassVar[str] = "airflow-"
 
+    installation: Annotated[str, Field(pattern=INSTALLATION_PATTERN)]
     dag_id: str
     run_id: str
     task_id: str
     map_index: int = -1
     try_number: int = 1
 
+    def __str__(self) -> str:
+        index = f"[{self.map_index}]" if self.map_index >= 0 else ""
+        return (
+            f"installation {self.installation}, task {self.dag_id}/{self.run_id}/{self.task_id}{index} "
+            f"try {self.try_number}"
+        )
+
+    def is_task(self, other: JobOwner | None) -> bool:
+        """Whether ``other`` names this task instance of this installation (any of its tries)."""
+        return other is not None and other.model_copy(update={"try_number": self.try_number}) == self
+
+    @classmethod
+    def tag_key(cls, field: str) -> str:
+        """The tag holding ``field``: ``airflow-installation``, ``airflow-dag-id`` and so on."""
+        return f"{cls.TAG_PREFIX}{field.replace('_', '-')}"
+
     def tags(self) -> dict[str, str]:
-        """The owner as string tags, ``airflow-dag-id`` and so on."""
-        return {
-            f"{self.TAG_PREFIX}{name.replace('_', '-')}": str(value)
-            for name, value in self.model_dump().items()
-        }
+        """The owner as string tags, one per field (``tag_key``)."""
+        return {self.tag_key(name): str(value) for name, value in self.model_dump().items()}
 
     @classmethod
     def from_tags(cls, tags: Mapping[str, str] | None) -> JobOwner | None:
         """The owner ``tags`` name, or None when they do not name a whole one."""
         tags = tags or {}
-        values = {name: tags.get(f"{cls.TAG_PREFIX}{name.replace('_', '-')}") for name in cls.model_fields}
+        values = {name: tags.get(cls.tag_key(name)) for name in cls.model_fields}
         if any(value is None for value in values.values()):
             return None
         try:
             return cls.model_validate(values)
         except ValueError:
             return None
+
+
+def describe_owner(owner: JobOwner | None) -> str:
+    """An owner for a message; a job whose tags name none was not launched by this package."""
+    return str(owner) if owner else "no owner of this package (no airflow-* owner tags)"
 
 
 class DatasetMount(BaseModel):
@@ -182,7 +209,7 @@ class TrainingJobSpec(BaseModel):
         str | None, Field(json_schema_extra=field_fix("give where the job writes checkpoints and metrics"))
     ] = None
     timeout_minutes: Annotated[
-        int, Field(ge=1, le=60 * 24 * 30, json_schema_extra=field_fix("use 1 minute up to 30 days"))
+        int, Field(ge=1, le=MAX_TIMEOUT_MINUTES, json_schema_extra=field_fix("use 1 minute up to 30 days"))
     ] = 24 * 60
     gpu_type: Annotated[
         str | None, Field(json_schema_extra=field_fix("name the GPU model of the quota, e.g. GU8TF or A100"))

@@ -6,6 +6,7 @@ workers (each module is one xdist_group) without sharing a DAG, a cloud or a ser
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -60,7 +61,24 @@ def airflow(
     tmp_path_factory: pytest.TempPathFactory,
     request: pytest.FixtureRequest,
 ) -> Iterator[Deployment]:
-    root = tmp_path_factory.mktemp("deployment")
+    with _started(account, tmp_path_factory.mktemp("deployment"), scheduled_runs, request) as airflow:
+        yield airflow
+
+
+@pytest.fixture
+def second_airflow(
+    account: Account, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Deployment]:
+    """Another deployment of the same DAGs against the same account (workspace, namespace, buckets),
+    as staging beside production: its own database, so its own derived installation id."""
+    with _started(account, tmp_path_factory.mktemp("second-deployment"), False, request) as airflow:
+        yield airflow
+
+
+@contextlib.contextmanager
+def _started(
+    account: Account, root: Path, scheduled_runs: bool, request: pytest.FixtureRequest
+) -> Iterator[Deployment]:
     local_root = root / "local"
     tuning = dict(TUNING)
     if scheduled_runs:

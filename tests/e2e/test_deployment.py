@@ -10,13 +10,18 @@ Logical dates are on or after the DAG's start_date: Airflow creates no task inst
 from __future__ import annotations
 
 import json
+import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from fakes.account import Account
+from aliyun_training.kubernetes.names import INSTALLATION_LABEL
+from aliyun_training.operators.ownership import derived_installation_id
+from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
+from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
 from fakes.deployment import Deployment, wait_until
+from fakes.dlc import EmulatedJob
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
 from tests.e2e.runs import (
     RUN_TIMEOUT,
@@ -132,6 +137,130 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
     versions = {m["dataset"]["version"] for m in account.artifact_manifests()}
     assert set(weeks) <= versions, "three artifact sets"
     assert account.builds("train-weekly") == 1, "the image was built once"
+
+
+def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_their_own_orphans(
+    airflow: Deployment, second_airflow: Deployment, account: Account
+) -> None:
+    """Production (``airflow``) and staging (``second_airflow``) run the same DAG against one DLC
+    workspace and one ACK namespace, with the same run ids, and no installation_id set: each
+    derives its own from its API server's address. With no triggerer running, no on_kill stops a job; a task
+    marked failed fails its run, whose on_failure_callback stops that deployment's job only, and a
+    run marked failed and deleted is left to that deployment's reconciler, which stops its own job
+    and never the other deployment's of the same run."""
+    production, staging = airflow, second_airflow
+    ids = {
+        name: installation_of(deployment) for name, deployment in (("prod", production), ("staging", staging))
+    }
+    assert ids["prod"] != ids["staging"], "two API servers, two installation ids"
+    account.dlc.script_for(TRAIN_PREFIX, dlc_lifetime(3600.0))
+    account.kube.script_for(TRAIN_PREFIX, kube_lifetime(3600.0))
+    # What is checked here starts at train: a pinned image and no preflight keep the runs short.
+    short = {"image": f"{account.registry.host}/ml/train:latest", "skip_preflight": True}
+    try:
+        # The same run on DLC in both: production's callback stops production's job only.
+        account.put_dataset("2026-11-01")
+        runs = {
+            name: d.trigger(DAG_ID, dlc_conf(**short), logical("2026-11-01"), run_id="retrain-2026-11-01")
+            for name, d in (("prod", production), ("staging", staging))
+        }
+        dlc = {
+            name: dlc_train_job(d, account, runs[name], ids[name])
+            for name, d in (("prod", production), ("staging", staging))
+        }
+        production.mark_failed(DAG_ID, runs["prod"], "train")
+        assert production.wait_for_run(DAG_ID, runs["prod"], RUN_TIMEOUT) == "failed"
+        wait_until(lambda: dlc["prod"].stop_requested_at is not None, RUN_TIMEOUT, "production's callback")
+        assert dlc["staging"].stop_requested_at is None, "the callback left staging's job of the same run"
+        staging.mark_failed(DAG_ID, runs["staging"], "train")
+        wait_until(lambda: dlc["staging"].stop_requested_at is not None, RUN_TIMEOUT, "staging's callback")
+
+        # The same run on ACK in both, then deleted in both: each reconciler stops its own job only.
+        for deployment in (production, staging):
+            deployment.start_service("triggerer")
+        arena = {
+            name: d.trigger(
+                DAG_ID, {**arena_conf(), **short}, logical("2026-11-08"), run_id="retrain-2026-11-08"
+            )
+            for name, d in (("prod", production), ("staging", staging))
+        }
+        names = {
+            name: ack_train_job(d, account, arena[name], ids[name])
+            for name, d in (("prod", production), ("staging", staging))
+        }
+        for name, deployment in (("prod", production), ("staging", staging)):
+            deployment.mark_run_failed(DAG_ID, arena[name])
+            deployment.delete_run(DAG_ID, arena[name])
+        assert deleted_crs(account) == set()
+        stopped_by_production = reconcile(production, {"grace_minutes": 0}, "2026-12-01")
+        after_production = deleted_crs(account)
+        stopped_by_staging = reconcile(staging, {"grace_minutes": 0}, "2026-12-01")
+    finally:
+        for deployment in (production, staging):
+            deployment.pause(RECONCILER_DAG_ID)
+            deployment.start_service("triggerer")
+        account.scripts()
+
+    stopped = [(e["name"], e["action"], e["task_state"]) for e in stopped_by_production]
+    assert stopped == [(names["prod"], "stopped", None)], "its task instance no longer exists"
+    assert after_production == {names["prod"]}, "production's reconciler deleted production's CR only"
+    assert [(e["name"], e["action"]) for e in stopped_by_staging] == [(names["staging"], "stopped")]
+    assert deleted_crs(account) == {names["prod"], names["staging"]}
+    # Each listed only its own jobs: not the other's, not the DLC jobs its callback had stopped.
+    assert {e["owner"]["installation"] for e in stopped_by_production} == {ids["prod"]}
+    assert {e["owner"]["installation"] for e in stopped_by_staging} == {ids["staging"]}
+
+
+def installation_of(deployment: Deployment) -> str:
+    """The id a deployment with no installation_id set derives from its API server's address."""
+    return derived_installation_id(deployment.env["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"])
+
+
+def dlc_train_job(deployment: Deployment, account: Account, run_id: str, installation: str) -> EmulatedJob:
+    """Once the run's train task deferred, kill the triggerer: the DLC job the deployment launched."""
+    deployment.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+    # The stages before train defer too, so the triggerer goes only once train has deferred.
+    deployment.kill_service("triggerer", signal.SIGKILL)
+    tags = [body["Settings"]["Tags"] for body in account.creates()]
+    owned = [
+        t for t in tags if (t.get("airflow-installation"), t.get("airflow-run-id")) == (installation, run_id)
+    ]
+    assert len(owned) == 1, f"one train job of {installation} in run {run_id}: {tags}"
+    return account.dlc_job(owned[0]["airflow-job-name"])
+
+
+def ack_train_job(deployment: Deployment, account: Account, run_id: str, installation: str) -> str:
+    """Once the run's train task deferred, kill the triggerer: the name of the CR it created."""
+    deployment.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
+    deployment.kill_service("triggerer", signal.SIGKILL)
+    metadata = [body["metadata"] for body in account.kube_creates()]
+    owned = [
+        m["name"]
+        for m in metadata
+        if (m["labels"].get(INSTALLATION_LABEL), m["annotations"].get("aliyun-training/airflow-run-id"))
+        == (installation, run_id)
+    ]
+    assert len(owned) == 1, f"one train job of {installation} in run {run_id}: {metadata}"
+    return owned[0]
+
+
+def deleted_crs(account: Account) -> set[str]:
+    """The training CRs a DELETE request reached."""
+    return {
+        r.path.rsplit("/", 1)[-1]
+        for r in account.kube.requests
+        if r.method == "DELETE"
+        and "/pytorchjobs/" in r.path
+        and r.path.rsplit("/", 1)[-1].startswith(TRAIN_PREFIX)
+    }
+
+
+def reconcile(deployment: Deployment, conf: dict[str, object], day: str) -> list[dict]:
+    """Run the deployment's reconciler DAG once; its report."""
+    deployment.unpause(RECONCILER_DAG_ID)
+    run_id = deployment.trigger(RECONCILER_DAG_ID, conf, logical(day))
+    assert deployment.wait_for_run(RECONCILER_DAG_ID, run_id, RUN_TIMEOUT) == "success"
+    return deployment.xcom(RECONCILER_DAG_ID, run_id, "stop_orphaned_jobs")
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

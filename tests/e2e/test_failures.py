@@ -14,17 +14,14 @@ import time
 
 import pytest
 
-from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, Hold
 from fakes.deployment import Deployment, wait_until
-from fakes.dlc import EmulatedJob
 from tests.e2e.conftest import DAG_ID
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     TRAIN_POLL_SECONDS,
     assert_no_secret_in_logs,
     assert_succeeded,
-    logical,
     long_train,
     manifest_of,
     run_dlc,
@@ -176,51 +173,6 @@ def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one
     assert new.created_at >= job.stop_requested_at + 3 * TRAIN_POLL_SECONDS, "launched once it had stopped"
     assert len(account.creates()) == creates + 1
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] == new.job_id
-
-
-def test_a_failed_run_stops_its_job_and_the_reconciler_stops_a_deleted_runs_job(
-    airflow: Deployment, account: Account
-) -> None:
-    # With no triggerer running a task's trigger, no on_kill runs. A task marked failed fails its
-    # run, and the run's on_failure_callback stops the job. A run marked failed and deleted through
-    # the API runs no callback at all: its job runs on until the reconciler finds it.
-    account.dlc.script_for(TRAIN_PREFIX, long_train(3600.0))
-    try:
-        marked_run = run_dlc(airflow, account, "2026-11-22")
-        failed = train_job_without_triggerer(airflow, account, marked_run)
-        airflow.mark_failed(DAG_ID, marked_run, "train")
-        assert airflow.wait_for_run(DAG_ID, marked_run, RUN_TIMEOUT) == "failed"
-        wait_until(lambda: failed.stop_requested_at is not None, RUN_TIMEOUT, "the run's callback")
-        airflow.start_service("triggerer")
-
-        deleted_run = run_dlc(airflow, account, "2026-11-29")
-        deleted = train_job_without_triggerer(airflow, account, deleted_run)
-        airflow.mark_run_failed(DAG_ID, deleted_run)
-        airflow.delete_run(DAG_ID, deleted_run)
-        airflow.unpause(RECONCILER_DAG_ID)
-        dry = airflow.trigger(RECONCILER_DAG_ID, {"dry_run": True, "grace_minutes": 0}, logical("2026-11-30"))
-        assert airflow.wait_for_run(RECONCILER_DAG_ID, dry, RUN_TIMEOUT) == "success"
-        would = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, dry, "stop_orphaned_jobs")}
-        assert deleted.stop_requested_at is None, "a dry run stops nothing"
-        real = airflow.trigger(RECONCILER_DAG_ID, {"grace_minutes": 0}, logical("2026-12-01"))
-        assert airflow.wait_for_run(RECONCILER_DAG_ID, real, RUN_TIMEOUT) == "success"
-    finally:
-        airflow.pause(RECONCILER_DAG_ID)
-        airflow.start_service("triggerer")
-        account.scripts()
-
-    assert (would[deleted.job_id]["action"], would[deleted.job_id]["task_state"]) == ("would stop", None)
-    stopped = {e["job_id"]: e for e in airflow.xcom(RECONCILER_DAG_ID, real, "stop_orphaned_jobs")}
-    assert stopped[deleted.job_id]["action"] == "stopped" and deleted.stop_requested_at is not None
-    assert failed.job_id not in stopped, "the callback had stopped the failed run's job"
-
-
-def train_job_without_triggerer(airflow: Deployment, account: Account, run_id: str) -> EmulatedJob:
-    """Wait for the run's train task to defer, then kill the triggerer; the job it launched."""
-    airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
-    # The stages before train defer too, so the triggerer goes only once train has deferred.
-    airflow.kill_service("triggerer", signal.SIGKILL)
-    return account.dlc_job(account.creates()[-1]["DisplayName"])
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

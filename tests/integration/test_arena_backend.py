@@ -19,16 +19,18 @@ from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.validation import SpecError
 from fakes.base import ManualClock
 from fakes.cloud import arena_job
+from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, arena_delete, core, kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.operator_harness import defer, fire, task_context
+from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
 
 CONN_ID = "ack_cluster"
 
 
-NAME = job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
+NAME = job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train", installation=INSTALLATION)
 
 
 @pytest.fixture
@@ -179,7 +181,8 @@ def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: Kubernetes
 
 def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
-    died_after = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    owned = TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump()))
+    died_after = ArenaBackend(**settings()).submit(owned, NAME)
     ctx = task_context()
 
     trigger = defer(operator(), ctx)
@@ -192,7 +195,8 @@ def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: Kuberne
 
 def test_a_failed_job_under_the_same_name_is_replaced_not_reattached(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)], outcome="Failed")
-    earlier = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    owned = TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump()))
+    earlier = ArenaBackend(**settings()).submit(owned, NAME)
     deadline = time.monotonic() + 10
     while ArenaBackend(**settings()).status(earlier).state.value != "failed" and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -206,6 +210,30 @@ def test_a_failed_job_under_the_same_name_is_replaced_not_reattached(fake: Kuber
     assert job["metadata"]["uid"] == trigger.handle["job_id"].rsplit("/", 1)[-1]
     with pytest.raises(LookupError, match="replaced by a newer attempt"):
         ArenaBackend(**settings()).status(earlier)
+
+
+def test_another_installations_job_under_the_task_name_fails_the_task_and_is_not_deleted(
+    fake: KubernetesFake,
+) -> None:
+    fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)], outcome="Failed")
+    staging = TaskInstanceIds().owner.model_copy(update={"installation": "ml-staging"})
+    squatting = ArenaBackend(**settings()).submit(
+        TrainingJobSpec.parse(spec(owner=staging.model_dump())), NAME
+    )
+
+    with pytest.raises(AirflowFailException, match=r"not launched by this task: .*installation ml-staging"):
+        operator().execute(task_context())
+    # The backend refuses as well when asked to submit over it (a race with the lookup).
+    with pytest.raises(
+        SpecError, match=r"exists and was not launched by this task .* neither replaced nor deleted"
+    ):
+        ArenaBackend(**settings()).submit(
+            TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump())), NAME
+        )
+
+    (job,) = custom_objects(fake)
+    assert job["metadata"]["uid"] == squatting.job_id.rsplit("/", 1)[-1], "left in place"
+    assert fake.count("POST", "/pytorchjobs") == 1 and fake.count("DELETE", "/pytorchjobs") == 0
 
 
 @pytest.mark.parametrize(

@@ -24,17 +24,18 @@ from aliyun_training.backends.arena_manifests import GROUP, build_job
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
 from aliyun_training.hooks import kubernetes as kube_hooks
-from aliyun_training.kubernetes.names import OWNED, OWNED_LABEL, job_name
+from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, job_name
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import ManualClock
 from fakes.cloud import arena_job
+from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, exec_user, kubernetes_fake, token_file_user
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 
 CONN_ID = "ack_recovery"
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
-OWNER = JobOwner(dag_id="retrain", run_id=RUN_ID, task_id="train")
-NAME = job_name(OWNER.dag_id, OWNER.run_id, OWNER.task_id)
+OWNER = JobOwner(installation=INSTALLATION, dag_id="retrain", run_id=RUN_ID, task_id="train")
+NAME = job_name(OWNER.dag_id, OWNER.run_id, OWNER.task_id, installation=INSTALLATION)
 #: A job that keeps running until the test is done with it.
 LONG_RUN = [("Created", 0.05), ("Running", 36_000.0)]
 
@@ -222,10 +223,12 @@ def test_a_request_the_training_operators_webhook_denies_is_a_config_failure(fak
 
 
 def owner(task_id: str) -> JobOwner:
-    return JobOwner(dag_id="retrain", run_id=RUN_ID, task_id=task_id, map_index=2, try_number=3)
+    return JobOwner(
+        installation=INSTALLATION, dag_id="retrain", run_id=RUN_ID, task_id=task_id, map_index=2, try_number=3
+    )
 
 
-def test_launched_lists_every_page_of_every_kind_with_owners_and_leaves_ended_and_foreign_jobs_out(
+def test_launched_lists_every_page_of_every_kind_of_this_installation_and_leaves_ended_and_foreign_out(
     fake: KubernetesFake, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(kube_hooks, "LIST_PAGE_SIZE", 2)
@@ -239,24 +242,29 @@ def test_launched_lists_every_page_of_every_kind_with_owners_and_leaves_ended_an
     fake.script_for("done-", TrainingScript(phases=[("Created", 0.05), ("Running", 1.0)]))
     ack.submit(spec(owner("done")), "done-0")
     ack.submit(spec(None), "no-owner-0")
+    # Another deployment's job of the same task in the same namespace: not ours, not even listed.
+    ack.submit(spec(owner("train_0").model_copy(update={"installation": "ml-staging"})), "foreign-0")
     advance(fake, clock, 10)
 
-    launched = ack.launched()
+    launched = ack.launched(INSTALLATION)
 
     expected = {**running, **{name: who for name, (_, who) in others.items()}}
     assert {job.handle.name: job.owner for job in launched} == expected
     assert all(job.state is JobState.RUNNING and job.created for job in launched)
     assert {job.handle.job_id for job in launched} >= {handle.job_id for handle in handles.values()}
     pages = [r for r in fake.requests if r.method == "GET" and r.path.endswith("/pytorchjobs")]
-    assert all(
-        r.query["labelSelector"] == f"{OWNED_LABEL}={OWNED}" and r.query["limit"] == "2" for r in pages
-    )
+    selector = f"{OWNED_LABEL}={OWNED},{INSTALLATION_LABEL}={INSTALLATION}"
+    assert all(r.query["labelSelector"] == selector and r.query["limit"] == "2" for r in pages)
     assert sum("continue" in r.query for r in pages) == 2, "six owned PyTorchJobs come in three pages"
 
 
 def test_the_owner_is_annotated_exactly_on_the_cr_and_its_pods(fake: KubernetesFake) -> None:
     who = JobOwner(
-        dag_id="retrain", run_id="manual__2026-11-30T00:00:00.123+08:00", task_id="train", map_index=7
+        installation=INSTALLATION,
+        dag_id="retrain",
+        run_id="manual__2026-11-30T00:00:00.123+08:00",
+        task_id="train",
+        map_index=7,
     )
     ack = backend()
     ack.submit(spec(who), NAME)
@@ -269,7 +277,7 @@ def test_the_owner_is_annotated_exactly_on_the_cr_and_its_pods(fake: KubernetesF
     for metadata in (job["metadata"], *(pod.to_dict(serialize=True)["metadata"] for pod in pods)):
         assert expected.items() <= metadata["annotations"].items()
         assert metadata["labels"][OWNED_LABEL] == OWNED and metadata["labels"]["release"] == NAME
-    assert [launched.owner for launched in ack.launched()] == [who]
+    assert [launched.owner for launched in ack.launched(INSTALLATION)] == [who]
 
 
 def test_launched_reports_a_job_being_deleted_as_stopping_and_skips_a_kind_the_cluster_lacks(
@@ -287,8 +295,10 @@ def test_launched_reports_a_job_being_deleted_as_stopping_and_skips_a_kind_the_c
     custom.delete_namespaced_custom_object(GROUP, "v1", NS, "pytorchjobs", "held-0")
     fake.fail_next("GET", "/tfjobs", status=404)  # no TFJob CRD on this cluster
 
-    assert [(job.handle.name, job.state) for job in ack.launched()] == [("held-0", JobState.STOPPING)]
-    assert [job.handle.name for job in ack.launched()] == ["held-0", "tf-0"]
+    assert [(job.handle.name, job.state) for job in ack.launched(INSTALLATION)] == [
+        ("held-0", JobState.STOPPING)
+    ]
+    assert [job.handle.name for job in ack.launched(INSTALLATION)] == ["held-0", "tf-0"]
 
 
 # -- stopping --------------------------------------------------------------------------------------
@@ -361,9 +371,9 @@ def test_a_foreground_deletion_keeps_the_cr_stopping_until_its_pods_are_gone(
     assert held["metadata"]["finalizers"] == ["foregroundDeletion"] and held["metadata"]["deletionTimestamp"]
     assert (status.state, status.raw) == (JobState.STOPPING, "Deleting")
     assert "finalizers: foregroundDeletion" in status.reason
-    assert [job.state for job in ack.launched()] == [JobState.STOPPING]
+    assert [job.state for job in ack.launched(INSTALLATION)] == [JobState.STOPPING]
     advance(fake, clock, 10)
-    assert ack.status(handle).state is JobState.STOPPED and ack.launched() == []
+    assert ack.status(handle).state is JobState.STOPPED and ack.launched(INSTALLATION) == []
 
 
 # -- credentials that expire during a wait -------------------------------------------------------------

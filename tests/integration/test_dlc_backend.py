@@ -17,10 +17,11 @@ from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
-from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import FaultPlan
 from fakes.cloud import dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator, JobScript
+from fakes.environment_files import INSTALLATION
 from fakes.sts import StsEmulator
 from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
 
@@ -97,7 +98,9 @@ def test_the_spec_becomes_a_create_job_request_the_sdk_model_accepts(connected: 
 
     (create,) = connected.requests_for("CreateJob")
     body = create.body
-    assert body["DisplayName"] == job_name("retrain", "manual__2026-11-30T00:00:00+00:00", "train")
+    assert body["DisplayName"] == job_name(
+        "retrain", "manual__2026-11-30T00:00:00+00:00", "train", installation=INSTALLATION
+    )
     assert body["JobType"] == "PyTorchJob"
     assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Master", 1), ("Worker", 1)]
     assert body["JobSpecs"][0]["ResourceConfig"] == {
@@ -291,8 +294,9 @@ def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
 def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_name(
     connected: DlcEmulator,
 ) -> None:
-    name = TaskInstanceIds().job_name
-    died_after = DlcBackend(workspace_id="ws-1").submit(TrainingJobSpec.parse(spec(datasets=[])), name)
+    ti = TaskInstanceIds()
+    launched = TrainingJobSpec.parse(spec(datasets=[], owner=ti.owner.model_dump()))
+    died_after = DlcBackend(workspace_id="ws-1").submit(launched, ti.job_name)
     ctx = task_context()
     assert HANDLE_KEY not in ctx["task_state_store"]
 
@@ -301,6 +305,32 @@ def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_
     assert trigger.handle["job_id"] == died_after.job_id
     assert connected.count("CreateJob") == 1
     assert ctx["task_state_store"][HANDLE_KEY]["job_id"] == died_after.job_id
+
+
+@pytest.mark.parametrize(
+    "squatter",
+    [
+        None,  # a job someone created by hand under the predictable name
+        TaskInstanceIds().owner.model_copy(update={"installation": "ml-staging"}),  # another deployment's
+    ],
+    ids=["no owner tags", "another installation"],
+)
+def test_a_job_under_the_task_name_that_the_task_did_not_launch_fails_it_and_is_left_alone(
+    connected: DlcEmulator, squatter: JobOwner | None
+) -> None:
+    connected.default_script = JobScript(phases=[("Running", 3600.0)])
+    foreign = TrainingJobSpec.parse(spec(datasets=[], owner=squatter.model_dump() if squatter else None))
+    squatting = DlcBackend(workspace_id="ws-1").submit(foreign, TaskInstanceIds().job_name)
+
+    with pytest.raises(AirflowFailException) as failed:
+        operator(datasets=[]).execute(task_context())
+
+    message = str(failed.value)
+    assert f"Job {squatting.job_id} on dlc carries this task's job name" in message
+    assert ("installation ml-staging" if squatter else "no owner of this package") in message
+    assert "It was neither reattached to nor replaced" in message and "installation_id" in message
+    assert connected.count("CreateJob") == 1 and connected.count("StopJob") == 0
+    assert DlcBackend(workspace_id="ws-1").status(squatting).state.value == "running"
 
 
 def test_an_sts_token_expiring_mid_wait_is_refreshed_without_failing(

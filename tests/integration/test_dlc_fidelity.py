@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
-from aliyun_training.backends.base import JobHandle
+from aliyun_training.backends.base import FoundJob, JobHandle
 from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend, create_job_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
@@ -215,7 +215,7 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
     found_without_since = backend.find("long-queued")
 
     assert default_window.body.total_count == 0, "without StartTime ListJobs searches the last 7 days"
-    assert found == found_without_since == created
+    assert found == found_without_since == FoundJob(handle=created, owner=None)
     since_query, horizon_query = (r.query for r in connected.requests_for("ListJobs")[1:])
     assert since_query["StartTime"] == (datetime.now(UTC) - timedelta(days=9)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert datetime.fromisoformat(horizon_query["StartTime"]) < datetime.now(UTC) - timedelta(days=30)
@@ -232,7 +232,7 @@ def test_find_pages_past_a_full_page_of_fuzzy_matches_to_the_exact_name(connecte
 
     found = backend.find("nightly", since=datetime.now(UTC) - timedelta(hours=1))
 
-    assert found == exact
+    assert found is not None and found.handle == exact
     pages = [(r.query["PageNumber"], r.query["PageSize"]) for r in connected.requests_for("ListJobs")]
     assert pages == [("1", "100"), ("2", "100")]
 

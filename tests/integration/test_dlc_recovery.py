@@ -10,6 +10,7 @@ async wait outlives one STS token after another.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 from typing import Any
@@ -23,6 +24,7 @@ from aliyun_training.hooks.credentials import MIN_DURATION_SECONDS
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import FaultPlan, ManualClock
 from fakes.dlc import DlcEmulator, JobScript
+from fakes.environment_files import INSTALLATION
 from fakes.sts import StsEmulator
 from tests.integration import test_dlc_backend
 from tests.integration.test_dlc_backend import AK, ROLE_ARN, SK, connect, spec
@@ -40,7 +42,13 @@ def job_spec(owner: JobOwner | None = None) -> TrainingJobSpec:
 
 
 def owner(index: int) -> JobOwner:
-    return JobOwner(dag_id="retrain", run_id=f"manual__{index}", task_id="train", map_index=index)
+    return JobOwner(
+        installation=INSTALLATION,
+        dag_id="retrain",
+        run_id=f"manual__{index}",
+        task_id="train",
+        map_index=index,
+    )
 
 
 # -- each failure class, produced and classified ----------------------------------------------------
@@ -260,7 +268,7 @@ def test_a_failed_status_carries_dlc_reason_code_and_the_sub_statuses(connected:
 # -- launched: our jobs that have not ended ----------------------------------------------------------
 
 
-def test_launched_lists_every_unended_job_with_owner_tags_over_several_pages(
+def test_launched_lists_every_unended_job_of_this_installation_over_several_pages(
     connected: DlcEmulator,
 ) -> None:
     clock = ManualClock()
@@ -276,6 +284,8 @@ def test_launched_lists_every_unended_job_with_owner_tags_over_several_pages(
     backend.stop(stopping)
     ended = backend.submit(job_spec(owner(400)), "done-400")
     unowned = backend.submit(job_spec(), "run-unowned")
+    # Another deployment's job of the same DAG, run and task: not ours, not even listed.
+    foreign = backend.submit(job_spec(owner(0).model_copy(update={"installation": "ml-staging"})), "run-0")
     partly = create_job_request(
         job_spec(),
         "run-partly",
@@ -289,7 +299,7 @@ def test_launched_lists_every_unended_job_with_owner_tags_over_several_pages(
     partly_id = backend.hook.conn.create_job(partly).body.job_id
     clock.advance(2.0)  # done-400 has succeeded; everything else is where it was
 
-    found = {job.handle.job_id: job for job in backend.launched()}
+    found = {job.handle.job_id: job for job in backend.launched(INSTALLATION)}
 
     assert {job_id: job.owner for job_id, job in found.items()} == {
         **running,
@@ -301,11 +311,13 @@ def test_launched_lists_every_unended_job_with_owner_tags_over_several_pages(
     assert found[stopping.job_id].state is JobState.STOPPING
     assert found[stopping.job_id].handle == stopping
     assert all(job.created for job in found.values())
-    assert not {ended.job_id, unowned.job_id, partly_id} & found.keys()
+    assert not {ended.job_id, unowned.job_id, partly_id, foreign.job_id} & found.keys()
     listings = [
         (r.query["Status"], r.query["PageNumber"], r.query["PageSize"], r.query["WorkspaceId"])
         for r in connected.requests_for("ListJobs")
     ]
+    selected = [json.loads(r.query["Tags"]) for r in connected.requests_for("ListJobs")]
+    assert selected and all(tags == {"airflow-installation": INSTALLATION} for tags in selected)
     assert ("Running", "1", "100", "ws-1") in listings and ("Running", "2", "100", "ws-1") in listings
     assert {status for status, *_ in listings} == {
         "Creating",

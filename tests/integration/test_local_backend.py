@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus
+from aliyun_training.backends.base import FoundJob, JobHandle, JobState, JobStatus
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.spec import TrainingJobSpec
@@ -28,9 +28,9 @@ def backend(tmp_path: Path) -> Iterator[LocalBackend]:
     backend = LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=2)
     yield backend
     for job_dir in backend.root.glob("*/job.json"):
-        handle = backend.find(job_dir.parent.name)
-        if handle is not None:
-            backend.stop(handle)
+        found = backend.find(job_dir.parent.name)
+        if found is not None:
+            backend.stop(found.handle)
 
 
 def wait_terminal(backend: LocalBackend, handle: JobHandle, timeout: float = 60) -> JobStatus:
@@ -127,8 +127,9 @@ os.kill(os.getpid(), signal.SIGKILL)
     died = subprocess.run([sys.executable, "-c", launcher], check=False)
     assert died.returncode == -signal.SIGKILL
 
-    handle = backend.find("orphan")
-    assert handle is not None
+    found = backend.find("orphan")
+    assert found is not None
+    handle = found.handle
     wait_running(backend, handle, processes=4)
     assert backend.status(handle).state is JobState.RUNNING
     deadline = time.monotonic() + 10
@@ -214,7 +215,7 @@ def test_a_new_attempt_archives_the_finished_one(backend: LocalBackend) -> None:
     retry = backend.submit(TrainingJobSpec(nodes=1, command="true"), "again")
 
     assert retry.job_id != failing.job_id
-    assert backend.find("again") == retry
+    assert backend.find("again") == FoundJob(handle=retry, owner=None)
     assert wait_terminal(backend, retry).state is JobState.SUCCEEDED
     assert (backend.root / ".archive" / failing.job_id / "job.json").exists()
     with pytest.raises(LookupError, match="was replaced by"):

@@ -26,12 +26,15 @@ from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import kill_processes
 from aliyun_training.failures import FailureClass, RecoveryAction, RecoveryRule
+from aliyun_training.kubernetes.names import job_name
+from aliyun_training.operators.ownership import task_owner
 from aliyun_training.operators.reconcile import OrphanedJobsOperator, StopRunJobs
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, HANDLE_KEY, TrainingJobOperator, stop_saved_job
 from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.records import BuiltImage, JobResult, StagedDataset
 from aliyun_training.spec import JobOwner
+from fakes.environment_files import INSTALLATION
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 TRAINING_DIR = PROJECT_DIR / "include" / "training"
@@ -189,15 +192,46 @@ def test_a_run_past_its_gpu_hours_is_stopped_with_class_budget(local_root: Path)
 def test_the_next_try_gets_only_what_the_run_budget_leaves(local_root: Path) -> None:
     op = operator(local_root, "kill -KILL $$", gpus_per_node=2)
     op.job["max_gpu_hours"] = 1.0
-    store = MemoryStore(
-        {ATTEMPTS_KEY: [{"try_number": 1, "job_id": "j1", "status": "Failed", "gpu_hours": 0.75}]}
-    )
+    earlier = [
+        {"try_number": 1, "job_id": "j1", "status": "Failed", "gpu_hours": 0.5},
+        # Try 2 lost track of j2 (counted what it saw), try 3 watched it end: j2 counts once.
+        {"try_number": 2, "job_id": "j2", "status": "Running", "gpu_hours": 0.1},
+        {"try_number": 3, "job_id": "j2", "status": "Failed", "gpu_hours": 0.25},
+        {"try_number": 4, "job_id": "j3", "status": "Running", "gpu_hours": 0.2},
+    ]
+    store = MemoryStore({ATTEMPTS_KEY: earlier})
+    spec = op.plan.spec.model_copy(update={"gpus_per_node": 2})
+    # The try reattaches to j3: the monitor counts j3 from its start, so the budget leaves it out.
+    watched = JobHandle(backend="local", job_id="j3", name="train-job")
 
-    budget = op._budget(
-        op.plan.spec.model_copy(update={"gpus_per_node": 2}), context_for(TaskInstance(2), store, op)
-    )
+    budget = op._budget(spec, context_for(TaskInstance(5, max_tries=6), store, op), watched)
 
     assert budget is not None and (budget.gpus, budget.hours_left) == (2, 0.25)
+
+
+def test_a_clear_does_not_give_back_the_gpu_hours_of_the_earlier_rounds_job(local_root: Path) -> None:
+    """The task is cleared while its job runs: the new round stops that job, counts its GPU-hours,
+    and its own job gets only what is left of the run's budget."""
+    op = operator(local_root, "sleep 60", gpus_per_node=1)
+    op.job["max_gpu_hours"] = 0.001  # 3.6 s of one GPU
+    first_round = TaskInstance(try_number=1, max_tries=2)
+    spec = op.plan.spec.model_copy(update={"owner": task_owner(first_round, INSTALLATION)})
+    runs = backend(local_root)
+    earlier = runs.submit(spec, job_name(first_round.dag_id, RUN_ID, "train", installation=INSTALLATION))
+    store = MemoryStore({HANDLE_KEY: earlier.model_dump()})
+    while runs.status(earlier).state is not JobState.RUNNING:
+        time.sleep(0.05)
+    time.sleep(3.0)  # the earlier round's job uses most of the budget before the clear
+
+    # Cleared after try 1: the new round's first try is 3 (max_tries 2 + retries 2).
+    failed = fail_once(op, context_for(TaskInstance(try_number=3, max_tries=4), store, op))
+
+    assert runs.status(earlier).state is JobState.STOPPED
+    counted = next(a for a in store[ATTEMPTS_KEY] if a["job_id"] == earlier.job_id)
+    assert counted["try_number"] == 2 and counted["gpu_hours"] >= 3.0 / 3600
+    assert failed.failure.failure_class is FailureClass.BUDGET
+    new = next(a for a in store[ATTEMPTS_KEY] if a["job_id"] != earlier.job_id)
+    assert new["try_number"] == 3 and new["gpu_hours"] < 2.0 / 3600, "what was left (0.6 s), not 3.6 s"
 
 
 # -- resume from the last checkpoint ------------------------------------------------------------------
@@ -337,7 +371,9 @@ def _owned_job(local_root: Path, name: str, owner: JobOwner) -> JobHandle:
 
 
 def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_root: Path) -> None:
-    waiting = JobOwner(dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train", try_number=1)
+    waiting = JobOwner(
+        installation=INSTALLATION, dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train", try_number=1
+    )
     marked_failed = waiting.model_copy(update={"task_id": "verify_image"})
     deleted_run = waiting.model_copy(update={"run_id": "manual__deleted"})
     handles = {
@@ -346,6 +382,8 @@ def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_
         "deleted": _owned_job(local_root, "job-c", deleted_run),
     }
     unowned = backend(local_root).submit(operator(local_root, "sleep 60").plan.spec, "job-d")
+    # Another deployment sharing the local root: the same run and task, failed in this database.
+    foreign = _owned_job(local_root, "job-e", marked_failed.model_copy(update={"installation": "ml-staging"}))
     ti = TaskInstance(states={RUN_ID: {"train": "deferred", "verify_image": "failed"}})
     watched = [WatchedBackend(backend="local", environment=str(local_root / "local.json"))]
     reconcile = OrphanedJobsOperator(task_id="stop_orphaned_jobs", watched=watched, grace_minutes=0)
@@ -364,26 +402,29 @@ def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_
             handles["waiting"].job_id: "kept",
             handles["marked"].job_id: "stopped",
             handles["deleted"].job_id: "stopped",
-        }, "a job without an owner is not ours to stop"
+        }, "a job without an owner, or another installation's, is not ours to stop"
         assert runs.status(handles["waiting"]).state is JobState.RUNNING
         assert runs.status(handles["marked"]).state is JobState.STOPPED
         assert runs.status(handles["deleted"]).state is JobState.STOPPED
         assert runs.status(unowned).state is JobState.RUNNING
+        assert runs.status(foreign).state is JobState.RUNNING
         young = OrphanedJobsOperator(task_id="stop_orphaned_jobs", watched=watched, grace_minutes=60)
         assert {entry["action"] for entry in young.execute({"ti": TaskInstance()})} == {"kept"}
     finally:
-        for handle in [*handles.values(), unowned]:
+        for handle in [*handles.values(), unowned, foreign]:
             runs.stop(handle)
 
 
 def test_a_failed_run_stops_its_own_jobs_but_not_one_its_cleared_task_waits_for(local_root: Path) -> None:
-    mine = JobOwner(dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train")
+    mine = JobOwner(installation=INSTALLATION, dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train")
     other = mine.model_copy(update={"run_id": "scheduled__2026-11-24T00:00:00+00:00"})
     cleared = mine.model_copy(update={"task_id": "check_rdma", "try_number": 2})
+    staging = mine.model_copy(update={"installation": "ml-staging"})  # the same run in another deployment
     handles = [
         _owned_job(local_root, "job-a", mine),
         _owned_job(local_root, "job-b", other),
         _owned_job(local_root, "job-c", cleared),
+        _owned_job(local_root, "job-d", staging),
     ]
     runs = backend(local_root)
 
@@ -398,20 +439,20 @@ def test_a_failed_run_stops_its_own_jobs_but_not_one_its_cleared_task_waits_for(
             {"dag": Dag(), "run_id": RUN_ID, "ti": ti}
         )
         states = [runs.status(h).state for h in handles]
-        assert states == [JobState.STOPPED, JobState.RUNNING, JobState.RUNNING]
+        assert states == [JobState.STOPPED, JobState.RUNNING, JobState.RUNNING, JobState.RUNNING]
     finally:
         for handle in handles[1:]:
             runs.stop(handle)
 
 
 def test_launched_lists_running_owned_jobs_with_their_owner(local_root: Path) -> None:
-    owner = JobOwner(dag_id="d", run_id="r", task_id="train", try_number=3)
+    owner = JobOwner(installation=INSTALLATION, dag_id="d", run_id="r", task_id="train", try_number=3)
     handle = _owned_job(local_root, "job-a", owner)
     runs = backend(local_root)
     try:
-        [launched] = runs.launched()
+        [launched] = runs.launched(INSTALLATION)
         assert (launched.handle, launched.owner, launched.state) == (handle, owner, JobState.RUNNING)
         assert datetime.fromisoformat(launched.created) <= datetime.now(UTC)
     finally:
         runs.stop(handle)
-    assert runs.launched() == []
+    assert runs.launched(INSTALLATION) == []

@@ -29,10 +29,13 @@ from aliyun_training.backends.local_node import job_pids
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.triggers.training import TrainingJobTrigger
+from fakes.environment_files import INSTALLATION
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 #: The job name of TaskInstanceIds' first round of tries.
-FIRST_ROUND_NAME = job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train")
+FIRST_ROUND_NAME = job_name(
+    "retrain", "scheduled__2026-11-22T00:00:00+00:00", "train", installation=INSTALLATION
+)
 
 
 class FileTaskStateStore:
@@ -149,8 +152,9 @@ operator(Path({str(runs)!r}), {command!r}).execute(context)
     died = subprocess.run([sys.executable, "-c", worker], check=False, capture_output=True, text=True)
     assert died.returncode == -signal.SIGKILL, died.stderr
     assert context["task_state_store"].get(HANDLE_KEY) is None
-    launched = LocalBackend(root=str(runs)).find(FIRST_ROUND_NAME)
-    assert launched is not None
+    found = LocalBackend(root=str(runs)).find(FIRST_ROUND_NAME)
+    assert found is not None
+    launched = found.handle
 
     first_retry, _ = deferred_trigger(operator(runs, command), context)
     second_retry, _ = deferred_trigger(operator(runs, command), context)
@@ -190,7 +194,14 @@ def test_a_retry_after_a_failure_and_a_clear_after_a_success_launch_a_new_job(
     again, _ = deferred_trigger(operator(runs, "sleep 300", nodes=1), context)
 
     assert again.handle["job_id"] != earlier.handle["job_id"]
-    round_name = job_name("retrain", "scheduled__2026-11-22T00:00:00+00:00", "train", -1, 2 if cleared else 1)
+    round_name = job_name(
+        "retrain",
+        "scheduled__2026-11-22T00:00:00+00:00",
+        "train",
+        -1,
+        2 if cleared else 1,
+        installation=INSTALLATION,
+    )
     assert again.handle["name"] == round_name
     assert context["task_state_store"].get(HANDLE_KEY) == again.handle
     stop_job(runs, again.handle)

@@ -29,9 +29,9 @@ def backend(tmp_path: Path) -> Iterator[LocalBackend]:
     backend = LocalBackend(root=str(tmp_path / "runs"), stop_grace_seconds=3)
     yield backend
     for job_dir in backend.root.glob("*/job.json"):
-        handle = backend.find(job_dir.parent.name)
-        if handle is not None:
-            backend.stop(handle)
+        found = backend.find(job_dir.parent.name)
+        if found is not None:
+            backend.stop(found.handle)
 
 
 def make_trigger(backend: LocalBackend, spec: TrainingJobSpec, name: str) -> TrainingJobTrigger:

@@ -17,7 +17,7 @@ from aliyun_training.backends.arena_manifests import (
     check,
     claim_name,
 )
-from aliyun_training.kubernetes.names import OWNED, OWNED_LABEL, owner_tags
+from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, owner_tags
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from aliyun_training.validation import SpecError
 
@@ -155,15 +155,20 @@ def test_a_dataset_without_a_pvc_name_is_rejected_unless_a_default_pvc_is_set() 
     assert claim_name("pvc://cpfs-data/imagenet", ArenaSettings()) == "cpfs-data"
 
 
-def test_an_owner_only_adds_its_label_and_exact_annotations_beside_arenas() -> None:
+def test_an_owner_only_adds_its_labels_and_exact_annotations_beside_arenas() -> None:
     owner = JobOwner(
-        dag_id="retrain", run_id="manual__2026-11-30T00:00:00+00:00", task_id="train", map_index=3
+        installation="ml-prod",
+        dag_id="retrain",
+        run_id="manual__2026-11-30T00:00:00+00:00",
+        task_id="train",
+        map_index=3,
     )
     plain = build_job(demo_spec(), "demo", ArenaSettings())
     built = build_job(demo_spec(owner=owner), "demo", ArenaSettings())
     owned = json.loads(json.dumps(built))  # the CR and its templates share the label dicts
 
     expected = {
+        "aliyun-training/airflow-installation": "ml-prod",
         "aliyun-training/airflow-dag-id": "retrain",
         "aliyun-training/airflow-run-id": "manual__2026-11-30T00:00:00+00:00",
         "aliyun-training/airflow-task-id": "train",
@@ -173,6 +178,7 @@ def test_an_owner_only_adds_its_label_and_exact_annotations_beside_arenas() -> N
     templates = [r["template"]["metadata"] for r in owned["spec"]["pytorchReplicaSpecs"].values()]
     for metadata in (owned["metadata"], *templates):
         assert metadata["labels"].pop(OWNED_LABEL) == OWNED
+        assert metadata["labels"].pop(INSTALLATION_LABEL) == "ml-prod"
         assert {key: metadata["annotations"].pop(key) for key in expected} == expected
     assert owned == plain, "arena's own fields are as arena renders them"
     assert JobOwner.from_tags(owner_tags(built["metadata"]["annotations"])) == owner

@@ -12,7 +12,7 @@ from aliyun_training.environments import load_environment
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.plan.requests import training_spec
 from aliyun_training.validation import SpecError
-from fakes.environment_files import resolve_configured
+from fakes.environment_files import INSTALLATION, resolve_configured
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 CONFIGURED = {
@@ -225,6 +225,7 @@ def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path:
         "kubernetes_conn_id": "ack_prod",
         "namespace": "training",
         "image_pull_secrets": ["acr-pull"],
+        "installation": INSTALLATION,
         "registry_secret": "acr-push",
     }
     assert run.image.build_args == {"BASE_IMAGE": "base:1"}

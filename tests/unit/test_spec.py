@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 
 import pytest
@@ -162,8 +163,12 @@ def test_procs_per_node_is_one_per_gpu_or_one_for_cpu(gpus, expected):
     assert spec.procs_per_node == expected
 
 
+#: Job names of one installation, as the training operator makes them.
+_name = functools.partial(job_name, installation="ml-prod")
+
+
 def test_job_name_is_deterministic():
-    assert job_name("train_dag", "manual__2024-01-01", "train", 3) == job_name(
+    assert _name("train_dag", "manual__2024-01-01", "train", 3) == _name(
         "train_dag", "manual__2024-01-01", "train", 3
     )
 
@@ -178,23 +183,29 @@ def test_job_name_is_deterministic():
     ],
 )
 def test_job_name_differs_for_a_different_task_instance(other):
-    assert job_name("train_dag", "manual__2024-01-01", "train", -1) != job_name(*other)
+    assert _name("train_dag", "manual__2024-01-01", "train", -1) != _name(*other)
+
+
+def test_job_name_differs_for_another_installation_running_the_same_task_instance():
+    scheduled = ("train_dag", "scheduled__2026-11-22T00:00:00+00:00", "train", -1)
+
+    assert _name(*scheduled) != job_name(*scheduled, installation="ml-staging")
 
 
 def test_job_name_of_the_first_round_of_tries_leaves_the_round_out():
-    assert job_name("train_dag", "manual__2024-01-01", "train", -1, 1) == job_name(
+    assert _name("train_dag", "manual__2024-01-01", "train", -1, 1) == _name(
         "train_dag", "manual__2024-01-01", "train"
     )
 
 
 def test_job_name_differs_for_each_later_round_of_tries():
-    names = {job_name("train_dag", "manual__2024-01-01", "train", -1, first_try) for first_try in (1, 2, 5)}
+    names = {_name("train_dag", "manual__2024-01-01", "train", -1, first_try) for first_try in (1, 2, 5)}
 
     assert len(names) == 3
 
 
 def test_job_name_keeps_a_readable_prefix():
-    name = job_name("Train_CIFAR10", "run", "Submit.Job")
+    name = _name("Train_CIFAR10", "run", "Submit.Job")
 
     assert name.startswith("train-cifar10-submit-job-")
 
@@ -202,8 +213,8 @@ def test_job_name_keeps_a_readable_prefix():
 def test_job_names_that_share_a_truncated_prefix_still_differ():
     long_dag = "d" * 200
 
-    first = job_name(long_dag, "run", "task_a")
-    second = job_name(long_dag, "run", "task_b")
+    first = _name(long_dag, "run", "task_a")
+    second = _name(long_dag, "run", "task_b")
 
     assert first != second
     assert len(first) <= 63
@@ -234,7 +245,7 @@ AWKWARD_DAG_IDS = [
 def test_job_name_is_a_dns_label_for_awkward_dag_ids(dag_id):
     for task_id in ("t", "TASK__ID", "-", "t" * 100):
         for map_index in (-1, 0, 17):
-            name = job_name(dag_id, "scheduled__2024-01-01T00:00:00+00:00", task_id, map_index)
+            name = _name(dag_id, "scheduled__2024-01-01T00:00:00+00:00", task_id, map_index)
 
             assert len(name) <= 63, name
             assert DNS_LABEL.match(name), name
@@ -243,7 +254,7 @@ def test_job_name_is_a_dns_label_for_awkward_dag_ids(dag_id):
 
 
 def test_a_digit_first_dag_id_still_names_a_job_that_starts_with_a_letter():
-    assert job_name("9starts_with_digit", "run", "train").startswith("job-9starts-with-digit-train-")
+    assert _name("9starts_with_digit", "run", "train").startswith("job-9starts-with-digit-train-")
 
 
 def test_elastic_training_runs_between_min_and_max_nodes():

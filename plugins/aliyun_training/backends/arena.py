@@ -45,12 +45,21 @@ from aliyun_training.backends.arena_manifests import (
     configmap_name,
     job_kind,
 )
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LaunchedJob, LogChunk
+from aliyun_training.backends.base import (
+    FoundJob,
+    JobHandle,
+    JobState,
+    JobStatus,
+    LaunchedJob,
+    LogChunk,
+    same_owner,
+)
 from aliyun_training.failures import Failure, FailureClass, class_from_text
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
-from aliyun_training.kubernetes.names import OWNED, OWNED_LABEL, owner_tags
+from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, owner_tags
 from aliyun_training.kubernetes.pods import PodProblem, aread_log, pod_problems, read_log, read_or_none
-from aliyun_training.spec import JobOwner, TrainingJobSpec
+from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
+from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
 
@@ -182,6 +191,14 @@ class ArenaBackend:
         namespace = self.settings.namespace
         existing = self._get_job(hook, kind, name)
         if existing is not None:
+            found = _owner(existing)
+            if not same_owner(spec.owner, found):
+                raise SpecError(
+                    f"job name: {kind.kind} {namespace}/{name} exists and was not launched by this task "
+                    f"(its annotations name {describe_owner(found)}); it is neither replaced nor deleted "
+                    "(fix: delete it if it may go, or give each Airflow deployment its own "
+                    "[aliyun_training] installation_id)"
+                )
             # An earlier attempt's finished job (the operator reattaches to active ones before
             # calling submit): remove it as `arena delete` would, then create afresh.
             log.info("Deleting finished job %s/%s of an earlier attempt before resubmitting", namespace, name)
@@ -195,19 +212,21 @@ class ArenaBackend:
         )
         return JobHandle(backend=self.name, job_id=_job_id(kind, uid), name=name)
 
-    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
+    def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
         hook = self._hook()
         for kind in _candidate_kinds(self.settings):
             job = self._get_job(hook, kind, name)
             if job is not None:
-                return JobHandle(backend=self.name, job_id=_job_id(kind, job["metadata"]["uid"]), name=name)
+                handle = JobHandle(backend=self.name, job_id=_job_id(kind, job["metadata"]["uid"]), name=name)
+                return FoundJob(handle=handle, owner=_owner(job))
         return None
 
-    def launched(self) -> list[LaunchedJob]:
-        """The namespace's CRs launched for a task instance (``OWNED_LABEL``), of every kind the
-        settings allow, that have not ended or are being deleted, with the owner their annotations
-        name. A kind the cluster does not serve (no such CRD: 404) has none; a labelled CR whose
-        annotations name no whole owner is not ours to report."""
+    def launched(self, installation: str) -> list[LaunchedJob]:
+        """The namespace's CRs launched for a task instance of ``installation`` (selected by the API
+        server on ``OWNED_LABEL`` and ``INSTALLATION_LABEL``), of every kind the settings allow, that
+        have not ended or are being deleted, with the owner their annotations name. A kind the
+        cluster does not serve (no such CRD: 404) has none; a CR whose annotations name no whole
+        owner of ``installation`` is not ours to report, whatever its labels say."""
         from kubernetes.client.exceptions import ApiException
 
         hook = self._hook()
@@ -220,13 +239,14 @@ class ArenaBackend:
                     kind.version,
                     self.settings.namespace,
                     kind.plural,
-                    label_selector=f"{OWNED_LABEL}={OWNED}",
+                    label_selector=f"{OWNED_LABEL}={OWNED},{INSTALLATION_LABEL}={installation}",
                 )
             except ApiException as exc:
                 if exc.status != 404:
                     raise
                 continue
-            found += [job for job in (_launched(self.name, kind, item) for item in listed) if job is not None]
+            jobs = (_launched(self.name, kind, item) for item in listed)
+            found += [job for job in jobs if job is not None and job.owner.installation == installation]
         return found
 
     def _get_job(self, hook: Any, kind: JobKind, name: str) -> dict[str, Any] | None:
@@ -505,10 +525,15 @@ def _job_state(job: dict[str, Any]) -> tuple[JobState, dict[str, Any]]:
     return CONDITION_STATES.get(newest["type"], JobState.PENDING), newest
 
 
+def _owner(job: dict[str, Any]) -> JobOwner | None:
+    """The owner a CR's annotations name, or None when they name no whole one."""
+    return JobOwner.from_tags(owner_tags(job["metadata"].get("annotations")))
+
+
 def _launched(backend: str, kind: JobKind, job: dict[str, Any]) -> LaunchedJob | None:
     """A listed CR as a launched job: None when it ended or names no whole owner."""
     meta = job["metadata"]
-    owner = JobOwner.from_tags(owner_tags(meta.get("annotations")))
+    owner = _owner(job)
     state = JobState.STOPPING if meta.get("deletionTimestamp") else _job_state(job)[0]
     if owner is None or state.is_terminal:
         return None

@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_v
 
 from aliyun_training.kubernetes.names import (
     ANNOTATION_PREFIX,
+    INSTALLATION_LABEL,
     LABEL_MAX,
     OWNED,
     OWNED_LABEL,
@@ -346,7 +347,7 @@ def build_configmap(
         "metadata": {
             "name": configmap_name(name, kind),
             "namespace": settings.namespace,
-            "labels": {"createdBy": "arena"},
+            "labels": {"createdBy": "arena", **owned_labels(spec)},
             "ownerReferences": [
                 {
                     "apiVersion": f"{GROUP}/{kind.version}",
@@ -390,9 +391,12 @@ def arena_annotations(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[st
 
 
 def owned_labels(spec: TrainingJobSpec) -> dict[str, str]:
-    """The label the reconciler selects a task instance's jobs by (``kubernetes.names.OWNED_LABEL``);
-    none on a job launched for no task instance. Added beside arena's labels, never in their place."""
-    return {OWNED_LABEL: OWNED} if spec.owner else {}
+    """The labels the reconciler selects an installation's task-instance jobs by
+    (``kubernetes.names.OWNED_LABEL`` and ``INSTALLATION_LABEL``); none on a job launched for no
+    task instance. Added beside arena's labels, never in their place."""
+    if spec.owner is None:
+        return {}
+    return {OWNED_LABEL: OWNED, INSTALLATION_LABEL: spec.owner.installation}
 
 
 def owned_annotations(spec: TrainingJobSpec) -> dict[str, str]:

@@ -65,8 +65,28 @@ class JobStatus(BaseModel):
     history: list[dict[str, Any]] = Field(default_factory=list)
 
 
+class FoundJob(BaseModel):
+    """A job found under a name, with the owner its tags name (None: they name no whole owner).
+
+    A name is only a convention: anyone who may create jobs in the workspace or namespace can
+    create one under it, so whether the job is ours is decided by its owner, never by its name.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    handle: JobHandle
+    owner: JobOwner | None
+
+
+def same_owner(launching: JobOwner | None, found: JobOwner | None) -> bool:
+    """Whether a job found under a name is the one ``launching`` would have launched: its tags name
+    the same task instance of the same installation, or, for a job launched for no task instance
+    (``spec.owner`` unset: a backend used on its own), no owner at all."""
+    return found is None if launching is None else launching.is_task(found)
+
+
 class LaunchedJob(BaseModel):
-    """A job of ours the platform still runs, with the task instance that launched it."""
+    """A job of ours the platform still runs, with the installation and task instance that launched it."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -105,8 +125,8 @@ class TrainingBackend(Protocol):
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Launch ``spec`` under the deterministic ``name``."""
 
-    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
-        """Return the newest job launched under ``name``, or None.
+    def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
+        """Return the newest job launched under ``name`` and the owner it names, or None.
 
         ``since`` is a time no job of that name can predate (the run's creation): a platform whose
         job search only looks back a fixed window by default (DLC ListJobs: 7 days) searches from it.
@@ -131,9 +151,11 @@ class TrainingBackend(Protocol):
         """Name the class of a failed job from its status, ``failure_details`` and its failing
         node's last log lines; no I/O, so the trigger and the worker decide alike."""
 
-    def launched(self) -> list[LaunchedJob]:
-        """Every job of ours that has not ended (pending, running or stopping), with its owner:
-        what the reconciler checks against the task instances that should be waiting for them."""
+    def launched(self, installation: str) -> list[LaunchedJob]:
+        """Every job ``installation`` launched that has not ended (pending, running or stopping),
+        with its owner: what the reconciler checks against the task instances that should be
+        waiting for them. Selected by the platform where it can (tags, labels), and again here: a
+        job whose tags do not name a whole owner of ``installation`` is never returned."""
 
     async def astatus(self, handle: JobHandle) -> JobStatus: ...
 

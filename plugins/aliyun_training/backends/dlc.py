@@ -21,7 +21,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LaunchedJob, LogChunk
+from aliyun_training.backends.base import (
+    FoundJob,
+    JobHandle,
+    JobState,
+    JobStatus,
+    LaunchedJob,
+    LogChunk,
+    same_owner,
+)
 from aliyun_training.failures import Failure, FailureClass, class_from_text
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
@@ -61,6 +69,8 @@ JOB_TYPES = {
     Framework.ELASTIC_BATCH: "ElasticBatchJob",
 }
 NAME_TAG = "airflow-job-name"
+#: The owner tag naming the installation: what ``launched`` asks ListJobs to filter on.
+INSTALLATION_TAG = JobOwner.tag_key("installation")
 #: How DLC statuses add up to the phases a run report shows.
 PHASES = {
     "Creating": "queuing",
@@ -433,7 +443,7 @@ class DlcBackend:
         request = self.create_request(spec, name)
 
         def existing() -> str | None:
-            made = self._find_made(name)
+            made = self._find_made(name, spec.owner)
             if made is None:
                 return None
             log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
@@ -441,8 +451,9 @@ class DlcBackend:
 
         return JobHandle(backend=self.name, job_id=self.hook.create_job(request, existing), name=name)
 
-    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
-        """The newest job whose DisplayName is exactly ``name``, created at or after ``since``.
+    def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
+        """The newest job whose DisplayName is exactly ``name``, created at or after ``since``, with
+        the owner its tags name.
 
         ListJobs searches only the last 7 days without StartTime and matches DisplayName fuzzily
         (``name`` also finds ``name-2``), so this asks from ``since`` (else ``FIND_HORIZON`` ago),
@@ -451,19 +462,25 @@ class DlcBackend:
         start_time = _dlc_time((since or datetime.now(UTC) - FIND_HORIZON).timestamp())
         jobs = self.hook.jobs(display_name=name, workspace_id=self.workspace_id, start_time=start_time)
         newest = next((job for job in jobs if job.display_name == name), None)
-        return JobHandle(backend=self.name, job_id=newest.job_id, name=name) if newest else None
+        if newest is None:
+            return None
+        owner = JobOwner.from_tags((newest.settings.tags if newest.settings else None) or {})
+        return FoundJob(handle=JobHandle(backend=self.name, job_id=newest.job_id, name=name), owner=owner)
 
-    def _find_made(self, name: str) -> JobHandle | None:
-        """The job a CreateJob whose answer was lost made: the newest of ``name``, if it is pending
-        or running. Made by this submit, it would be the newest, and nobody would have stopped it:
-        a newest job that is stopping is an earlier one, whose machines are not free yet, and the
-        lost CreateJob made none. An ended one is taken as earlier too, which misses a made job
-        that already failed within the retry's backoff.
+    def _find_made(self, name: str, owner: JobOwner | None) -> JobHandle | None:
+        """The job a CreateJob whose answer was lost made: the newest of ``name``, if its tags name
+        ``owner``'s task (``base.same_owner``) and it is pending or running. Made by this submit, it
+        would be the newest, and nobody would have stopped it: a newest job that is stopping is an
+        earlier one, whose machines are not free yet, and the lost CreateJob made none. An ended
+        one is taken as earlier too, which misses a made job that already failed within the
+        retry's backoff.
         """
         found = self.find(name)
-        if found is None or self.status(found).state not in (JobState.PENDING, JobState.RUNNING):
+        if found is None or not same_owner(owner, found.owner):
             return None
-        return found
+        if self.status(found.handle).state not in (JobState.PENDING, JobState.RUNNING):
+            return None
+        return found.handle
 
     # -- status ----------------------------------------------------------------------------------
 
@@ -601,30 +618,37 @@ class DlcBackend:
 
     # -- what is still running -------------------------------------------------------------------
 
-    def launched(self) -> list[LaunchedJob]:
-        """Every job of the workspace that has not ended and whose tags name a whole ``JobOwner``.
+    def launched(self, installation: str) -> list[LaunchedJob]:
+        """Every job of the workspace that has not ended and whose tags name a whole ``JobOwner`` of
+        ``installation``.
 
         ListJobs filters on one Status (the SDK lists its values, one at a time), so each status
         of ``UNENDED_STATUSES`` is listed in turn, every page, from ``FIND_HORIZON`` ago (without
-        StartTime ListJobs looks back 7 days only). A job that moves on during the listing shows
-        up again under its later status, and that sighting wins; one that moves back between two
-        listings (Restarting to Running) can be missed until the next call. A job without owner
-        tags was not launched by a task of this package and is left out.
+        StartTime ListJobs looks back 7 days only), and on the installation's tag (``Tags``, "The
+        tags used for filtering"), so other deployments' jobs are not even listed. A job that moves
+        on during the listing shows up again under its later status, and that sighting wins; one
+        that moves back between two listings (Restarting to Running) can be missed until the next
+        call. Each job's tags are checked again here: one without a whole owner, or another
+        installation's, is left out whatever the listing returned.
         """
         start_time = _dlc_time((datetime.now(UTC) - FIND_HORIZON).timestamp())
+        selector = {INSTALLATION_TAG: installation}
         jobs: dict[str, LaunchedJob] = {}
         for raw in UNENDED_STATUSES:
-            for job in self.hook.jobs(workspace_id=self.workspace_id, start_time=start_time, status=raw):
-                found = self._launched_job(job)
+            listed = self.hook.jobs(
+                workspace_id=self.workspace_id, start_time=start_time, status=raw, tags=selector
+            )
+            for job in listed:
+                found = self._launched_job(job, installation)
                 if found is not None:
                     jobs[found.handle.job_id] = found
         return list(jobs.values())
 
-    def _launched_job(self, job: Any) -> LaunchedJob | None:
+    def _launched_job(self, job: Any, installation: str) -> LaunchedJob | None:
         tags = (job.settings.tags if job.settings else None) or {}
         owner = JobOwner.from_tags(tags)
         state = DLC_STATES.get(job.status)
-        if owner is None or state is None or state.is_terminal:
+        if owner is None or owner.installation != installation or state is None or state.is_terminal:
             return None
         name = tags.get(NAME_TAG) or job.display_name
         return LaunchedJob(

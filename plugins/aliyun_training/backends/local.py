@@ -21,8 +21,10 @@ in its environment, which finds torchrun's workers even after they were re-paren
 A job never sees the worker's secrets: it inherits only the variables in :data:`INHERITED_VARIABLES`
 and :data:`INHERITED_PREFIXES` (not ``AIRFLOW_CONN_*``, the metadata database URL, the Fernet key
 or ``ALIBABA_CLOUD_*`` keys), plus the spec's ``env`` and the contract above. The run directory is
-``0700`` and its files ``0600``: its logs and job.json are the job's, readable by the user that
-runs the worker and triggerer (the same user, as in the docker-compose deployment), no one else.
+``0700`` and its files ``0600``, and every process of a job runs with umask ``077`` (set by
+``local_node.py``), so what the job writes under ``$OUTPUT_DIR`` (checkpoints, metrics.json,
+model.pt) is private too: its logs, job.json and outputs are readable by the user that runs the
+worker and triggerer (the same user, as in the docker-compose deployment), no one else.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ from typing import Any, NamedTuple
 from pydantic import BaseModel
 
 from aliyun_training.backends.base import (
+    FoundJob,
     JobHandle,
     JobState,
     JobStatus,
     LaunchedJob,
     LogChunk,
     OffloadedAsyncMixin,
+    same_owner,
 )
 from aliyun_training.backends.local_node import (
     HEARTBEAT_SECONDS,
@@ -68,7 +72,8 @@ from aliyun_training.backends.local_node import (
 )
 from aliyun_training.failures import DATA_ERROR_EXIT, Failure, FailureClass, class_from_text
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import JobOwner, TrainingJobSpec
+from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
+from aliyun_training.validation import SpecError
 
 _NODE_SUPERVISOR = Path(__file__).with_name("local_node.py")
 #: A node without a pid this long after the job was created was never launched (launcher died).
@@ -193,8 +198,16 @@ class LocalBackend(OffloadedAsyncMixin):
         """Launch ``spec``; if a job under ``name`` is still active, return it instead of a second one."""
         self.root.mkdir(parents=True, exist_ok=True)
         with self._name_lock(name):
-            existing = self.find(name)
-            if existing is not None:
+            found = self.find(name)
+            if found is not None:
+                if not same_owner(spec.owner, found.owner):
+                    raise SpecError(
+                        f"job name: {self.root / name} holds a job that was not launched by this task (its "
+                        f"job.json names {describe_owner(found.owner)}); it is neither reused nor archived "
+                        "(fix: move that directory away, or give each Airflow deployment its own "
+                        "[aliyun_training] installation_id)"
+                    )
+                existing = found.handle
                 if not self.status(existing).state.is_terminal:
                     return existing
                 # A failed job's other nodes may still be tearing down, and their supervisors write
@@ -206,12 +219,14 @@ class LocalBackend(OffloadedAsyncMixin):
             self._launch_nodes(handle, spec)
         return handle
 
-    def find(self, name: str, since: datetime | None = None) -> JobHandle | None:
+    def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
         try:
             job = json.loads((self.root / name / "job.json").read_text())
         except FileNotFoundError:
             return None
-        return JobHandle(backend=self.name, job_id=job["job_id"], name=job["name"])
+        return FoundJob(
+            handle=JobHandle(backend=self.name, job_id=job["job_id"], name=job["name"]), owner=_owner(job)
+        )
 
     @contextlib.contextmanager
     def _name_lock(self, name: str) -> Iterator[None]:
@@ -467,26 +482,33 @@ class LocalBackend(OffloadedAsyncMixin):
 
     # -- what is still running -------------------------------------------------------------------
 
-    def launched(self) -> list[LaunchedJob]:
+    def launched(self, installation: str) -> list[LaunchedJob]:
+        """The run directories' jobs whose job.json names an owner of ``installation``, not ended.
+
+        The local root may be shared by deployments on one machine (or a shared disk): another
+        installation's jobs are left out, as are jobs launched for no task instance."""
         jobs = []
         for job_file in sorted(self.root.glob("*/job.json")):
             with contextlib.suppress(FileNotFoundError, LookupError, ValueError):
                 job = json.loads(job_file.read_text())
-                owner = (job["spec"] or {}).get("owner")
-                if not owner:
+                owner = _owner(job)
+                if owner is None or owner.installation != installation:
                     continue
                 handle = JobHandle(backend=self.name, job_id=job["job_id"], name=job["name"])
                 state = self.status(handle).state
                 if not state.is_terminal:
-                    jobs.append(
-                        LaunchedJob(
-                            handle=handle,
-                            owner=JobOwner.model_validate(owner),
-                            state=state,
-                            created=job["created"],
-                        )
-                    )
+                    jobs.append(LaunchedJob(handle=handle, owner=owner, state=state, created=job["created"]))
         return jobs
+
+
+def _owner(job: dict[str, Any]) -> JobOwner | None:
+    """The owner a job.json's spec names, or None (a job launched for no task instance, or before
+    owners named their installation)."""
+    owner = (job.get("spec") or {}).get("owner")
+    try:
+        return JobOwner.model_validate(owner) if owner else None
+    except ValueError:
+        return None
 
 
 #: The reason code of a job whose launcher died before it started every node.

@@ -29,12 +29,14 @@ class DlcHook(AlibabaCloudHook):
         start_time: str,
         display_name: str | None = None,
         status: str | None = None,
+        tags: dict[str, str] | None = None,
     ) -> Iterator[Any]:
         """ListJobs newest first from ``start_time``: every page, each read only when reached.
 
         DisplayName matches fuzzily (``name`` also lists ``name-2``); the caller compares exactly.
         ``status`` is one of the job statuses ListJobsRequest's docstring lists: one, as it
-        documents no way to ask for several.
+        documents no way to ask for several. ``tags`` ("The tags used for filtering"; the SDK sends
+        the map as JSON) narrows the listing to jobs carrying them; the caller checks them again.
         """
         from alibabacloud_pai_dlc20201203 import models
 
@@ -42,6 +44,7 @@ class DlcHook(AlibabaCloudHook):
             request = models.ListJobsRequest(
                 display_name=display_name,
                 status=status,
+                tags=tags,
                 workspace_id=workspace_id,
                 start_time=start_time,
                 sort_by="GmtCreateTime",

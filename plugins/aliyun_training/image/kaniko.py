@@ -279,7 +279,9 @@ def build_hash(settings: KanikoSettings) -> str:
 def build_pod_name(settings: KanikoSettings) -> str:
     """``kaniko-<repo>-<tag>-<hash>``: a DNS-1123 label, the same for every try of one build."""
     repo = settings.repository.rsplit("/", 1)[-1]
-    return stable_name(f"kaniko-{repo}-{settings.tag}", settings.destination)
+    return stable_name(
+        f"kaniko-{repo}-{settings.tag}", f"{settings.installation or ''}\n{settings.destination}"
+    )
 
 
 def context_map_name(pod_name: str) -> str:
@@ -295,7 +297,9 @@ def context_key(path: str) -> str:
 
 def build_labels(settings: KanikoSettings) -> dict[str, str]:
     repository = settings.repository.rsplit("/", 1)[-1]
-    return managed_labels(COMPONENT, **{REPOSITORY_LABEL: repository, TAG_LABEL: settings.tag})
+    return managed_labels(
+        COMPONENT, settings.installation, **{REPOSITORY_LABEL: repository, TAG_LABEL: settings.tag}
+    )
 
 
 def _metadata(settings: KanikoSettings, name: str) -> dict[str, Any]:

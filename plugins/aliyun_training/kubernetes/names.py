@@ -85,8 +85,16 @@ def stable_name(readable: str, identity: str, *, longest: int = LABEL_MAX, diges
     return f"{readable_part(readable)[: longest - len(digest) - 1].rstrip('-')}-{digest}"
 
 
-def job_name(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1, first_try: int = 1) -> str:
-    """Deterministic job name for one task instance and round of tries.
+def job_name(
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int | None = -1,
+    first_try: int = 1,
+    *,
+    installation: str,
+) -> str:
+    """Deterministic job name for one installation's task instance and round of tries.
 
     Every try of a round gets the same name, so a retry (or a worker that died between submitting
     and saving the job id) finds the job it already launched instead of starting a second one.
@@ -98,9 +106,13 @@ def job_name(dag_id: str, run_id: str, task_id: str, map_index: int | None = -1,
     a DNS-1035 label (a letter first) of at most ``JOB_NAME_MAX`` characters: the training-operator
     names a Service ``<job>-<replica type>-<index>`` after every replica and arena a ConfigMap
     ``<job>-<type>``, and both must stay DNS-1035 labels of at most 63 characters. The same name
-    serves DLC display names and local run directories.
+    serves DLC display names and local run directories. The installation is part of the identity:
+    two deployments running the same scheduled run get two jobs, two output directories and two
+    artifact sets.
     """
-    parts = [dag_id, run_id, task_id, str(map_index)] + ([str(first_try)] if first_try > 1 else [])
+    parts = [installation, dag_id, run_id, task_id, str(map_index)] + (
+        [str(first_try)] if first_try > 1 else []
+    )
     readable = readable_part(f"{dag_id}-{task_id}")
     if not readable[:1].isalpha():
         readable = f"job-{readable}"
@@ -115,10 +127,16 @@ MANAGED_BY = "aliyun-training"
 COMPONENT_LABEL = "app.kubernetes.io/component"
 
 
-def managed_labels(component: str, **labels: str) -> dict[str, str]:
-    """This pipeline's labels of a ``component``'s object, then ``labels`` (values made valid)."""
+#: The label naming the installation (the Airflow deployment) that created an object.
+INSTALLATION_LABEL = "aliyun-training/installation"
+
+
+def managed_labels(component: str, installation: str | None, **labels: str) -> dict[str, str]:
+    """This pipeline's labels of a ``component``'s object created by ``installation``, then ``labels``
+    (values made valid)."""
     values = {name: label_value(value) for name, value in labels.items()}
-    return {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: component, **values}
+    created_by = {INSTALLATION_LABEL: installation} if installation else {}
+    return {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: component, **created_by, **values}
 
 
 def label_value(text: str) -> str:

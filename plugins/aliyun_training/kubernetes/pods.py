@@ -45,7 +45,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar, cast, get_args
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.hooks.kubernetes import KubernetesHooks
-from aliyun_training.kubernetes.names import COMPONENT_LABEL, MANAGED_BY, MANAGED_BY_LABEL
+from aliyun_training.kubernetes.names import managed_labels
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.validation import validate_record
 
@@ -83,6 +83,9 @@ class PodSettings(BaseModel):
     tolerations: list[dict[str, Any]] = Field(default_factory=list)
     service_account: str | None = None
     image_pull_secrets: list[str] = Field(default_factory=list)
+    #: The deployment that creates the pod (``INSTALLATION_LABEL``; part of its name's identity, so
+    #: two deployments doing the same work never share, adopt or delete each other's pod).
+    installation: str | None = None
 
 
 # -- the manifest ----------------------------------------------------------------------------------
@@ -505,13 +508,15 @@ class PodRun(Generic[S]):
     def check_ours(self, obj: Any, kind: str = "pod") -> None:
         """Refuse an object of this name that this pipeline did not create: it is never touched."""
         labels = obj.metadata.labels or {}
-        if labels.get(MANAGED_BY_LABEL) == MANAGED_BY and labels.get(COMPONENT_LABEL) == self.component:
+        wanted = managed_labels(self.component, self.settings.installation)
+        if all(labels.get(name) == value for name, value in wanted.items()):
             return
         article = "an" if self.noun[:1] in "aeiou" else "a"
+        expected = ", ".join(f"{name}={value}" for name, value in wanted.items())
         raise self.error(
             f"{kind} {self.settings.namespace}/{obj.metadata.name} exists but is not {article} {self.noun} "
-            f"{kind} of this pipeline (labels {MANAGED_BY_LABEL}={MANAGED_BY}, {COMPONENT_LABEL}="
-            f"{self.component} missing) (fix: delete or rename that {kind}; it is never touched here)"
+            f"{kind} of this pipeline and installation (labels {expected} expected) (fix: delete or rename "
+            f"that {kind}; it is never touched here)"
         )
 
     async def apending_problem(self, pod: Any) -> tuple[str, bool]:

@@ -83,6 +83,7 @@ class ArtifactsOperator(BaseOperator):
             job = validate_record(JobResult, self.job_result)
             dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
+            check_collectable(job, plan.outputs_root)
             artifacts = publish_artifacts(
                 model=plan.model,
                 artifact_root=plan.artifact_root or "",
@@ -116,6 +117,36 @@ class ArtifactsOperator(BaseOperator):
         if planned is None or planned.fixed is None:
             raise SpecError("dataset: the run staged nothing and its plan names no fixed dataset")
         return planned.fixed
+
+
+def check_collectable(job: JobResult, outputs_root: str | None) -> None:
+    """Refuse a job whose outputs are not under the environment's output root, before reading any.
+
+    A job result names where its job wrote (the job's own OUTPUT_DIR, read back from the platform):
+    collecting from anywhere else would publish, as this run's model, files of another job, another
+    team's bucket or this machine.
+    """
+    where = job.output_uri or ""
+    if outputs_root and where.startswith("oss://") and outputs_root.startswith("oss://"):
+        from aliyun_training.oss_location import parse_oss_uri
+
+        found, root = (
+            parse_oss_uri(where, field="output_uri"),
+            parse_oss_uri(outputs_root, field="output_uri"),
+        )
+        # parse_oss_uri refuses '..' in a prefix: a prefix match is containment.
+        inside = found.bucket_name == root.bucket_name and found.prefix.startswith(root.prefix)
+    elif outputs_root and not where.startswith("oss://") and not outputs_root.startswith("oss://"):
+        inside = bool(where) and Path(where).resolve().is_relative_to(Path(outputs_root).resolve())
+    else:
+        inside = False
+    if not inside:
+        raise SpecError(
+            f"output_uri: job {job.job_id} wrote to {where or 'nowhere it reported'}, which is not under the "
+            f"environment's output root {outputs_root or '(none configured)'}; nothing was collected (fix: "
+            "check that the job is this run's and writes to $OUTPUT_DIR, and that output_uri is the location "
+            "mounted at output_root)"
+        )
 
 
 def _oss_config(plan: ArtifactsPlan, job: JobResult) -> OssClientConfig | None:

@@ -51,7 +51,7 @@ class RunPlanOperator(BaseOperator):
         report = ti.xcom_pull(task_ids=self.report_task_id) if self.report_task_id else None
         document = dry_run_document(
             plan,
-            lambda task_id: job_name(ti.dag_id, ti.run_id, task_id, -1, 1),
+            lambda task_id: job_name(ti.dag_id, ti.run_id, task_id, installation=plan.installation),
             preflight=report,
             check_platform=not plan.skip_preflight,
         )
@@ -85,13 +85,16 @@ def plan_for_task(
     default_environment_dir: Path,
 ) -> dict[str, Any]:
     """``configure``'s body: the run's plan as JSON for XCom; a bad value fails the task at once."""
+    from pydantic import ValidationError
+
+    from aliyun_training.operators.ownership import installation_id
     from aliyun_training.plan.resolve import RunContext, resolve_run
     from aliyun_training.settings import environment_directory, local_paths
 
     try:
         plan = resolve_run(
             dict(params),
-            RunContext(run_date, scheduled),
+            RunContext(run_date, installation_id(), scheduled),
             declaration,
             local_paths(),
             environment_directory(default_environment_dir),
@@ -99,4 +102,7 @@ def plan_for_task(
     except SpecError as exc:
         # A bad setting stays bad on retry: fail at once, naming the field and the fix.
         raise AirflowFailException(str(exc)) from None
+    except ValidationError as exc:
+        # A model the plan is built of refused a value no check before it caught: as bad on retry.
+        raise AirflowFailException(f"The run's plan is invalid: {exc}") from None
     return plan.model_dump(mode="json")

@@ -1,12 +1,14 @@
 """Stop the jobs nobody waits for any more: the reconciler DAG's task and a failed run's callback.
 
-Every job this package launches carries its owner, the task instance that launched it (DLC tags,
-Kubernetes annotations, the local job.json). A task that ends stops its own job, in the trigger's
-``on_kill`` or its ``on_failure_callback``; what neither sees is handled here: a task marked failed
-or success before the triggerer picked its trigger up, a run deleted while its job ran, a worker
-that died for good. The reconciler asks Airflow for the state of each owner and stops a job whose
-task no longer waits for it, once the job is older than a grace period (a task that just launched
-its job may not have deferred yet).
+Every job this package launches carries its owner, the installation (the Airflow deployment) and
+the task instance that launched it (DLC tags, Kubernetes annotations and labels, the local
+job.json). Only this installation's jobs are listed: another deployment sharing the workspace or
+namespace has its runs in another database, so its jobs are never judged, let alone stopped, here.
+A task that ends stops its own job, in the trigger's ``on_kill`` or its ``on_failure_callback``;
+what neither sees is handled here: a task marked failed or success before the triggerer picked its
+trigger up, a run deleted while its job ran, a worker that died for good. The reconciler asks
+Airflow for the state of each owner and stops a job whose task no longer waits for it, once the job
+is older than a grace period (a task that just launched its job may not have deferred yet).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from airflow.sdk import BaseOperator
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import LaunchedJob, TrainingBackend
+from aliyun_training.operators.ownership import installation_id
 from aliyun_training.plan.backends import WatchedBackend, backend_config, distinct
 from aliyun_training.spec import JobOwner
 from aliyun_training.validation import SpecError, validate_record
@@ -109,8 +112,10 @@ class OrphanedJobsOperator(BaseOperator):
         now = datetime.now(UTC)
         report = []
         runs: dict[tuple[str, str], dict[str, str]] = {}
+        installation = installation_id()
+        self.log.info("Looking for jobs of installation %s", installation)
         for item, backend in watched_backends(self.watched):
-            for job in backend.launched():
+            for job in backend.launched(installation):
                 owner = job.owner
                 run = (owner.dag_id, owner.run_id)
                 if run not in runs:
@@ -135,6 +140,7 @@ class OrphanedJobsOperator(BaseOperator):
                     {
                         "backend": item.backend.value,
                         "job_id": job.handle.job_id,
+                        "name": job.handle.name,
                         "state": job.state.value,
                         "owner": owner.model_dump(),
                         "task_state": task_state,
@@ -167,10 +173,11 @@ class StopRunJobs:
         # The DAG processor runs DAG callbacks with "dag" and "run_id" in every context ("dag_run"
         # only when the run's last task instance is known).
         dag_id, run_id = context["dag"].dag_id, context["run_id"]
+        installation = installation_id()
         jobs = [
             (backend, job)
             for _item, backend in watched_backends(self.watched)
-            for job in backend.launched()
+            for job in backend.launched(installation)
             if (job.owner.dag_id, job.owner.run_id) == (dag_id, run_id)
         ]
         if not jobs:

@@ -33,17 +33,18 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends import get_backend
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend, same_owner
 from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
+from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.plan.models import JobPlan
 from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, mount_staged
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import JobOwner, TrainingJobSpec, checkpoint_dir, mounted_output_uri
+from aliyun_training.spec import TrainingJobSpec, checkpoint_dir, describe_owner, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
 from aliyun_training.validation import SpecError, validate_record
 
@@ -126,7 +127,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         handle = self._attach_or_submit(backend, spec, name, context)
         context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
         TrainingJobConsoleLink().persist(context, backend.console_url(handle))
-        budget = self._budget(spec, context)
+        budget = self._budget(spec, context, handle)
         monitor = JobMonitor(backend, handle, self.log, budget=budget)
         status = monitor.poll()
         remaining = self._remaining(spec, status)
@@ -186,19 +187,21 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         """The try's spec as its job runs it (owner, contract variables), its backend and job name;
         ``announce`` logs whether it resumes (once per try: not again when the try resumes)."""
         ti = context["ti"]
-        name = job_name(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, self._first_try_of_round(ti))
         try:
+            installation = installation_id()
+            name = job_name(
+                ti.dag_id,
+                ti.run_id,
+                ti.task_id,
+                ti.map_index,
+                self._first_try_of_round(ti),
+                installation=installation,
+            )
             spec = self._spec()
             if spec.output_dir is None:
                 output_root = self.plan.output_root or str(local_paths().outputs)
                 spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
-            owner = JobOwner(
-                dag_id=ti.dag_id,
-                run_id=ti.run_id,
-                task_id=ti.task_id,
-                map_index=ti.map_index if ti.map_index is not None else -1,
-                try_number=ti.try_number,
-            )
+            owner = task_owner(ti, installation)
             spec = spec.model_copy(
                 update={"owner": owner, "env": {**spec.env, **self._contract_env(spec, context, announce)}}
             )
@@ -247,13 +250,40 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         policy = self.retry_policy
         return policy if isinstance(policy, FailureClassRetryPolicy) else FailureClassRetryPolicy()
 
-    def _budget(self, spec: TrainingJobSpec, context: Context) -> GpuBudget | None:
-        """What the run's max_gpu_hours leaves this try, after the GPU-hours of the round's earlier tries."""
+    def _budget(self, spec: TrainingJobSpec, context: Context, handle: JobHandle) -> GpuBudget | None:
+        """What the run's max_gpu_hours leaves the job of ``handle``: the limit less every other job
+        this task ran, in every round of tries.
+
+        A clear starts a new round but does not give the GPU-hours back: the tries are recorded in
+        ``task_state_store``, which a clear keeps, and a job no try watched to its end (a try that
+        lost track of it, an earlier round's job stopped by the clear) is recorded when it is next
+        seen. The job being watched is left out: the monitor counts it from its start.
+        """
         limit = self.plan.max_gpu_hours
         if limit is None:
             return None
-        used = sum(attempt.gpu_hours for attempt in self._round_attempts(context))
+        used = gpu_hours_used(_stored_attempts(context), excluding=handle.job_id)
+        self.log.info("GPU-hour budget: %.3f of %g used by earlier jobs of this task", used, limit)
         return GpuBudget(gpus=spec.nodes * spec.gpus_per_node, hours_left=max(limit - used, 0.0))
+
+    def _count_unwatched(
+        self, context: Context, spec: TrainingJobSpec, handle: JobHandle, status: JobStatus, try_number: int
+    ) -> None:
+        """Record a job no try recorded (lost track of, or an earlier round's), for the budget."""
+        if any(attempt.job_id == handle.job_id for attempt in _stored_attempts(context)):
+            return
+        self._record_attempt(
+            context,
+            Attempt(
+                try_number=try_number,
+                job_id=handle.job_id,
+                status=status.raw,
+                decision="not watched to its end by a try; counted for the GPU-hour budget",
+                gpu_hours=_gpu_hours(spec, status),
+                started=status.started,
+                finished=status.finished,
+            ),
+        )
 
     # -- the tries of a round --------------------------------------------------------------------
 
@@ -309,7 +339,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         stored = context["task_state_store"].get(HANDLE_KEY)
         candidates = [
             ("saved by an earlier try", JobHandle.model_validate(stored) if stored else None),
-            ("found under the job name", backend.find(name, since=_round_lower_bound(context))),
+            ("found under the job name", self._found_job(backend, spec, name, context)),
         ]
         for origin, handle in candidates:
             if handle is None:
@@ -331,6 +361,14 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             if status is not None and handle.name == name and status.state in reusable:
                 self.log.info("Reattaching to job %s (%s), %s", handle.job_id, origin, status.raw)
                 return handle
+            if status is not None:
+                earlier_round = handle.name != name
+                last_try = (
+                    self._first_try_of_round(context["ti"]) - 1
+                    if earlier_round
+                    else context["ti"].try_number - 1
+                )
+                self._count_unwatched(context, spec, handle, status, last_try)
         try:
             handle = backend.submit(spec, name)
         except SpecError as exc:
@@ -340,6 +378,27 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
         )
         return handle
+
+    def _found_job(
+        self, backend: TrainingBackend, spec: TrainingJobSpec, name: str, context: Context
+    ) -> JobHandle | None:
+        """The job under this round's name, when its owner tags name this task of this installation.
+
+        The name is predictable, so anyone who may create jobs where this one runs could create one
+        under it (another deployment of the same DAGs, a person, a squatter): adopting it would
+        report someone else's job, and its outputs wherever they point, as this task's. Such a
+        job fails the task, naming it; nothing is reattached, replaced or stopped.
+        """
+        found = backend.find(name, since=_round_lower_bound(context))
+        if found is None or same_owner(spec.owner, found.owner):
+            return found.handle if found else None
+        raise AirflowFailException(
+            f"Job {found.handle.job_id} on {backend.name} carries this task's job name {name}, but it was "
+            f"not launched by this task: its owner tags name {describe_owner(found.owner)}, not "
+            f"{spec.owner}. It was neither reattached to nor replaced. Fix: if it is not yours, find who "
+            "created it (another Airflow deployment sharing the workspace or namespace needs its own "
+            "[aliyun_training] installation_id) and stop or rename it, then clear this task"
+        )
 
     def _wait_until_stopped(self, backend: TrainingBackend, handle: JobHandle) -> JobStatus:
         """Wait for an earlier job that is still stopping: its GPUs are not free, and reattaching to
@@ -437,6 +496,12 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
     ) -> dict[str, Any]:
         handle, status = outcome.handle, outcome.job_status
         if outcome.status is OutcomeStatus.ERROR or status is None:
+            try:
+                last_seen = status or backend.status(handle)
+            except Exception as exc:  # the platform that lost the job may not answer: the next try counts it
+                self.log.warning("Job %s cannot be read to count its GPU-hours now: %s", handle.job_id, exc)
+            else:
+                self._count_unwatched(context, spec, handle, last_seen, context["ti"].try_number)
             raise AirflowException(f"Lost track of job {handle.job_id}: {outcome.message}")
         if outcome.status is OutcomeStatus.FAILED:
             failure = outcome.failure or backend.classify(status, outcome.details, outcome.tail)
@@ -527,6 +592,16 @@ def stop_saved_job(context: Context) -> None:
     if not state.is_terminal:
         operator.log.warning("Task failed with job %s still %s: stopping it", handle.job_id, state.value)
         backend.stop(handle)
+
+
+def gpu_hours_used(attempts: list[Attempt], excluding: str | None = None) -> float:
+    """The GPU-hours of the jobs ``attempts`` name, each job once (its largest record: two tries may
+    have recorded one job, one that lost track of it and one that watched it end), but ``excluding``."""
+    per_job: dict[str, float] = {}
+    for attempt in attempts:
+        if attempt.job_id != excluding:
+            per_job[attempt.job_id] = max(per_job.get(attempt.job_id, 0.0), attempt.gpu_hours)
+    return round(sum(per_job.values()), 6)
 
 
 def _stored_attempts(context: Context) -> list[Attempt]:

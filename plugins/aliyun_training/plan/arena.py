@@ -52,6 +52,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
         "kubernetes_conn_id": kubernetes,
         "namespace": env.namespace,
         "image_pull_secrets": env.image_pull_secrets,
+        "installation": request.installation,
     }
     return cloud.cloud_run_plan(
         request,
@@ -139,6 +140,7 @@ def _staging(
             "kubernetes_conn_id": kubernetes,
             "namespace": env.namespace,
             "dataset": request.dataset,
+            "installation": request.installation,
             **block.model_dump(
                 include={"staging_pvc", "image", "credentials_secret", "region", "oss_endpoint"}
             ),
@@ -147,6 +149,7 @@ def _staging(
         kubernetes_conn_id=kubernetes,
         namespace=env.namespace,
         dataset=request.dataset,
+        installation=request.installation,
         volume_kind=block.volume_kind,
         cpfs_path=versions_directory(block.cpfs_path),
         **block.model_dump(include={"server", "file_system_id", "vpc_mount_target", "vsc_mount_target"}),

@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict
 from aliyun_training.environments import (
     ArenaEnvironment,
     DlcEnvironment,
-    LocalEnvironment,
     blank_required_settings,
     load_environment,
+    load_local_environment,
 )
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
@@ -43,8 +43,7 @@ def backend_config(watched: WatchedBackend) -> dict[str, Any]:
 
     path = Path(watched.environment)
     if watched.backend is Backend.LOCAL:
-        local = load_environment(path, "local") if path.is_file() else LocalEnvironment()
-        return local.model_dump(exclude_none=True)
+        return load_local_environment(path).backend_config()
     environment = load_environment(path, watched.backend.value)
     blank = blank_required_settings(environment)
     if blank:

@@ -220,6 +220,7 @@ def artifacts_plan(request: PlanRequest, environment: CloudEnvironment, oss_conn
     )
     return request.artifacts_plan(
         artifact_root=environment.artifact_root,
+        outputs_root=output_bucket_uri(environment),
         unavailable=unavailable,
         alibaba_cloud_conn_id=oss_conn_id,
     )
@@ -253,6 +254,7 @@ def cloud_run_plan(
 
     prepare = cloud_prepare_plan(request, job, raw, oss_connection) if raw else None
     return RunPlan(
+        installation=request.installation,
         backend=request.form.backend,
         dataset=request.dataset_plan(fixed),
         job=job,

@@ -144,6 +144,7 @@ def _staging(request: PlanRequest, env: DlcEnvironment, connection: str) -> Stag
         provider_type="Lingjun" if env.resource_type == "lingjun" else "Ecs",
         mount_path=env.dataset.mount_path,
         region=env.region,
+        installation=request.installation,
     )
     staging = StagingPlan(
         mode=block.mode,

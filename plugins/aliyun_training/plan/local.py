@@ -8,7 +8,7 @@ a stopped job's processes get to exit.
 
 from __future__ import annotations
 
-from aliyun_training.environments import LocalEnvironment, load_environment
+from aliyun_training.environments import load_local_environment
 from aliyun_training.plan.models import (
     JobPlan,
     PreflightPlan,
@@ -23,17 +23,14 @@ from aliyun_training.spec import Backend, TrainingJobSpec
 def plan_run(request: PlanRequest) -> RunPlan:
     request.form.overrides()  # the local backend reads none: any override is refused, named
     paths, version = request.paths, request.version
-    environment = (
-        load_environment(request.environment, Backend.LOCAL.value)
-        if request.environment.exists()
-        else LocalEnvironment()
-    )
+    environment = load_local_environment(request.environment)
     staging_root = str(paths.cpfs / "datasets" / request.dataset)
     source_uri = request.chosen.source_uri or ""
     # DATA_DIR is set when the staged version is mounted (``spec.mount_staged``): where it was staged.
     spec = TrainingJobSpec.parse({**request.job, "working_dir": str(request.declaration.code_dir)})
-    backend_config = environment.model_dump(exclude_none=True)
+    backend_config = environment.backend_config()
     return RunPlan(
+        installation=request.installation,
         backend=Backend.LOCAL,
         dataset=request.dataset_plan(),
         job=JobPlan(spec=spec, backend_config=backend_config, output_root=str(paths.outputs)),
@@ -43,5 +40,5 @@ def plan_run(request: PlanRequest) -> RunPlan:
         preflight=PreflightPlan(
             source_uri=(request.raw or request.chosen).source_uri, target_root=staging_root
         ),
-        artifacts=request.artifacts_plan(artifact_root=str(paths.artifacts)),
+        artifacts=request.artifacts_plan(artifact_root=str(paths.artifacts), outputs_root=str(paths.outputs)),
     )

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.records import FixedDataset
-from aliyun_training.spec import DATASET_VERSION_PATTERN, Backend, TrainingJobSpec
+from aliyun_training.spec import DATASET_VERSION_PATTERN, INSTALLATION_PATTERN, Backend, TrainingJobSpec
 from aliyun_training.staging.registration import Registration
 from aliyun_training.validation import SpecError
 
@@ -38,6 +38,8 @@ class DatasetPlan(PlanPart):
     #: The version a scheduled run waits for (the raw one, when prepared) up to ``wait_minutes``.
     wait_uri: str | None = None
     wait_minutes: Annotated[int, Field(ge=0)] = 0
+    #: The object whose presence says ``wait_uri`` has landed; None: two equal listings a poll apart.
+    wait_marker: str | None = "_SUCCESS"
     #: ``<dataset>/<version>`` of the raw version the prepare stage converted into this one.
     prepared_from: str | None = None
     #: The connection an ``oss://`` source is listed through.
@@ -156,6 +158,9 @@ class ArtifactsPlan(PlanPart):
     #: The per-epoch series of ``metrics.json`` the report charts and tabulates.
     report_metrics: list[str] = Field(default_factory=lambda: ["train_loss", "test_loss", "test_accuracy"])
     artifact_root: str | None = None
+    #: Where a job's outputs may be collected from: the local outputs directory, or the OSS location
+    #: mounted at the environment's ``output_root``. A job result naming any other place is refused.
+    outputs_root: str | None = None
     #: Why this run publishes nothing (a setting left blank); the artifacts stage then skips.
     unavailable: str | None = None
     #: The connection whose OSS endpoint and credentials read job outputs and write artifacts.
@@ -165,6 +170,9 @@ class ArtifactsPlan(PlanPart):
 class RunPlan(PlanPart):
     """Everything one run will do; ``configure`` returns it and each stage takes its part."""
 
+    #: The Airflow deployment the run belongs to (``[aliyun_training] installation_id``): every job,
+    #: pod and volume it creates is labelled with it, and only it acts on them.
+    installation: Annotated[str, Field(pattern=INSTALLATION_PATTERN)]
     backend: Backend
     dataset: DatasetPlan
     job: JobPlan

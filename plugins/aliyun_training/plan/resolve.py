@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from aliyun_training.declaration import PipelineDeclaration
-from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, load_environment
+from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, check_use, load_environment
 from aliyun_training.form import RunForm, parse_form
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, RunPlan
 from aliyun_training.records import FixedDataset
@@ -35,6 +35,9 @@ class RunContext:
     """What the run is: its logical date, and whether the scheduler (or a backfill) started it."""
 
     logical_date: datetime
+    #: The deployment's installation id (``operators.ownership.installation_id``), labelled on
+    #: everything the run creates.
+    installation: str
     scheduled: bool = False
     #: Whether planning may list the versions' source (a dry run that makes no call at all may not:
     #: a named version is then taken on trust, an empty one is the logical date's).
@@ -69,6 +72,8 @@ class PlanRequest:
     paths: LocalPaths
     #: The backend's environment file (the local backend's may be absent: its defaults apply).
     environment: Path
+    #: The deployment's installation id, labelled on the pods and volumes the run creates.
+    installation: str
     #: The raw version a prepare stage converts, when the declaration has one.
     raw: DatasetChoice | None = field(default=None)
     #: The connection the versions' OSS source is read through.
@@ -109,6 +114,7 @@ class PlanRequest:
             fixed=fixed,
             wait_uri=waited.source_uri if waited.wait_minutes else None,
             wait_minutes=waited.wait_minutes if waited.source_uri else 0,
+            wait_marker=self.declaration.dataset.version.marker,
             prepared_from=f"{self.raw.name}/{self.raw.version}" if self.raw else None,
             alibaba_cloud_conn_id=self.connection,
         )
@@ -158,7 +164,7 @@ def resolve_run(
     ``environment`` replaces the declared environment file of the run's backend (the command line's
     ``--environment``).
     """
-    form = parse_form(params)
+    form = parse_form(params, declaration)
     parameters = declaration.parse_parameters(params)
     declared = declaration.backends.get(form.backend)
     if declared is None:
@@ -167,6 +173,9 @@ def resolve_run(
             f"(fix: choose one of {[b.value for b in declaration.backends]})"
         )
     environment = environment or environment_dir / declared.environment
+    if form.backend is not Backend.LOCAL or environment.is_file():
+        loaded = load_environment(environment, form.backend.value)
+        check_use(loaded, environment, declaration.dag_id, declaration.pipeline.owner)
     sources = dataset_sources(form.backend, environment, declaration, paths)
     raw = choose_version(form, run, declaration, sources.template, sources.connection)
     chosen, prepared_from = raw, None
@@ -183,6 +192,7 @@ def resolve_run(
         environment=environment,
         raw=prepared_from,
         connection=sources.connection,
+        installation=run.installation,
     )
     plan = _planners()[form.backend](request)
     job = plan.job.model_copy(update={"max_gpu_hours": _gpu_budget(form, declaration)})

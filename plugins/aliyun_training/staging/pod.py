@@ -127,13 +127,17 @@ class PodStagerSettings(PodSettings):
 
 def staging_pod_name(settings: PodStagerSettings) -> str:
     """``stage-<dataset>-<version>-<hash>``: a DNS-1123 label, the same for every try of one staging."""
-    identity = "\n".join((settings.source_uri, settings.target_root, settings.version))
+    identity = "\n".join(
+        (settings.installation or "", settings.source_uri, settings.target_root, settings.version)
+    )
     return stable_name(f"stage-{settings.dataset_name}-{settings.version}", identity)
 
 
 def pod_labels(settings: PodStagerSettings) -> dict[str, str]:
     return managed_labels(
-        COMPONENT, **{DATASET_LABEL: settings.dataset_name, VERSION_LABEL: settings.version}
+        COMPONENT,
+        settings.installation,
+        **{DATASET_LABEL: settings.dataset_name, VERSION_LABEL: settings.version},
     )
 
 

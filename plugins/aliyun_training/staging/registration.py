@@ -42,6 +42,8 @@ class PaiDatasetRegistration(BaseModel):
     mount_path: str
     #: The region the PAI dataset's CPFS URI names; None: the connection's.
     region: str | None = None
+    #: The deployment that registers the version: a label of the dataset and the versions it creates.
+    installation: str | None = None
 
 
 class PvcRegistration(BaseModel):
@@ -59,6 +61,10 @@ class PvcRegistration(BaseModel):
     file_system_id: str | None = None
     vpc_mount_target: str | None = None
     vsc_mount_target: str | None = None
+    #: The deployment that creates the PV and claim, labelled on both (``INSTALLATION_LABEL``). A
+    #: version's volume is shared data: another deployment staging the same version into the same
+    #: directory uses it as it is (both are read-only mounts of one directory), never deletes it.
+    installation: str | None = None
 
 
 Registration = Annotated[PaiDatasetRegistration | PvcRegistration, Field(discriminator="kind")]
@@ -123,14 +129,25 @@ def _register_pai_dataset(
         mount_path=register.mount_path,
         version_description=f"{staged.version}: {staged.files} files, {staged.bytes} bytes from "
         f"{staged.source_uri or 'the object store'}, checksum {staged.checksum[:16]}",
+        labels=installation_labels(register.installation),
+        version_labels=installation_labels(register.installation),
     )
+
+
+def installation_labels(installation: str | None) -> dict[str, str]:
+    """The label naming the deployment on a PAI dataset and its versions (the owner tag's key)."""
+    from aliyun_training.spec import JobOwner
+
+    return {JobOwner.tag_key("installation"): installation} if installation else {}
 
 
 def volume_arguments(register: PvcRegistration, version: str) -> dict[str, Any]:
     """Arguments of the version's PV and claim."""
+    from aliyun_training.kubernetes.names import INSTALLATION_LABEL
     from aliyun_training.staging.volumes import version_volume_name
 
     return {
+        "labels": {INSTALLATION_LABEL: register.installation} if register.installation else None,
         "namespace": register.namespace,
         "name": version_volume_name(register.dataset, version),
         "kind": register.volume_kind,

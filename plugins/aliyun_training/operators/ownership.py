@@ -1,0 +1,68 @@
+"""Who owns what this package creates: the deployment's installation id and a task's job owner.
+
+Several Airflow deployments (staging and production, one per team) may share one PAI workspace,
+ACK namespace and OSS buckets. Each job carries its owner (``spec.JobOwner``): the installation
+and the task instance that launched it. The reconciler, a failed run's callback and reattaching by
+name act only on jobs whose owner names this installation, and the job name is derived from it,
+so two deployments running the same scheduled run never share a job, its outputs or its artifacts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION
+from aliyun_training.spec import INSTALLATION_PATTERN, JobOwner
+from aliyun_training.validation import SpecError
+
+
+def installation_id() -> str:
+    """The deployment's ``[aliyun_training] installation_id``, else one derived from its API server.
+
+    The default hashes the address of the deployment's API server, which every worker needs to run a
+    task (``[core] execution_api_server_url``, else ``[api] base_url``, as Airflow itself derives
+    the one from the other): two deployments have two API servers. The metadata database would be
+    the natural identity, but Airflow 3 hides its address from task, callback and trigger processes.
+    """
+    from airflow.providers.common.compat.sdk import conf
+
+    configured = (conf.get(CONFIG_SECTION, INSTALLATION_OPTION, fallback="") or "").strip()
+    if configured:
+        if not re.fullmatch(INSTALLATION_PATTERN, configured):
+            raise SpecError(
+                f"[{CONFIG_SECTION}] {INSTALLATION_OPTION}: {configured!r} is not an installation id "
+                "(fix: lower-case letters, digits and '-', at most 40 characters, e.g. ml-prod)"
+            )
+        return configured
+    execution = conf.get("core", "execution_api_server_url", fallback=None)
+    return derived_installation_id(
+        execution or conf.get("api", "base_url", fallback=None) or DEFAULT_BASE_URL
+    )
+
+
+#: The API server's address Airflow assumes when neither setting names one.
+DEFAULT_BASE_URL = "http://localhost:8080"
+
+
+def derived_installation_id(api_url: str) -> str:
+    """``af-<hash>`` of the API server's scheme, host, port and path (the execution API's
+    ``/execution/`` suffix left off, so a component that sets only the base URL agrees)."""
+    url = urlsplit(api_url.strip())
+    path = url.path.rstrip("/").removesuffix("/execution")
+    address = f"{url.scheme.lower()}://{(url.hostname or '').lower()}:{url.port or ''}{path}"
+    return f"af-{hashlib.sha256(address.encode()).hexdigest()[:10]}"
+
+
+def task_owner(ti: Any, installation: str) -> JobOwner:
+    """The owner of the jobs task instance ``ti`` launches in its current try."""
+    return JobOwner(
+        installation=installation,
+        dag_id=ti.dag_id,
+        run_id=ti.run_id,
+        task_id=ti.task_id,
+        map_index=ti.map_index if ti.map_index is not None else -1,
+        try_number=ti.try_number,
+    )
