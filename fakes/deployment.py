@@ -135,8 +135,11 @@ class Deployment:
         *,
         dags_folder: Path = PROJECT_DIR / "dags",
         worker_concurrency: int = 8,
+        triggerer: bool = True,
     ) -> None:
         self.root = root
+        #: Whether the deployment runs a triggerer (one whose tests defer nothing they wait on need none).
+        self.triggerer = triggerer
         self.dags_folder = dags_folder
         self.worker_concurrency = worker_concurrency
         self.home = root / "airflow"
@@ -189,7 +192,7 @@ class Deployment:
         return {**base, **settings, **tuning, **extra}
 
     def services(self) -> list[str]:
-        names = ["api-server", "scheduler", "dag-processor", "triggerer"]
+        names = ["api-server", "scheduler", "dag-processor", *(["triggerer"] if self.triggerer else [])]
         return [*names, "worker"] if self.backing.executor == "CeleryExecutor" else names
 
     def _command(self, name: str) -> list[str]:
@@ -260,7 +263,7 @@ class Deployment:
             health = httpx.get(f"{self.url}/api/v2/monitor/health", timeout=5).json()
         except httpx.HTTPError:
             return False
-        parts = ["metadatabase", "scheduler", "triggerer", "dag_processor"]
+        parts = ["metadatabase", "scheduler", "dag_processor", *(["triggerer"] if self.triggerer else [])]
         return all((health.get(part) or {}).get("status") == "healthy" for part in parts)
 
     # -- REST API ----------------------------------------------------------------------------------

@@ -70,14 +70,16 @@ def second_airflow(
     account: Account, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Deployment]:
     """Another deployment of the same DAGs against the same account (workspace, namespace, buckets),
-    as staging beside production: its own database, so its own derived installation id."""
-    with _started(account, tmp_path_factory.mktemp("second-deployment"), False, request) as airflow:
+    as staging beside production: its own API server, so its own derived installation id. It runs no
+    triggerer: its runs' deferred tasks wait untouched, as if the triggerer had died."""
+    root = tmp_path_factory.mktemp("second-deployment")
+    with _started(account, root, False, request, triggerer=False) as airflow:
         yield airflow
 
 
 @contextlib.contextmanager
 def _started(
-    account: Account, root: Path, scheduled_runs: bool, request: pytest.FixtureRequest
+    account: Account, root: Path, scheduled_runs: bool, request: pytest.FixtureRequest, triggerer: bool = True
 ) -> Iterator[Deployment]:
     local_root = root / "local"
     tuning = dict(TUNING)
@@ -93,7 +95,7 @@ def _started(
         # Every task process parses the DAG file: the runs here are CIFAR-10's, so only it is declared.
         "ALIYUN_TRAINING_PIPELINES_DIR": str(pipelines_folder(root / "pipelines", "cifar10")),
     }
-    with deployment(root, env, tuning) as airflow:
+    with deployment(root, env, tuning, triggerer=triggerer) as airflow:
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
             reporter.write_line(

@@ -23,6 +23,11 @@ def dlc_conf(**fields: object) -> dict[str, object]:
     return {"backend": "dlc", "nodes": 2, "gpus_per_node": 8, **fields}
 
 
+def arena_conf() -> dict[str, object]:
+    """An ACK run's form; the environment configures the rest."""
+    return {"backend": "arena", "nodes": 2, "gpus_per_node": 8}
+
+
 def logical(version: str) -> str:
     return f"{version}T00:00:00Z"
 

@@ -1,6 +1,7 @@
 """The retraining DAG in a real deployment, driven only through the REST API and the CLI: its runs.
 
-The form's validation, the scheduled weekly run, a DLC and an ACK run, and a backfill. Each test
+The form's validation, the scheduled weekly run, a DLC run, a backfill, and a second deployment
+sharing the account. Each test
 asserts what the user sees (run and task states, the Asset event, the manifest) and what the cloud
 saw (jobs created, images built). Runs under faults are in test_failures.py, against a deployment
 of its own beside this module's.
@@ -25,6 +26,7 @@ from fakes.dlc import EmulatedJob
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
 from tests.e2e.runs import (
     RUN_TIMEOUT,
+    arena_conf,
     assert_no_secret_in_logs,
     assert_succeeded,
     dlc_conf,
@@ -40,10 +42,6 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-runs")]
 def scheduled_runs() -> bool:
     """This module checks the weekly run the scheduler starts once the DAG is turned on."""
     return True
-
-
-def arena_conf() -> dict[str, object]:
-    return {"backend": "arena", "nodes": 2, "gpus_per_node": 8}
 
 
 def test_a_bad_trigger_form_value_is_rejected_by_the_api_before_a_run_exists(airflow: Deployment) -> None:
@@ -94,22 +92,6 @@ def test_a_dlc_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
     assert manifest["runtime"]["digest"].startswith("sha256:")
     events = [e for e in airflow.asset_events("cifar10_model") if e["extra"].get("job_id") == job["job_id"]]
     assert len(events) == 1 and events[0]["extra"]["manifest_uri"].endswith("/manifest.json")
-
-
-def test_an_arena_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
-    airflow: Deployment, account: Account
-) -> None:
-    run_id = airflow.trigger(DAG_ID, arena_conf(), logical("2026-11-22"))
-
-    states = assert_succeeded(airflow, run_id)
-
-    assert states["preflight.check_cluster"] == states["check_rdma"] == "success"
-    job = airflow.xcom(DAG_ID, run_id, "train")
-    [create] = account.kube_creates()
-    assert job["job_id"] == create["metadata"]["name"] or job["display_name"] == create["metadata"]["name"]
-    manifest = manifest_of(account, job["job_id"])
-    assert manifest["job"]["backend"] == "arena" and manifest["dataset"]["version"] == "2026-11-22"
-    assert any(e["extra"].get("job_id") == job["job_id"] for e in airflow.asset_events("cifar10_model"))
 
 
 def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_image_build(
@@ -176,8 +158,7 @@ def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_thei
         wait_until(lambda: dlc["staging"].stop_requested_at is not None, RUN_TIMEOUT, "staging's callback")
 
         # The same run on ACK in both, then deleted in both: each reconciler stops its own job only.
-        for deployment in (production, staging):
-            deployment.start_service("triggerer")
+        production.start_service("triggerer")
         arena = {
             name: d.trigger(
                 DAG_ID, {**arena_conf(), **short}, logical("2026-11-08"), run_id="retrain-2026-11-08"
@@ -198,7 +179,7 @@ def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_thei
     finally:
         for deployment in (production, staging):
             deployment.pause(RECONCILER_DAG_ID)
-            deployment.start_service("triggerer")
+        production.start_service("triggerer")
         account.scripts()
 
     stopped = [(e["name"], e["action"], e["task_state"]) for e in stopped_by_production]
@@ -219,8 +200,7 @@ def installation_of(deployment: Deployment) -> str:
 def dlc_train_job(deployment: Deployment, account: Account, run_id: str, installation: str) -> EmulatedJob:
     """Once the run's train task deferred, kill the triggerer: the DLC job the deployment launched."""
     deployment.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
-    # The stages before train defer too, so the triggerer goes only once train has deferred.
-    deployment.kill_service("triggerer", signal.SIGKILL)
+    deployment.kill_service("triggerer", signal.SIGKILL)  # no on_kill: only the callback may stop it
     tags = [body["Settings"]["Tags"] for body in account.creates()]
     owned = [
         t for t in tags if (t.get("airflow-installation"), t.get("airflow-run-id")) == (installation, run_id)

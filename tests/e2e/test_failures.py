@@ -4,7 +4,8 @@ The pattern of apache/airflow issues #36090, #41231, #67227 and #15588: a trigge
 a user marks a deferred task failed, the cloud throttles. Each test asserts what the user sees (run
 and task states, the manifest) and what the cloud saw (jobs created and stopped). These throttle
 the cloud and kill services, so they run against a deployment of their own (the ``airflow``
-fixture is module-scoped), beside test_deployment.py's.
+fixture is module-scoped), beside test_deployment.py's. The ACK twin of that module's DLC run is
+here too: the two modules run side by side, and that one carries the longer chain of scenarios.
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from tests.e2e.conftest import DAG_ID
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     TRAIN_POLL_SECONDS,
+    arena_conf,
     assert_no_secret_in_logs,
     assert_succeeded,
+    logical,
     long_train,
     manifest_of,
     run_dlc,
@@ -46,6 +49,22 @@ def test_a_run_succeeds_while_30_percent_of_cloud_answers_are_throttling_or_5xx(
     job = airflow.xcom(DAG_ID, run_id, "train")
     assert states["publish_artifacts"] == "success" and manifest_of(account, job["job_id"])
     assert len([c for c in account.creates() if c["DisplayName"] == job["display_name"]]) == 1
+
+
+def test_an_arena_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
+    airflow: Deployment, account: Account
+) -> None:
+    run_id = airflow.trigger(DAG_ID, arena_conf(), logical("2026-11-22"))
+
+    states = assert_succeeded(airflow, run_id)
+
+    assert states["preflight.check_cluster"] == states["check_rdma"] == "success"
+    job = airflow.xcom(DAG_ID, run_id, "train")
+    [create] = account.kube_creates()
+    assert job["job_id"] == create["metadata"]["name"] or job["display_name"] == create["metadata"]["name"]
+    manifest = manifest_of(account, job["job_id"])
+    assert manifest["job"]["backend"] == "arena" and manifest["dataset"]["version"] == "2026-11-22"
+    assert any(e["extra"].get("job_id") == job["job_id"] for e in airflow.asset_events("cifar10_model"))
 
 
 def test_a_killed_and_restarted_triggerer_loses_no_job_and_submits_none_twice(
