@@ -142,8 +142,11 @@ class Account:
         }
 
     def builds(self, repository: str) -> int:
+        """Image builds of ``repository`` that ran (a duplicate canceled by its own run is not one)."""
         repo_id = self.repositories[repository][0]
-        return sum(1 for build in self.acr.builds.values() if build.repo_id == repo_id)
+        return sum(
+            1 for build in self.acr.builds.values() if build.repo_id == repo_id and build.status != "CANCELED"
+        )
 
     @property
     def environment_dir(self) -> Path:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -353,3 +354,31 @@ async def test_the_build_rule_is_found_past_the_first_page_of_rules(acr, repo):
     assert acr.rules[ours.rule_id].image_tag == TAG
     assert acr.builds[handle["build_record_id"]].rule_id == ours.rule_id
     assert [r.query["PageNo"] for r in acr.requests_for("ListRepoBuildRule")] == ["1", "2"]
+
+
+def test_runs_that_start_the_same_tag_at_once_end_with_one_build(acr, repo, rule):
+    """Two backfill runs look for a build of the tag at the same moment, find none and both start
+    one: each lists again and keeps the earliest, so one build runs and both wait for it."""
+    both_looked = threading.Barrier(2)
+
+    class RacingBuilder(AcrBuilder):
+        def _build_rule(self, hook: Any, repo_id: str) -> Any:
+            both_looked.wait(timeout=10)  # both found no build of the tag before either starts one
+            return super()._build_rule(hook, repo_id)
+
+    config = {"instance_id": INSTANCE, "repo_id": repo.repo_id, "build_rule_id": rule.rule_id, "tag": TAG}
+    handles: list[dict[str, Any]] = []
+    threads = [
+        threading.Thread(target=lambda: handles.append(RacingBuilder(**config, image=IMAGE).submit()))
+        for _ in range(2)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+
+    builds = sorted(acr.builds.values(), key=lambda build: build.record_id)
+    assert len(builds) == 2, "both started one"
+    [kept] = [build for build in builds if build.status != "CANCELED"]
+    assert {handle["build_record_id"] for handle in handles} == {kept.record_id}
+    assert sorted(handle["reattached"] for handle in handles) == [False, True]

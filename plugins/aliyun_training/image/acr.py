@@ -9,7 +9,10 @@ elsewhere from our Dockerfile and build context; this builder only makes ACR bui
 2. ``ListRepoBuildRecord``: a record of this repository whose image tag is ``tag`` and that did not
    fail or get canceled is reattached to, so a retried ``submit`` never starts a second build
    (a SUCCESS record is reattached to only while ``GetRepoTag`` still finds the tag: a tag deleted
-   since is built again rather than reported forever as missing);
+   since is built again rather than reported forever as missing). Runs that look at the same moment
+   (a backfill's) both find none and both start one: after starting, each lists again, and every
+   one but the earliest running record of the tag (StartTime, then id) cancels its own and
+   reattaches to that one, so one build of a tag runs;
 3. ``ListRepoBuildRule`` + ``UpdateRepoBuildRule``: the build rule's ImageTag is set to ``tag``,
    only when it differs (the rule's other settings are sent back unchanged);
 4. ``CreateBuildRecordByRule`` starts the build; ``GetRepoBuildRecord`` and
@@ -270,7 +273,20 @@ class AcrBuilder:
                 f"CreateBuildRecordByRule answered no BuildRecordId (RequestId: {body.request_id})"
             )
         log.info("ACR build %s started for %s", body.build_record_id, settings.image)
-        return {**handle, "build_record_id": body.build_record_id, "reattached": False}
+        started = {**handle, "build_record_id": body.build_record_id, "reattached": False}
+        first = self._first_running_record(hook, repo_id)
+        if first is None or first == body.build_record_id:
+            return started
+        # Another run started a build of the same tag between our look and our start (concurrent
+        # backfill runs do): every racer keeps the earliest, so one build runs and the others wait.
+        log.info(
+            "ACR build %s of tag %s started first: canceling ours (%s), reattaching",
+            first,
+            settings.tag,
+            body.build_record_id,
+        )
+        self.stop(started)
+        return {**handle, "build_record_id": first, "reattached": True}
 
     def _repository(self, hook: CrHook) -> str:
         """The repository's id, after checking that ``image`` is in it (a SpecError otherwise)."""
@@ -312,6 +328,17 @@ class AcrBuilder:
             if tag == self.settings.tag and _state(status) != "failed":
                 return record.build_record_id, status
         return None
+
+    def _first_running_record(self, hook: CrHook, repo_id: str) -> str | None:
+        """The earliest build record of ``tag`` still running (by StartTime, then id), or None."""
+        running = [
+            (int(record.start_time or 0), record.build_record_id)
+            for record in hook.build_records(self.settings.instance_id, repo_id, max_pages=MAX_RECORD_PAGES)
+            if record.image
+            and record.image.image_tag == self.settings.tag
+            and _state((record.build_status or "").upper()) == "running"
+        ]
+        return min(running)[1] if running else None
 
     def _build_rule(self, hook: CrHook, repo_id: str) -> Any:
         settings = self.settings
