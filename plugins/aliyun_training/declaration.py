@@ -61,10 +61,12 @@ from aliyun_training.validation import SpecError, check_pattern, field_fix, vali
 #: The suffixes a declarations folder is searched for.
 DECLARATION_SUFFIXES = (".yaml", ".yml")
 #: Launchers a command template may start with; ``{torchrun}`` spans nodes as the platforms start them.
+#: ``--tee=3`` prefixes each line a rank prints with its local rank (``[default3]:``), so a failure
+#: is read from the rank that failed first (``failures.torchrun``), on every backend alike.
 LAUNCHERS = {
     "torchrun": (
         "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
-        "--master_port=$MASTER_PORT --nproc_per_node={procs}"
+        "--master_port=$MASTER_PORT --nproc_per_node={procs} --tee=3"
     ),
 }
 #: Placeholders every command template may use besides the pipeline's parameters.

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
 from aliyun_training.failures import Failure, FailureClass
+from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
 
 #: How many log lines of the failing node a failed task shows in its error.
@@ -115,20 +116,21 @@ class JobMonitor:
         if status.state is not JobState.FAILED:
             return self._outcome(status)
         node = self._failed_node(status)
-        tail = self.backend.tail(self.handle, node, FAILURE_TAIL_LINES)
+        tail = self.backend.tail(self.handle, node, EVIDENCE_LINES)
         return self._failed(status, node, tail, self.backend.failure_details(self.handle))
 
     async def aoutcome(self, status: JobStatus) -> JobOutcome:
         if status.state is not JobState.FAILED:
             return self._outcome(status)
         node = self._failed_node(status)
-        tail = await self.backend.atail(self.handle, node, FAILURE_TAIL_LINES)
+        tail = await self.backend.atail(self.handle, node, EVIDENCE_LINES)
         return self._failed(status, node, tail, await self.backend.afailure_details(self.handle))
 
     def _failed(self, status: JobStatus, node: int, tail: list[str], details: list[str]) -> JobOutcome:
+        """Classify from the node's whole evidence window; keep the excerpt that shows the error."""
         failure = self.backend.classify(status, details, tail)
         self.log.info("Job %s failed: %s", self.handle.job_id, failure.describe())
-        return self._outcome(status, node, tail, details, failure)
+        return self._outcome(status, node, failure_excerpt(tail, FAILURE_TAIL_LINES), details, failure)
 
     def _record(self, status: JobStatus) -> JobStatus:
         """Log a transition, or a new reason within the same status (e.g. why pods stay pending)."""

@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 import random
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -68,6 +69,13 @@ FAILED_SANITY_CHECK = [
 RAN = [("Creating", 1.0), ("Queuing", 1.0), ("EnvPreparing", 1.0), ("Running", 10.0)]
 NEVER_RAN = [("Creating", 1.0), ("Queuing", 10.0)]
 TRAINED = ["Starting training: WORLD_SIZE=2 RANK=0", "epoch 1/3 loss=2.3026"]
+#: A node's whole output after its torchrun received SIGTERM from outside (recorded: see the README
+#: beside it): the agent's "death signal" warning, then the traceback of its SignalException.
+AGENT_STOPPED = (
+    (Path(__file__).resolve().parents[1] / "data" / "torchrun" / "agent_stopped_by_sigterm.log")
+    .read_text()
+    .splitlines()
+)
 NCCL_FAILURE = (
     "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error"
 )
@@ -205,6 +213,19 @@ NCCL_FAILURE = (
             FailureClass.INFRASTRUCTURE,
             "DLC named no reason",
             id="no cause named and no error printed: infrastructure",
+        ),
+        pytest.param(
+            JobScript(
+                phases=RAN,
+                final="Failed",
+                reason_code="JobFailed",
+                reason_message="Pod master-0 exited with code 1",
+                log_lines=AGENT_STOPPED,
+            ),
+            FailureClass.PREEMPTION,
+            "torchrun was stopped from outside: W1203 14:59:09.974000 18464 torch/distributed/elastic/"
+            "agent/server/api.py:753] Received 15 death signal, shutting down workers",
+            id="preemption: torchrun stopped from outside printed a traceback as it died",
         ),
     ],
 )

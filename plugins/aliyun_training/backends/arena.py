@@ -54,7 +54,8 @@ from aliyun_training.backends.base import (
     LogChunk,
     same_owner,
 )
-from aliyun_training.failures import Failure, FailureClass, class_from_text
+from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, class_from_text
+from aliyun_training.failures.torchrun import read_node_output
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, owner_tags
 from aliyun_training.kubernetes.pods import PodProblem, aread_log, pod_problems, read_log, read_or_none
@@ -131,8 +132,6 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     (FailureClass.USER_CODE, re.compile(r"\bOOMKilled\b")),
     (FailureClass.CAPACITY, re.compile(r"\b(?:Unschedulable|FailedScheduling|OutOf\w+)\b|Insufficient \S+")),
 )
-#: Exit codes the shell gives a command it could not run: 126 not executable, 127 not found.
-_CONFIG_EXIT_CODES = frozenset({126, 127})
 
 
 class ArenaBackend:
@@ -399,14 +398,19 @@ class ArenaBackend:
             matched = [line for line in lines if pattern.search(line)]
             if matched:
                 return Failure(failure_class=failure_class, evidence=matched)
-        text = class_from_text([*tail, *lines])
+        text = class_from_text(lines)
         if text is not None:
             return Failure(failure_class=text[0], evidence=[text[1]])
+        # The failing pod's output, read from the rank torchrun saw fail first (not the siblings it
+        # terminated, not the traceback of a torchrun the kubelet stopped).
+        verdict = read_node_output(tail, status.failed_node)
+        if verdict.failure_class is not None:
+            return Failure(failure_class=verdict.failure_class, evidence=verdict.evidence)
         if status.exit_code:
             exited = [line for line in lines if f"(exit code {status.exit_code})" in line]
             evidence = (exited or [f"exit code {status.exit_code}"]) + tail[-1:]
             code_class = (
-                FailureClass.CONFIG if status.exit_code in _CONFIG_EXIT_CODES else FailureClass.USER_CODE
+                FailureClass.CONFIG if status.exit_code in COMMAND_NOT_RUN else FailureClass.USER_CODE
             )
             return Failure(failure_class=code_class, evidence=evidence)
         if status.state is JobState.PENDING:

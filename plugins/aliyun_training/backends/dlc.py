@@ -30,7 +30,8 @@ from aliyun_training.backends.base import (
     LogChunk,
     same_owner,
 )
-from aliyun_training.failures import Failure, FailureClass, class_from_text
+from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, class_from_text
+from aliyun_training.failures.torchrun import read_node_output
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
@@ -198,7 +199,6 @@ TRACEBACK = re.compile(r"Traceback \(most recent call last\)")
 EXIT_CODE = re.compile(
     r"exit(?:ed)?\s+(?:with\s+)?(?:code|status)\s*[:=]?\s*(\d+)|exitcode\s*:\s*(\d+)", re.I
 )
-COMMAND_NOT_RUN = frozenset({126, 127})
 
 
 #: What an MPI launcher gets: it only runs mpirun, so a node's worth of CPU and memory on top of
@@ -864,8 +864,14 @@ def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Fail
     events = [line for line in details if line.startswith("event: ")]
     ran = any(phase.get("status") == "Running" for phase in status.history)
     rules = tuple(rule for rule in DLC_FAILURE_RULES if not (ran and rule[0] is FailureClass.CAPACITY))
-    lines = [*said, *events, *tail]
-    matched = class_from_text(events, rules) or class_from_text(lines) or _script_failure(lines)
+    matched = class_from_text(events, rules) or class_from_text([*said, *events])
+    if matched is None:
+        # The failing pod's own output, read from the rank torchrun saw fail first: a torchrun the
+        # platform stopped prints a traceback as it dies, which is not the script's failure.
+        output = read_node_output(tail, status.failed_node)
+        if output.failure_class is not None:
+            return Failure(failure_class=output.failure_class, evidence=[*said, *output.evidence])
+        matched = _script_failure([*said, *events, *tail])
     if matched is not None:
         return Failure(failure_class=matched[0], evidence=list(dict.fromkeys([*said, matched[1]])))
     return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=said or ["DLC named no reason"])

@@ -70,7 +70,8 @@ from aliyun_training.backends.local_node import (
     split_stamp,
     write_json_atomically,
 )
-from aliyun_training.failures import DATA_ERROR_EXIT, Failure, FailureClass, class_from_text
+from aliyun_training.failures import COMMAND_NOT_RUN, DATA_ERROR_EXIT, Failure, FailureClass
+from aliyun_training.failures.torchrun import EVIDENCE_LINES, read_node_output
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
@@ -157,6 +158,15 @@ def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
         for name, value in environ.items()
         if name in INHERITED_VARIABLES or name.startswith(INHERITED_PREFIXES)
     }
+
+
+def _last_beat(node_dir: Path, pid: dict[str, Any]) -> str:
+    """When the node's supervisor last showed it was alive: its heartbeat, else its start."""
+    try:
+        beat = (node_dir / "heartbeat").stat().st_mtime
+    except FileNotFoundError:
+        return str(pid["started"])
+    return datetime.fromtimestamp(beat, UTC).isoformat(timespec="milliseconds")
 
 
 def _describe_exit(code: int) -> str:
@@ -317,7 +327,7 @@ class LocalBackend(OffloadedAsyncMixin):
                 return JobStatus(state=JobState.STOPPING, raw="Stopping", started=started)
             return JobStatus(state=JobState.STOPPED, raw="Stopped", reason="stopped on request", **times)
 
-        failed = sorted((n for n in nodes if n.failed), key=lambda n: n.finished or "~")
+        failed = self._in_failure_order(handle, [n for n in nodes if n.failed])
         for node in failed:
             if node.vanished:
                 # Its supervisor cannot clean up any more: kill what it left behind on this host.
@@ -353,6 +363,22 @@ class LocalBackend(OffloadedAsyncMixin):
             return JobStatus(state=JobState.PENDING, raw="Launching", started=started)
         return JobStatus(state=JobState.RUNNING, raw="Running", started=started)
 
+    def _in_failure_order(self, handle: JobHandle, failed: list[_NodeState]) -> list[_NodeState]:
+        """Failed nodes, the one where the failure began first: nodes that failed because of another
+        (their torchrun was stopped, their first failed rank lost a peer) after the others, then by
+        when each ended (a vanished node at its last heartbeat)."""
+        if len(failed) < 2:
+            return failed
+
+        def order(node: _NodeState) -> tuple[bool, str]:
+            consequence = (
+                not node.vanished
+                and read_node_output(self.tail(handle, node.rank, EVIDENCE_LINES)).consequence
+            )
+            return consequence, node.finished or "~"
+
+        return sorted(failed, key=order)
+
     def _node_state(self, handle: JobHandle, rank: int) -> _NodeState:
         node_dir = self.root / handle.name / f"node-{rank}"
         try:
@@ -363,13 +389,18 @@ class LocalBackend(OffloadedAsyncMixin):
         with contextlib.suppress(FileNotFoundError):
             exit_info = json.loads((node_dir / "exit.json").read_text())
         alive = not exit_info and self._supervisor_alive(node_dir, pid)
+        finished = exit_info.get("finished")
+        if not exit_info and not alive:
+            # Vanished: it ended, as far as anyone can tell, at its last heartbeat, which orders it
+            # among the nodes that recorded their end (a lost node before the survivors it took down).
+            finished = _last_beat(node_dir, pid)
         return _NodeState(
             rank=rank,
             launched=True,
             alive=alive,
             exit_code=exit_info.get("exit_code"),
             started=pid["started"],
-            finished=exit_info.get("finished"),
+            finished=finished,
         )
 
     @staticmethod
@@ -377,10 +408,7 @@ class LocalBackend(OffloadedAsyncMixin):
         """Alive while its heartbeat is fresh; on the launching host, /proc tells at once."""
         if pid["host"] == socket.gethostname() and proc_start_time(pid["pid"]) != pid["start_time"]:
             return False
-        try:
-            beat = (node_dir / "heartbeat").stat().st_mtime
-        except FileNotFoundError:
-            beat = datetime.fromisoformat(pid["started"]).timestamp()
+        beat = datetime.fromisoformat(_last_beat(node_dir, pid)).timestamp()
         return time.time() - beat < _HEARTBEAT_STALE_SECONDS
 
     def _job(self, handle: JobHandle) -> dict[str, Any]:
@@ -513,13 +541,8 @@ def _owner(job: dict[str, Any]) -> JobOwner | None:
 
 #: The reason code of a job whose launcher died before it started every node.
 LAUNCHER_DIED = "LauncherDied"
-#: Signals that end a process from outside: the machine went away (or an operator killed it).
+#: Signals that end a node's command from outside: the machine went away (or an operator killed it).
 _LOST_SIGNALS = frozenset({"SIGKILL", "SIGTERM", "SIGHUP", "SIGINT"})
-#: torchrun's summary of a worker that a signal ended ("Signal 9 (SIGKILL) received by PID ...",
-#: torch.distributed.elastic's ChildFailedError) and the shell's exit codes 128+9 and 128+15.
-_SIGNALLED_WORKER = re.compile(r"Signal \d+ \((SIGKILL|SIGTERM|SIGHUP)\) received|exitcode\s*:\s*-(9|15)\b")
-#: POSIX shells: 126 found but not executable, 127 not found.
-_COMMAND_NOT_RUN = {126: "the command is not executable", 127: "the command was not found"}
 
 
 def _exit_code_name(node: _NodeState) -> str:
@@ -530,23 +553,23 @@ def _exit_code_name(node: _NodeState) -> str:
 
 
 def classify_local(status: JobStatus, tail: list[str]) -> Failure:
-    """The class of a failed local job from its reason code and the failing node's last lines."""
+    """The class of a failed local job: a node that vanished or whose command a signal ended was
+    lost (preemption); a launcher that died before starting every node is infrastructure; the
+    shell's 126/127 are config; otherwise the failing node's output, read from the rank torchrun
+    saw fail first (:func:`read_node_output`), else its command's own exit code."""
     code = status.reason_code
     if code == "Vanished" or code in _LOST_SIGNALS:
         return Failure(failure_class=FailureClass.PREEMPTION, evidence=[f"{status.reason} ({code})"])
     if code == LAUNCHER_DIED:
         return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=[status.reason])
-    if status.exit_code in _COMMAND_NOT_RUN:
+    if status.exit_code in COMMAND_NOT_RUN:
         return Failure(
             failure_class=FailureClass.CONFIG,
-            evidence=[f"{status.reason}: {_COMMAND_NOT_RUN[status.exit_code]}"],
+            evidence=[f"{status.reason}: {COMMAND_NOT_RUN[status.exit_code]}"],
         )
     if status.exit_code == DATA_ERROR_EXIT:
         return Failure(failure_class=FailureClass.DATA, evidence=[status.reason, *tail[-1:]])
-    signalled = next((line.strip() for line in tail if _SIGNALLED_WORKER.search(line)), None)
-    matched = class_from_text(tail)
-    if signalled and (matched is None or matched[0] is FailureClass.USER_CODE):
-        return Failure(failure_class=FailureClass.PREEMPTION, evidence=[status.reason, signalled])
-    if matched is not None:
-        return Failure(failure_class=matched[0], evidence=[status.reason, matched[1]])
+    verdict = read_node_output(tail, status.failed_node)
+    if verdict.failure_class is not None:
+        return Failure(failure_class=verdict.failure_class, evidence=[status.reason, *verdict.evidence])
     return Failure(failure_class=FailureClass.USER_CODE, evidence=[status.reason])

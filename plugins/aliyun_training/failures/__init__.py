@@ -52,20 +52,37 @@ class Failure(BaseModel):
 #: The exit code of a training script that found its data unusable: sysexits.h's EX_DATAERR ("the
 #: input data was incorrect in some way"), part of the job contract the example scripts follow.
 DATA_ERROR_EXIT = 65
+#: The exit codes POSIX shells give a command they could not run: 126 found but not executable,
+#: 127 not found. The job's configuration names a command that is not there.
+COMMAND_NOT_RUN = {126: "the command is not executable", 127: "the command was not found"}
 
 #: What training output says, checked in order (the first match wins), against a failed job's last
 #: log lines and the platform's messages. Infrastructure comes before user code: an NCCL timeout
 #: ends in a Python traceback too. Sources: NCCL's and PyTorch's own error messages
 #: ("NCCL error", "ncclSystemError", "ProcessGroupNCCL ... Watchdog caught collective operation
-#: timeout", "CUDA error: uncorrectable ECC error", "Xid"), ibverbs' ("ibv_"), CUDA's
+#: timeout", "CUDA error: uncorrectable ECC error", "Xid"), gloo's collective timeout ("Timed out
+#: waiting 5000ms for recv operation to complete": a rank that hangs), ibverbs' ("ibv_"), CUDA's
 #: "CUDA out of memory" / torch.OutOfMemoryError, Python's FileNotFoundError and the shell's
 #: "command not found" / "can't open file", and torchrun's summary of a worker's exit code.
+#: Three of CUDA's errors are not the machine's: a kernel's own assertion (an index out of range
+#: on the device) is the script's; a device ordinal beyond the node's GPUs and an image built for
+#: other GPU architectures ("no kernel image is available") are the job's configuration. They come
+#: first, as the NCCL errors they cause afterwards would read as infrastructure.
 TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
+    (
+        FailureClass.CONFIG,
+        re.compile(
+            r"invalid device ordinal|no kernel image is available for execution"
+            r"|CUDA driver version is insufficient"
+        ),
+    ),
+    (FailureClass.USER_CODE, re.compile(r"CUDA error: device-side assert triggered")),
     (
         FailureClass.INFRASTRUCTURE,
         re.compile(
             r"NCCL (?:error|WARN .*(?:timeout|unhandled))|nccl\w*Error|ProcessGroupNCCL.*[Tt]imeout"
             r"|Watchdog caught collective operation timeout|ibv_\w+ failed|RDMA\S* (?:error|failure)"
+            r"|Timed out waiting \d+ms for (?:send|recv) operation"
             r"|ECC error|\bXid\b"
             r"|CUDA error: (?!out of memory)|GPU is lost|fell off the bus",
         ),

@@ -1,0 +1,317 @@
+"""Failures of real multi-rank, multi-node torchrun jobs, classified by where they began.
+
+Each live case runs torch's own ``torchrun`` (the launcher line declarations use, ``--tee=3``
+included) on 2 nodes of 2 or 4 ranks through the local backend, makes one rank or node fail the
+way the case says (a script error, exit 65, a signal from outside, a lost node, a hang), and reads
+the outcome the way the training operator does (``JobMonitor.outcome``). What the classifiers see
+is therefore what torchrun printed here, never a hand-written imitation. The failing node's output
+is then given to the DLC and ACK classifiers as that pod's log, which is what it would be there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus
+from aliyun_training.backends.dlc import classify_dlc
+from aliyun_training.backends.local import LocalBackend, classify_local
+from aliyun_training.backends.local_node import job_pids
+from aliyun_training.declaration import LAUNCHERS
+from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryAction
+from aliyun_training.monitor import JobMonitor, JobOutcome
+from aliyun_training.spec import TrainingJobSpec
+
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun-corpus")]
+
+RANKS_SCRIPT = Path(__file__).resolve().parents[1] / "data" / "torchrun" / "ranks.py"
+TORCHRUN_DIR = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class LiveCase:
+    """One way a distributed job fails, caused for real, and what it must be read as."""
+
+    name: str
+    expected: FailureClass
+    #: The node and global rank that failed first (rank None: torchrun names none).
+    node: int
+    rank: int | None
+    procs: int = 2
+    env: dict[str, str] = field(default_factory=dict)
+    #: Done from outside once every rank runs: ("rank", RANK, signal), ("agent", node, signal) or
+    #: ("node", node, signal).
+    kill: tuple[str, int, signal.Signals] | None = None
+    #: Decided by the local node's supervisor alone (a vanished node): no pod log to read elsewhere.
+    local_only: bool = False
+    #: Whether torchrun prefixes the ranks' lines (``--tee=3``, as the declarations' launcher does);
+    #: a command of its own may run torchrun without it.
+    tee: bool = True
+
+
+def rank_fails(rank: int, mode: str, **env: str) -> dict[str, str]:
+    """The environment that makes global ``rank`` fail by ``mode`` (see ranks.py)."""
+    return {"FAIL_RANK": str(rank), "FAIL_MODE": mode, **env}
+
+
+WAIT = {"FAIL_MODE": "wait"}
+GLOO = {"COLLECTIVES": "1"}
+USER, DATA, CONFIG = FailureClass.USER_CODE, FailureClass.DATA, FailureClass.CONFIG
+LOST, MACHINES = FailureClass.PREEMPTION, FailureClass.INFRASTRUCTURE
+
+CASES = [
+    LiveCase("script error on rank 3 of 2x2", USER, 1, 3, env=rank_fails(3, "raise")),
+    LiveCase("script error on rank 5 of 2x4", USER, 1, 5, procs=4, env=rank_fails(5, "raise")),
+    LiveCase("script error on rank 1, ranks not teed", USER, 0, 1, env=rank_fails(1, "raise"), tee=False),
+    LiveCase("exit 65 on rank 2, ranks not teed", DATA, 1, 2, env=rank_fails(2, "exit65"), tee=False),
+    LiveCase("exit 65 on rank 1", DATA, 0, 1, env=rank_fails(1, "exit65")),
+    LiveCase("MemoryError on rank 2", USER, 1, 2, env=rank_fails(2, "memory")),
+    LiveCase("missing dataset file on rank 0", DATA, 0, 0, env=rank_fails(0, "missing")),
+    LiveCase("missing module on rank 2", CONFIG, 1, 2, env=rank_fails(2, "import")),
+    LiveCase("rank 2 SIGKILLed from outside", LOST, 1, 2, env=WAIT, kill=("rank", 2, signal.SIGKILL)),
+    LiveCase("rank 1 SIGTERMed from outside", LOST, 0, 1, env=WAIT, kill=("rank", 1, signal.SIGTERM)),
+    LiveCase("torchrun of node 1 SIGTERMed", LOST, 1, None, env=WAIT, kill=("agent", 1, signal.SIGTERM)),
+    LiveCase("node 0 lost whole", LOST, 0, None, env=WAIT, kill=("node", 0, signal.SIGKILL), local_only=True),
+    LiveCase("script error on rank 3 mid-collective", USER, 1, 3, env=rank_fails(3, "raise", **GLOO)),
+    LiveCase(
+        "rank 3 SIGKILLed mid-collective",
+        LOST,
+        1,
+        3,
+        env=rank_fails(3, "wait", **GLOO),
+        kill=("rank", 3, signal.SIGKILL),
+    ),
+    LiveCase(
+        "rank 1 hangs in the collectives",
+        MACHINES,
+        -1,
+        None,
+        env=rank_fails(1, "hang", COLLECTIVE_TIMEOUT="3", **GLOO),
+    ),
+]
+
+
+@dataclass
+class LiveRun:
+    outcome: JobOutcome
+    status: JobStatus
+    #: The failing node's last lines as the classifiers read them (``EVIDENCE_LINES``).
+    evidence: list[str]
+    log: list[str]
+
+
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _run(backend: LocalBackend, case: LiveCase, pid_dir: Path) -> LiveRun:
+    launcher = (
+        LAUNCHERS["torchrun"].format(procs=case.procs).replace("torchrun", f"{TORCHRUN_DIR}/torchrun", 1)
+    )
+    if not case.tee:
+        launcher = launcher.replace(" --tee=3", "")
+    spec = TrainingJobSpec(
+        nodes=2,
+        command=f"{launcher} {RANKS_SCRIPT}",
+        env={"PID_DIR": str(pid_dir), **case.env},
+    )
+    handle = backend.submit(
+        spec, "corpus-" + "".join(c if c.isalnum() else "-" for c in case.name.lower())[:40]
+    )
+    try:
+        if case.kill is not None:
+            _kill_when_running(backend, handle, case, pid_dir)
+        status = _wait_terminal(backend, handle)
+        logger = logging.getLogger(f"corpus.{handle.job_id}")
+        collect = _Collect()
+        logger.addHandler(collect)
+        logger.propagate = False
+        outcome = JobMonitor(backend, handle, logger).outcome(status)
+        evidence = backend.tail(handle, outcome.failed_node or 0, 500)
+        return LiveRun(outcome=outcome, status=status, evidence=evidence, log=collect.lines)
+    finally:
+        backend.stop(handle)
+
+
+def _kill_when_running(backend: LocalBackend, handle: JobHandle, case: LiveCase, pid_dir: Path) -> None:
+    assert case.kill is not None
+    what, which, signum = case.kill
+    ranks = 2 * case.procs
+    deadline = time.monotonic() + 90
+    while len(list(pid_dir.glob("rank-*.pid"))) < ranks:
+        assert time.monotonic() < deadline, f"{case.name}: the ranks did not start"
+        time.sleep(0.1)
+    time.sleep(0.5)
+    if what == "rank":
+        os.kill(int((pid_dir / f"rank-{which}.pid").read_text()), signum)
+    elif what == "agent":
+        [agent] = [pid for pid in job_pids(f"{handle.job_id}:node-{which}\0") if _is_torchrun(pid)]
+        os.kill(agent, signum)
+    else:
+        supervisor = int(
+            (backend.root / handle.name / f"node-{which}" / "pid.json")
+            .read_text()
+            .split('"pid": ')[1]
+            .split(",")[0]
+        )
+        os.kill(supervisor, signum)
+        for pid in job_pids(f"{handle.job_id}:node-{which}\0"):
+            os.kill(pid, signum)
+
+
+def _is_torchrun(pid: int) -> bool:
+    """The torchrun agent itself (``python .../torchrun ...``), not the shell whose command names it."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return any(arg.endswith(b"/torchrun") for arg in argv[:2])
+
+
+def _wait_terminal(backend: LocalBackend, handle: JobHandle, timeout: float = 120) -> JobStatus:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = backend.status(handle)
+        if status.state.is_terminal:
+            return status
+        time.sleep(0.2)
+    raise AssertionError(f"job {handle.name} still {backend.status(handle).raw} after {timeout} s")
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveRun]]:
+    """Every live case, run side by side (their ranks mostly wait), once for the module."""
+    root = tmp_path_factory.mktemp("corpus")
+    backend = LocalBackend(root=str(root / "runs"), stop_grace_seconds=2)
+    pid_dirs = {case.name: root / "pids" / str(i) for i, case in enumerate(CASES)}
+    for pid_dir in pid_dirs.values():
+        pid_dir.mkdir(parents=True)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        runs = {case.name: pool.submit(_run, backend, case, pid_dirs[case.name]) for case in CASES}
+        yield {name: future.result() for name, future in runs.items()}
+
+
+def _action(failure_class: FailureClass) -> RecoveryAction:
+    return DEFAULT_RECOVERY[failure_class].action
+
+
+@pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
+def test_the_local_backend_reads_each_failure_from_where_it_began(
+    live: dict[str, LiveRun], case: LiveCase
+) -> None:
+    run = live[case.name]
+    failure = run.outcome.failure
+
+    assert run.status.state is JobState.FAILED
+    assert failure is not None
+    assert (failure.failure_class, _action(failure.failure_class)) == (
+        case.expected,
+        _action(case.expected),
+    ), (
+        failure.describe(),
+        run.evidence[-40:],
+    )
+    if case.node >= 0:
+        assert run.outcome.failed_node == case.node, (failure.describe(), run.status.reason)
+    if case.rank is not None:
+        first = f"rank {case.rank} (local_rank {case.rank % case.procs}) on node {case.node} failed first"
+        assert any(first in line for line in failure.evidence), failure.evidence
+        # The task log names it too.
+        assert any(first in line for line in run.log), run.log
+
+
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if not c.local_only], ids=[c.name for c in CASES if not c.local_only]
+)
+def test_the_failing_nodes_output_as_a_pod_log_reads_alike_on_dlc_and_ack(
+    live: dict[str, LiveRun], case: LiveCase
+) -> None:
+    """On DLC and ACK the failed pod's log is this node's output; the platform adds no reason of
+    its own here (a pod that exited non-zero), so the output decides as it does locally."""
+    run = live[case.name]
+    node = run.outcome.failed_node
+    dlc_status = JobStatus(state=JobState.FAILED, raw="Failed", failed_node=node, exit_code=1)
+    ack_status = JobStatus(
+        state=JobState.FAILED,
+        raw="Failed",
+        failed_node=node,
+        exit_code=1,
+        reason=f"pod worker-{node}: Error (exit code 1)",
+    )
+
+    dlc = classify_dlc(dlc_status, [], run.evidence)
+    ack = ArenaBackend(namespace="training").classify(ack_status, [], run.evidence)
+
+    assert dlc.failure_class is case.expected, dlc.describe()
+    assert ack.failure_class is case.expected, ack.describe()
+
+
+def test_the_shown_excerpt_holds_the_failed_ranks_error_however_long_the_summary(
+    live: dict[str, LiveRun],
+) -> None:
+    """2x4 ranks: torchrun's summary of the three ranks it terminated comes after rank 5's error; the
+    task's error still shows rank 5's own exception and the root cause."""
+    run = live["script error on rank 5 of 2x4"]
+
+    shown = run.outcome.tail
+
+    assert len(shown) <= 50
+    assert any("ValueError: batch of shape" in line and line.startswith("[default1]:") for line in shown), (
+        shown
+    )
+    assert any("Root Cause (first observed failure)" in line for line in shown), shown
+    terminated = [line for line in run.evidence if "Signal 15 (SIGTERM) received by PID" in line]
+    assert len(terminated) == 3, "the three siblings torchrun terminated, in its summary"
+
+
+RECORDED = json.loads((RANKS_SCRIPT.parent / "recorded_rank_errors.json").read_text())["cases"]
+
+
+@pytest.mark.parametrize("recorded", RECORDED, ids=[case["name"] for case in RECORDED])
+def test_gpu_errors_recorded_from_real_runs_are_read_from_the_failed_rank_on_every_backend(
+    live: dict[str, LiveRun], recorded: dict
+) -> None:
+    """What a CPU machine cannot cause (CUDA and NCCL errors), recorded from real runs (the JSON
+    names each source), put in place of rank 3's own lines in the live 2x2 run's output: torchrun's
+    real summary around a real rank error. Every backend reads the rank's error, not the siblings'."""
+    run = live["script error on rank 3 of 2x2"]
+    output = _with_rank_lines(run.evidence, "[default1]:", recorded["lines"])
+    expected = FailureClass(recorded["expected"])
+    status = run.status.model_copy(update={"failed_node": 1})
+
+    local = classify_local(status, output)
+    dlc = classify_dlc(JobStatus(state=JobState.FAILED, raw="Failed", failed_node=1, exit_code=1), [], output)
+    ack = ArenaBackend(namespace="training").classify(
+        JobStatus(state=JobState.FAILED, raw="Failed", failed_node=1, exit_code=1), [], output
+    )
+
+    assert [local.failure_class, dlc.failure_class, ack.failure_class] == [expected] * 3, (
+        local.describe(),
+        dlc.describe(),
+        ack.describe(),
+    )
+    assert any("rank 3 (local_rank 1) on node 1 failed first" in line for line in local.evidence)
+
+
+def _with_rank_lines(output: list[str], prefix: str, lines: list[str]) -> list[str]:
+    """``output`` with the error that rank printed (its lines after its start line) replaced by ``lines``."""
+    own = [i for i, line in enumerate(output) if line.startswith(prefix) and "started" not in line]
+    assert own, "the live run's failed rank printed its error"
+    kept = [line for i, line in enumerate(output) if i not in set(own)]
+    return [*kept[: own[0]], *(prefix + line for line in lines), *kept[own[0] :]]
