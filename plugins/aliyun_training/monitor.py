@@ -55,6 +55,24 @@ class GpuBudget(BaseModel):
         return self.gpus > 0 and self.used(status) > self.hours_left
 
 
+#: What keeps a job's pods waiting for good: the kubelet's image-pull and container-config waits
+#: (pkg/kubelet/images/types.go: ErrImagePull, ImagePullBackOff, InvalidImageName,
+#: ErrImageNeverPull; pkg/kubelet/container/sync_result.go: CreateContainerConfigError, a missing
+#: Secret or ConfigMap key). The kubelet retries a pull with back-off, so a registry hiccup clears
+#: within a poll or two: a job still blocked after ``BLOCKED_POLLS`` polls in a row is stopped
+#: instead of holding its GPU nodes until ``timeout_minutes``; a bad image name at once.
+BLOCKING_REASONS: dict[str, FailureClass] = {
+    "ErrImagePull": FailureClass.CONFIG,
+    "ImagePullBackOff": FailureClass.CONFIG,
+    "InvalidImageName": FailureClass.CONFIG,
+    "ErrImageNeverPull": FailureClass.CONFIG,
+    "CreateContainerConfigError": FailureClass.CONFIG,
+}
+#: Blocking reasons no retry by the kubelet can clear: the job is stopped at the first sight.
+_BLOCKED_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
+BLOCKED_POLLS = 3
+
+
 class JobMonitor:
     """Polls one job, logging transitions and new log lines as they happen."""
 
@@ -74,6 +92,8 @@ class JobMonitor:
         self.last_raw_status = last_raw_status
         self.last_reason = ""
         self.budget = budget
+        #: Polls in a row that found the job blocked by one of ``BLOCKING_REASONS``.
+        self.blocked_polls = 0
 
     def poll(self) -> JobStatus:
         """Read the status once, log the new log lines and then what changed, and return the status.
@@ -92,11 +112,25 @@ class JobMonitor:
             pass
         return self._record(status)
 
-    def over_budget(self, status: JobStatus) -> bool:
-        """True once a running job has used the GPU-hours left to its run; the caller stops it."""
-        return self.budget is not None and self.budget.exceeded(status)
+    def give_up(self, status: JobStatus) -> JobOutcome | None:
+        """The outcome of a job that is not finished but must not go on, which the caller stops: it
+        used the GPU-hours left to its run (``budget``), or its pods have been blocked by a reason
+        waiting does not fix (``BLOCKING_REASONS``) for ``BLOCKED_POLLS`` polls; None otherwise."""
+        if status.state.is_terminal:
+            return None
+        if self.budget is not None and self.budget.exceeded(status):
+            return self._budget_outcome(status)
+        blocked = BLOCKING_REASONS.get(status.reason_code)
+        self.blocked_polls = self.blocked_polls + 1 if blocked else 0
+        if blocked and (self.blocked_polls >= BLOCKED_POLLS or status.reason_code in _BLOCKED_AT_ONCE):
+            evidence = f"{status.reason_code} for {self.blocked_polls} polls in a row: {status.reason}"
+            self.log.error("Job %s is blocked (%s): stopping it", self.handle.job_id, evidence)
+            failure = Failure(failure_class=blocked, evidence=[evidence])
+            stopped = status.model_copy(update={"reason": evidence})
+            return self._outcome(stopped, failure=failure, ended=OutcomeStatus.FAILED)
+        return None
 
-    def budget_outcome(self, status: JobStatus) -> JobOutcome:
+    def _budget_outcome(self, status: JobStatus) -> JobOutcome:
         """The outcome of a job stopped for using up its run's GPU-hours (class ``budget``)."""
         assert self.budget is not None
         used = self.budget.used(status)

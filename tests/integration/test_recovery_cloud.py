@@ -9,6 +9,7 @@ end, ``execute_complete`` turns the event into the result or the classified erro
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +19,9 @@ from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow.sdk.exceptions import TaskDeferred
 
 from aliyun_training.backends.arena_manifests import GROUP
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.failures import FailureClass
+from aliyun_training.monitor import JobMonitor
 from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
 from fakes.base import ManualClock
@@ -177,3 +180,45 @@ def test_a_preemption_on_ack_runs_a_second_job_that_resumes(fake: KubernetesFake
     assert "RESUME_FROM" not in first and second["RESUME_FROM"] == first["CHECKPOINT_DIR"]
     assert [a["failure_class"] for a in result["attempts"]] == ["preemption", None]
     assert result["attempts"][0]["job_id"] != result["attempts"][1]["job_id"], "two jobs ran"
+
+
+def test_a_training_job_whose_image_cannot_be_pulled_fails_as_config_within_a_few_polls_and_frees_its_nodes(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    """The kubelet backs off pulling for ever; the task does not wait out its timeout_minutes (60)
+    holding the GPU nodes: after BLOCKED_POLLS polls in a row it deletes the job and fails, config."""
+    fake.default_script = TrainingScript(outcome="ImagePullBackOff")
+    op, store = ack_operator(), MemoryTaskStateStore()
+    started = time.monotonic()
+
+    failed = fail_try(op, 1, store, lambda: test_arena_recovery.advance(fake, clock, 30))
+
+    assert failed.failure.failure_class is FailureClass.CONFIG, failed.failure.evidence
+    assert "ImagePullBackOff for 3 polls in a row" in failed.failure.evidence[0]
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
+    assert time.monotonic() - started < 30, "a few poll intervals (0.05 s), not the 60-minute timeout"
+    deleted = [r for r in fake.requests if r.method == "DELETE" and "/pytorchjobs/" in r.path]
+    assert len(deleted) == 1, "the job (and with it its pods) was deleted"
+
+
+def test_a_job_with_a_bad_image_name_is_stopped_at_the_first_sight() -> None:
+    """InvalidImageName is not retried by the kubelet: no poll later can see it pulled."""
+    monitor = JobMonitor(
+        _NoBackend(), JobHandle(backend="arena", job_id="j", name="j"), logging.getLogger("t")
+    )
+    pulling = JobStatus(
+        state=JobState.PENDING, raw="Created", reason_code="ImagePullBackOff", reason="pod w-0"
+    )
+    invalid = pulling.model_copy(update={"reason_code": "InvalidImageName"})
+    running = JobStatus(state=JobState.RUNNING, raw="Running")
+
+    assert [monitor.give_up(s) is None for s in (pulling, pulling, running, pulling)] == [True] * 4, (
+        "a back-off that clears in between starts the count again"
+    )
+    outcome = monitor.give_up(invalid)
+    assert outcome is not None and outcome.failure is not None
+    assert outcome.failure.failure_class is FailureClass.CONFIG
+
+
+class _NoBackend:
+    """give_up decides from the status alone; it calls nothing of the backend."""

@@ -294,7 +294,7 @@ def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict
             "replicas": spec.nodes,
             "template": worker,
             "backoffLimit": settings.backoff_limit,
-            "activeDeadlineSeconds": spec.timeout_minutes * 60,
+            "activeDeadlineSeconds": active_deadline_seconds(spec),
         }
     else:
         job_spec = {"runPolicy": _run_policy(spec, settings), kind.replica_specs_key: replicas}
@@ -447,9 +447,21 @@ def _replica_roles(spec: TrainingJobSpec, kind: JobKind) -> list[tuple[str, int,
     return [("Worker", spec.nodes, "Never", True)]
 
 
+#: How much longer than the task's ``timeout_minutes`` the cluster lets the job run. The task stops
+#: the job at its timeout and classifies why it was stuck (pending: capacity; running: a hang);
+#: the training-operator's own deadline is the backstop for a job whose task is gone, and must not
+#: fail the job at the same instant and pre-empt that classification.
+DEADLINE_MARGIN_MINUTES = 10
+
+
+def active_deadline_seconds(spec: TrainingJobSpec) -> int:
+    """The job's ``activeDeadlineSeconds``: its timeout plus ``DEADLINE_MARGIN_MINUTES``."""
+    return (spec.timeout_minutes + DEADLINE_MARGIN_MINUTES) * 60
+
+
 def _run_policy(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any]:
     policy: dict[str, Any] = {
-        "activeDeadlineSeconds": spec.timeout_minutes * 60,
+        "activeDeadlineSeconds": active_deadline_seconds(spec),
         "backoffLimit": settings.backoff_limit,
         "cleanPodPolicy": settings.clean_pod_policy,
     }

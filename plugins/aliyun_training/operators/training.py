@@ -133,9 +133,10 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         remaining = self._remaining(spec, status)
         if not status.state.is_terminal and remaining.total_seconds() <= 0:
             self._stop_after_timeout(context, backend, handle, spec)
-        if monitor.over_budget(status):
+        given_up = monitor.give_up(status)
+        if given_up is not None:
             backend.stop(handle)
-            return self._finish(context, spec, backend, monitor.budget_outcome(status))
+            return self._finish(context, spec, backend, given_up)
         if status.state.is_terminal:
             return self._finish(context, spec, backend, monitor.outcome(status))
         if self.deferrable:
@@ -449,9 +450,10 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         while True:
             time.sleep(self.poll_interval)
             status = monitor.poll()
-            if monitor.over_budget(status):
+            given_up = monitor.give_up(status)
+            if given_up is not None:
                 backend.stop(monitor.handle)
-                return self._finish(context, spec, backend, monitor.budget_outcome(status))
+                return self._finish(context, spec, backend, given_up)
             if status.state.is_terminal:
                 return self._finish(context, spec, backend, monitor.outcome(status))
             if time.monotonic() >= deadline:

@@ -65,9 +65,10 @@ class TrainingJobTrigger(PollingTrigger):
 
     async def poll(self) -> JobOutcome | None:
         status = await self._monitor.apoll()
-        if self._monitor.over_budget(status):
+        given_up = self._monitor.give_up(status)
+        if given_up is not None:
             await self.stop()
-            return self._monitor.budget_outcome(status)
+            return given_up
         return await self._monitor.aoutcome(status) if status.state.is_terminal else None
 
     def outcome(self, status: OutcomeStatus, message: str = "") -> JobOutcome:
