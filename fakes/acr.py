@@ -460,11 +460,16 @@ class AcrEmulator(RamAuthorizedEmulator):
 
     def _list_repo_build_record(self, request: ApiRequest) -> dict[str, Any]:
         repo = self._repository(request.query)
-        records = sorted(
-            (b for b in self.builds.values() if b.repo_id == repo.repo_id),
-            key=lambda b: b.created_at,
-            reverse=True,
-        )
+        # Newest first; builds created at the same instant (a frozen clock) in reverse creation order.
+        records = [
+            b
+            for _, _, b in sorted(
+                ((b.created_at, index, b) for index, b in enumerate(self.builds.values())),
+                key=lambda entry: entry[:2],
+                reverse=True,
+            )
+            if b.repo_id == repo.repo_id
+        ]
         page, page_no, page_size = _page(records, request.query)
         return {
             "BuildRecords": [

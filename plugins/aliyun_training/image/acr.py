@@ -330,15 +330,17 @@ class AcrBuilder:
         return None
 
     def _first_running_record(self, hook: CrHook, repo_id: str) -> str | None:
-        """The earliest build record of ``tag`` still running (by StartTime, then id), or None."""
+        """The earliest-created build record of ``tag`` still running, or None: the last one in
+        ListRepoBuildRecord's newest-first order. (StartTime cannot order them: a pending build's
+        changes when it starts, so two racers looking at different moments would disagree.)"""
         running = [
-            (int(record.start_time or 0), record.build_record_id)
+            record.build_record_id
             for record in hook.build_records(self.settings.instance_id, repo_id, max_pages=MAX_RECORD_PAGES)
             if record.image
             and record.image.image_tag == self.settings.tag
             and _state((record.build_status or "").upper()) == "running"
         ]
-        return min(running)[1] if running else None
+        return running[-1] if running else None
 
     def _build_rule(self, hook: CrHook, repo_id: str) -> Any:
         settings = self.settings
