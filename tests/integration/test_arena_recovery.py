@@ -105,6 +105,26 @@ CASES = [
         id="pending-long",
     ),
     pytest.param(
+        TrainingScript(
+            outcome="Evicted",
+            failing_replica="worker",
+            message='Container pytorch exceeded its local ephemeral storage limit "10Gi". ',
+        ),
+        FailureClass.USER_CODE,
+        'exceeded its local ephemeral storage limit "10Gi"',
+        id="evicted-for-its-own-storage-limit",
+    ),
+    pytest.param(
+        TrainingScript(
+            outcome="Evicted",
+            failing_replica="master",
+            message='Usage of EmptyDir volume "dshm" exceeds the limit "2Gi". ',
+        ),
+        FailureClass.USER_CODE,
+        'Usage of EmptyDir volume "dshm" exceeds the limit "2Gi"',
+        id="evicted-for-its-emptydir-limit",
+    ),
+    pytest.param(
         TrainingScript(outcome="Evicted", failing_replica="master"),
         FailureClass.PREEMPTION,
         "Evicted The node was low on resource: memory.",
@@ -452,3 +472,25 @@ def test_credentials_still_rejected_after_reloading_fail_the_call(
 
     assert sync_rejected.value.status == 401 and async_rejected.value.status == 401
     assert [r.status for r in fake.requests].count(401) == 4, "each call tried once more, then gave up"
+
+
+def test_a_failed_job_whose_pods_the_operator_deleted_is_classified_from_the_jobs_events(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    """cleanPodPolicy All: once the job failed the training-operator deletes every pod, and with
+    them their statuses and logs; its ExitedWithCode event on the job still names the exit."""
+    fake.default_script = TrainingScript(outcome="ExitCode", exit_code=127, failing_replica="worker")
+    ack = backend(clean_pod_policy="All")
+    handle = ack.submit(spec(), NAME)
+    advance(fake, clock, 30)
+    advance(fake, clock, 30)
+
+    status = ack.status(handle)
+    details = ack.failure_details(handle)
+    failure = ack.classify(status, details, ack.tail(handle, status.failed_node or 0))
+
+    assert status.state is JobState.FAILED
+    assert not [line for line in details if line.startswith("pod ")], "no pod is left to read"
+    assert failure.failure_class is FailureClass.CONFIG, (failure.evidence, details)
+    assert any("ExitedWithCode" in line and "exited with code 127" in line for line in failure.evidence)
+    assert asyncio.run(ack.afailure_details(handle)) == details, "the trigger reads the same"

@@ -160,6 +160,44 @@ def test_a_container_waiting_to_restart_names_why_it_stopped_last() -> None:
     ]
 
 
+def test_a_worker_restarted_in_place_keeps_how_its_last_run_ended() -> None:
+    """restartPolicy OnFailure: the kubelet restarted the OOM-killed worker in the same pod, which
+    runs again (restartCount 1); only lastState still says OOMKilled, and the failure it explains
+    (the job failing later, on another node) must not lose it."""
+    data = pod_json()
+    data["status"]["phase"] = "Running"
+    data["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    data["status"]["containerStatuses"] = [
+        {
+            "name": "pytorch",
+            "image": "repo/train:1",
+            "imageID": "",
+            "ready": True,
+            "restartCount": 1,
+            "state": {"running": {"startedAt": "2026-12-01T10:05:00Z"}},
+            "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled"}},
+        }
+    ]
+    failed = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJob job is failed", failed_node=0)
+
+    assert pod_problems(data) == [PodProblem("exited", "OOMKilled", "", "pytorch", 137)]
+    failure = ArenaBackend(namespace="training").classify(failed, _pod_problems([data]), [])
+    assert failure.failure_class is FailureClass.USER_CODE, failure.evidence
+    assert failure.evidence == ["pod job-worker-0: container pytorch OOMKilled (exit code 137)"]
+
+
+def test_a_pod_the_training_operator_deleted_is_read_from_the_jobs_events() -> None:
+    """cleanPodPolicy All: the pods are gone when the job is Failed; the training-operator's
+    ExitedWithCode event on the job still says which pod exited how."""
+    failed = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJob demo is failed")
+    details = ["event demo: ExitedWithCode: Pod: training.demo-worker-0 exited with code 127"]
+
+    failure = ArenaBackend(namespace="training").classify(failed, details, [])
+
+    assert failure.failure_class is FailureClass.CONFIG, failure.evidence
+    assert failure.evidence[0] == details[0]
+
+
 @pytest.mark.parametrize(
     ("pod", "reason"),
     [

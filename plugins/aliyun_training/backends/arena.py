@@ -89,7 +89,8 @@ _PROBLEM_RANK = {"ended": 0, "disrupted": 1, "exited": 2, "waiting": 3, "unsched
 #: A failed job's evidence -> class, checked in order (the first match wins) over its status reason
 #: and ``failure_details`` lines, which name each pod and its reason; then the log tail's text rules
 #: (``failures.class_from_text``), then the exit code. A data rule comes first because the scheduler
-#: words an unbound claim as Unschedulable too; config before preemption: no retry fixes it. Sources:
+#: words an unbound claim as Unschedulable too; config and a pod's own limits before preemption: no
+#: retry fixes them. Sources:
 #: - the kubelet's reason strings: pkg/kubelet/images/types.go (ImagePullBackOff, ErrImagePull,
 #:   InvalidImageName, ErrImageNeverPull), pkg/kubelet/container/sync_result.go
 #:   (CreateContainerConfigError, CreateContainerError), pkg/kubelet/events/event.go (FailedMount,
@@ -119,6 +120,18 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
             r"\b(?:ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull|CreateContainerConfigError"
             r"|CreateContainerError)\b|\(exit code 12[67]\)|admission webhook \"[^\"]+\" denied the request"
             r"|\bis invalid: "
+        ),
+    ),
+    (
+        # An eviction for the pod's own storage limit, not the node's pressure: the kubelet's
+        # eviction messages (pkg/kubelet/eviction/helpers.go: containerEphemeralStorageMessageFmt,
+        # podEphemeralStorageMessageFmt, emptyDirMessageFmt). Like OOMKilled, the job outgrew
+        # what it asked for, and a retry on another node outgrows it again.
+        FailureClass.USER_CODE,
+        re.compile(
+            r"exceeded its local ephemeral storage limit"
+            r"|Pod ephemeral local storage usage exceeds the total limit"
+            r"|Usage of EmptyDir volume \"[^\"]*\" exceeds the limit"
         ),
     ),
     (
@@ -359,16 +372,17 @@ class ArenaBackend:
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
+        """The pods' problems and Warning events, then the job's own events: the training-operator
+        records each failed pod's exit on the job ("ExitedWithCode") and may delete the pods
+        (cleanPodPolicy) before the job is marked Failed, so the job's events outlive them."""
         hook = self._hook()
         list_events = hook.core_v1_client.list_namespaced_event
         pods = self._list_pods(hook, handle)
+        names = [handle.name, *(pod["metadata"]["name"] for pod in pods)]
         events = {
-            pod["metadata"]["name"]: _items(
-                hook.api_client, list_all(list_events, **self._event_query(pod["metadata"]["name"]))
-            )
-            for pod in pods
+            name: _items(hook.api_client, list_all(list_events, **self._event_query(name))) for name in names
         }
-        return _describe_pods(pods, events)
+        return _describe_pods(pods, events, handle.name)
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
         from kubernetes_asyncio import client
@@ -377,13 +391,12 @@ class ArenaBackend:
             list_events = client.CoreV1Api(api).list_namespaced_event
             pods = await self._alist_pods(api, handle)
             events = {}
-            for pod in pods:
-                name = pod["metadata"]["name"]
+            for name in [handle.name, *(pod["metadata"]["name"] for pod in pods)]:
                 events[name] = _items(api, await alist_all(list_events, **self._event_query(name)))
-        return _describe_pods(pods, events)
+        return _describe_pods(pods, events, handle.name)
 
-    def _event_query(self, pod: str) -> dict[str, Any]:
-        return {"namespace": self.settings.namespace, "field_selector": f"involvedObject.name={pod}"}
+    def _event_query(self, name: str) -> dict[str, Any]:
+        return {"namespace": self.settings.namespace, "field_selector": f"involvedObject.name={name}"}
 
     def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
         """The class of a failed (or given up) job: the first of ``ACK_RULES`` its status reason and
@@ -406,12 +419,15 @@ class ArenaBackend:
         verdict = read_node_output(tail, status.failed_node)
         if verdict.failure_class is not None:
             return Failure(failure_class=verdict.failure_class, evidence=verdict.evidence)
-        if status.exit_code:
-            exited = [line for line in lines if f"(exit code {status.exit_code})" in line]
-            evidence = (exited or [f"exit code {status.exit_code}"]) + tail[-1:]
-            code_class = (
-                FailureClass.CONFIG if status.exit_code in COMMAND_NOT_RUN else FailureClass.USER_CODE
-            )
+        exit_code = status.exit_code or _exit_code_in_events(lines)
+        if exit_code:
+            exited = [
+                line
+                for line in lines
+                if f"(exit code {exit_code})" in line or f"with code {exit_code}" in line
+            ]
+            evidence = (exited or [f"exit code {exit_code}"]) + tail[-1:]
+            code_class = FailureClass.CONFIG if exit_code in COMMAND_NOT_RUN else FailureClass.USER_CODE
             return Failure(failure_class=code_class, evidence=evidence)
         if status.state is JobState.PENDING:
             return Failure(
@@ -656,13 +672,32 @@ def _reason_code(read: list[tuple[int, str, PodProblem]], failed: int | None) ->
     return ranked[0][3] if ranked else ""
 
 
-def _describe_pods(pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]]) -> list[str]:
+def _describe_pods(
+    pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]], job: str
+) -> list[str]:
+    """The pods' problems, their Warning events, and every event of the job itself, oldest first
+    (the training-operator's are few and Normal ones say which pod exited how)."""
     lines = _pod_problems(pods)
-    for name, pod_events in events.items():
-        for event in pod_events:
-            if event.get("type") == "Warning":
+    for name, recorded in events.items():
+        for event in recorded:
+            if name == job or event.get("type") == "Warning":
                 lines.append(f"event {name}: {event.get('reason')}: {event.get('message')}")
     return lines
+
+
+#: The training-operator's event on the job for a pod that exited non-zero (pkg/controller.v1/common,
+#: ``Eventf(job, Normal, "ExitedWithCode", "Pod: %v.%v exited with code %v")``): what remains of a
+#: failed pod's exit once cleanPodPolicy deleted it.
+_EXITED_EVENT = re.compile(r"ExitedWithCode: Pod: \S+ exited with code (\d+)")
+
+
+def _exit_code_in_events(lines: list[str]) -> int | None:
+    """The exit code of the first pod the job's events say exited non-zero, or None."""
+    for line in lines:
+        match = _EXITED_EVENT.search(line)
+        if match:
+            return int(match.group(1))
+    return None
 
 
 def _exit_code(pod: dict[str, Any]) -> int | None:

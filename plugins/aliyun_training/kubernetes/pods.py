@@ -207,8 +207,8 @@ def pod_problems(pod: Any) -> list[PodProblem]:
     lists them: the pod's own reason first, then its DisruptionTarget and unschedulable conditions,
     then each container's waiting reason and non-zero exit.
 
-    A container waiting to restart (CrashLoopBackOff) says why it stopped in its last state, which
-    counts as its exit.
+    A container waiting to restart (CrashLoopBackOff), or restarted in place and running again, says
+    why it stopped in its last state, which counts as its exit.
     """
     status = api_fields(pod).get("status") or {}
     problems = (
@@ -225,6 +225,10 @@ def pod_problems(pod: Any) -> list[PodProblem]:
             problems.append(
                 PodProblem("waiting", waiting["reason"], waiting.get("message") or "", container["name"])
             )
+            terminated = (container.get("lastState") or {}).get("terminated")
+        elif terminated is None and container.get("restartCount"):
+            # Restarted in place (restartPolicy OnFailure) and running again: how its last run ended
+            # (OOMKilled, an exit code) is only in its last state.
             terminated = (container.get("lastState") or {}).get("terminated")
         if terminated and terminated.get("exitCode"):
             name, code = container["name"], terminated["exitCode"]
