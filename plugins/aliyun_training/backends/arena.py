@@ -587,9 +587,7 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
         )
         if part
     )
-    failed = next(
-        (rank for rank, pod in enumerate(pods) if pod.get("status", {}).get("phase") == "Failed"), None
-    )
+    failed = _first_failed_node(pods)
     return JobStatus(
         state=state,
         raw=newest["type"],
@@ -601,6 +599,26 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
         reason_code=_reason_code(read, failed)
         or (newest.get("reason", "") if state is JobState.FAILED else ""),
     )
+
+
+def _first_failed_node(pods: list[dict[str, Any]]) -> int | None:
+    """The node whose pod failed first, by when its container terminated (``finishedAt``; node order
+    on a tie): the master's collateral error, ended later, must not hide the worker's own failure."""
+    failed = [
+        (_finished_at(pod), rank)
+        for rank, pod in enumerate(pods)
+        if pod.get("status", {}).get("phase") == "Failed"
+    ]
+    return min(failed)[1] if failed else None
+
+
+def _finished_at(pod: dict[str, Any]) -> str:
+    """When the pod's first terminated container finished ("~", after every time, when none says)."""
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        finished = ((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
+        if finished:
+            return str(finished)
+    return "~"
 
 
 def _deleted_status(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:

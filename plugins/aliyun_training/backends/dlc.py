@@ -500,7 +500,7 @@ class DlcBackend:
             )
             state = JobState.RUNNING
         self._views[handle.job_id] = LogView.of(job)
-        failed = next((rank for rank, pod in enumerate(_node_order(job)) if pod.status == "Failed"), None)
+        failed = _first_failed_node(job)
         return JobStatus(
             state=state,
             raw=job.status,
@@ -671,6 +671,17 @@ class DlcBackend:
 
     def console_url(self, handle: JobHandle) -> str | None:
         return self.hook.console_url(handle.job_id, self.workspace_id)
+
+
+def _first_failed_node(job: Any) -> int | None:
+    """The node whose pod failed first, by the platform's GmtFinishTime (node order on a tie): the
+    master's collateral error, ended later, must not hide the worker's own failure."""
+    failed = [
+        (pod.gmt_finish_time or "~", rank)
+        for rank, pod in enumerate(_node_order(job))
+        if pod.status == "Failed"
+    ]
+    return min(failed)[1] if failed else None
 
 
 def _node_order(job: Any) -> list[Any]:
