@@ -82,6 +82,8 @@ class QueuedWorkload:
     name: str
     enqueued_at: float
     workspace_id: str = "ws-test"
+    #: QueueInfo's Reason: why the workload waits (the SDK documents the field, not its values).
+    reason: str = ""
 
 
 class PaiStudioEmulator(RamAuthorizedEmulator):
@@ -143,8 +145,10 @@ class PaiStudioEmulator(RamAuthorizedEmulator):
         priority: int = 1,
         workload_type: str = "dlc",
         name: str | None = None,
+        reason: str = "",
     ) -> None:
-        """Queue a workload on the quota (``status="Dequeued"`` for one that already left the queue)."""
+        """Queue a workload on the quota (``status="Dequeued"`` for one that already left the queue);
+        ``reason`` is QueueInfo's Reason, why it waits."""
         with self._lock:
             quota = self.quotas[quota_id]
             self.workloads.append(
@@ -159,6 +163,7 @@ class PaiStudioEmulator(RamAuthorizedEmulator):
                     workload_type,
                     name or workload_id,
                     self.clock(),
+                    reason=reason,
                 )
             )
 
@@ -260,6 +265,8 @@ def _queue_info(workload: QueuedWorkload, position: int | None) -> dict[str, Any
     }
     if position is not None:
         info["Position"] = position
+    if workload.reason:
+        info["Reason"] = workload.reason
     return info
 
 

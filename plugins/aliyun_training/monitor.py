@@ -34,6 +34,8 @@ class JobOutcome(TriggerOutcome[JobHandle]):
     details: list[str] = Field(default_factory=list)
     #: Why a failed job failed, as its backend classified it (``budget`` when the monitor stopped it).
     failure: Failure | None = None
+    #: The platform's last word on why the job waited before it ran (queue position and reason).
+    waited_because: str = ""
 
 
 class GpuBudget(BaseModel):
@@ -84,6 +86,7 @@ class JobMonitor:
         cursor: dict[str, Any] | None = None,
         last_raw_status: str | None = None,
         budget: GpuBudget | None = None,
+        waited_because: str = "",
     ) -> None:
         self.backend = backend
         self.handle = handle
@@ -94,6 +97,8 @@ class JobMonitor:
         self.budget = budget
         #: Polls in a row that found the job blocked by one of ``BLOCKING_REASONS``.
         self.blocked_polls = 0
+        #: The last reason a poll gave for the job waiting (pending): why it queued, for the report.
+        self.waited_because = waited_because
 
     def poll(self) -> JobStatus:
         """Read the status once, log the new log lines and then what changed, and return the status.
@@ -181,6 +186,8 @@ class JobMonitor:
         elif status.reason and status.reason != self.last_reason:
             self.log.info("Job %s: %s (%s)", self.handle.job_id, status.raw, status.reason)
         self.last_reason = status.reason
+        if status.state is JobState.PENDING and status.reason:
+            self.waited_because = status.reason
         return status
 
     def _emit(self, chunk: LogChunk) -> bool:
@@ -211,4 +218,5 @@ class JobMonitor:
             tail=tail or [],
             details=details or [],
             failure=failure,
+            waited_because=self.waited_because,
         )

@@ -122,6 +122,8 @@ class JobResult(BaseModel):
     status_history: list[dict[str, Any]] = Field(default_factory=list)
     #: Seconds spent per phase: queuing, preparing, running, ...
     phase_seconds: dict[str, float] = Field(default_factory=dict)
+    #: The platform's last word on why the job waited before it ran (queue position and reason).
+    waited_because: str = ""
     #: Every try of the round, oldest first, this one last; ``gpu_hours`` above is this try's.
     attempts: list[Attempt] = Field(default_factory=list)
 

@@ -97,3 +97,24 @@ def test_the_chart_keeps_an_epoch_without_a_point_in_its_place() -> None:
     xs = [float(point.split(",")[0]) for point in _polylines(svg)["#ff6a00"]]
     assert xs == [280.0, 520.0]  # epochs 2 and 3 of 3 on a 40..520 axis
     assert '<text x="40.0" y="236" text-anchor="middle" font-size="11">1</text>' in svg
+
+
+def test_the_report_says_how_long_the_job_queued_and_why(tmp_path: Path) -> None:
+    """The queue time is the job's own phases; the reason is the platform's last word while it
+    waited (DLC: PAI Studio's queue position and reason), kept by the monitor."""
+    run = tmp_path / "run"
+    run.mkdir()
+    waited = (
+        "queue position 1 in quota quota12345 since 2026-12-01T09:00:00Z; queue reason: all GPUs allocated"
+    )
+    job = _job(_job_output(run, NUMERIC)).model_copy(
+        update={"phase_seconds": {"queuing": 1830.0, "running": 41.5}, "waited_because": waited}
+    )
+    never_queued = tmp_path / "direct"
+    direct = _report(never_queued, NUMERIC)
+
+    html = Path(_publish(run, job).report_uri).read_text()
+
+    assert "<tr><th>Queued</th><td>1830 s — queue position 1 in quota quota12345" in html
+    assert "queue reason: all GPUs allocated" in html
+    assert "<th>Queued</th>" not in direct

@@ -90,6 +90,16 @@ def _dataset_text(dataset: dict[str, Any]) -> str:
     return f"{dataset['version']} — fixed dataset {mounted} at {dataset.get('mount_path') or '-'}"
 
 
+def _waited_row(job: dict[str, Any]) -> list[tuple[str, str]]:
+    """How long the job queued before it ran, and the platform's last word on why; none when it
+    did not queue."""
+    queued = (job.get("phase_seconds") or {}).get("queuing")
+    if not queued and not job.get("waited_because"):
+        return []
+    why = job.get("waited_because") or "no reason given"
+    return [("Queued", f"{queued or 0:.0f} s — {why}")]
+
+
 def render_report(manifest: dict[str, Any]) -> str:
     """The HTML page for one artifact set's manifest."""
     metrics, job, dataset, runtime = (manifest[k] for k in ("metrics", "job", "dataset", "runtime"))
@@ -98,6 +108,7 @@ def render_report(manifest: dict[str, Any]) -> str:
         ("Dataset", _dataset_text(dataset)),
         ("Job", f"{job['job_id']} on {job['backend']} ({job['status']})"),
         ("Wall time", f"{job['wall_seconds']:.1f} s, {job['node_hours']:.4f} node-hours"),
+        *_waited_row(job),
         (
             "Runtime",
             f"Python {runtime['python']}, torch {runtime['torch']}, CUDA {runtime['cuda'] or '-'}, "

@@ -34,6 +34,8 @@ from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, cla
 from aliyun_training.failures.torchrun import read_node_output
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
+from aliyun_training.hooks.paistudio import PaiStudioHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
 from aliyun_training.spec import Framework, JobOwner, TrainingJobSpec
 from aliyun_training.validation import SpecError
@@ -372,6 +374,8 @@ class DlcBackend:
         self._views: dict[str, LogView] = {}
         #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
         self._vpc_cidrs: list[str] | None = None
+        #: A look at a queued job's place in its quota failed once: not asked again.
+        self._queue_unavailable = False
 
     @property
     def config(self) -> dict[str, Any]:
@@ -485,12 +489,45 @@ class DlcBackend:
     # -- status ----------------------------------------------------------------------------------
 
     def status(self, handle: JobHandle) -> JobStatus:
-        return self._interpret(handle, self.hook.get_job(handle.job_id))
+        job = self.hook.get_job(handle.job_id)
+        queued = None
+        if self._asks_queue(job):
+            try:
+                queued = self._studio.queue_info(job.resource_id, job.job_id)
+            except AlibabaCloudApiError as exc:
+                self._queue_unknown(job, exc)
+        return self._interpret(handle, job, queued)
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
-        return self._interpret(handle, await self.hook.aget_job(handle.job_id))
+        job = await self.hook.aget_job(handle.job_id)
+        queued = None
+        if self._asks_queue(job):
+            try:
+                queued = await self._studio.aqueue_info(job.resource_id, job.job_id)
+            except AlibabaCloudApiError as exc:
+                self._queue_unknown(job, exc)
+        return self._interpret(handle, job, queued)
 
-    def _interpret(self, handle: JobHandle, job: Any) -> JobStatus:
+    @property
+    def _studio(self) -> PaiStudioHook:
+        return shared_hook(PaiStudioHook, self.conn_id, self.region)
+
+    def _asks_queue(self, job: Any) -> bool:
+        """Whether to ask PAI Studio where a queued job stands: it waits in a quota's queue, and no
+        earlier look of this backend failed (no permission for PAI Studio, no route to it)."""
+        return _in_quota_queue(job) and not self._queue_unavailable
+
+    def _queue_unknown(self, job: Any, exc: AlibabaCloudApiError) -> None:
+        """The queue position is information, not the job's state: without it monitoring goes on."""
+        self._queue_unavailable = True
+        log.warning(
+            "Job %s: its place in quota %s's queue is unknown (%s); monitoring goes on without it",
+            job.job_id,
+            job.resource_id,
+            exc,
+        )
+
+    def _interpret(self, handle: JobHandle, job: Any, queued: Any = None) -> JobStatus:
         state = DLC_STATES.get(job.status)
         if state is None:
             log.warning(
@@ -501,10 +538,15 @@ class DlcBackend:
             state = JobState.RUNNING
         self._views[handle.job_id] = LogView.of(job)
         failed = _first_failed_node(job)
+        reason = ""
+        if state in (JobState.FAILED, JobState.STOPPED):
+            reason = _reason(job)
+        elif job.status in QUEUE_STATUSES:
+            reason = _why_waiting(job, queued)
         return JobStatus(
             state=state,
             raw=job.status,
-            reason=_reason(job) if state in (JobState.FAILED, JobState.STOPPED) else "",
+            reason=reason,
             reason_code=job.reason_code or "",
             started=_iso(job.gmt_running_time or job.gmt_create_time),
             finished=_iso(job.gmt_finish_time) if state.is_terminal else None,
@@ -847,6 +889,27 @@ def _describe_failure(events: Any, checks: Any) -> list[str]:
                     f"sanity check #{check.check_number} {check.phase}: {check.status} {check.message}"
                 )
     return lines
+
+
+#: DLC statuses in which a job waits for its quota: Queuing, and Bidding for Lingjun spot resources.
+QUEUE_STATUSES = frozenset({"Queuing", "Bidding"})
+
+
+def _in_quota_queue(job: Any) -> bool:
+    """Whether a job waits in a resource quota's queue, where PAI Studio knows its place."""
+    return job.status in QUEUE_STATUSES and bool(job.resource_id)
+
+
+def _why_waiting(job: Any, queued: Any) -> str:
+    """Why a queued job waits, in the platform's words: DLC's ReasonCode and ReasonMessage, then PAI
+    Studio's QueueInfo (Position, Reason, GmtEnqueuedTime) for its quota."""
+    parts = [": ".join(part for part in (job.reason_code, job.reason_message) if part)]
+    if queued is not None and queued.position is not None:
+        since = f" since {queued.gmt_enqueued_time}" if queued.gmt_enqueued_time else ""
+        parts.append(f"queue position {queued.position} in quota {job.resource_id}{since}")
+    if queued is not None and queued.reason:
+        parts.append(f"queue reason: {queued.reason}")
+    return "; ".join(part for part in parts if part)
 
 
 def _reason(job: Any) -> str:

@@ -92,6 +92,22 @@ class PaiStudioHook(AlibabaCloudHook):
         )
         return int(body.total_count or 0)
 
+    def queue_info(self, quota_id: str, workload_id: str) -> Any | None:
+        """The QueueInfo of one workload (a DLC job's id is its workload id) while it waits in the
+        quota's queue: its Position, Reason and GmtEnqueuedTime; None once it left the queue."""
+        body = self.call(
+            "ListQuotaWorkloads",
+            lambda: self.conn.list_quota_workloads(quota_id, _workload_request(workload_id)).body,
+        )
+        return _enqueued(body)
+
+    async def aqueue_info(self, quota_id: str, workload_id: str) -> Any | None:
+        body = await self.acall(
+            "ListQuotaWorkloads",
+            lambda: abody(self.conn.list_quota_workloads_async(quota_id, _workload_request(workload_id))),
+        )
+        return _enqueued(body)
+
     def quota_capacity(self, quota_id: str) -> QuotaCapacity | None:
         """The quota, its free GPUs and its queue; None when the quota does not exist."""
         quota = self.get_quota(quota_id)
@@ -116,6 +132,18 @@ def queue_request() -> Any:
     from alibabacloud_paistudio20220112 import models
 
     return models.ListQuotaWorkloadsRequest(status="Enqueued", page_size=1)
+
+
+def _workload_request(workload_id: str) -> Any:
+    from alibabacloud_paistudio20220112 import models
+
+    return models.ListQuotaWorkloadsRequest(workload_ids=workload_id, status="Enqueued", page_size=1)
+
+
+def _enqueued(body: Any) -> Any | None:
+    """The first workload of a ListQuotaWorkloads answer, or None."""
+    workloads = body.workloads or []
+    return workloads[0] if workloads else None
 
 
 def _quota_request() -> Any:

@@ -148,6 +148,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
                 log_cursor=monitor.cursor,
                 last_raw_status=monitor.last_raw_status,
                 budget=budget.model_dump() if budget else None,
+                waited_because=monitor.waited_because,
             )
             self.defer_until_done(trigger, remaining)
         return self._wait_blocking(context, spec, backend, monitor, remaining)
@@ -525,7 +526,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
                 f"Training job {handle.job_id} ended {status.raw}: {status.reason}. It was stopped outside "
                 "this task, so it is not retried; clear the task to run it again"
             )
-        result = self._result(spec, backend, handle, status)
+        result = self._result(spec, backend, handle, status, outcome.waited_because)
         attempts = self._record_attempt(
             context,
             Attempt(
@@ -542,7 +543,12 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         return result.model_copy(update={"attempts": attempts}).model_dump(mode="json")
 
     def _result(
-        self, spec: TrainingJobSpec, backend: TrainingBackend, handle: JobHandle, status: JobStatus
+        self,
+        spec: TrainingJobSpec,
+        backend: TrainingBackend,
+        handle: JobHandle,
+        status: JobStatus,
+        waited_because: str = "",
     ) -> JobResult:
         wall = 0.0
         phase_seconds: dict[str, float] = {}
@@ -572,6 +578,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
             ),
             status_history=status.history,
             phase_seconds=phase_seconds,
+            waited_because=waited_because,
         )
 
 

@@ -30,6 +30,7 @@ class TrainingJobTrigger(PollingTrigger):
         log_cursor: dict[str, Any] | None = None,
         last_raw_status: str | None = None,
         budget: dict[str, Any] | None = None,
+        waited_because: str = "",
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -39,6 +40,7 @@ class TrainingJobTrigger(PollingTrigger):
         self.log_cursor = log_cursor
         self.last_raw_status = last_raw_status
         self.budget = budget
+        self.waited_because = waited_because
 
     @property
     def job_handle(self) -> JobHandle:
@@ -61,6 +63,7 @@ class TrainingJobTrigger(PollingTrigger):
             cursor=self.log_cursor,
             last_raw_status=self.last_raw_status,
             budget=GpuBudget.model_validate(self.budget) if self.budget else None,
+            waited_because=self.waited_because,
         )
 
     async def poll(self) -> JobOutcome | None:
