@@ -58,8 +58,16 @@ def connect(monkeypatch: pytest.MonkeyPatch, endpoints: dict[str, str], **extra:
 
 
 @pytest.fixture
-def connected(dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch) -> DlcEmulator:
-    connect(monkeypatch, {"dlc": dlc.endpoint})
+def studio() -> Iterator[PaiStudioEmulator]:
+    """PAI Studio, where a queued job's place in its quota is asked (the quota has no queue here)."""
+    with PaiStudioEmulator({AK: SK}) as emulator:
+        emulator.add_quota("quota12345")
+        yield emulator
+
+
+@pytest.fixture
+def connected(dlc: DlcEmulator, studio: PaiStudioEmulator, monkeypatch: pytest.MonkeyPatch) -> DlcEmulator:
+    connect(monkeypatch, {"dlc": dlc.endpoint, "paistudio": studio.endpoint})
     return dlc
 
 

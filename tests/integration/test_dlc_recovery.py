@@ -32,6 +32,7 @@ from tests.integration.test_dlc_backend import AK, ROLE_ARN, SK, connect, spec
 
 #: The DLC emulator and the connection to it, as test_dlc_backend sets them up.
 dlc = test_dlc_backend.dlc
+studio = test_dlc_backend.studio
 connected = test_dlc_backend.connected
 
 #: Long enough that nothing moves on unless a test advances its clock past it.

@@ -31,6 +31,7 @@ from tests.integration import test_arena_recovery, test_dlc_backend
 from tests.operator_harness import MemoryTaskStateStore, TaskInstanceIds, fire
 
 dlc = test_dlc_backend.dlc
+studio = test_dlc_backend.studio
 connected = test_dlc_backend.connected
 clock = test_arena_recovery.clock
 fake = test_arena_recovery.fake

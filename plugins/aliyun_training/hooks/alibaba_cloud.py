@@ -36,6 +36,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -277,6 +278,16 @@ class AlibabaCloudHook(BaseHook):
         """The async twin of :meth:`call`; reads the connection first without blocking the loop."""
         await self.aload()
         return await self.retry_policy.acall(action, fn, refresh=self.refresh_credentials)
+
+    def call_once_only(self, action: str, fn: Callable[[], T]) -> T:
+        """One attempt, no retries: for a look whose answer is information, not a decision (a queued
+        job's place in its quota), which must not hold up the poll that asks it."""
+        return replace(self.retry_policy, max_attempts=1).call(action, fn, refresh=self.refresh_credentials)
+
+    async def acall_once_only(self, action: str, fn: Callable[[], Awaitable[T]]) -> T:
+        await self.aload()
+        policy = replace(self.retry_policy, max_attempts=1)
+        return await policy.acall(action, fn, refresh=self.refresh_credentials)
 
     def call_or_none(self, action: str, fn: Callable[[], T], missing: Callable[[str], bool]) -> T | None:
         """:meth:`call`, answering None where the error code says the thing asked for does not exist.

@@ -94,15 +94,16 @@ class PaiStudioHook(AlibabaCloudHook):
 
     def queue_info(self, quota_id: str, workload_id: str) -> Any | None:
         """The QueueInfo of one workload (a DLC job's id is its workload id) while it waits in the
-        quota's queue: its Position, Reason and GmtEnqueuedTime; None once it left the queue."""
-        body = self.call(
+        quota's queue: its Position, Reason and GmtEnqueuedTime; None once it left the queue. One
+        attempt: the next poll asks again."""
+        body = self.call_once_only(
             "ListQuotaWorkloads",
             lambda: self.conn.list_quota_workloads(quota_id, _workload_request(workload_id)).body,
         )
         return _enqueued(body)
 
     async def aqueue_info(self, quota_id: str, workload_id: str) -> Any | None:
-        body = await self.acall(
+        body = await self.acall_once_only(
             "ListQuotaWorkloads",
             lambda: abody(self.conn.list_quota_workloads_async(quota_id, _workload_request(workload_id))),
         )
