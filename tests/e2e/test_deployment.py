@@ -121,6 +121,9 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
     assert account.builds("train-weekly") == 1, "the image was built once"
 
 
+# Two deployments' runs one after the other (DLC, then ACK, then two reconciler runs): about 240 s
+# on the 2-core machine with the suite beside it, once over 600 s when it was loaded most.
+@pytest.mark.timeout(1200)
 def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_their_own_orphans(
     airflow: Deployment, second_airflow: Deployment, account: Account
 ) -> None:

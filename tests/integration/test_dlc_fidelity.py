@@ -211,13 +211,14 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
     clock.now = time.time()
 
     default_window = backend.hook.conn.list_jobs(dlc_models.ListJobsRequest(display_name="long-queued"))
-    found = backend.find("long-queued", since=datetime.now(UTC) - timedelta(days=9))
+    since = datetime.now(UTC) - timedelta(days=9)
+    found = backend.find("long-queued", since=since)
     found_without_since = backend.find("long-queued")
 
     assert default_window.body.total_count == 0, "without StartTime ListJobs searches the last 7 days"
     assert found == found_without_since == FoundJob(handle=created, owner=None)
     since_query, horizon_query = (r.query for r in connected.requests_for("ListJobs")[1:])
-    assert since_query["StartTime"] == (datetime.now(UTC) - timedelta(days=9)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert since_query["StartTime"] == since.strftime("%Y-%m-%dT%H:%M:%SZ"), "the run's start, to the second"
     assert datetime.fromisoformat(horizon_query["StartTime"]) < datetime.now(UTC) - timedelta(days=30)
 
 
