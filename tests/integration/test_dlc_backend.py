@@ -415,7 +415,7 @@ def test_secrets_never_reach_task_logs_trigger_kwargs_or_xcom(
 
 
 def test_a_queued_job_logs_its_queue_position_and_reason(
-    dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch
+    dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """While DLC says Queuing, the task log says where the job is in its quota's queue and why it
     waits (PAI Studio's QueueInfo of the job's workload), and again when that changes."""
@@ -428,10 +428,8 @@ def test_a_queued_job_logs_its_queue_position_and_reason(
         studio.add_workload("quota12345", "dlc-someone-elses-job")
         studio.add_workload("quota12345", handle.job_id, reason="the quota's GPUs are all allocated")
         time.sleep(0.1)
-        logged: list[str] = []
-        log = logging.getLogger("queued-job")
-        log.addHandler(_Collect(logged))
-        monitor = JobMonitor(backend, handle, log)
+        caplog.set_level(logging.INFO, logger="queued-job")
+        monitor = JobMonitor(backend, handle, logging.getLogger("queued-job"))
 
         queued = monitor.poll()
         studio.clear_workloads("quota12345")
@@ -443,38 +441,8 @@ def test_a_queued_job_logs_its_queue_position_and_reason(
     assert "queue reason: the quota's GPUs are all allocated" in queued.reason
     assert "queue position 1 in quota quota12345" in first_in_line.reason
     assert monitor.waited_because == first_in_line.reason, "kept for the job's result and its report"
+    logged = [r.getMessage() for r in caplog.records if r.name == "queued-job"]
     assert [line for line in logged if "queue position" in line] == [
         f"Job {handle.job_id}: submitted -> Queuing ({queued.reason})",
         f"Job {handle.job_id}: Queuing ({first_in_line.reason})",
     ]
-
-
-class _Collect(logging.Handler):
-    def __init__(self, lines: list[str]) -> None:
-        super().__init__()
-        self.lines = lines
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
-
-
-def test_a_queue_position_paistudio_refuses_is_left_out_and_monitoring_goes_on(
-    dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
-) -> None:
-    """The queue position is information: a PAI Studio that refuses the connection's AccessKey
-    (no permission there) costs one warning, not the job's monitoring, and is not asked again."""
-    with PaiStudioEmulator({"LTAI-another-key": "another-secret"}) as studio:
-        connect(monkeypatch, {"dlc": dlc.endpoint, "paistudio": studio.endpoint})
-        dlc.default_script = JobScript(phases=[("Creating", 0.01), ("Queuing", 3600.0)])
-        backend = DlcBackend(workspace_id="ws-1")
-        handle = backend.submit(TrainingJobSpec.parse(spec()), "queued")
-        time.sleep(0.1)
-
-        first, second = backend.status(handle), backend.status(handle)
-        asked = [r for r in studio.requests if "workloads" in r.path]
-
-    assert (first.raw, second.raw) == ("Queuing", "Queuing")
-    assert "queue position" not in first.reason
-    assert len(asked) == 1, "asked once, then left alone"
-    warnings = [r.getMessage() for r in caplog.records if "queue is unknown" in r.getMessage()]
-    assert len(warnings) == 1 and "quota12345" in warnings[0]

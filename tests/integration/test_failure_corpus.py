@@ -32,6 +32,7 @@ from aliyun_training.declaration import LAUNCHERS
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryAction
 from aliyun_training.monitor import JobMonitor, JobOutcome
 from aliyun_training.spec import TrainingJobSpec
+from tests.integration.test_local_backend import wait_terminal
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun-corpus")]
 
@@ -137,7 +138,7 @@ def _run(backend: LocalBackend, case: LiveCase, pid_dir: Path) -> LiveRun:
     try:
         if case.kill is not None:
             _kill_when_running(backend, handle, case, pid_dir)
-        status = _wait_terminal(backend, handle)
+        status = wait_terminal(backend, handle, timeout=120)
         logger = logging.getLogger(f"corpus.{handle.job_id}")
         collect = _Collect()
         logger.addHandler(collect)
@@ -182,16 +183,6 @@ def _is_torchrun(pid: int) -> bool:
     except OSError:
         return False
     return any(arg.endswith(b"/torchrun") for arg in argv[:2])
-
-
-def _wait_terminal(backend: LocalBackend, handle: JobHandle, timeout: float = 120) -> JobStatus:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        status = backend.status(handle)
-        if status.state.is_terminal:
-            return status
-        time.sleep(0.2)
-    raise AssertionError(f"job {handle.name} still {backend.status(handle).raw} after {timeout} s")
 
 
 @pytest.fixture(scope="module")

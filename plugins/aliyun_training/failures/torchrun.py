@@ -46,7 +46,7 @@ _PEER_LOST = re.compile(
 _TEED = re.compile(r"^\[([A-Za-z_]+?)(\d+)\]:")
 #: Signals that end a rank from outside the job: a lost or reclaimed machine, an operator, the
 #: kernel's OOM killer (SIGKILL). The rank's own code did not choose them.
-_OUTSIDE_SIGNALS = frozenset({signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT})
+_OUTSIDE_SIGNALS = frozenset(int(s) for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
         return NodeVerdict(FailureClass.DATA, [said, *own[-1:]], origin)
     if origin.exit_code in COMMAND_NOT_RUN:
         return NodeVerdict(FailureClass.CONFIG, [f"{said}: {COMMAND_NOT_RUN[origin.exit_code]}"], origin)
-    if origin.exit_code < 0 and -origin.exit_code in {s.value for s in _OUTSIDE_SIGNALS}:
+    if origin.exit_code < 0 and -origin.exit_code in _OUTSIDE_SIGNALS:
         if text is not None and text[0] is FailureClass.INFRASTRUCTURE:
             return NodeVerdict(FailureClass.INFRASTRUCTURE, [said, text[1]], origin)
         return NodeVerdict(FailureClass.PREEMPTION, [said], origin)
