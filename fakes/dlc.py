@@ -19,7 +19,10 @@ Decisions where the service's behaviour is not documented (keep them in mind whe
 - ListJobs' DisplayName is a case-insensitive substring match, as the SDK documents ("Supports
   fuzzy match"); a caller that needs one exact name filters the answer itself.
 - Unknown JobId / PodId answer 404 ``JobNotFound`` / ``PodNotFound``.
-- GetJobEvents returns the first MaxEventsNum events of the script (events carry no times here).
+- GetJobEvents and GetPodEvents return the first MaxEventsNum events of the script (events carry
+  no times here); a pod's events are there whatever the job's status.
+- A recorded job (``replay``) is served as a real DLC recorded it, whatever the clock says: its
+  GetJob body, events, sanity checks and pod logs (GetPodLogs honours only MaxLines for it).
 - StopJob turns a job that has not ended Stopping for ``stopping_seconds``, then Stopped, with no
   ReasonCode; stopping a stopping or ended job changes nothing.
 - SubStatus (the job's and its pods') is reported only once the job reached its scripted final
@@ -211,6 +214,25 @@ class JobScript:
         ]
     )
     sanity_check_results: list[list[dict[str, Any]]] = field(default_factory=list)
+    #: GetPodEvents' Events of a pod, keyed like ``pod_sub_status``, returned whatever the job's status.
+    pod_events: dict[str, list[str]] = field(default_factory=dict)
+    #: GetJob's RestartRecord (wire shape), reported once the final status is reached.
+    restart_record: list[dict[str, Any]] = field(default_factory=list)
+    #: (ReasonCode, ReasonMessage) GetJob reports while the job is in a status before its final one
+    #: (e.g. EnvPreparing with an image that cannot be pulled).
+    waiting_reason: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RecordedJob:
+    """A job served as a real DLC recorded it: GetJob's body, its job and pod events, sanity checks
+    and pod logs (tests/data/dlc/recorded_failures.json), unchanged by the clock."""
+
+    body: dict[str, Any]
+    job_events: list[str]
+    pod_events: dict[str, list[str]]
+    sanity_checks: list[list[dict[str, Any]]]
+    logs: dict[str, list[str]]
 
 
 @dataclass(frozen=True)
@@ -288,7 +310,8 @@ class EmulatedJob:
 
 
 class DlcEmulator(EmulatorServer):
-    """PAI-DLC: CreateJob, GetJob, ListJobs, StopJob, GetPodLogs, GetJobEvents, sanity checks."""
+    """PAI-DLC: CreateJob, GetJob, ListJobs, StopJob, GetPodLogs, GetJobEvents, GetPodEvents, sanity
+    checks."""
 
     api_version = "2020-12-03"
 
@@ -305,6 +328,7 @@ class DlcEmulator(EmulatorServer):
         self.resource_type = resource_type
         self.stopping_seconds = stopping_seconds
         self.jobs: dict[str, EmulatedJob] = {}
+        self.recorded: dict[str, RecordedJob] = {}
         self._scripts: dict[str, JobScript] = {}
         self._register_routes()
 
@@ -325,6 +349,13 @@ class DlcEmulator(EmulatorServer):
         )
         self.add_roa_route(
             "GET",
+            f"{jobs}/{{JobId}}/pods/{{PodId}}/events",
+            "GetPodEvents",
+            self._get_pod_events,
+            dlc_models.GetPodEventsResponseBody,
+        )
+        self.add_roa_route(
+            "GET",
             f"{jobs}/{{JobId}}/events",
             "GetJobEvents",
             self._get_job_events,
@@ -342,6 +373,26 @@ class DlcEmulator(EmulatorServer):
     def script_for(self, display_name_prefix: str, script: JobScript) -> None:
         """Jobs whose DisplayName starts with the prefix follow ``script`` (longest prefix wins)."""
         self._scripts[display_name_prefix] = script
+
+    def replay(self, case: dict[str, Any]) -> str:
+        """Serve a recorded job (one case of tests/data/dlc/recorded_failures.json) under its JobId.
+
+        The body must be one GetJob's model takes whole: a field it does not know is a mistake in the
+        recording, refused here rather than dropped.
+        """
+        body = copy.deepcopy(case["job"])
+        problems = model_mismatches(dlc_models.GetJobResponseBody, body)
+        if problems:
+            raise ValueError(f"recorded GetJob body of {case['name']!r}: {'; '.join(problems)}")
+        job_id = body.setdefault("JobId", f"dlc{secrets.token_hex(7)}")
+        self.recorded[job_id] = RecordedJob(
+            body=body,
+            job_events=list(case.get("job_events") or []),
+            pod_events=dict(case.get("pod_events") or {}),
+            sanity_checks=list(case.get("sanity_checks") or []),
+            logs=dict(case.get("logs") or {}),
+        )
+        return job_id
 
     def _script(self, display_name: str) -> JobScript:
         prefixes = [p for p in self._scripts if display_name.startswith(p)]
@@ -368,6 +419,9 @@ class DlcEmulator(EmulatorServer):
         return {"JobId": job_id}
 
     def _get_job(self, request: ApiRequest) -> dict[str, Any]:
+        recorded = self.recorded.get(request.path_params["JobId"])
+        if recorded is not None:
+            return copy.deepcopy(recorded.body)
         job = self._job(request)
         view = self._job_view(job, self.clock())
         if "Description" in job.body:
@@ -407,8 +461,13 @@ class DlcEmulator(EmulatorServer):
         return {"JobId": job.job_id}
 
     def _get_pod_logs(self, request: ApiRequest) -> dict[str, Any]:
-        job = self._job(request)
         pod_id = request.path_params["PodId"]
+        recorded = self.recorded.get(request.path_params["JobId"])
+        if recorded is not None:
+            limit = _int_param(request.query, "MaxLines", DEFAULT_MAX_LINES)
+            lines = recorded.logs.get(pod_id, [])
+            return {"JobId": recorded.body["JobId"], "PodId": pod_id, "Logs": lines[:limit]}
+        job = self._job(request)
         if pod_id not in dict(job.pod_ids):
             raise ApiError(404, "PodNotFound", f"Pod {pod_id} is not found in job {job.job_id}.")
         now = self.clock()
@@ -416,12 +475,33 @@ class DlcEmulator(EmulatorServer):
         return {"JobId": job.job_id, "PodId": pod_id, "PodUid": _pod_uid(pod_id), "Logs": lines}
 
     def _get_job_events(self, request: ApiRequest) -> dict[str, Any]:
-        job = self._job(request)
         limit = _int_param(request.query, "MaxEventsNum", DEFAULT_MAX_EVENTS)
+        recorded = self.recorded.get(request.path_params["JobId"])
+        if recorded is not None:
+            return {"JobId": recorded.body["JobId"], "Events": recorded.job_events[:limit]}
+        job = self._job(request)
         return {"JobId": job.job_id, "Events": list(job.script.events[:limit])}
 
+    def _get_pod_events(self, request: ApiRequest) -> dict[str, Any]:
+        """GetPodEvents: the first MaxEventsNum events of the pod (no times here, as for jobs)."""
+        limit = _int_param(request.query, "MaxEventsNum", DEFAULT_MAX_EVENTS)
+        pod_id = request.path_params["PodId"]
+        recorded = self.recorded.get(request.path_params["JobId"])
+        if recorded is not None:
+            events = recorded.pod_events.get(pod_id, [])
+            return {"JobId": recorded.body["JobId"], "PodId": pod_id, "Events": events[:limit]}
+        job = self._job(request)
+        if pod_id not in dict(job.pod_ids):
+            raise ApiError(404, "PodNotFound", f"Pod {pod_id} is not found in job {job.job_id}.")
+        events = job.script.pod_events.get(pod_id.removeprefix(f"{job.job_id}-"), [])
+        return {"JobId": job.job_id, "PodId": pod_id, "PodUid": _pod_uid(pod_id), "Events": events[:limit]}
+
     def _list_sanity_check_results(self, request: ApiRequest) -> dict[str, Any]:
-        results = copy.deepcopy(self._job(request).script.sanity_check_results)
+        recorded = self.recorded.get(request.path_params["JobId"])
+        source = (
+            recorded.sanity_checks if recorded is not None else self._job(request).script.sanity_check_results
+        )
+        results = copy.deepcopy(source)
         return {"SanityCheckResults": results, "TotalCount": len(results)}
 
     # ----------------------------------------------------------------------------- views
@@ -549,6 +629,9 @@ def _status_fields(job: EmulatedJob, spans: list[Span], now: float) -> dict[str,
     final = finished and current.status == job.script.final
     if final and job.script.reason_code:
         reason = {"ReasonCode": job.script.reason_code, "ReasonMessage": job.script.reason_message}
+    elif current.status in job.script.waiting_reason:
+        code, message = job.script.waiting_reason[current.status]
+        reason = {"ReasonCode": code, "ReasonMessage": message}
     history = [_history_entry(s, now, reason if s is current else {}) for s in spans]
     times = {
         "GmtCreateTime": job.created_at,
@@ -563,6 +646,7 @@ def _status_fields(job: EmulatedJob, spans: list[Span], now: float) -> dict[str,
         "Status": current.status,
         **reason,
         **({"SubStatus": job.script.sub_status} if final and job.script.sub_status else {}),
+        **({"RestartRecord": job.script.restart_record} if final and job.script.restart_record else {}),
         "StatusHistory": history,
         **{key: iso_utc(value) for key, value in times.items() if value is not None},
         "Duration": int((current.start if finished else now) - job.created_at),

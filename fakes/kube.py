@@ -212,3 +212,74 @@ def _resolve(api: client.ApiClient, kind: str, group: str) -> tuple[dict[str, An
 def _discover(api: client.ApiClient, path: str) -> dict[str, Any]:
     response = api.call_api(path, "GET", auth_settings=["BearerToken"], _preload_content=False)
     return json.loads(response[0].data if isinstance(response, tuple) else response.data)
+
+
+def replay_recorded(case: dict[str, Any], job: str, namespace: str = NS, conn_id: str = CONN_ID) -> None:
+    """Write what a real cluster recorded for a failed training job onto job ``job`` (a PyTorchJob
+    the fake runs with the "Recorded" outcome), through the API as the kubelet, the scheduler and the
+    training-operator would: each pod's status (``replica``/``index`` name the pod), the CR's
+    conditions, then the events, oldest first. A case with no pods is a job whose pods the operator
+    already deleted (cleanPodPolicy). ``case`` is one of tests/data/kubernetes/recorded_failures.json.
+    """
+    from kubernetes.client import CustomObjectsApi
+
+    core_api = core(conn_id)
+    custom = CustomObjectsApi(core_api.api_client)
+    pods = {
+        (
+            pod["metadata"]["labels"].get("training.kubeflow.org/replica-type"),
+            pod["metadata"]["labels"].get("training.kubeflow.org/replica-index"),
+        ): pod
+        for pod in core_api.api_client.sanitize_for_serialization(
+            core_api.list_namespaced_pod(namespace, label_selector=f"training.kubeflow.org/job-name={job}")
+        )["items"]
+    }
+    recorded = {(pod["replica"], str(pod["index"])) for pod in case["pods"]}
+    for key, pod in pods.items():
+        if key not in recorded:
+            core_api.delete_namespaced_pod(pod["metadata"]["name"], namespace, grace_period_seconds=0)
+    for entry in case["pods"]:
+        pod = pods[(entry["replica"], str(entry["index"]))]
+        status = _with_kubelet_fields(entry["status"], pod)
+        core_api.replace_namespaced_pod_status(pod["metadata"]["name"], namespace, {**pod, "status": status})
+    if case.get("job_conditions"):
+        custom.patch_namespaced_custom_object_status(
+            "kubeflow.org",
+            "v1",
+            namespace,
+            "pytorchjobs",
+            job,
+            {"status": {"conditions": case["job_conditions"]}},
+        )
+    for number, event in enumerate(case.get("events") or []):
+        target = event["object"]
+        name = job if target == "job" else f"{job}-{target}"
+        kind = "PyTorchJob" if target == "job" else "Pod"
+        core_api.create_namespaced_event(
+            namespace,
+            {
+                "metadata": {"name": f"{name}.recorded{number:03d}", "namespace": namespace},
+                "involvedObject": {"kind": kind, "name": name, "namespace": namespace},
+                "type": event["type"],
+                "reason": event["reason"],
+                "message": event["message"],
+            },
+        )
+
+
+def _with_kubelet_fields(status: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    """A recorded pod status with the container fields the kubelet always writes and a recording
+    may leave out (``image``, ``imageID``, ``ready``, ``restartCount``: core/v1 ContainerStatus
+    requires them), taken from the pod's spec."""
+    images = {container["name"]: container.get("image", "") for container in pod["spec"]["containers"]}
+    containers = [
+        {
+            "image": images.get(container["name"], ""),
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            **container,
+        }
+        for container in status.get("containerStatuses") or []
+    ]
+    return {**status, **({"containerStatuses": containers} if containers else {})}

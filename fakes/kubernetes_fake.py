@@ -83,6 +83,9 @@ LABEL_REPLICA_INDEX = "training.kubeflow.org/replica-index"
 LABEL_JOB_ROLE = "training.kubeflow.org/job-role"
 LABEL_OPERATOR = "training.kubeflow.org/operator-name"
 
+#: The outcome of a job whose pods' and CR's statuses, and events, a test writes through the API
+#: from what a real cluster recorded: the controller creates the pods and then writes nothing.
+RECORDED = "Recorded"
 #: Outcomes a script can end in; the stuck ones never leave the Created (pending) stage.
 OUTCOMES = frozenset(
     {
@@ -94,6 +97,7 @@ OUTCOMES = frozenset(
         "ImagePullBackOff",
         "Unschedulable",
         "FailedMount",
+        RECORDED,
     }
 )
 STUCK_OUTCOMES = frozenset({"ImagePullBackOff", "Unschedulable", "FailedMount"})
@@ -483,6 +487,8 @@ class TrainingScript:
     ``termination_message`` is what each container wrote to its termination log (e.g. kaniko's
     ``--digest-file=/dev/termination-log``), reported in its terminated state's ``message``.
 
+    "Recorded" creates the pods and writes nothing after: the test replays what a real cluster
+    recorded (pod and CR statuses, events) through the API, as the kubelet and the operator would.
     "Evicted" fails the pod as the kubelet's node-pressure eviction does (phase Failed, reason
     Evicted, the DisruptionTarget condition; ``message`` replaces the eviction message).
     "FailedMount" keeps the pods ContainerCreating: the kubelet cannot mount their first volume
@@ -2256,6 +2262,14 @@ class KubernetesFake:
                     failing_replica="launcher",
                 )
             self._create_job_pods(job, kind, run, replicas)
+        if run.script.outcome == RECORDED:
+            # Bound to nodes as the scheduler would (the log endpoint needs a host); what the pods
+            # did there is the recording's to write.
+            for pod in self._owned_pods(job["metadata"]["uid"]):
+                if not pod["spec"].get("nodeName"):
+                    pod["spec"]["nodeName"] = _node_for(pod)
+                    self._commit(PODS, pod)
+            return
         failing = _failing_pods(kind, replicas, run.script)
         pods = self._owned_pods(job["metadata"]["uid"])
         for pod in pods:

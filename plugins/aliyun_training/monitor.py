@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
-from aliyun_training.failures import Failure, FailureClass
+from aliyun_training.failures import BLOCKING_REASONS, Failure, FailureClass
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
 
@@ -57,19 +57,6 @@ class GpuBudget(BaseModel):
         return self.gpus > 0 and self.used(status) > self.hours_left
 
 
-#: What keeps a job's pods waiting for good: the kubelet's image-pull and container-config waits
-#: (pkg/kubelet/images/types.go: ErrImagePull, ImagePullBackOff, InvalidImageName,
-#: ErrImageNeverPull; pkg/kubelet/container/sync_result.go: CreateContainerConfigError, a missing
-#: Secret or ConfigMap key). The kubelet retries a pull with back-off, so a registry hiccup clears
-#: within a poll or two: a job still blocked after ``BLOCKED_POLLS`` polls in a row is stopped
-#: instead of holding its GPU nodes until ``timeout_minutes``; a bad image name at once.
-BLOCKING_REASONS: dict[str, FailureClass] = {
-    "ErrImagePull": FailureClass.CONFIG,
-    "ImagePullBackOff": FailureClass.CONFIG,
-    "InvalidImageName": FailureClass.CONFIG,
-    "ErrImageNeverPull": FailureClass.CONFIG,
-    "CreateContainerConfigError": FailureClass.CONFIG,
-}
 #: Blocking reasons no retry by the kubelet can clear: the job is stopped at the first sight.
 _BLOCKED_AT_ONCE = frozenset({"InvalidImageName", "ErrImageNeverPull"})
 BLOCKED_POLLS = 3

@@ -82,7 +82,7 @@ def configmaps() -> list[str]:
     return [cm.metadata.name for cm in hook.core_v1_client.list_namespaced_config_map(NS).items]
 
 
-def test_a_job_runs_to_success_with_the_master_log_streamed_while_deferred(
+def test_a_job_runs_to_success_with_every_nodes_log_streamed_while_deferred(
     fake: KubernetesFake, capfd: pytest.CaptureFixture[str]
 ) -> None:
     fake.default_script = TrainingScript(
@@ -108,7 +108,8 @@ def test_a_job_runs_to_success_with_the_master_log_streamed_while_deferred(
     output = seen + capfd.readouterr().out
 
     for i in range(1, 5):
-        assert output.count(f"epoch {i} loss={3 - i / 2}") == 1
+        for node in (0, 1):
+            assert output.count(f"[node-{node}] epoch {i} loss={3 - i / 2}") == 1
     assert "-> Running" in output and "Running -> Succeeded" in output
     assert result["status"] == "Succeeded" and result["backend"] == "arena"
     assert result["output_uri"] == "/mnt/data/outputs/run-1"
@@ -367,7 +368,7 @@ def test_an_elastic_job_is_a_pytorchjob_of_workers_with_the_operators_rendezvous
     while not (status := backend.status(handle)).state.is_terminal and time.monotonic() < deadline:
         time.sleep(0.05)
     assert status.state is JobState.SUCCEEDED, status.reason
-    assert backend.logs(handle).lines[-1] == "Training finished"  # worker 0 logs the job
+    assert backend.logs(handle).lines[-2:] == ["[node-0] Training finished", "[node-1] Training finished"]
 
 
 def test_status_and_failure_details_read_every_page_of_pods_and_events(
@@ -421,9 +422,11 @@ def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(fake: Kubern
     while not ArenaBackend(**settings()).status(handle).state.is_terminal and time.monotonic() < deadline:
         time.sleep(0.05)
 
-    assert ArenaBackend(**settings()).logs(handle).lines == lines
+    # Both nodes wrote each line at the same moment: merged by time, not one node after the other.
+    merged = [f"[node-{node}] {line}" for line in lines for node in (0, 1)]
+    assert ArenaBackend(**settings()).logs(handle).lines == merged
     assert ArenaBackend(**settings()).tail(handle, 0, 2) == lines[-2:]
-    assert asyncio.run(ArenaBackend(**settings()).alogs(handle)).lines == lines
+    assert asyncio.run(ArenaBackend(**settings()).alogs(handle)).lines == merged
     assert asyncio.run(ArenaBackend(**settings()).atail(handle, 0, 2)) == lines[-2:]
 
 
@@ -445,5 +448,35 @@ def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
         clock.advance(20)
         fake.reconcile()
         monkeypatch.setattr(arena, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
-        assert backend.logs(handle).lines[-1] == "Training finished"
-        assert asyncio.run(backend.alogs(handle)).lines[-1] == "Training finished"
+        assert backend.logs(handle).lines[-1] == "[node-1] Training finished"
+        assert asyncio.run(backend.alogs(handle)).lines[-1] == "[node-1] Training finished"
+
+
+def test_every_nodes_log_arrives_once_in_time_order_however_the_reads_are_cut(
+    fake: KubernetesFake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Polls read both pods with a small byte bound while they log: a read cut short holds back the
+    other node's later lines until the next read, and the per-pod cursors drop what was seen. (On
+    the real clock: the log API takes ``sinceSeconds``, counted back from the server's now.)"""
+    lines = [f"step {i:03d} " + "x" * 40 for i in range(120)]
+    monkeypatch.setattr(arena, "LOG_BYTES_PER_POLL", 400)
+    fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 3.0)], log_lines=lines)
+    backend = ArenaBackend(**settings())
+    handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
+    seen: list[str] = []
+    cursor: dict[str, Any] | None = None
+    cut_short, deadline = 0, time.monotonic() + 20
+    while time.monotonic() < deadline:
+        ended = backend.status(handle).state.is_terminal
+        while True:
+            chunk = backend.logs(handle, cursor)
+            seen, cursor = seen + chunk.lines, chunk.cursor
+            if not chunk.more:
+                break
+            cut_short += 1
+        if ended:
+            break
+        time.sleep(0.3)
+
+    assert seen == [f"[node-{node}] {line}" for line in lines for node in (0, 1)]
+    assert cut_short > 0, "some reads stopped at the byte bound"

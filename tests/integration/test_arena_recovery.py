@@ -426,7 +426,7 @@ def test_a_wait_goes_on_after_the_token_file_is_rotated_and_the_old_token_expire
         synchronous = ack.status(handle).state
 
     assert (before, after, synchronous) == (JobState.RUNNING, JobState.SUCCEEDED, JobState.SUCCEEDED)
-    assert lines[-1] == "Training finished"
+    assert lines[-1] == "[node-1] Training finished"
     rejected = [r.path for r in fake.requests if r.status == 401]
     assert rejected == [
         f"/api/v1/namespaces/{NS}/pods/{NAME}-master-0/log",

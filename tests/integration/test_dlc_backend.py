@@ -208,7 +208,11 @@ def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
     output = seen_while_running + capfd.readouterr().out
 
     for line in (f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)):
-        assert output.count(line) == 1, f"{line!r} must be logged exactly once"
+        for node in (0, 1):
+            assert output.count(f"[node-{node}] {line}") == 1, (
+                f"{line!r} of node {node} is logged exactly once"
+            )
+
     assert "Queuing -> EnvPreparing" in output and "Running -> Succeeded" in output
     assert result["status"] == "Succeeded" and result["backend"] == "dlc"
     assert set(result["phase_seconds"]) >= {"queuing", "preparing", "running"}

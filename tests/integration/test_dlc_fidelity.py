@@ -300,8 +300,17 @@ def test_streamed_logs_read_forwards_from_the_jobs_start_each_line_once(connecte
         seen += chunk.lines
         cursor = chunk.cursor
 
-    assert seen == lines
+    assert node_lines(seen, 0) == node_lines(seen, 1) == lines, "every node's lines, each once"
+    assert seen[0] == "[node-0] epoch 0" and seen.index("[node-1] epoch 0") > seen.index(
+        "[node-0] epoch 1"
+    ), "a poll's lines go node by node, the master first"
     assert all("StartTime" in r.query for r in connected.requests_for("GetPodLogs"))
+
+
+def node_lines(lines: list[str], node: int) -> list[str]:
+    """The lines of one node in a task log's stream, without their prefix."""
+    prefix = f"[node-{node}] "
+    return [line.removeprefix(prefix) for line in lines if line.startswith(prefix)]
 
 
 def test_logs_and_tail_need_no_earlier_status_on_the_same_backend(connected: DlcEmulator) -> None:
@@ -321,8 +330,9 @@ def test_logs_and_tail_need_no_earlier_status_on_the_same_backend(connected: Dlc
     tail = DlcBackend().tail(handle, 0, 5)
     atail = asyncio.run(DlcBackend().atail(handle, 0, 5))
 
-    assert chunk.lines == achunk.lines == lines
-    assert chunk.cursor["recent"][-1] == "epoch 29"
+    assert chunk.lines == achunk.lines
+    assert node_lines(chunk.lines, 0) == node_lines(chunk.lines, 1) == lines
+    assert [pod["recent"][-1] for pod in chunk.cursor["pods"].values()] == ["epoch 29", "epoch 29"]
     assert tail == atail == lines[-5:]
     assert connected.count("GetJob") == 4, "each fresh backend read the job once"
     assert DlcBackend().tail(handle, 5, 5) == [], "a node the job does not have has no lines"
@@ -341,7 +351,7 @@ def test_a_log_read_right_after_a_status_reuses_what_the_status_read(connected: 
     backend.status(handle)
     lines = backend.logs(handle).lines
 
-    assert lines == ["a", "b"]
+    assert lines == ["[node-0] a", "[node-0] b", "[node-1] a", "[node-1] b"]
     assert connected.count("GetJob") == 1, "the monitor's poll (status, then logs) reads the job once"
 
 

@@ -465,7 +465,7 @@ def test_async_polling_of_one_job_outlives_one_sts_token_after_another(
         statuses, seen = asyncio.run(wait())
 
     assert [s.raw for s in statuses] == ["Running"] * 4 + ["Stopping"]
-    assert seen == lines[:3]
+    assert seen == [f"[node-{node}] {line}" for line in lines[:3] for node in (0, 1)]
     rejected = [r.action for r in dlc.requests if r.status == 400]
     assert rejected == ["GetJob"] * 4 + ["StopJob"], "each token was rejected once, then replaced"
     assert sts.assumed == 6, "one token for the submit, one more after each rejection"

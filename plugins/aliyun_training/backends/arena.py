@@ -21,10 +21,12 @@ status, and reuses it for ``POD_LIST_MAX_AGE_SECONDS`` instead of listing the po
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 import re
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -52,6 +54,7 @@ from aliyun_training.backends.base import (
     JobStatus,
     LaunchedJob,
     LogChunk,
+    node_line,
     same_owner,
 )
 from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, class_from_text
@@ -75,6 +78,10 @@ CONDITION_STATES = {
 LOG_REPLICAS = ("master", "launcher", "chief", "worker")
 #: Bytes of new log read per poll at most; the rest comes with the next poll.
 LOG_BYTES_PER_POLL = 256 * 1024
+#: The log API counts ``sinceSeconds`` in whole seconds and ``limitBytes`` from the start of that
+#: window, so a read cut short asks again from a second before its last line and gets the lines it
+#: has seen first: each read that stops at its bound doubles the next one's, up to this many bytes.
+LOG_BYTES_MAX = 16 * 1024 * 1024
 #: How long the pods a status call listed serve the log read after it; later, logs list them again.
 POD_LIST_MAX_AGE_SECONDS = 5.0
 #: Replica-type labels of today's training-operator and of arena's old mpi-operator (v1alpha1).
@@ -93,7 +100,8 @@ _PROBLEM_RANK = {"ended": 0, "disrupted": 1, "exited": 2, "waiting": 3, "unsched
 #: retry fixes them. Sources:
 #: - the kubelet's reason strings: pkg/kubelet/images/types.go (ImagePullBackOff, ErrImagePull,
 #:   InvalidImageName, ErrImageNeverPull), pkg/kubelet/container/sync_result.go
-#:   (CreateContainerConfigError, CreateContainerError), pkg/kubelet/events/event.go (FailedMount,
+#:   (CreateContainerConfigError, CreateContainerError, RunContainerError), the container runtime's
+#:   StartError (its exec found no such executable), pkg/kubelet/events/event.go (FailedMount,
 #:   FailedAttachVolume, "MountVolume.SetUp failed"), pkg/kubelet/eviction (a pod's reason Evicted),
 #:   pkg/kubelet/preemption (Preempting), pkg/kubelet/nodeshutdown (Terminated), the container
 #:   runtime's OOMKilled; the node lifecycle controller's NodeLost reason and NodeNotReady event;
@@ -118,7 +126,8 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         FailureClass.CONFIG,
         re.compile(
             r"\b(?:ImagePullBackOff|ErrImagePull|InvalidImageName|ErrImageNeverPull|CreateContainerConfigError"
-            r"|CreateContainerError)\b|\(exit code 12[67]\)|admission webhook \"[^\"]+\" denied the request"
+            r"|CreateContainerError|RunContainerError|StartError)\b|\(exit code 12[67]\)"
+            r"|admission webhook \"[^\"]+\" denied the request"
             r"|\bis invalid: "
         ),
     ),
@@ -143,6 +152,13 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         ),
     ),
     (FailureClass.USER_CODE, re.compile(r"\bOOMKilled\b")),
+    (
+        # The kubelet's admission refusal (pkg/kubelet/lifecycle/predicate.go, "Node didn't have
+        # enough resource: %s, requested: %d, used: %d, capacity: %d") on a node that reports none
+        # of the resource at all: its device plugin lost the GPUs, not a full cluster.
+        FailureClass.INFRASTRUCTURE,
+        re.compile(r"Node didn't have enough resource: \S+, requested: \d+, used: \d+, capacity: 0\b"),
+    ),
     (FailureClass.CAPACITY, re.compile(r"\b(?:Unschedulable|FailedScheduling|OutOf\w+)\b|Insufficient \S+")),
 )
 
@@ -315,22 +331,33 @@ class ArenaBackend:
     # -- logs ------------------------------------------------------------------------------------
 
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
-        """New lines of the master pod: read with timestamps since the last one seen, none twice."""
+        """New lines of every started pod, each prefixed with its node, merged by the kubelet's
+        timestamps: read since the last one seen of each pod, none twice."""
         hook = self._hook()
         pods = self._recent_pods(handle)
-        pod = _log_pod(self._list_pods(hook, handle) if pods is None else pods)
-        text = None if pod is None else read_log(hook.core_v1_client, **self._log_args(pod, cursor))
-        return _log_chunk(pod, cursor, text)
+        seen = (cursor or {}).get("pods", {})
+        reads = [
+            (
+                node,
+                pod,
+                read_log(hook.core_v1_client, **self._log_args(pod, seen.get(pod["metadata"]["name"]))),
+            )
+            for node, pod in _started(self._list_pods(hook, handle) if pods is None else pods)
+        ]
+        return _merged_chunk(reads, seen)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         from kubernetes_asyncio import client
 
+        seen = (cursor or {}).get("pods", {})
         async with self._async_hook().get_conn() as api:
             pods = self._recent_pods(handle)
-            pod = _log_pod(await self._alist_pods(api, handle) if pods is None else pods)
             core = client.CoreV1Api(api)
-            text = None if pod is None else await aread_log(core, **self._log_args(pod, cursor))
-        return _log_chunk(pod, cursor, text)
+            reads = []
+            for node, pod in _started(await self._alist_pods(api, handle) if pods is None else pods):
+                args = self._log_args(pod, seen.get(pod["metadata"]["name"]))
+                reads.append((node, pod, await aread_log(core, **args)))
+        return _merged_chunk(reads, seen)
 
     def _log_args(self, pod: dict[str, Any], cursor: dict[str, Any] | None) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -338,9 +365,9 @@ class ArenaBackend:
             "namespace": self.settings.namespace,
             "container": pod["spec"]["containers"][0]["name"],
             "timestamps": True,
-            "limit_bytes": LOG_BYTES_PER_POLL,
+            "limit_bytes": _limit(cursor),
         }
-        last = (cursor or {}).get("last") if (cursor or {}).get("pod") == pod["metadata"]["name"] else None
+        last = (cursor or {}).get("last")
         if last:
             # The API takes seconds, not a time: ask a little further back, then drop what was seen.
             args["since_seconds"] = max(1, math.ceil(time.time() - _parse_time(last).timestamp()) + 1)
@@ -726,37 +753,72 @@ def _exit_code(pod: dict[str, Any]) -> int | None:
     return None
 
 
-def _log_pod(pods: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The pod whose log is the job's log, once it has started."""
-    pod = pods[0] if pods else None
-    if pod is None or (pod.get("status") or {}).get("phase") in (None, "Pending"):
-        return None
-    return pod
+def _started(pods: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """(node, pod) of the pods whose containers have started, in node order: those with a log."""
+    return [
+        (node, pod)
+        for node, pod in enumerate(pods)
+        if (pod.get("status") or {}).get("phase") not in (None, "Pending")
+    ]
 
 
 def _node_pod(pods: list[dict[str, Any]], node: int) -> dict[str, Any] | None:
-    started = [p for p in pods if (p.get("status") or {}).get("phase") not in (None, "Pending")]
-    return started[node] if node < len(started) else None
+    """Node ``node``'s pod (the node order of ``status.failed_node``), once it has started."""
+    return dict(_started(pods)).get(node)
 
 
-def _log_chunk(pod: dict[str, Any] | None, cursor: dict[str, Any] | None, text: str | None) -> LogChunk:
-    """Lines after the last one seen; lines sharing its timestamp are told apart by counting.
+@dataclass(frozen=True)
+class _StampedLine:
+    key: tuple[str, int]
+    stamp: str
+    node: int
+    text: str
 
-    No pod yet, or no log (a pod deleted between listing and reading: cleanPodPolicy, a restart):
-    no lines, and the cursor stays where it was.
+
+def _merged_chunk(reads: list[tuple[int, dict[str, Any], str | None]], seen: dict[str, Any]) -> LogChunk:
+    """The pods' new lines merged by timestamp, each prefixed with its node, and each pod's cursor.
+
+    A read cut at its byte bound (``_limit``) has more lines after its last: the other pods' lines
+    stamped later wait for the next poll, so no line is logged after one written later. A pod with
+    no log (deleted between listing and reading: cleanPodPolicy, a restart) keeps its cursor.
     """
-    if pod is None or text is None:
-        return LogChunk(cursor=cursor or {})
-    name = pod["metadata"]["name"]
-    same_pod = (cursor or {}).get("pod") == name
-    last = (cursor or {}).get("last") if same_pod else None
-    seen_at_last = (cursor or {}).get("seen_at_last", 0) if same_pod else 0
+    read: list[tuple[str, list[_StampedLine], bool]] = []
+    truncated_at: list[tuple[str, int]] = []
+    for node, pod, text in reads:
+        if text is None:
+            continue
+        name = pod["metadata"]["name"]
+        lines, reached = _new_lines(node, seen.get(name), text)
+        truncated = len(text.encode()) >= _limit(seen.get(name))
+        read.append((name, lines, truncated))
+        if truncated:
+            truncated_at.append(reached)
+    cut = min(truncated_at, default=None)
+    shown = [[line for line in lines if cut is None or line.key <= cut] for _, lines, _ in read]
+    pods = dict(seen)
+    for (name, _, truncated), lines in zip(read, shown, strict=True):
+        pods[name] = _advance(pods.get(name), lines, truncated)
+    merged = heapq.merge(*shown, key=lambda line: line.key)
+    return LogChunk(
+        lines=[node_line(line.node, line.text) for line in merged],
+        cursor={"pods": pods} if pods else {},
+        more=bool(truncated_at),
+    )
+
+
+def _new_lines(
+    node: int, cursor: dict[str, Any] | None, text: str
+) -> tuple[list[_StampedLine], tuple[str, int]]:
+    """A pod's lines after the last one its cursor saw (lines sharing that timestamp are told
+    apart by counting), and the time of the last whole line read, seen or not (a read cut at its
+    bound may end mid-line: only whole lines are kept, the rest comes next poll)."""
+    last = (cursor or {}).get("last")
+    seen_at_last = (cursor or {}).get("seen_at_last", 0)
     last_key = _stamp_key(last) if last else None
-    # A read cut at LOG_BYTES_PER_POLL may end mid-line: keep whole lines, the rest comes next poll.
-    truncated = len(text.encode()) >= LOG_BYTES_PER_POLL
-    complete = text[: text.rfind("\n") + 1] if truncated else text
-    lines: list[str] = []
+    complete = text[: text.rfind("\n") + 1] if len(text.encode()) >= _limit(cursor) else text
+    lines: list[_StampedLine] = []
     skipped = 0
+    key = last_key or ("", 0)
     for raw in complete.splitlines():
         stamp, _, line = raw.partition(" ")
         key = _stamp_key(stamp)
@@ -765,14 +827,25 @@ def _log_chunk(pod: dict[str, Any] | None, cursor: dict[str, Any] | None, text: 
         if last_key is not None and key == last_key and skipped < seen_at_last:
             skipped += 1
             continue
-        lines.append(line)
-        if last is not None and key == _stamp_key(last):
-            seen_at_last += 1
-        else:
-            last, seen_at_last = stamp, 1
-    return LogChunk(
-        lines=lines, cursor={"pod": name, "last": last, "seen_at_last": seen_at_last}, more=truncated
-    )
+        lines.append(_StampedLine(key, stamp, node, line))
+    return lines, key
+
+
+def _advance(cursor: dict[str, Any] | None, shown: list[_StampedLine], truncated: bool) -> dict[str, Any]:
+    """A pod's cursor after ``shown``: its last timestamp, how many lines of it were seen, and the
+    next read's byte bound (doubled after a read cut short, see ``LOG_BYTES_MAX``)."""
+    limit = min(2 * _limit(cursor), LOG_BYTES_MAX) if truncated else LOG_BYTES_PER_POLL
+    if not shown:
+        return {**(cursor or {}), "limit": limit}
+    last = shown[-1]
+    same = (cursor or {}).get("seen_at_last", 0) if (cursor or {}).get("last") == last.stamp else 0
+    seen_at_last = same + sum(1 for line in shown if line.key == last.key)
+    return {"last": last.stamp, "seen_at_last": seen_at_last, "limit": limit}
+
+
+def _limit(cursor: dict[str, Any] | None) -> int:
+    """The byte bound of a pod's next log read."""
+    return int((cursor or {}).get("limit", LOG_BYTES_PER_POLL))
 
 
 def _stamp_key(stamp: str) -> tuple[str, int]:

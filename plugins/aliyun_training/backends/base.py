@@ -96,6 +96,12 @@ class LaunchedJob(BaseModel):
     created: str | None = None
 
 
+def node_line(node: int, text: str) -> str:
+    """A line of a job's output as the task log shows it: prefixed with the node (its RANK) it came
+    from, the same on every backend."""
+    return f"[node-{node}] {text}"
+
+
 class LogChunk(BaseModel):
     """New log lines and the opaque cursor to pass to the next ``logs`` call."""
 

@@ -28,9 +28,18 @@ from aliyun_training.backends.base import (
     JobStatus,
     LaunchedJob,
     LogChunk,
+    node_line,
     same_owner,
 )
-from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, class_from_text
+from aliyun_training.failures import (
+    BLOCKING_REASONS,
+    COMMAND_NOT_RUN,
+    TEXT_RULES,
+    Failure,
+    FailureClass,
+    Rules,
+    class_from_text,
+)
 from aliyun_training.failures.torchrun import read_node_output
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
@@ -84,8 +93,18 @@ PHASES = {
     "Running": "running",
     "Restarting": "running",
 }
-#: How many recent platform events a failure message shows.
+#: How many recent platform events a failure message shows, of the job and of each pod.
 FAILURE_EVENTS = 20
+#: Of the pods that ended badly, how many (the first to end first) have their GetPodEvents read.
+FAILURE_EVENT_PODS = 4
+#: Pod statuses (GetJob's Pods[].Status) of a pod that has not ended badly. Any other did: Failed,
+#: or whatever else the platform reports for an ended pod (a preempted one, Unknown for a lost node).
+POD_STATUSES_FINE = frozenset({"Pending", "Running", "Succeeded"})
+#: A kubelet event about an image pull (Pulling, Pulled, "Failed to pull image", "Back-off pulling
+#: image"): the last of them says whether the pod's image is being pulled or cannot be.
+IMAGE_PULL_EVENT = re.compile(r"pull", re.I)
+#: The best-effort reads a poll makes beside GetJob; after one failure a backend stops asking.
+QUEUE_INFO, POD_EVENTS = "PAI Studio QueueInfo", "GetPodEvents"
 #: Statuses in which the job's pods exist and have written logs.
 LOGGING_STATUSES = frozenset(
     {
@@ -127,13 +146,18 @@ DLC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 #: 1. DLC's verdict (ReasonCode, ReasonMessage, the job's and its pods' SubStatus) against these
 #:    rules; the evidence is that verdict ("ReasonCode=...");
 #: 2. a failed sanity check: infrastructure (DLC checks the machines, not the script);
-#: 3. the job's events (``event: ...``) against these rules, capacity only while the job never ran:
-#:    the events of a job that ran still hold the words of its queuing;
-#: 4. ``failures.class_from_text`` over DLC's words and the failing node's last lines (NCCL and
-#:    GPU faults, CUDA out of memory, a missing file);
-#: 5. the script's own failure: a Python traceback, or an exit code of 1 to 125, is user code; 126
+#: 3. AIMaster's restart records (``restart: ...``, the newest first) against these rules and the
+#:    text rules: the platform's own diagnosis of a fault it restarted the job for;
+#: 4. the job's and its failed pods' events (``event: ...``, ``pod event <pod>: ...``) against these
+#:    rules in the order DLC produced them (:func:`in_platform_order`: a capacity line gives way to a
+#:    later failure), capacity only while the job never ran: the events of a job that ran still
+#:    hold the words of its queuing;
+#: 5. ``failures.class_from_text`` over DLC's words, then the failing node's output read from where
+#:    its failure began (``failures.torchrun.read_node_output``: NCCL and GPU faults, CUDA out of
+#:    memory, a missing file, a torchrun stopped from outside);
+#: 6. the script's own failure: a Python traceback, or an exit code of 1 to 125, is user code; 126
 #:    and 127 (the shell's "not executable" and "not found") are config;
-#: 6. otherwise infrastructure. DLC named no cause and the script did not say it failed (no
+#: 7. otherwise infrastructure. DLC named no cause and the script did not say it failed (no
 #:    traceback, no exit code of its own), so what ended it was under it: a signal from outside,
 #:    a node that went away, a runtime that never started it. Calling that user code would blame
 #:    a script that may never have run.
@@ -374,8 +398,8 @@ class DlcBackend:
         self._views: dict[str, LogView] = {}
         #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
         self._vpc_cidrs: list[str] | None = None
-        #: A look at a queued job's place in its quota failed once: not asked again.
-        self._queue_unavailable = False
+        #: Best-effort reads (``QUEUE_INFO``, ``POD_EVENTS``) that failed once: not asked again.
+        self._unavailable: set[str] = set()
 
     @property
     def config(self) -> dict[str, Any]:
@@ -489,45 +513,53 @@ class DlcBackend:
     # -- status ----------------------------------------------------------------------------------
 
     def status(self, handle: JobHandle) -> JobStatus:
+        """GetJob; while the job queues, PAI Studio's QueueInfo for its place; while its pods are
+        prepared, the first pending pod's events (an image that cannot be pulled). Both best effort."""
         job = self.hook.get_job(handle.job_id)
-        queued = None
-        if self._asks_queue(job):
+        queued = events = None
+        if _in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
             try:
                 queued = self._studio.queue_info(job.resource_id, job.job_id)
             except AlibabaCloudApiError as exc:
-                self._queue_unknown(job, exc)
-        return self._interpret(handle, job, queued)
+                self._best_effort_failed(QUEUE_INFO, job, exc)
+        pod = _pending_pod(job)
+        if pod is not None and POD_EVENTS not in self._unavailable:
+            try:
+                events = self.hook.get_pod_events(job.job_id, pod)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(POD_EVENTS, job, exc)
+        return self._interpret(handle, job, queued, events)
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
         job = await self.hook.aget_job(handle.job_id)
-        queued = None
-        if self._asks_queue(job):
+        queued = events = None
+        if _in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
             try:
                 queued = await self._studio.aqueue_info(job.resource_id, job.job_id)
             except AlibabaCloudApiError as exc:
-                self._queue_unknown(job, exc)
-        return self._interpret(handle, job, queued)
+                self._best_effort_failed(QUEUE_INFO, job, exc)
+        pod = _pending_pod(job)
+        if pod is not None and POD_EVENTS not in self._unavailable:
+            try:
+                events = await self.hook.aget_pod_events(job.job_id, pod)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(POD_EVENTS, job, exc)
+        return self._interpret(handle, job, queued, events)
 
     @property
     def _studio(self) -> PaiStudioHook:
         return shared_hook(PaiStudioHook, self.conn_id, self.region)
 
-    def _asks_queue(self, job: Any) -> bool:
-        """Whether to ask PAI Studio where a queued job stands: it waits in a quota's queue, and no
-        earlier look of this backend failed (no permission for PAI Studio, no route to it)."""
-        return _in_quota_queue(job) and not self._queue_unavailable
+    def _best_effort_failed(self, read: str, job: Any, exc: AlibabaCloudApiError) -> None:
+        """Where a job waits (its place in the quota's queue, its pods' events) is information, not
+        its state: without it monitoring goes on, and this backend does not ask again (no
+        permission, no route: the next poll would fail alike)."""
+        self._unavailable.add(read)
+        log.warning("Job %s: %s is unavailable (%s); monitoring goes on without it", job.job_id, read, exc)
 
-    def _queue_unknown(self, job: Any, exc: AlibabaCloudApiError) -> None:
-        """The queue position is information, not the job's state: without it monitoring goes on."""
-        self._queue_unavailable = True
-        log.warning(
-            "Job %s: its place in quota %s's queue is unknown (%s); monitoring goes on without it",
-            job.job_id,
-            job.resource_id,
-            exc,
-        )
-
-    def _interpret(self, handle: JobHandle, job: Any, queued: Any = None) -> JobStatus:
+    def _interpret(
+        self, handle: JobHandle, job: Any, queued: Any = None, pod_events: list[str] | None = None
+    ) -> JobStatus:
         state = DLC_STATES.get(job.status)
         if state is None:
             log.warning(
@@ -538,16 +570,20 @@ class DlcBackend:
             state = JobState.RUNNING
         self._views[handle.job_id] = LogView.of(job)
         failed = _first_failed_node(job)
-        reason = ""
+        reason, reason_code = "", job.reason_code or ""
         if state in (JobState.FAILED, JobState.STOPPED):
             reason = _reason(job)
         elif job.status in QUEUE_STATUSES:
             reason = _why_waiting(job, queued)
+        elif state is JobState.PENDING:
+            pulling = _last_pull_event(pod_events or [])
+            reason = "; ".join(part for part in (_reason(job), pulling) if part)
+            reason_code = _blocking_reason([reason]) or reason_code
         return JobStatus(
             state=state,
             raw=job.status,
             reason=reason,
-            reason_code=job.reason_code or "",
+            reason_code=reason_code,
             started=_iso(job.gmt_running_time or job.gmt_create_time),
             finished=_iso(job.gmt_finish_time) if state.is_terminal else None,
             failed_node=failed,
@@ -575,45 +611,60 @@ class DlcBackend:
         return view
 
     def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
-        """New lines of the master pod since ``cursor``: none twice, at most ``log_lines_per_poll``.
+        """New lines of every node since ``cursor``, each prefixed with its node: none twice, at most
+        ``log_lines_per_poll`` per node.
 
-        DLC returns log lines without times, filtered by StartTime. Each poll asks from a little
-        before the previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already seen;
-        the first asks from the job's start.
+        DLC returns log lines without times, filtered by StartTime. Each poll asks every pod from a
+        little before its previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already
+        seen; the first asks from the job's start. Without times, the nodes' lines of one poll
+        cannot be interleaved: they follow each other node by node (the master first).
         """
         view = self._view(handle)
-        if not view.pods:
-            return LogChunk(cursor=cursor or {})
-        asked_at = time.time()
-        fetched = self.hook.get_pod_logs(
-            handle.job_id, view.pods[0], max_lines=self.log_lines_per_poll, start_time=_since(view, cursor)
-        )
-        return self._log_chunk(handle, cursor, fetched, asked_at)
+        seen = (cursor or {}).get("pods", {})
+        reads = []
+        for pod in view.pods:
+            asked_at = time.time()
+            start = _since(view, seen.get(pod))
+            fetched = self.hook.get_pod_logs(
+                handle.job_id, pod, max_lines=self.log_lines_per_poll, start_time=start
+            )
+            reads.append((pod, fetched, asked_at))
+        return self._log_chunk(handle, seen, reads)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         view = await self._aview(handle)
-        if not view.pods:
-            return LogChunk(cursor=cursor or {})
-        asked_at = time.time()
-        fetched = await self.hook.aget_pod_logs(
-            handle.job_id, view.pods[0], max_lines=self.log_lines_per_poll, start_time=_since(view, cursor)
-        )
-        return self._log_chunk(handle, cursor, fetched, asked_at)
+        seen = (cursor or {}).get("pods", {})
+        reads = []
+        for pod in view.pods:
+            asked_at = time.time()
+            start = _since(view, seen.get(pod))
+            fetched = await self.hook.aget_pod_logs(
+                handle.job_id, pod, max_lines=self.log_lines_per_poll, start_time=start
+            )
+            reads.append((pod, fetched, asked_at))
+        return self._log_chunk(handle, seen, reads)
 
     def _log_chunk(
-        self, handle: JobHandle, cursor: dict[str, Any] | None, fetched: list[str], asked_at: float
+        self, handle: JobHandle, seen: dict[str, Any], reads: list[tuple[str, list[str], float]]
     ) -> LogChunk:
-        seen = list((cursor or {}).get("recent", []))
-        new = _unseen(seen, fetched)
-        if len(fetched) >= self.log_lines_per_poll:
-            log.warning(
-                "Job %s wrote more than %d log lines since the last poll; some may be missing here "
-                "(the console has the full log)",
-                handle.job_id,
-                self.log_lines_per_poll,
-            )
-        since = _dlc_time(asked_at - LOG_OVERLAP_SECONDS)
-        return LogChunk(lines=new, cursor={"since": since, "recent": (seen + new)[-LOG_MEMORY_LINES:]})
+        """Each pod's unseen lines, node by node, and the cursor that remembers what each pod showed."""
+        lines: list[str] = []
+        pods: dict[str, Any] = dict(seen)
+        for node, (pod, fetched, asked_at) in enumerate(reads):
+            recent = list((seen.get(pod) or {}).get("recent", []))
+            new = _unseen(recent, fetched)
+            if len(fetched) >= self.log_lines_per_poll:
+                log.warning(
+                    "Job %s: pod %s wrote more than %d log lines since the last poll; some may be missing "
+                    "here (the console has the full log)",
+                    handle.job_id,
+                    pod,
+                    self.log_lines_per_poll,
+                )
+            lines += [node_line(node, line) for line in new]
+            since = _dlc_time(asked_at - LOG_OVERLAP_SECONDS)
+            pods[pod] = {"since": since, "recent": (recent + new)[-LOG_MEMORY_LINES:]}
+        return LogChunk(lines=lines, cursor={"pods": pods} if pods else {})
 
     def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
         """The last ``lines`` lines of node ``node`` (at most ``POD_LOGS_MAX_LINES`` - 1)."""
@@ -645,13 +696,19 @@ class DlcBackend:
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
-        return _describe_failure(
-            self.hook.get_job_events(handle.job_id), self.hook.get_sanity_checks(handle.job_id)
-        )
+        """What DLC recorded of the failure: its restart records (GetJob), the job's events, the
+        events of the pods that ended badly (GetPodEvents, the first to end first), then the
+        failed sanity checks."""
+        job = self.hook.get_job(handle.job_id)
+        pods = {pod: self.hook.get_pod_events(handle.job_id, pod) for pod in _pods_to_explain(job)}
+        events = self.hook.get_job_events(handle.job_id)
+        return _describe_failure(job, events, pods, self.hook.get_sanity_checks(handle.job_id))
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
+        job = await self.hook.aget_job(handle.job_id)
+        pods = {pod: await self.hook.aget_pod_events(handle.job_id, pod) for pod in _pods_to_explain(job)}
         events = await self.hook.aget_job_events(handle.job_id)
-        return _describe_failure(events, await self.hook.aget_sanity_checks(handle.job_id))
+        return _describe_failure(job, events, pods, await self.hook.aget_sanity_checks(handle.job_id))
 
     def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
         """DLC's verdict, its sanity checks and events, then the script's last lines, in the order
@@ -716,14 +773,49 @@ class DlcBackend:
 
 
 def _first_failed_node(job: Any) -> int | None:
-    """The node whose pod failed first, by the platform's GmtFinishTime (node order on a tie): the
-    master's collateral error, ended later, must not hide the worker's own failure."""
-    failed = [
+    """The node whose pod ended badly first, by the platform's GmtFinishTime (node order on a tie; a
+    pod with no finish time, such as one on a lost node, after those with one): the master's
+    collateral error, ended later, must not hide the worker's own failure."""
+    ended = [
         (pod.gmt_finish_time or "~", rank)
         for rank, pod in enumerate(_node_order(job))
-        if pod.status == "Failed"
+        if pod.status not in POD_STATUSES_FINE
     ]
-    return min(failed)[1] if failed else None
+    return min(ended)[1] if ended else None
+
+
+def _pods_to_explain(job: Any) -> list[str]:
+    """The pods whose events explain the job's end: those that ended badly, the first to end first;
+    of a job that never got that far, those still pending. At most ``FAILURE_EVENT_PODS``."""
+    pods = [pod for pod in _node_order(job) if pod.status not in POD_STATUSES_FINE]
+    pods.sort(key=lambda pod: pod.gmt_finish_time or "~")
+    if not pods and DLC_STATES.get(job.status) is JobState.PENDING:
+        pods = [pod for pod in _node_order(job) if pod.status == "Pending"]
+    return [pod.pod_id for pod in pods[:FAILURE_EVENT_PODS]]
+
+
+def _pending_pod(job: Any) -> str | None:
+    """While DLC prepares a job's pods (EnvPreparing), the first still Pending: its events tell an
+    image being pulled from one that cannot be. None in any other status."""
+    if job.status != "EnvPreparing":
+        return None
+    return next((pod.pod_id for pod in _node_order(job) if pod.status == "Pending"), None)
+
+
+def _last_pull_event(events: list[str]) -> str:
+    """The newest of a pod's events about its image pull, as ``pod event: ...``; "" when none."""
+    pulls = [event for event in events if IMAGE_PULL_EVENT.search(event)]
+    return f"pod event: {pulls[-1]}" if pulls else ""
+
+
+def _blocking_reason(texts: list[str]) -> str | None:
+    """The first of ``BLOCKING_REASONS`` (the kubelet's words for a pod that waits for good) any of
+    ``texts`` names, for ``JobMonitor.give_up``; None when none does."""
+    for text in texts:
+        for reason in BLOCKING_REASONS:
+            if re.search(rf"\b{reason}\b", text):
+                return reason
+    return None
 
 
 def _node_order(job: Any) -> list[Any]:
@@ -879,9 +971,13 @@ def _phase(item: Any) -> dict[str, Any]:
     return {"status": item.status, "phase": phase, "start": start, "end": end, "seconds": seconds}
 
 
-def _describe_failure(events: Any, checks: Any) -> list[str]:
-    """Job events, then failed sanity checks, as lines for the task error."""
-    lines = [f"event: {event}" for event in (events.events or [])[-FAILURE_EVENTS:]]
+def _describe_failure(job: Any, events: Any, pod_events: dict[str, list[str]], checks: Any) -> list[str]:
+    """Restart records, the job's events, the pods' events, then failed sanity checks, as lines
+    for the task error and the classifier, each kind oldest first."""
+    lines = [_restart_line(record, error) for record in job.restart_record or [] for error in _errors(record)]
+    lines += [f"event: {event}" for event in (events.events or [])[-FAILURE_EVENTS:]]
+    for pod, recorded in pod_events.items():
+        lines += [f"pod event {pod}: {event}" for event in recorded[-FAILURE_EVENTS:]]
     for round_ in checks.sanity_check_results or []:
         for check in round_:
             if check.status not in ("Succeeded", "Passed"):
@@ -889,6 +985,37 @@ def _describe_failure(events: Any, checks: Any) -> list[str]:
                     f"sanity check #{check.check_number} {check.phase}: {check.status} {check.message}"
                 )
     return lines
+
+
+def _errors(record: Any) -> list[Any]:
+    """A restart record's fault details; one empty entry when it has none, so the record shows."""
+    return list(record.detail_error_info_list or []) or [None]
+
+
+def _restart_line(record: Any, error: Any) -> str:
+    """One fault a restart record names: ``restart: <when> <reason> [<status>]: <source> <code>:
+    <message> (pod, node)``, as AIMaster recorded it (GetJob RestartRecord, DetailErrorInfoList)."""
+    head = " ".join(
+        part
+        for part in (
+            record.occur_time,
+            record.reason,
+            f"[{record.restart_status}]" if record.restart_status else "",
+            record.restart_fail_reason,
+        )
+        if part
+    )
+    if error is None:
+        return f"restart: {head}"
+    fault = " ".join(
+        part
+        for part in (error.error_source, error.error_code, error.error_msg, error.detail_error_msg)
+        if part
+    )
+    where = ", ".join(
+        f"{name} {value}" for name, value in (("pod", error.pod), ("node", error.node)) if value
+    )
+    return f"restart: {head}: {fault}" + (f" ({where})" if where else "")
 
 
 #: DLC statuses in which a job waits for its quota: Queuing, and Bidding for Lingjun spot resources.
@@ -913,15 +1040,19 @@ def _why_waiting(job: Any, queued: Any) -> str:
 
 
 def _reason(job: Any) -> str:
-    """ReasonCode and ReasonMessage, then the job's SubStatus and each pod's that is not Normal."""
+    """ReasonCode and ReasonMessage, then the job's SubStatus, then each pod's Status when it is
+    neither fine nor plain Failed (a preempted pod) and its SubStatus when it is not Normal."""
     parts = [": ".join(part for part in (job.reason_code, job.reason_message) if part)]
     if job.sub_status:
         parts.append(f"SubStatus={job.sub_status}")
-    parts += [
-        f"pod {pod.pod_id} SubStatus={pod.sub_status}"
-        for pod in _node_order(job)
-        if pod.sub_status and pod.sub_status != "Normal"
-    ]
+    for pod in _node_order(job):
+        said = []
+        if pod.status and pod.status not in POD_STATUSES_FINE | {"Failed"}:
+            said.append(f"Status={pod.status}")
+        if pod.sub_status and pod.sub_status != "Normal":
+            said.append(f"SubStatus={pod.sub_status}")
+        if said:
+            parts.append(f"pod {pod.pod_id} {' '.join(said)}")
     return "; ".join(part for part in parts if part)
 
 
@@ -935,10 +1066,15 @@ def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Fail
     checks = [line for line in details if line.startswith("sanity check #")]
     if checks:
         return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=[*said, *checks])
-    events = [line for line in details if line.startswith("event: ")]
+    restarts = [line for line in details if line.startswith("restart: ")]
+    events = [line for line in details if line.startswith(("event: ", "pod event "))]
     ran = any(phase.get("status") == "Running" for phase in status.history)
     rules = tuple(rule for rule in DLC_FAILURE_RULES if not (ran and rule[0] is FailureClass.CAPACITY))
-    matched = class_from_text(events, rules) or class_from_text([*said, *events])
+    matched = (
+        in_platform_order(list(reversed(restarts)), (*DLC_FAILURE_RULES, *TEXT_RULES))
+        or in_platform_order(events, rules)
+        or class_from_text([*said, *events])
+    )
     if matched is None:
         # The failing pod's own output, read from the rank torchrun saw fail first: a torchrun the
         # platform stopped prints a traceback as it dies, which is not the script's failure.
@@ -948,7 +1084,25 @@ def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Fail
         matched = _script_failure([*said, *events, *tail])
     if matched is not None:
         return Failure(failure_class=matched[0], evidence=list(dict.fromkeys([*said, matched[1]])))
+    if status.raw in QUEUE_STATUSES | {"Creating"}:
+        # Given up on while still waiting for its resources, with no other word: no room.
+        stayed = f"the job stayed {status.raw}" + (f": {status.reason}" if status.reason else "")
+        return Failure(failure_class=FailureClass.CAPACITY, evidence=[stayed])
     return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=said or ["DLC named no reason"])
+
+
+def in_platform_order(lines: list[str], rules: Rules) -> tuple[FailureClass, str] | None:
+    """The failure ``lines`` name, read in the order the platform produced them: the first line any
+    rule matches decides, except that a line of capacity (waiting for room) gives way to any later
+    line naming another failure: the job left that queue, and what happened after ended it."""
+    found = None
+    for line in lines:
+        matched = class_from_text([line], rules)
+        if matched is None:
+            continue
+        if found is None or (found[0] is FailureClass.CAPACITY and matched[0] is not FailureClass.CAPACITY):
+            found = matched
+    return found
 
 
 def _verdict(status: JobStatus) -> str:

@@ -57,6 +57,7 @@ from aliyun_training.backends.base import (
     LaunchedJob,
     LogChunk,
     OffloadedAsyncMixin,
+    node_line,
     same_owner,
 )
 from aliyun_training.backends.local_node import (
@@ -439,9 +440,7 @@ class LocalBackend(OffloadedAsyncMixin):
         # Each node's lines keep their order; lines read at the same moment go node by node.
         merged = heapq.merge(*shown, key=lambda line: line.stamp)
         return LogChunk(
-            lines=[
-                f"[node-{line.rank}] {text}" for line in merged for text in line.text.splitlines() or [""]
-            ],
+            lines=[node_line(line.rank, text) for line in merged for text in line.text.splitlines() or [""]],
             cursor=offsets,
             more=any(truncated for _, truncated in reads),
         )

@@ -63,7 +63,8 @@ COMMAND_NOT_RUN = {126: "the command is not executable", 127: "the command was n
 #: timeout", "CUDA error: uncorrectable ECC error", "Xid"), gloo's collective timeout ("Timed out
 #: waiting 5000ms for recv operation to complete": a rank that hangs), ibverbs' ("ibv_"), CUDA's
 #: "CUDA out of memory" / torch.OutOfMemoryError, Python's FileNotFoundError and the shell's
-#: "command not found" / "can't open file", and torchrun's summary of a worker's exit code.
+#: "command not found" / "can't open file", the container runtime's 'exec: "<name>": executable file
+#: not found in $PATH', and torchrun's summary of a worker's exit code.
 #: Three of CUDA's errors are not the machine's: a kernel's own assertion (an index out of range
 #: on the device) is the script's; a device ordinal beyond the node's GPUs and an image built for
 #: other GPU architectures ("no kernel image is available") are the job's configuration. They come
@@ -94,7 +95,8 @@ TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     (
         FailureClass.CONFIG,
         re.compile(
-            r"command not found|can't open file|No module named|ModuleNotFoundError|Permission denied"
+            r"command not found|can't open file|executable file not found|No module named"
+            r"|ModuleNotFoundError|Permission denied"
         ),
     ),
     (
@@ -120,6 +122,21 @@ def class_from_text(lines: list[str], rules: Rules = TEXT_RULES) -> tuple[Failur
             if pattern.search(line):
                 return failure_class, line.strip()
     return None
+
+
+#: What keeps a job's pods waiting for good: the kubelet's image-pull and container-config waits
+#: (pkg/kubelet/images/types.go: ErrImagePull, ImagePullBackOff, InvalidImageName,
+#: ErrImageNeverPull; pkg/kubelet/container/sync_result.go: CreateContainerConfigError, a missing
+#: Secret or ConfigMap key). The kubelet retries a pull with back-off, so a registry hiccup clears
+#: within a poll or two: a job still blocked after ``BLOCKED_POLLS`` polls in a row is stopped
+#: instead of holding its GPU nodes until ``timeout_minutes``; a bad image name at once.
+BLOCKING_REASONS: dict[str, FailureClass] = {
+    "ErrImagePull": FailureClass.CONFIG,
+    "ImagePullBackOff": FailureClass.CONFIG,
+    "InvalidImageName": FailureClass.CONFIG,
+    "ErrImageNeverPull": FailureClass.CONFIG,
+    "CreateContainerConfigError": FailureClass.CONFIG,
+}
 
 
 class RecoveryAction(StrEnum):

@@ -88,6 +88,21 @@ class DlcHook(AlibabaCloudHook):
             "GetJobEvents", lambda: abody(self.conn.get_job_events_async(job_id, _events_request()))
         )
 
+    def get_pod_events(self, job_id: str, pod_id: str) -> list[str]:
+        """GetPodEvents with its defaults (the last 7 days, at most 2000 events): the pod's own
+        events (scheduling, image pulls, mounts, evictions), oldest first."""
+        body = self.call(
+            "GetPodEvents", lambda: self.conn.get_pod_events(job_id, pod_id, _pod_events_request()).body
+        )
+        return list(body.events or [])
+
+    async def aget_pod_events(self, job_id: str, pod_id: str) -> list[str]:
+        body = await self.acall(
+            "GetPodEvents",
+            lambda: abody(self.conn.get_pod_events_async(job_id, pod_id, _pod_events_request())),
+        )
+        return list(body.events or [])
+
     def get_sanity_checks(self, job_id: str) -> Any:
         """ListJobSanityCheckResults: it takes no paging parameters, one answer holds every round."""
         return self.call(
@@ -142,6 +157,12 @@ def _events_request() -> Any:
     from alibabacloud_pai_dlc20201203 import models
 
     return models.GetJobEventsRequest()
+
+
+def _pod_events_request() -> Any:
+    from alibabacloud_pai_dlc20201203 import models
+
+    return models.GetPodEventsRequest()
 
 
 def _sanity_checks_request() -> Any:

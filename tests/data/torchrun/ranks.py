@@ -7,6 +7,9 @@ FAIL_RANK picks the rank (global RANK) that misbehaves, FAIL_MODE how:
 - ``memory``: Python's MemoryError (a host allocation that cannot be met);
 - ``missing``: opening a dataset file that is not there (FileNotFoundError);
 - ``import``: importing a module the image does not have (ModuleNotFoundError);
+- ``exit3``: a message and exit code 3, no traceback (a script that stops itself);
+- ``segv``: a segmentation fault (SIGSEGV), as a crashing native extension dies;
+- ``abort``: ``abort()`` (SIGABRT), as a failed C++ assertion ends the process;
 - ``wait``: write its pid to ``$PID_DIR/rank-<RANK>.pid`` and wait to be killed from outside;
 - ``hang``: stop taking part in the collectives (its peers time out).
 
@@ -18,6 +21,7 @@ ranks only wait, which keeps the case cheap (no torch import per rank).
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -40,6 +44,13 @@ def fail() -> None:
         Path(os.environ.get("DATA_DIR", "/nonexistent"), "train-00009.npz").read_bytes()
     if mode == "import":
         __import__("a_module_the_image_does_not_have")
+    if mode == "exit3":
+        print(f"loss is NaN at step 3 on rank {rank}: stopping", file=sys.stderr, flush=True)
+        sys.exit(3)
+    if mode == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if mode == "abort":
+        os.abort()
     if mode in ("wait", "hang"):
         time.sleep(3600)
 
