@@ -9,9 +9,11 @@ end, ``execute_complete`` turns the event into the result or the classified erro
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -26,8 +28,9 @@ from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
 from fakes.base import ManualClock
 from fakes.dlc import DlcEmulator, JobScript
-from fakes.kubernetes_fake import KubernetesFake, TrainingScript
-from tests.integration import test_arena_recovery, test_dlc_backend
+from fakes.kube import replay_recorded
+from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
+from tests.integration import test_arena_recovery, test_dlc_backend, test_dlc_recovery
 from tests.operator_harness import MemoryTaskStateStore, TaskInstanceIds, fire
 
 dlc = test_dlc_backend.dlc
@@ -223,3 +226,98 @@ def test_a_job_with_a_bad_image_name_is_stopped_at_the_first_sight() -> None:
 
 class _NoBackend:
     """give_up decides from the status alone; it calls nothing of the backend."""
+
+
+RECORDED_KUBERNETES = {
+    case["name"]: case
+    for case in json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "kubernetes" / "recorded_failures.json").read_text()
+    )["cases"]
+}
+
+
+RECORDED_DLC = {
+    case["name"]: case
+    for case in json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "dlc" / "recorded_failures.json").read_text()
+    )["cases"]
+}
+
+
+def test_a_worker_oom_killed_and_restarted_in_place_on_ack_fails_as_user_code_naming_its_node(
+    fake: KubernetesFake, clock: ManualClock, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """restartPolicy OnFailure: the kubelet restarted the worker's container in place three times
+    (its OOMKilled end is only in lastState, the container now in CrashLoopBackOff) until the
+    training-operator failed the job. Recorded statuses and events, replayed through the API."""
+    crash_loop = RECORDED_KUBERNETES["worker OOMKilled repeatedly, CrashLoopBackOff (OnFailure)"]
+    failed_job = RECORDED_KUBERNETES["master OOMKilled, pod Failed (restartPolicy Never)"]["job_conditions"]
+    fake.default_script = TrainingScript(outcome=RECORDED)
+    op, store = ack_operator(), MemoryTaskStateStore()
+
+    def settle() -> None:
+        test_arena_recovery.advance(fake, clock, 30)
+        [job] = (
+            op._backend("arena")
+            ._hook()
+            .custom_object_client.list_namespaced_custom_object(
+                GROUP, "v1", test_arena_recovery.NS, "pytorchjobs"
+            )["items"]
+        )
+        case = {**crash_loop, "job_conditions": failed_job}
+        replay_recorded(case, job["metadata"]["name"], conn_id=test_arena_recovery.CONN_ID)
+
+    failed = fail_try(op, 1, store, settle)
+    log = capfd.readouterr().out
+
+    assert failed.failure.failure_class is FailureClass.USER_CODE, failed.failure.evidence
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
+    assert any("worker-0" in line and "OOMKilled" in line for line in failed.failure.evidence)
+    assert "Last log lines of node 1" in str(failed), "the worker is node 1, the failing one"
+    assert "failed: user_code (pod" in log and "-worker-0: container pytorch OOMKilled" in log
+
+
+def test_a_dlc_job_whose_torchrun_was_stopped_from_outside_resumes_though_it_printed_a_traceback(
+    connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """DLC named no reason; the failed pod's log is torchrun's own, recorded when its process group
+    got SIGTERM: a "death signal" warning, then a SignalException traceback. Not the script's bug."""
+    connected.script_for(
+        "retrain-train", JobScript(phases=FAST, final="Failed", log_lines=test_dlc_recovery.AGENT_STOPPED)
+    )
+    op, store = dlc_operator(), MemoryTaskStateStore()
+
+    failed = fail_try(op, 1, store, lambda: time.sleep(0.5))
+    log = capfd.readouterr().out
+
+    assert failed.failure.failure_class is FailureClass.PREEMPTION, failed.failure.evidence
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.RETRY
+    assert op.retry_policy.resumes(FailureClass.PREEMPTION)
+    assert "failed: preemption (torchrun was stopped from outside" in log
+    assert "Last log lines of node 0" in str(failed)
+
+
+def test_a_dlc_job_whose_image_cannot_be_pulled_fails_as_config_within_a_few_polls_and_is_stopped(
+    connected: DlcEmulator,
+) -> None:
+    """The kubelet's pull back-off, read from the first pending pod's GetPodEvents while DLC prepares
+    the job (EnvPreparing would last the hour): the task stops it after BLOCKED_POLLS polls."""
+    pulls = RECORDED_DLC["image pull fails with manifest unknown while EnvPreparing"]["pod_events"]
+    master = next(events for pod, events in pulls.items() if pod.endswith("-master-0"))
+    connected.script_for(
+        "retrain-train",
+        JobScript(
+            phases=[("Creating", 0.05), ("Queuing", 0.05), ("EnvPreparing", 3600.0)],
+            pod_events={"master-0": master},
+        ),
+    )
+    op, store = dlc_operator(), MemoryTaskStateStore()
+    started = time.monotonic()
+
+    failed = fail_try(op, 1, store, lambda: time.sleep(0.3))
+
+    assert failed.failure.failure_class is FailureClass.CONFIG, failed.failure.evidence
+    assert "ImagePullBackOff for 3 polls in a row" in failed.failure.evidence[0]
+    assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
+    assert time.monotonic() - started < 30, "a few poll intervals (0.05 s), not the hour"
+    assert connected.count("StopJob") == 1, "the job, and with it its nodes, was stopped"

@@ -21,15 +21,20 @@ from typing import Any
 
 import pytest
 from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
+from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
+from aliyun_training.declaration import LAUNCHERS
+from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.names import job_name
+from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.environment_files import INSTALLATION
+from tests.integration.test_failure_corpus import RANKS_SCRIPT
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 #: The job name of TaskInstanceIds' first round of tries.
@@ -241,6 +246,37 @@ def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
     assert "step 60 rank 1" in message and "step 11 rank 1" in message
     assert "step 10 rank 1" not in message, "only the last 50 lines belong in the error"
     assert "rank 0" not in message
+
+
+def test_a_script_error_on_rank_5_of_a_2x4_job_fails_the_task_naming_that_rank_and_its_node(
+    runs: Path, context: dict[str, Any], capfd: pytest.CaptureFixture[str]
+) -> None:
+    """torchrun as the declarations launch it, 2 nodes x 4 ranks: rank 5 raises, torchrun terminates
+    its three siblings (SIGTERM) and the other node's ranks lose their peers. The task fails as
+    user code, without a retry, and its log and error name rank 5 on node 1 as the origin."""
+    launcher = (
+        LAUNCHERS["torchrun"]
+        .format(procs=4)
+        .replace("torchrun", f"{Path(sys.executable).parent}/torchrun", 1)
+    )
+    op = operator(
+        runs,
+        f"{launcher} {RANKS_SCRIPT}",
+        env={"PID_DIR": str(runs.parent / "pids"), "FAIL_RANK": "5", "FAIL_MODE": "raise"},
+    )
+    (runs.parent / "pids").mkdir(parents=True)
+    op.retries = 3
+    trigger, _ = deferred_trigger(op, context)
+    event = asyncio.run(fire(trigger))
+
+    with pytest.raises(TrainingJobFailed) as failure:
+        op.execute_complete(context, event)
+
+    first = "rank 5 (local_rank 1) on node 1 failed first"
+    assert failure.value.failure.failure_class is FailureClass.USER_CODE
+    assert op.retry_policy.evaluate(failure.value, 1, 3).action is RetryAction.FAIL
+    assert first in str(failure.value) and "ValueError: batch of shape" in str(failure.value)
+    assert first in capfd.readouterr().out, "the task log names it too"
 
 
 #: A line of the job's output as the task log shows it: prefixed with the node it came from.

@@ -630,22 +630,37 @@ def _status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, 
 
 def _first_failed_node(pods: list[dict[str, Any]]) -> int | None:
     """The node whose pod failed first, by when its container terminated (``finishedAt``; node order
-    on a tie): the master's collateral error, ended later, must not hide the worker's own failure."""
+    on a tie): the master's collateral error, ended later, must not hide the worker's own failure.
+    A pod failed when its phase says so, or when a container of it ended with a non-zero code, now
+    or before the kubelet restarted it in place (``restartPolicy: OnFailure``: only ``lastState``
+    keeps that end)."""
     failed = [
         (_finished_at(pod), rank)
         for rank, pod in enumerate(pods)
-        if pod.get("status", {}).get("phase") == "Failed"
+        if pod.get("status", {}).get("phase") == "Failed" or _bad_ends(pod)
     ]
     return min(failed)[1] if failed else None
 
 
+def _bad_ends(pod: dict[str, Any]) -> list[dict[str, Any]]:
+    """The terminated states with a non-zero exit code among the pod's containers' states and last
+    states."""
+    return [
+        terminated
+        for container in (pod.get("status") or {}).get("containerStatuses") or []
+        for state in (container.get("state"), container.get("lastState"))
+        if (terminated := (state or {}).get("terminated")) and terminated.get("exitCode")
+    ]
+
+
 def _finished_at(pod: dict[str, Any]) -> str:
-    """When the pod's first terminated container finished ("~", after every time, when none says)."""
-    for container in (pod.get("status") or {}).get("containerStatuses") or []:
-        finished = ((container.get("state") or {}).get("terminated") or {}).get("finishedAt")
-        if finished:
-            return str(finished)
-    return "~"
+    """When the pod's first container that ended badly finished ("~", after every time, when none
+    says)."""
+    ends = _bad_ends(pod) or [
+        (container.get("state") or {}).get("terminated") or {}
+        for container in (pod.get("status") or {}).get("containerStatuses") or []
+    ]
+    return min((str(end["finishedAt"]) for end in ends if end.get("finishedAt")), default="~")
 
 
 def _deleted_status(job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
