@@ -14,16 +14,20 @@ it pays the same module exec plus DAG validation, cycle check and cluster polici
   is what the dag-processor pays on every parse of the file, not only the first.
 - hot: median re-parse in the same process, with the project's modules in ``sys.modules``: the
   cost of the DAG file alone.
-- twin: a generated file with the same number of tasks, all ``EmptyOperator``, and the same
-  trigger-form ``Param`` definitions, parsed the same way after the real file; its hot parse is the
-  floor Airflow itself costs for that DAG definition (Airflow validates every Param's JSON schema
-  and copies the params into every task, about 2 ms for seven params and five tasks here, which
-  no operator code can avoid). Hot parses of the file and its twin alternate, so drift in machine
-  load hits both alike. The bare twin (no params) is reported as well, for comparison.
+- twin: a generated file with one DAG for every DAG the real file defines, each with that DAG's
+  own number of tasks, all ``EmptyOperator``, and that DAG's own trigger-form ``Param``
+  definitions, parsed the same way after the real file; its hot parse is the floor Airflow itself
+  costs for those DAG definitions (Airflow validates every Param's JSON schema and copies the
+  params into every task, which no operator code can avoid). The twin is checked to have the same
+  DAG shapes as the file (task count and Params per DAG) before anything is timed. Hot parses of
+  the file and its twins alternate, so drift in machine load hits all alike. The bare twin (the
+  same DAGs and tasks, no params) is reported as well, for comparison.
 
 ``dags/training_pipelines.py`` loads every declaration of a pipelines folder, so it is measured with
 1, 10 and 50 declared pipelines (copies of ``pipelines/cifar10.yaml`` under other dag_ids, in a
-temporary folder named by ``ALIYUN_TRAINING_PIPELINES_DIR``), against a twin of as many DAGs.
+temporary folder named by ``ALIYUN_TRAINING_PIPELINES_DIR``). Its DAGs are not all alike: beside
+the pipelines it defines the reconciler DAG (one task, two Params), so its twin has one twin DAG
+per pipeline and one for the reconciler, each shaped like its original.
 
 Timings are noisy and machine-dependent, so the headline is the ratio hot / twin hot, both measured
 in the same process. Targets: cold <= 500 ms for one pipeline and <= 1 s for 10 or 50, hot <= 1.3 x
@@ -66,26 +70,30 @@ FORBIDDEN_PREFIX = "alibabacloud_"
 #: Imported once by every dag-processor rather than per file, so imported before any timing starts.
 PER_PROCESS_MODULES = ("airflow", "airflow.sdk", "airflow.dag_processing.dagbag")
 
-TWIN_TEMPLATE = '''"""Generated twin of {dag_id}: as many DAGs of as many tasks, all EmptyOperator."""
+TWIN_TEMPLATE = '''"""Generated twin of {source}: one DAG per DAG there, as many tasks, all EmptyOperator."""
 
 import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import DAG, Param, chain
 
-PARAMS = {params!r}
+#: (dag_id, task count, dumped Params) of every DAG of the real file, each twinned as it is.
+SHAPES = {shapes!r}
 
-for copy in range({dag_count}):
+for dag_id, task_count, params in SHAPES:
     with DAG(
-        dag_id=f"{dag_id}_twin_{{copy}}",
+        dag_id=f"{{dag_id}}_twin",
         schedule="@weekly",
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         params={{
             name: Param(spec["value"], description=spec["description"], **spec["schema"])
-            for name, spec in PARAMS.items()
+            for name, spec in params.items()
         }},
     ):
-        chain(*[EmptyOperator(task_id=f"task_{{index}}") for index in range({task_count})])
+        chain(*[EmptyOperator(task_id=f"task_{{index}}") for index in range(task_count)])
 '''
+
+#: One DAG as its twin copies it: dag_id, number of tasks and the dumped trigger-form Params.
+DagShape = tuple[str, int, dict[str, Any]]
 
 
 def child_env() -> dict[str, str]:
@@ -136,12 +144,32 @@ def timed_parse(path: Path) -> tuple[float, DagBag]:
     return elapsed_ms, bag
 
 
-def write_twin(directory: Path, dag_id: str, dag_count: int, task_count: int, params: dict[str, Any]) -> Path:
-    """Write the EmptyOperator twin of a file's DAGs; its parse cost is the floor Airflow sets."""
-    path = directory / f"{dag_id}_twin{'_params' if params else ''}.py"
-    text = TWIN_TEMPLATE.format(dag_id=dag_id, dag_count=dag_count, task_count=task_count, params=params)
-    path.write_text(text)
+def dag_shapes(bag: DagBag) -> list[DagShape]:
+    """Every DAG of ``bag`` in dag_id order, with its own task count and Params: what the twin copies."""
+    shapes = []
+    for dag_id in sorted(bag.dags):
+        dag = bag.dags[dag_id]
+        params = {name: dag.params.get_param(name).dump() for name in dag.params}
+        shapes.append((dag_id, len(dag.tasks), params))
+    return shapes
+
+
+def write_twin(directory: Path, source: Path, shapes: list[DagShape], *, bare: bool = False) -> Path:
+    """Write the EmptyOperator twin of a file's DAGs, one twin DAG per DAG with that DAG's task count
+    and (unless ``bare``) Params; its parse cost is the floor Airflow sets."""
+    if bare:
+        shapes = [(dag_id, task_count, {}) for dag_id, task_count, _ in shapes]
+    path = directory / f"{source.stem}_twin{'_bare' if bare else ''}.py"
+    path.write_text(TWIN_TEMPLATE.format(source=source.name, shapes=shapes))
     return path
+
+
+def check_twin(real: list[DagShape], twin_bag: DagBag, twin: Path, *, bare: bool = False) -> None:
+    """Stop unless the twin has one DAG per real DAG, each with its original's task count and Params
+    (none when ``bare``): a twin of another shape would make the ratios compare the wrong floor."""
+    expected = [(f"{dag_id}_twin", task_count, {} if bare else params) for dag_id, task_count, params in real]
+    if dag_shapes(twin_bag) != expected:
+        raise SystemExit(f"{twin.name} does not mirror the DAGs it twins: {dag_shapes(twin_bag)!r}")
 
 
 def write_declarations(directory: Path, count: int) -> Path:
@@ -173,21 +201,24 @@ def measure(path: Path, repeats: int) -> dict[str, Any]:
     modules_before = set(sys.modules)
     cold_ms, bag = timed_parse(path)
     forbidden = forbidden_modules(set(sys.modules) - modules_before)
-    dag_ids = sorted(bag.dags)
-    task_count = sum(len(dag.tasks) for dag in bag.dags.values())
-    dag = bag.dags[dag_ids[0]]
-    params = {name: dag.params.get_param(name).dump() for name in dag.params}
-    per_dag = len(dag.tasks)
+    shapes = dag_shapes(bag)
     with tempfile.TemporaryDirectory(prefix="parse-time-twin-") as tmp:
-        twin = write_twin(Path(tmp), dag_ids[0], len(dag_ids), per_dag, params)
-        bare_twin = write_twin(Path(tmp), dag_ids[0], len(dag_ids), per_dag, {})
+        twin = write_twin(Path(tmp), path, shapes)
+        bare_twin = write_twin(Path(tmp), path, shapes, bare=True)
         pre_import_airflow_modules(twin)
-        twin_cold_ms = timed_parse(twin)[0]
-        timed_parse(bare_twin)
+        twin_cold_ms, twin_bag = timed_parse(twin)
+        check_twin(shapes, twin_bag, twin)
+        check_twin(shapes, timed_parse(bare_twin)[1], bare_twin, bare=True)
+        del twin_bag
         hot_ms, twin_hot_ms, bare_twin_hot_ms = alternating_hot_parses([path, twin, bare_twin], repeats)
     return {
-        "dags": len(dag_ids),
-        "tasks": task_count,
+        "dags": len(shapes),
+        "tasks": sum(task_count for _, task_count, _ in shapes),
+        "params": sum(len(params) for _, _, params in shapes),
+        "shapes": [
+            {"dag_id": dag_id, "tasks": task_count, "params": len(params)}
+            for dag_id, task_count, params in shapes
+        ],
         "cold_ms": cold_ms,
         "hot_ms": hot_ms,
         "twin_cold_ms": twin_cold_ms,
@@ -241,11 +272,12 @@ def add_verdicts(result: dict[str, Any]) -> dict[str, Any]:
 def format_table(results: list[dict[str, Any]]) -> str:
     """One row per DAG file, ratio column next to the two timings it comes from."""
     header = (
-        f"{'DAG file':<32} {'dags':>4} {'tasks':>5} {'cold ms':>8} {'hot ms':>7} {'twin cold ms':>12} "
-        f"{'twin hot ms':>11} {'hot/twin':>8} {'hot/bare twin':>13}  forbidden imports"
+        f"{'DAG file':<32} {'dags':>4} {'tasks':>5} {'params':>6} {'cold ms':>8} {'hot ms':>7} "
+        f"{'twin cold ms':>12} {'twin hot ms':>11} {'hot/twin':>8} {'hot/bare twin':>13}  forbidden imports"
     )
     rows = [
-        f"{result['file']:<32} {result['dags']:>4} {result['tasks']:>5} {result['cold_ms']:>8.1f} "
+        f"{result['file']:<32} {result['dags']:>4} {result['tasks']:>5} {result['params']:>6} "
+        f"{result['cold_ms']:>8.1f} "
         f"{result['hot_ms']:>7.2f} "
         f"{result['twin_cold_ms']:>12.1f} {result['twin_hot_ms']:>11.2f} {result['hot_ratio']:>8.2f} "
         f"{result['hot_ratio_bare_twin']:>13.2f}  {', '.join(result['forbidden_imports']) or 'none'}"
