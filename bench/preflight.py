@@ -46,7 +46,6 @@ import os
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -54,6 +53,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from project_env import prepare_environment
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from fakes.cloud import Cloud
 
 

@@ -34,6 +34,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from project_env import prepare_environment
 
@@ -43,6 +44,9 @@ from aliyun_training.staging import engine  # noqa: E402
 from aliyun_training.staging.engine import stage_dataset  # noqa: E402
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource  # noqa: E402
 from fakes.oss import generate_remote, start_subprocess  # noqa: E402
+
+if TYPE_CHECKING:
+    from aliyun_training.records import StagedDataset
 
 AK, SK = "LTAI-bench", "bench-secret"
 BUCKET = "bench-data"
@@ -119,7 +123,7 @@ def main() -> int:
         generate_remote(endpoint, BUCKET, "large/", LARGE_COUNT, LARGE, seed=2)
         config = OssClientConfig(endpoint, REGION, _StaticCredentials(), pool_size=args.workers)
 
-        def stage(prefix: str, target: str) -> tuple[float, object]:
+        def stage(prefix: str, target: str) -> tuple[float, StagedDataset]:
             source = OssObjectSource(f"oss://{BUCKET}/{prefix}", config=config)
             started = time.perf_counter()
             staged = stage_dataset(

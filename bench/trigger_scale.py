@@ -50,7 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
@@ -277,7 +277,8 @@ def install_poll_budget() -> None:
     """Swap the poll loop's ``asyncio`` for the budgeted stand-in (this child process only)."""
     from aliyun_training.triggers import base
 
-    base.asyncio = BudgetedAsyncio()  # type: ignore[assignment]
+    # A deliberate monkeypatch of the module's own (not re-exported) asyncio import.
+    base.asyncio = BudgetedAsyncio()  # type: ignore[assignment,attr-defined]
 
 
 def serialized_triggers(job_ids: list[str], poll_interval: float) -> list[tuple[str, str]]:
@@ -299,7 +300,8 @@ def serialized_triggers(job_ids: list[str], poll_interval: float) -> list[tuple[
 
 async def drive_trigger(number: int, classpath: str, kwargs: str, polls: int, greenback: bool) -> str:
     """Inflate one trigger as the triggerer does and run it for ``polls`` polls; '' or what went wrong."""
-    from airflow.sdk.module_loading import import_string
+    # airflow.sdk.module_loading is the public home of import_string; it re-exports it without __all__.
+    from airflow.sdk.module_loading import import_string  # type: ignore[attr-defined]
     from structlog.contextvars import bind_contextvars
 
     if greenback:
@@ -410,7 +412,7 @@ def configure_trigger_logging(path: Path) -> BinaryIO:
     return stream
 
 
-Monitoring = Callable[[], Awaitable[tuple[list[str], int]]]
+Monitoring = Callable[[], Coroutine[Any, Any, tuple[list[str], int]]]
 
 
 def monitoring(mode: str, job_ids: list[str], polls: int, args: argparse.Namespace) -> Monitoring:

@@ -15,10 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fakes.acr import AcrEmulator, EmulatedRepository, EmulatedTag
 from fakes.aiworkspace import AIWorkspaceEmulator
@@ -33,6 +32,9 @@ from fakes.oss import OssEmulator, OssFaultPlan
 from fakes.paistudio import PaiStudioEmulator
 from fakes.ram import RamEmulator
 from fakes.registry import RegistryEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 DATA = Path(__file__).resolve().parents[1] / "tests" / "data"
 AK, SK = "LTAI-e2e-deployment", "e2e-deployment-secret-never-logged"

@@ -50,14 +50,16 @@ from __future__ import annotations
 
 import hashlib
 import itertools
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alibabacloud_cr20181201 import models as cr_models
 
 from fakes.base import ApiError, ApiRequest, Handler, query_checked
 from fakes.ram import RamAuthorizedEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
 
 BUILD_STATUSES = ("PENDING", "BUILDING", "SUCCESS", "FAILED", "CANCELED")
 FINISHED = frozenset({"SUCCESS", "FAILED", "CANCELED"})
@@ -385,13 +387,14 @@ class AcrEmulator(RamAuthorizedEmulator):
             repo = self._repository(query)
         else:
             namespace, name = _required(query, "RepoNamespaceName"), _required(query, "RepoName")
-            repo = next(
+            found = next(
                 (r for r in self.repositories.values() if (r.namespace, r.name) == (namespace, name)), None
             )
-            if repo is None:
+            if found is None:
                 raise _BusinessError(
                     404, "REPO_NOT_EXIST", f"The repository {namespace}/{name} does not exist."
                 )
+            repo = found
         created = int(repo.created_at * 1000)
         return {
             "CreateTime": created,

@@ -58,14 +58,16 @@ import itertools
 import json
 import re
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alibabacloud_aiworkspace20210204 import models as ws_models
 
 from fakes.base import ApiError, ApiRequest, Handler, model_mismatches
 from fakes.ram import RamAuthorizedEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 DEFAULT_WORKSPACE_ID = "ws-default"
 DEFAULT_PAGE_SIZE = 10

@@ -24,10 +24,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, ClassVar, Generic, Self, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Self, TypeVar, cast
 from urllib.parse import parse_qsl, quote, unquote, urlsplit
 
-from darabonba.model import DaraModel
+if TYPE_CHECKING:
+    from darabonba.model import DaraModel
 
 #: The only signature algorithm the emulators verify: tea-openapi's default for every style.
 SIGNATURE_ALGORITHM = "ACS3-HMAC-SHA256"
@@ -323,7 +324,7 @@ def bound_handler(handler: type[_H], **attributes: object) -> type[_H]:
     ``http.server`` builds one handler instance per request from a class, so the only way to hand
     it the emulator is on the class; a fresh subclass per server keeps two servers apart.
     """
-    return cast(type[_H], type(f"_Bound{handler.__name__}", (handler,), dict(attributes)))
+    return cast("type[_H]", type(f"_Bound{handler.__name__}", (handler,), dict(attributes)))
 
 
 class ThreadedHttpServer:
@@ -615,9 +616,12 @@ class EmulatorServer(ThreadedHttpServer, SeededFaults[FaultPlan]):
 
     def _check_shape(self, route: Route, payload: dict[str, Any]) -> None:
         """Refuse to send an answer the SDK's response model would not reproduce: an emulator bug."""
-        problems = model_mismatches(route.response_model, payload) if route.response_model else []
+        model = route.response_model
+        if not model:
+            return
+        problems = model_mismatches(model, payload)
         if problems:
-            message = f"{route.action} answer does not fit {route.response_model.__name__}: {problems}"
+            message = f"{route.action} answer does not fit {model.__name__}: {problems}"
             with self._lock:
                 self.internal_errors.append(message)
             raise ApiError(500, "InternalError", message)

@@ -13,12 +13,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.oss_location import parse_oss_uri
 from fakes.dlc import DlcEmulator
@@ -26,6 +23,11 @@ from fakes.network import NetworkEmulator, StandardNetwork
 from fakes.oss import OssEmulator
 from fakes.paistudio import PaiStudioEmulator
 from fakes.ram import RamEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    import pytest
 
 AK, SK = "LTAI-preflight", "preflight-secret-value"
 POLICY_FILE = (

@@ -23,12 +23,14 @@ import sys
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

@@ -74,12 +74,10 @@ import json
 import re
 import secrets
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from alibabacloud_pai_dlc20201203 import models as dlc_models
-from darabonba.model import DaraModel
 
 from fakes.base import (
     ApiError,
@@ -91,6 +89,10 @@ from fakes.base import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+
+    from darabonba.model import DaraModel
+
     from fakes.base import _Exchange
 
 JOB_TYPES = frozenset(
@@ -297,7 +299,11 @@ class EmulatedJob:
         """Emit time of each script log line: spread over the planned Running phase."""
         planned = self.planned_spans()
         running = next((s for s in planned if s.status == "Running"), None)
-        start, length = (running.start, running.end - running.start) if running else (planned[-1].start, 0.0)
+        if running is None:
+            start, length = planned[-1].start, 0.0
+        else:
+            assert running.end is not None, "a Running phase has an end; only the final status has none"
+            start, length = running.start, running.end - running.start
         count = len(self.script.log_lines)
         return [start + length * (i + 1) / count for i in range(count)]
 
@@ -317,7 +323,7 @@ class DlcEmulator(EmulatorServer):
 
     def __init__(
         self,
-        access_keys: dict[str, str | None] | None = None,
+        access_keys: Mapping[str, str | None] | None = None,
         resource_type: str = "Lingjun",
         stopping_seconds: float = 0.05,
         on_create: Callable[[dict[str, Any]], None] | None = None,

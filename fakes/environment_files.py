@@ -10,14 +10,17 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
-
-import pytest
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.declaration import PipelineDeclaration, load_declaration
-from aliyun_training.plan.models import RunPlan
-from aliyun_training.plan.resolve import RunContext, resolve_run
+from aliyun_training.plan.inputs import RunContext
+from aliyun_training.plan.resolve import resolve_run
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV, LocalPaths
+
+if TYPE_CHECKING:
+    import pytest
+
+    from aliyun_training.plan.models import RunPlan
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 SHIPPED = PROJECT_DIR / "include" / "config"

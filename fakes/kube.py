@@ -5,17 +5,21 @@ it, to prove jobs this project submits are arena's to delete."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from fakes.base import ManualClock
 from fakes.kubernetes_fake import KubernetesFake
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    import pytest
+
+    from fakes.base import ManualClock
 
 NS = "training"
 CONN_ID = "kubernetes_default"

@@ -65,16 +65,18 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, ClassVar, Self
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 from urllib.parse import parse_qsl, urlsplit
 
 import yaml
 from kubernetes.utils import parse_quantity
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 TRAINING_GROUP = "kubeflow.org"
 LABEL_JOB_NAME = "training.kubeflow.org/job-name"
@@ -1008,7 +1010,7 @@ def _named_port(container: dict[str, Any]) -> int | None:
 def _pytorch_port(replica_spec: dict[str, Any]) -> int:
     """The replica's ``pytorchjob-port`` (controller.v1/pytorch getPortFromPyTorchJob), defaulted."""
     containers = ((replica_spec.get("template") or {}).get("spec") or {}).get("containers") or []
-    pytorch = next((c for c in containers if c.get("name") == "pytorch"), {})
+    pytorch: dict[str, Any] = next((c for c in containers if c.get("name") == "pytorch"), {})
     return _named_port(pytorch) or PYTORCH_DEFAULT_PORT
 
 
@@ -1027,7 +1029,7 @@ def _pytorch_env(job: dict[str, Any], replica: _Replica) -> list[dict[str, str]]
     if "Master" in specs:
         port, address = str(_pytorch_port(specs["Master"])), f"{job['metadata']['name']}-master-0"
         rank = str(replica.index + (1 if replica.rtype == "Worker" else 0))
-        world = total * (int(nproc) if str(nproc).isdigit() else 1)
+        world = total * (int(nproc) if nproc is not None and str(nproc).isdigit() else 1)
         env += [("MASTER_PORT", port), ("PET_MASTER_PORT", port), ("MASTER_ADDR", address)]
         env += [
             ("PET_MASTER_ADDR", address),
@@ -1743,6 +1745,7 @@ class KubernetesFake:
         return handler(target, call)
 
     def _handler_for(self, target: _Target, call: _Call) -> Callable[[_Target, _Call], _Reply]:
+        table: dict[str, Callable[[_Target, _Call], _Reply]]
         if target.name is None:
             table = {"GET": self._list, "POST": self._create, "DELETE": self._delete_collection}
         elif target.subresource == "log":
@@ -2447,13 +2450,13 @@ class KubernetesFake:
             self._emit_event(run, key, pod, "FailedAttachVolume", error, timeline.start, component, "Warning")
         if starting:
             for container in pod["spec"].get("containers") or []:
-                error = config_errors.get(container["name"])
-                if error is None:
+                config_error = config_errors.get(container["name"])
+                if config_error is None:
                     self._container_events(pod, run, container)
                     continue
                 key = f"{meta['uid']}:{container['name']}:config"
                 self._emit_event(
-                    run, key, pod, "Failed", f"Error: {error}", timeline.running, "kubelet", "Warning"
+                    run, key, pod, "Failed", f"Error: {config_error}", timeline.running, "kubelet", "Warning"
                 )
 
     def _attach(self, pod: dict[str, Any]) -> dict[str, str]:
@@ -2608,11 +2611,11 @@ class KubernetesFake:
                     self._set_status(PERSISTENT_VOLUMES, volume, {"phase": "Released"})
         for claim in self._store(PERSISTENT_VOLUME_CLAIMS).values():
             if (claim.get("status") or {}).get("phase") == "Pending":
-                volume = next(
+                fitting = next(
                     (v for v in self._store(PERSISTENT_VOLUMES).values() if _volume_fits(v, claim)), None
                 )
-                if volume is not None:
-                    self._bind(volume, claim)
+                if fitting is not None:
+                    self._bind(fitting, claim)
 
     def _bind(self, volume: dict[str, Any], claim: dict[str, Any]) -> None:
         meta = claim["metadata"]

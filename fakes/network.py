@@ -42,7 +42,6 @@ Decisions where the service's behaviour is not documented:
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -53,6 +52,8 @@ from fakes.base import ApiError, ApiRequest, iso_utc
 from fakes.ram import RamAuthorizedEmulator
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from fakes.base import _Exchange
 
 VPC_VERSION = "2016-04-28"

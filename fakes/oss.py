@@ -1856,7 +1856,7 @@ class _OssHandler(BaseHTTPRequestHandler):
 
     def _read_body(self, headers: Mapping[str, str]) -> bytes:
         if headers.get("transfer-encoding", "").lower() == "chunked":
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline(1024).split(b";")[0].strip() or b"0", 16)
                 if size == 0:

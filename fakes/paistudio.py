@@ -29,14 +29,16 @@ Decisions where the service's behaviour is not documented:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alibabacloud_paistudio20220112 import models as studio_models
 
 from fakes.base import ApiError, ApiRequest, iso_utc
 from fakes.ram import RamAuthorizedEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 CPU_PER_GPU = 16
 MEMORY_GIB_PER_GPU = 200

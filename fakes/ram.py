@@ -30,14 +30,17 @@ from __future__ import annotations
 import copy
 import json
 import zlib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from alibabacloud_ram20150501 import models as ram_models
-from darabonba.model import DaraModel
 
 from fakes.base import ApiError, ApiRequest, EmulatorServer, Handler, iso_utc
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from darabonba.model import DaraModel
 
 POLICY_TYPES = frozenset({"System", "Custom"})
 DEFAULT_ACCOUNT_ID = "1234567890123456"

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import math
 import secrets
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from alibabacloud_sts20150401 import models as sts_models
 
 from fakes.base import ApiError, ApiRequest, EmulatorServer, IssuedToken, iso_utc
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: AssumeRole's DurationSeconds bounds and default (the upper bound is the role's maximum session).
 MIN_DURATION_SECONDS = 900
@@ -30,7 +33,7 @@ class StsEmulator(EmulatorServer):
 
     def __init__(
         self,
-        access_keys: dict[str, str | None] | None = None,
+        access_keys: Mapping[str, str | None] | None = None,
         token_ttl_seconds: float | None = None,
         account_id: str = "1234567890123456",
     ) -> None:

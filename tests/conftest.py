@@ -10,10 +10,13 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 _SESSION_DIR = Path(tempfile.mkdtemp(prefix="aliyun-training-tests-"))
@@ -64,7 +67,7 @@ def local_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     """A fresh local root (object store, CPFS stand-in, runs, artifacts) for one test."""
     root = tmp_path / "local"
     monkeypatch.setenv("ALIYUN_TRAINING_LOCAL_ROOT", str(root))
-    yield root
+    return root
 
 
 @pytest.fixture

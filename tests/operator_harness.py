@@ -8,18 +8,21 @@ execute / defer / execute_complete path. ``dag.test()`` tests cover the real one
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.ownership import task_owner
-from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.spec import JobOwner
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.environment_files import INSTALLATION
+
+if TYPE_CHECKING:
+    from datetime import timedelta
+
+    from aliyun_training.operators.training import TrainingJobOperator
+    from aliyun_training.spec import JobOwner
 
 
 @dataclass

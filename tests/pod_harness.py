@@ -9,19 +9,22 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.kubernetes.pods import PodRun
-from aliyun_training.remote import RemoteStatus
 from fakes.base import ManualClock
 from fakes.kube import CONN_ID as CONN_ID
 from fakes.kube import NS as NS
 from fakes.kube import core as core
 from fakes.kube import kubernetes_fake as kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from aliyun_training.kubernetes.pods import PodRun
+    from aliyun_training.remote import RemoteStatus
 
 #: When the fake's clock starts.
 T0 = 1_800_000_000.0

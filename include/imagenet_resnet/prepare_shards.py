@@ -25,8 +25,8 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from shards import (
@@ -39,6 +39,9 @@ from shards import (
     read_ppm,
     write_shards,
 )
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 SPLITS = ("train", "val")
 MAPPING_NAME = "LOC_synset_mapping.txt"

@@ -22,12 +22,14 @@ import os
 import re
 import shutil
 import tarfile
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
+    from pathlib import Path
 
 FORMAT = "webdataset"
 INDEX_NAME = "shards.json"

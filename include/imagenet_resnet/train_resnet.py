@@ -31,10 +31,9 @@ import io
 import os
 import sys
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import checkpoints
 import numpy as np
@@ -43,6 +42,9 @@ import torch.distributed as dist
 from shards import DataError, Sample, read_index, read_samples, write_atomically
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 SPLITS = ("train", "val")
 #: ImageNet's per-channel statistics, the usual ResNet input scaling; no pass over the data needed.

@@ -23,9 +23,11 @@ import os
 import re
 import shutil
 import stat
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 MARKER = "COMPLETE"
 CHECKPOINT_NAME = re.compile(r"epoch-(\d{4,})")

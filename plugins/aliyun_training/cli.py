@@ -88,7 +88,8 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     from aliyun_training.operators.ownership import installation_id
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
-    from aliyun_training.plan.resolve import RunContext, resolve_run
+    from aliyun_training.plan.inputs import RunContext
+    from aliyun_training.plan.resolve import resolve_run
     from aliyun_training.settings import local_paths
 
     fix = "fix: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'"

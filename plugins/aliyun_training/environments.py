@@ -19,15 +19,19 @@ import fnmatch
 import ipaddress
 import json
 import string
-from collections.abc import Callable
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from pydantic.fields import FieldInfo
 
+from aliyun_training.backends.arena_manifests import MaxGpusPerNode
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.validation import SpecError, field_fix, validate_record
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pydantic.fields import FieldInfo
 
 #: The ``json_schema_extra`` key marking a setting the trigger form may override.
 OVERRIDABLE_KEY = "overridable"
@@ -394,9 +398,7 @@ class ArenaEnvironment(CloudEnvironment):
         "default"
     )
     image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list)
-    max_gpus_per_node: Annotated[
-        int, Field(ge=1, le=64, json_schema_extra=field_fix("the GPUs of one GPU node"))
-    ] = 8
+    max_gpus_per_node: MaxGpusPerNode = 8
     rdma_resource: str | None = None
     host_network: bool = False
     nccl_env: dict[str, str] = Field(default_factory=dict)

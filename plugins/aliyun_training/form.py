@@ -53,7 +53,7 @@ def _overrides_model() -> type[BaseModel]:
     fields: dict[str, Any] = {}
     for model in (DlcEnvironment, ArenaEnvironment):
         for name, info in overridable_settings(model).items():
-            optional = cast(Any, info.annotation) | None
+            optional = cast("Any", info.annotation) | None
             fields.setdefault(name, (optional, FieldInfo.merge_field_infos(info, default=None)))
     return create_model(
         "RunOverrides",

@@ -8,9 +8,8 @@ here once; ``poll``/``apoll`` and ``outcome``/``aoutcome`` only differ in how th
 
 from __future__ import annotations
 
-import logging
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +17,9 @@ from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChu
 from aliyun_training.failures import BLOCKING_REASONS, Failure, FailureClass
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
+
+if TYPE_CHECKING:
+    import logging
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50

@@ -9,13 +9,15 @@ reads: titles, descriptions, sections and the backends' labels.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param
 
-from aliyun_training.declaration import PipelineDeclaration
 from aliyun_training.form import form_schema
 from aliyun_training.spec import Backend, Framework
+
+if TYPE_CHECKING:
+    from aliyun_training.declaration import PipelineDeclaration
 
 BACKEND_LABELS = {
     "local": "local — torchrun processes on the Airflow worker",

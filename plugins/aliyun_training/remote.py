@@ -19,11 +19,13 @@ modules by a naming rule would let a mode from the trigger form pick which modul
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, TypeVar
 
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 RemoteState = Literal["running", "succeeded", "failed"]
 

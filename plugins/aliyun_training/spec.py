@@ -10,14 +10,16 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from pathlib import PurePosixPath
-from typing import Annotated, Any, ClassVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aliyun_training.validation import field_fix, validate_record
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping
 
 #: Dataset versions become directory names and URI segments: no separators, no leading dot.
 DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

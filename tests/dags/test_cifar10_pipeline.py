@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pendulum
 import pytest
@@ -30,6 +29,9 @@ from fakes.environment_files import use_environments
 from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from fakes.oss import OssEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 VERSION = "2026-11-22"

@@ -9,15 +9,18 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import sys
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from fakes.account import Account, emulated_account
 from fakes.deployment import PROJECT_DIR, Deployment, deployment
 from fakes.environment_files import pipelines_folder
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 DAG_ID = "cifar10_retrain"
 #: Shorter than production so failure detection fits a test: a dead worker's task is noticed after

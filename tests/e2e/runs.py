@@ -7,10 +7,14 @@ modules can run side by side; runs of the DAG within one deployment go one at a 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from fakes.account import SECRETS, Account, dlc_lifetime
 from fakes.deployment import Deployment, wait_until
-from fakes.dlc import JobScript
 from tests.e2e.conftest import DAG_ID
+
+if TYPE_CHECKING:
+    from fakes.dlc import JobScript
 
 #: A whole cloud run on two cores: about a dozen task starts plus three deferrals.
 RUN_TIMEOUT = 420.0

@@ -14,6 +14,7 @@ import json
 import signal
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,7 +23,6 @@ from aliyun_training.operators.ownership import derived_installation_id
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
 from fakes.deployment import Deployment, wait_until
-from fakes.dlc import EmulatedJob
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
 from tests.e2e.runs import (
     RUN_TIMEOUT,
@@ -34,6 +34,9 @@ from tests.e2e.runs import (
     manifest_of,
     run_dlc,
 )
+
+if TYPE_CHECKING:
+    from fakes.dlc import EmulatedJob
 
 pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-runs")]
 

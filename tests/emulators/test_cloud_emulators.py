@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 from alibabacloud_cr20181201 import models as cr_models
@@ -36,6 +34,10 @@ from fakes.nas import NasDataFlowEmulator
 from fakes.network import NetworkEmulator, StandardNetwork
 from fakes.paistudio import PaiStudioEmulator
 from fakes.ram import RamEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 Emulator = TypeVar("Emulator", bound=EmulatorServer)
 

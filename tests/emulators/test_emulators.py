@@ -13,9 +13,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
@@ -29,6 +28,9 @@ from darabonba.exceptions import UnretryableException
 from fakes.base import FaultPlan, ManualClock, iso_utc
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.sts import StsEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "test-ak", "test-sk"
 REGION = "cn-wulanchabu"

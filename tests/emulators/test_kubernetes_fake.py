@@ -13,10 +13,8 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
@@ -27,6 +25,10 @@ from kubernetes_asyncio import client as async_client
 
 from fakes.base import ManualClock
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 NS = "training"
 GROUP = "kubeflow.org"

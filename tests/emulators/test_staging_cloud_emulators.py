@@ -7,9 +7,7 @@ internal error, checked after each test), so what is asserted here is what produ
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alibabacloud_aiworkspace20210204 import models as ws_models
@@ -24,6 +22,10 @@ from darabonba.runtime import RuntimeOptions
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import FaultPlan, ManualClock
 from fakes.nas import NasDataFlowEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from pathlib import Path
 
 AK, SK = "test-ak", "test-sk"
 REGION = "cn-wulanchabu"

@@ -9,8 +9,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk._shared.secrets_masker import redact
@@ -21,6 +20,9 @@ from aliyun_training.hooks.alibaba_cloud import SERVICES, AlibabaCloudConnection
 from fakes.base import FaultPlan, IssuedToken, RecordedRequest
 from fakes.dlc import DlcEmulator
 from fakes.sts import StsEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 AK, SK = "LTAI-hook-unit-access-key", "hook-unit-secret-access-key"
 REGION = "cn-wulanchabu"

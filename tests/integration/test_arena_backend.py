@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -26,6 +24,10 @@ from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, arena_delete, core, kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 CONN_ID = "ack_cluster"
 
@@ -478,5 +480,12 @@ def test_every_nodes_log_arrives_once_in_time_order_however_the_reads_are_cut(
             break
         time.sleep(0.3)
 
-    assert seen == [f"[node-{node}] {line}" for line in lines for node in (0, 1)]
+    for node in (0, 1):
+        assert [
+            line.removeprefix(f"[node-{node}] ") for line in seen if line.startswith(f"[node-{node}] ")
+        ] == (lines), f"node {node}'s lines, each once, in order"
+    steps = [int(line.split()[2]) for line in seen]
+    assert steps == sorted(steps), (
+        "merged by time: no line after one written later (equal times in any order)"
+    )
     assert cut_short > 0, "some reads stopped at the byte bound"

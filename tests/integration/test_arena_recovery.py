@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
@@ -31,6 +29,10 @@ from fakes.cloud import arena_job
 from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, exec_user, kubernetes_fake, token_file_user
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 CONN_ID = "ack_recovery"
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"

@@ -10,9 +10,8 @@ import hashlib
 import json
 import threading
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -22,7 +21,12 @@ from aliyun_training.records import ArtifactSet, BuiltImage, JobResult, StagedDa
 from aliyun_training.staging.oss import OssClientConfig
 from aliyun_training.validation import SpecError
 from fakes.cloud import emulated_oss, publisher_outputs
-from fakes.oss import OssEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from fakes.oss import OssEmulator
 
 AK, SK = "LTAI-artifacts", "artifacts-secret-value"
 BUCKET = "training-models"

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import (
@@ -29,6 +28,9 @@ from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
 from fakes.cloud import POLICY_FILE, Cloud, emulated_cloud, run_check
 from fakes.cloud import preflight_spec as spec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 
 @pytest.fixture

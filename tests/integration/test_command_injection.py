@@ -15,10 +15,8 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -26,7 +24,8 @@ from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.declaration import PipelineDeclaration, declare
-from aliyun_training.plan.resolve import RunContext, resolve_run
+from aliyun_training.plan.inputs import RunContext
+from aliyun_training.plan.resolve import resolve_run
 from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
@@ -34,7 +33,12 @@ from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator
 from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, kubernetes_fake
-from fakes.kubernetes_fake import KubernetesFake
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from fakes.kubernetes_fake import KubernetesFake
 
 AK, SK = "LTAI-injection-test", "injection-test-secret"
 #: What a triggerer could type into a string parameter to run something or break the command.

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -24,6 +23,10 @@ from aliyun_training.validation import SpecError
 from fakes.base import FaultPlan, ManualClock
 from fakes.cloud import use_alibaba_connection
 from fakes.nas import NasDataFlowEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 AK, SK = "LTAI-dataflow-test", "dataflow-secret-value"
 FS = "bmcpfs-290w65p03ok64ya"

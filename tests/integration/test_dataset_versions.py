@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from aliyun_training.form import parse_form
-from aliyun_training.plan.resolve import RunContext, choose_version
+from aliyun_training.plan.inputs import RunContext
+from aliyun_training.plan.resolve import choose_version
 from aliyun_training.staging.versions import check_landing, is_prepared, mark_prepared, source_versions
 from aliyun_training.validation import SpecError
 from fakes.cloud import BUCKET, emulated_oss
 from fakes.environment_files import cifar10
-from fakes.oss import OssEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from fakes.oss import OssEmulator
 
 TEMPLATE = f"oss://{BUCKET}/datasets/{{dataset}}/{{version}}/"
 CONNECTION = "alibaba_cloud_default"

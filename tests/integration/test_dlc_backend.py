@@ -6,9 +6,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
@@ -27,6 +25,10 @@ from fakes.environment_files import INSTALLATION
 from fakes.paistudio import PaiStudioEmulator
 from fakes.sts import StsEmulator
 from tests.operator_harness import TaskInstanceIds, defer, fire, task_context
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 AK, SK = "LTAI-test-access-key", "dlc-secret-access-key-value"
 REGISTRY_PASSWORD = "registry-password-value"
@@ -188,7 +190,7 @@ def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
     connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
 ) -> None:
     connected.default_script = JobScript(
-        phases=[("Creating", 0.05), ("Queuing", 0.2), ("EnvPreparing", 0.1), ("Running", 1.5)],
+        phases=[("Creating", 0.05), ("Queuing", 0.2), ("EnvPreparing", 0.5), ("Running", 1.5)],
         log_lines=[f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)],
     )
     op, ctx = operator(), task_context()
@@ -309,6 +311,7 @@ def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
 def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_name(
     connected: DlcEmulator,
 ) -> None:
+    connected.default_script = JobScript(phases=[("Running", 3600.0)])  # still running when the retry looks
     ti = TaskInstanceIds()
     launched = TrainingJobSpec.parse(spec(datasets=[], owner=ti.owner.model_dump()))
     died_after = DlcBackend(workspace_id="ws-1").submit(launched, ti.job_name)

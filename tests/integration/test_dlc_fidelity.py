@@ -11,21 +11,25 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.base import FoundJob, JobHandle
-from aliyun_training.backends.dlc import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS, DlcBackend, create_job_request
+from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.logs import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS
+from aliyun_training.backends.dlc.request import create_job_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
 from fakes.base import ManualClock
 from fakes.cloud import REGION, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.network import NetworkEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "LTAI-dlc-fidelity", "dlc-fidelity-secret"
 DAY = 24 * 3600.0

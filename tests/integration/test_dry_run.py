@@ -8,12 +8,15 @@ import re
 import shlex
 import subprocess
 import sys
-from pathlib import Path
-from typing import Any
-
-import pytest
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.cli import main
+from aliyun_training.operators.training import TrainingJobOperator
+from tests.operator_harness import task_context
+
+if TYPE_CHECKING:
+    import pytest
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 README = PROJECT_DIR / "README.md"
@@ -308,3 +311,23 @@ def test_the_imagenet_dry_run_on_dlc_mounts_the_raw_version_and_submits_an_mpijo
     assert jobs["prepare_dataset"]["Envs"]["RAW_DIR"] == "/mnt/raw"
     for request in document["requests"]:
         assert round_trips(request["action"], request["body"]), request["action"]
+
+
+def test_the_train_task_names_its_checkpoints_by_the_version_the_dry_run_shows_for_a_fixed_dataset(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """examples/dlc.json mounts a fixed dataset (no staging task, so no staged record): the train
+    task reads the run plan's version, as the dry run does, not "unversioned"."""
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+    document = dry_run(command, capsys, monkeypatch)
+    [train] = [r["body"] for r in document["requests"] if r["task"] == "train"]
+    op = TrainingJobOperator(
+        task_id="train", job=document["plan"]["job"], planned_dataset=document["plan"]["dataset"]
+    )
+
+    spec, _, _ = op._prepare(task_context(), announce=False)
+
+    planned = PurePosixPath(train["Envs"]["CHECKPOINT_DIR"]).name
+    sent = PurePosixPath(spec.env["CHECKPOINT_DIR"]).name
+    assert planned.startswith("2026-11-22-") and sent.startswith("2026-11-22-"), (planned, sent)
+    assert spec.env["TRAINING_ATTEMPT"] == train["Envs"]["TRAINING_ATTEMPT"] == "1"

@@ -16,16 +16,16 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from aliyun_training.backends.arena import ArenaBackend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
-from aliyun_training.backends.dlc import classify_dlc
+from aliyun_training.backends.dlc.failures import classify_dlc
 from aliyun_training.backends.local import LocalBackend, classify_local
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.declaration import LAUNCHERS
@@ -33,6 +33,9 @@ from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryAct
 from aliyun_training.monitor import JobMonitor, JobOutcome
 from aliyun_training.spec import TrainingJobSpec
 from tests.integration.test_local_backend import wait_terminal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun-corpus")]
 

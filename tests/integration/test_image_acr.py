@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -22,6 +21,9 @@ from aliyun_training.validation import SpecError
 from fakes.acr import AcrEmulator
 from fakes.base import ManualClock
 from fakes.cloud import use_alibaba_connection
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "LTAI-acr-test", "acr-secret-value"
 INSTANCE = "cri-emulated0001"

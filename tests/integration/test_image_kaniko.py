@@ -5,9 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client
@@ -30,6 +28,10 @@ from aliyun_training.validation import SpecError, validate_record
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests import pod_harness as harness
 from tests.pod_harness import CONN_ID, NS, T0, SteppedClock, core, exists, kubernetes_fake, posts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 REGISTRY = "myinst-registry-vpc.cn-wulanchabu.cr.aliyuncs.com"
 REPOSITORY = f"{REGISTRY}/ml/train"

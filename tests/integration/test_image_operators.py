@@ -13,15 +13,12 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
-from airflow.triggers.base import BaseTrigger
-from kubernetes import client
 
 from aliyun_training.image.context import build_context, image_tag
 from aliyun_training.image.jobs import check_command
@@ -45,6 +42,12 @@ from fakes.kube import NS, kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from fakes.registry import RegistryEmulator
 from tests.operator_harness import task_context
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from airflow.triggers.base import BaseTrigger
+    from kubernetes import client
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 CONTEXT_DIR = PROJECT_DIR / "include" / "docker"

@@ -6,7 +6,7 @@ import base64
 import json
 import logging
 import socket
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,6 +19,9 @@ from aliyun_training.image.registry import (
 )
 from aliyun_training.validation import SpecError
 from fakes.registry import OCI_INDEX, RegistryEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 CONN = "test_registry"
 LOGIN = "robot$ml-pull"

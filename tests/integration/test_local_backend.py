@@ -9,8 +9,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -18,6 +18,9 @@ from aliyun_training.backends.base import FoundJob, JobHandle, JobState, JobStat
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.spec import TrainingJobSpec
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 

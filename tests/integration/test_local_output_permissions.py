@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,6 +16,10 @@ from aliyun_training.backends.base import JobState
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.spec import TrainingJobSpec
 from tests.integration.test_local_backend import wait_terminal
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: A shell file, a nested directory, a file and directories from Python, and a file written by a
 #: background process after the command's own writes: every process of the job, not just its shell.

@@ -13,10 +13,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -25,11 +25,14 @@ from aliyun_training.records import BuiltImage, FixedDataset, JobResult, StagedD
 from aliyun_training.staging import engine
 from aliyun_training.staging import oss as oss_module
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
+from aliyun_training.staging.opening import open_source
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
-from aliyun_training.staging.sources import open_source
 from aliyun_training.validation import SpecError
 from fakes.cloud import emulated_oss
 from fakes.oss import OssEmulator, crc64
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "LTAI-staging", "staging-secret-value"
 BUCKET = "training-data"

@@ -4,7 +4,7 @@ emulator."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -20,6 +20,9 @@ from aliyun_training.validation import SpecError
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import FaultPlan, ManualClock
 from fakes.cloud import use_alibaba_connection
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "LTAI-dataset-test", "dataset-secret-value"
 WS = "ws-train"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -29,11 +29,13 @@ from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.failures import BLOCKING_REASONS, DEFAULT_RECOVERY, FailureClass
 from aliyun_training.failures.torchrun import EVIDENCE_LINES
 from aliyun_training.monitor import BLOCKED_POLLS, JobMonitor
-from fakes.base import ManualClock
-from fakes.dlc import DlcEmulator
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
 from tests.integration import test_arena_recovery, test_dlc_backend
+
+if TYPE_CHECKING:
+    from fakes.base import ManualClock
+    from fakes.dlc import DlcEmulator
 
 dlc = test_dlc_backend.dlc
 studio = test_dlc_backend.studio

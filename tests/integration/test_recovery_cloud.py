@@ -12,9 +12,8 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.definitions.retry_policy import RetryAction
@@ -26,12 +25,16 @@ from aliyun_training.failures import FailureClass
 from aliyun_training.monitor import JobMonitor
 from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
-from fakes.base import ManualClock
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
 from tests.integration import test_arena_recovery, test_dlc_backend, test_dlc_recovery
 from tests.operator_harness import MemoryTaskStateStore, TaskInstanceIds, fire
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from fakes.base import ManualClock
 
 dlc = test_dlc_backend.dlc
 studio = test_dlc_backend.studio

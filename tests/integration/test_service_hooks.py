@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk._shared.secrets_masker import redact
@@ -38,6 +37,9 @@ from fakes.cloud import REGION, use_alibaba_connection
 from fakes.network import NetworkEmulator
 from fakes.paistudio import PaiStudioEmulator
 from fakes.ram import RamEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 AK, SK = "LTAI-service-hooks", "service-hooks-secret"
 FAST = {"max_attempts": 3, "base_delay": 0.001, "max_delay": 0.002}

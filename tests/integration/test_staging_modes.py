@@ -13,10 +13,9 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk.exceptions import AirflowException, TaskDeferred
@@ -44,6 +43,9 @@ from fakes.nas import NasDataFlowEmulator
 from fakes.oss import OssEmulator
 from tests.operator_harness import defer as defer_training
 from tests.operator_harness import task_context
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 AK, SK = "LTAI-staging-test", "staging-secret-value"

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from kubernetes import client
 
-from aliyun_training.kubernetes.pods import pending_problem
+from aliyun_training.kubernetes.pod_status import pending_problem
 from aliyun_training.records import StagedDataset
 from aliyun_training.staging.pod import PodStager, StagingPodError, build_pod, staging_pod_name
 from aliyun_training.staging.pod import PodStagerSettings as Settings
@@ -20,6 +18,10 @@ from aliyun_training.validation import SpecError, validate_record
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from tests import pod_harness as harness
 from tests.pod_harness import CONN_ID, NS, SteppedClock, core, exists, kubernetes_fake, posts
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 IMAGE = "registry-vpc.cn-wulanchabu.aliyuncs.com/ml/aliyun-training:1.4.0"
 SOURCE = "oss://ml-datasets/cifar10/2026-11-22/"

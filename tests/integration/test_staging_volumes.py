@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -19,6 +17,10 @@ from aliyun_training.validation import SpecError
 from fakes.base import ManualClock
 from fakes.kube import CONN_ID, NS, core, kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript, volume_attachment_name
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 SERVER = "cpfs-0123abcd-xyz.cn-wulanchabu.cpfs.aliyuncs.com"
 CPFS = {"kind": "cpfs", "server": SERVER, "path": "/share/datasets/cifar10/2026-11-22"}

@@ -4,18 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk._shared.module_loading import import_string
-from airflow.triggers.base import TriggerEvent
 
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.triggers.training import TrainingJobTrigger
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
+
+    from airflow.triggers.base import TriggerEvent
 
 TORCHRUN = (
     "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR --master_port=$MASTER_PORT "

@@ -6,9 +6,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
-from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -19,7 +18,12 @@ from aliyun_training.staging.versions import LISTING_PAGE, check_landing
 from aliyun_training.triggers.dataset_version import DatasetVersionTrigger
 from aliyun_training.validation import SpecError
 from fakes.cloud import BUCKET, emulated_oss
-from fakes.oss import OssEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import ModuleType
+
+    from fakes.oss import OssEmulator
 
 CONNECTION = "alibaba_cloud_default"
 PREFIX = "datasets/cifar10/2026-11-22/"

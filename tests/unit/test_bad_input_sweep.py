@@ -11,8 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import re
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from airflow.sdk import Param
@@ -24,6 +23,9 @@ from aliyun_training.params import run_params
 from aliyun_training.validation import SpecError
 from fakes.environment_files import cifar10, resolve_configured
 from tests.unit.test_untrusted_input import DLC  # a DLC environment that plans
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 # -- the trigger form: (backend, field, value, valid) ---------------------------------------------
 

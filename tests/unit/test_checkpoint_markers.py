@@ -14,12 +14,14 @@ import json
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
-from types import ModuleType
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
+    from types import ModuleType
 
 CHECKPOINTS_PY = Path(__file__).resolve().parents[2] / "include" / "training" / "checkpoints.py"
 SECRET = b"outside the checkpoint directory"

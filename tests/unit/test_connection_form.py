@@ -13,20 +13,24 @@ from __future__ import annotations
 import json
 import sys
 import tomllib
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from unittest import mock
 
 import pytest
 from airflow._shared.module_loading import _get_grouped_entry_points
-from airflow.api_fastapi.core_api.datamodels.connections import ConnectionHookMetaData
 from airflow.api_fastapi.core_api.services.ui.connections import HookMetaService
 from airflow.providers_manager import ProvidersManager
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
-from fakes.base import RecordedRequest
 from fakes.sts import StsEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+    from airflow.api_fastapi.core_api.datamodels.connections import ConnectionHookMetaData
+
+    from fakes.base import RecordedRequest
 
 PROJECT = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())["project"]
 AK, SK = "LTAI-connection-form", "connection-form-secret"

@@ -12,18 +12,16 @@ from pathlib import Path
 import pytest
 
 from aliyun_training.findings import Verdict
-from aliyun_training.image.checks import (
-    ImageCheckError,
+from aliyun_training.image.fabric_checks import (
     all_reduce_verdict,
     bandwidth_verdict,
     ib_write_bw_verdict,
     nccl_transport,
-    normalize_nccl,
     parse_all_reduce_perf,
     parse_ib_write_bw,
-    parse_probe_output,
-    verify_probe,
 )
+from aliyun_training.image.probe_checks import normalize_nccl, parse_probe_output, verify_probe
+from aliyun_training.image.tool_output import ImageCheckError
 
 ROOT = Path(__file__).resolve().parents[2]
 RDMA = ROOT / "tests" / "data" / "rdma"

@@ -6,10 +6,13 @@ import importlib
 import io
 import tarfile
 from pathlib import Path
-from types import ModuleType
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
+
+if TYPE_CHECKING:
+    from types import ModuleType
 
 SCRIPTS = Path(__file__).resolve().parents[2] / "include" / "imagenet_resnet"
 

@@ -12,7 +12,7 @@ from kubernetes_asyncio import client as async_client
 from aliyun_training.backends.arena import ArenaBackend, _pod_problems
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
-from aliyun_training.kubernetes.pods import PodProblem, pending_problem, pod_problems
+from aliyun_training.kubernetes.pod_status import PodProblem, pending_problem, pod_problems
 
 MISSING_SECRET = 'secret "oss-credentials" not found'
 NO_NODE = "0/3 nodes are available"

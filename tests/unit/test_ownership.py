@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -14,6 +14,9 @@ from aliyun_training.records import JobResult
 from aliyun_training.spec import JobOwner
 from aliyun_training.staging.pod import PodStagerSettings, pod_labels, staging_pod_name
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 OWNER = JobOwner(installation="ml-prod", dag_id="retrain", run_id="scheduled__2026-11-22", task_id="train")
 

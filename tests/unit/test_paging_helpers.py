@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from aliyun_training.hooks.paging import atoken_pages, numbered_pages, token_pages
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 ITEMS = list(range(23))
 

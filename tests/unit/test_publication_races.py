@@ -14,9 +14,9 @@ import os
 import random
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -28,6 +28,9 @@ from aliyun_training.staging.publish import partial_of
 from aliyun_training.staging.sources import LocalObjectSource, SourceObject
 from aliyun_training.validation import SpecError
 from fakes.cloud import publisher_outputs
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 TRIALS = 20
 PUBLISHERS = 3

@@ -10,20 +10,22 @@ from __future__ import annotations
 import json
 import os
 import socket
-from collections.abc import Iterator
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
-from aliyun_training.backends.dlc import NAME_TAG, create_job_request
+from aliyun_training.backends.dlc.request import NAME_TAG, create_job_request
 from aliyun_training.image.acr import AcrBuildSettings, build_record_request, rule_update_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.dataflow_api import import_task_request
 from aliyun_training.staging.pai_dataset import create_dataset_request, create_dataset_version_request
 from aliyun_training.validation import SpecError
 from fakes.cloud import dlc_job
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 VPC = {"vpc_id": "vpc-0abc", "switch_id": "vsw-0abc", "security_group_id": "sg-0abc"}
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import re
 import uuid
-from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
 
 from aliyun_training.staging.oss import OssClientConfig, OssObjectSource, redact_oss_secrets
 from fakes.cloud import use_alibaba_connection
 from fakes.oss import OssEmulator
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 BUCKET = "training-data"
 STS_AK = "STS.oss-logs"

@@ -11,14 +11,17 @@ import os
 import socket
 import stat
 import threading
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from aliyun_training.staging.engine import MANIFEST_NAME, stage_dataset
 from aliyun_training.staging.sources import LocalObjectSource, _special_kind
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 FIX = "(fix: replace it with the regular files it stands for, or remove it from the dataset version under"
 

@@ -18,8 +18,9 @@ import pytest
 from aliyun_training.records import StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
+from aliyun_training.staging.opening import open_source
 from aliyun_training.staging.publish import publish_directory
-from aliyun_training.staging.sources import LocalObjectSource, open_source
+from aliyun_training.staging.sources import LocalObjectSource
 from aliyun_training.validation import SpecError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

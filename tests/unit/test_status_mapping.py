@@ -9,7 +9,9 @@ from alibabacloud_pai_dlc20201203 import models as dlc
 
 from aliyun_training.backends.arena import _status
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
-from aliyun_training.backends.dlc import DLC_STATES, DlcBackend, classify_dlc
+from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.failures import classify_dlc
+from aliyun_training.backends.dlc.status import DLC_STATES
 from aliyun_training.failures import FailureClass
 
 FACT_SHEET_STATUSES = {

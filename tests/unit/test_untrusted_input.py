@@ -8,17 +8,19 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import pytest
 
 from aliyun_training.environments import load_environment
 from aliyun_training.form import overrides_schema
-from aliyun_training.plan.models import RunPlan
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.validation import SpecError, whole_string_pattern
 from fakes.environment_files import resolve_configured, write_environment
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.models import RunPlan
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DLC = {

@@ -30,7 +30,6 @@ import logging
 import shutil
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +54,8 @@ from aliyun_training.staging.publish import (
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
     from aliyun_training.staging.sources import ChunkSink, SourceObject
 

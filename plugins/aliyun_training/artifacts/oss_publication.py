@@ -50,10 +50,8 @@ import logging
 import posixpath
 import threading
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.artifacts.collect import FIELD, MANIFEST_NAME, ArtifactError
 from aliyun_training.oss_location import OssLocation, parse_oss_uri
@@ -66,6 +64,10 @@ from aliyun_training.staging.oss import (
 from aliyun_training.staging.publish import holder_description
 from aliyun_training.staging.sources import with_retries
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 #: How long a lock holds without renewal; the holder renews it every RENEW_SECONDS.
 LOCK_TTL_SECONDS = 300.0

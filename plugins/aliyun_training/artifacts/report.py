@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 _WIDTH, _HEIGHT, _PAD = 560, 260, 40
 _SERIES_COLOURS = {"train_loss": "#ff6a00", "test_loss": "#1f6feb"}

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backends.base import TrainingBackend
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.backends.base import TrainingBackend
 
 #: Backends that are implemented; the DAG's trigger form offers exactly these.
 IMPLEMENTED_BACKENDS: tuple[Backend, ...] = (Backend.LOCAL, Backend.DLC, Backend.ARENA)

@@ -61,7 +61,8 @@ from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, cla
 from aliyun_training.failures.torchrun import read_node_output
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, owner_tags
-from aliyun_training.kubernetes.pods import PodProblem, aread_log, pod_problems, read_log, read_or_none
+from aliyun_training.kubernetes.pod_status import PodProblem, pod_problems
+from aliyun_training.kubernetes.pods import aread_log, read_log, read_or_none
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
 

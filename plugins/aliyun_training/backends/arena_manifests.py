@@ -78,6 +78,14 @@ RESERVED_ENV_VARS = INJECTED_ENV_VARS | {"OUTPUT_DIR", "DATA_DIR"}
 RESERVED_ENV_PREFIX = "PET_"
 
 
+#: The GPUs of one node of the cluster's GPU node type: the one bound the environment file and the
+#: backend's settings share (no GPU node type offers more than 64 GPUs).
+MaxGpusPerNode = Annotated[
+    StrictInt,
+    Field(ge=1, le=64, json_schema_extra=field_fix("give the GPUs of one GPU node, a whole number up to 64")),
+]
+
+
 class ArenaSettings(BaseModel):
     """Cluster-level settings of the ACK backend (``backend_config``), checked as the cluster would.
 
@@ -121,10 +129,7 @@ class ArenaSettings(BaseModel):
         ),
     ] = "v2beta1"
     #: GPUs in one node of the cluster's GPU node type; more per node can never schedule.
-    max_gpus_per_node: Annotated[
-        StrictInt,
-        Field(ge=1, json_schema_extra=field_fix("give the GPUs of one GPU node as a whole number, e.g. 8")),
-    ] = 8
+    max_gpus_per_node: MaxGpusPerNode = 8
     #: PVC for a dataset mount whose URI names none (``pvc://<claim>/...`` does).
     default_pvc: Annotated[
         str | None, Field(json_schema_extra=field_fix("name a PersistentVolumeClaim of the namespace"))

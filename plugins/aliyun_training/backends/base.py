@@ -8,14 +8,17 @@ boundaries: task_state_store, trigger kwargs and XCom.
 from __future__ import annotations
 
 import asyncio
-from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.failures import Failure
 from aliyun_training.spec import JobOwner, TrainingJobSpec
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from aliyun_training.failures import Failure
 
 
 class JobState(StrEnum):

@@ -41,11 +41,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from itertools import takewhile
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel
 
@@ -76,6 +75,9 @@ from aliyun_training.failures.torchrun import EVIDENCE_LINES, read_node_output
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator, Mapping
 
 _NODE_SUPERVISOR = Path(__file__).with_name("local_node.py")
 #: A node without a pid this long after the job was created was never launched (launcher died).

@@ -8,11 +8,13 @@ creates here never make two of one thing (:meth:`AIWorkspaceHook.create_dataset`
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: ListDatasets / ListDatasetVersions page size; fewer round trips on workspaces with many datasets.
 PAGE_SIZE = 100

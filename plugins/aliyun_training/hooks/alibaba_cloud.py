@@ -35,15 +35,17 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
 
 from aliyun_training.hooks.paging import NumberedPage, TokenPage, atoken_pages, numbered_pages, token_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError, RetryPolicy
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 T = TypeVar("T")
 

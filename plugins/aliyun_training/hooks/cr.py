@@ -8,11 +8,13 @@ lists answer PageNo, PageSize and TotalCount (a string) and are read page by pag
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, abody, credential_error
 from aliyun_training.hooks.retry import AlibabaCloudApiError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 #: Items per page of ListRepoBuildRecord / ListRepoBuildRule. The SDK and the API reference give no
 #: default or maximum (the reference's example is 30); pages end by TotalCount, not by a short page,

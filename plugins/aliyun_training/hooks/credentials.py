@@ -17,8 +17,10 @@ import asyncio
 import calendar
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 #: AssumeRole's own minimum session length.
 MIN_DURATION_SECONDS = 900

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, abody
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
 
 #: ListJobs' largest page ("PageSize": maximum 100, default 10, in the API reference's metadata).
 LIST_JOBS_PAGE_SIZE = 100

@@ -16,11 +16,13 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.hooks.paging import TokenPage, atoken_pages, token_pages
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator, Awaitable, Callable
 
 log = logging.getLogger(__name__)
 

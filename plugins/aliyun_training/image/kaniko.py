@@ -61,15 +61,14 @@ from pydantic import Field, field_validator, model_validator
 
 from aliyun_training.hooks.kubernetes import alist_all
 from aliyun_training.kubernetes.names import managed_labels, stable_name
+from aliyun_training.kubernetes.pod_status import pending_problem, terminated_state
 from aliyun_training.kubernetes.pods import (
     PodRun,
     PodSettings,
     bare_pod,
     delete_object,
-    pending_problem,
     read_or_none,
     tail_text,
-    terminated_state,
     text_lines,
     where,
 )

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: The longest DNS-1123 / DNS-1035 label, and the longest subdomain.
 LABEL_MAX = 63

@@ -1,14 +1,9 @@
-"""Pods on ACK: reading what a pod's status says, reading its log, and a RemoteRun that is one bare pod.
+"""Pods on ACK: reading a pod's log, and a RemoteRun that is one bare pod (how a pod's status reads
+is ``kubernetes.pod_status``'s).
 
 What the ACK backend's training pods and the bare pods (the staging pod, the kaniko build pod)
 share lives here once:
 
-- One interpreter of a pod's status (``pod_problems``): the kubelet or a controller ended it (its
-  status reason: Evicted, Preempting, Terminated; the DisruptionTarget condition), it is
-  unschedulable, a container waits for something other than starting (an image pull, a missing
-  Secret or key: ``fatal`` when no waiting fixes it), or a container exited with a non-zero code.
-  It reads the API's field names, so it takes a model of either client or the JSON form the
-  backend keeps.
 - One raw log read (``read_log``/``aread_log``): as raw bytes (``_preload_content=False``), because
   the sync client mangles log text when it decodes it (a line that parses as JSON comes back as a
   Python repr). With kubernetes_asyncio an unloaded response raises nothing for a 4xx answer, so
@@ -38,9 +33,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Literal, TypeVar, cast, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -49,20 +42,32 @@ from aliyun_training.kubernetes.names import managed_labels
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.validation import validate_record
 
+if TYPE_CHECKING:
+    from collections.abc import Callable, Mapping
+from aliyun_training.kubernetes.pod_status import (
+    pending_problem,
+    pod_phase,
+    terminated_state,
+)
+
 log = logging.getLogger(__name__)
+
 
 #: Log lines a failure message carries.
 FAILURE_TAIL_LINES = 20
+
+
 #: Log lines read for a Running pod's progress (its last line).
 PROGRESS_TAIL_LINES = 5
+
+
 #: How long ``submit`` waits for a replaced pod to be gone.
 DELETE_WAIT_SECONDS = 60.0
-#: Waiting reasons that no amount of waiting fixes.
-FATAL_WAITING_REASONS = frozenset({"CreateContainerConfigError", "InvalidImageName"})
-#: Waiting reasons that mean "still starting", not a problem.
-STARTING_REASONS = frozenset({"ContainerCreating", "PodInitializing"})
+
+
 #: What the log endpoint answers before the container started (400) or once the pod is gone (404).
 LOG_UNAVAILABLE = frozenset({400, 404})
+
 
 T = TypeVar("T")
 
@@ -86,9 +91,6 @@ class PodSettings(BaseModel):
     #: The deployment that creates the pod (``INSTALLATION_LABEL``; part of its name's identity, so
     #: two deployments doing the same work never share, adopt or delete each other's pod).
     installation: str | None = None
-
-
-# -- the manifest ----------------------------------------------------------------------------------
 
 
 def bare_pod(
@@ -115,9 +117,6 @@ def bare_pod(
     if settings.image_pull_secrets:
         spec["imagePullSecrets"] = [{"name": name} for name in settings.image_pull_secrets]
     return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
-
-
-# -- calls that tolerate what a retry meets -------------------------------------------------------
 
 
 def read_or_none(read: Callable[..., T], *args: Any) -> T | None:
@@ -153,105 +152,6 @@ def delete_object(delete: Callable[..., Any], name: str, namespace: str, uid: st
     return True
 
 
-# -- what a pod's status says --------------------------------------------------------------------
-
-
-def pod_phase(pod: Any) -> str | None:
-    """The phase of a pod model (of either client: the attribute names are the same)."""
-    return pod.status.phase if pod.status else None
-
-
-def api_fields(pod: Any) -> dict[str, Any]:
-    """``pod`` under the API's field names (``containerStatuses``, ``exitCode``): a model of either
-    client converted, or the JSON form (``sanitize_for_serialization``) as it is."""
-    return pod if isinstance(pod, dict) else pod.to_dict(serialize=True)
-
-
-@dataclass(frozen=True)
-class PodProblem:
-    """One thing that keeps a pod from running, or that ended one of its containers."""
-
-    #: ``ended``: the pod's own status reason, which the kubelet or a controller sets when it ends
-    #: the pod (Evicted, Preempting, Terminated, NodeLost, OutOf<resource>); ``disrupted``: its
-    #: DisruptionTarget condition is True (the reason says who: PreemptionByScheduler,
-    #: DeletionByTaintManager, TerminationByKubelet...); ``unschedulable``: its PodScheduled
-    #: condition is False; ``waiting``: a container waits for a reason other than starting;
-    #: ``exited``: a container terminated with a non-zero exit code (or did last, when it is
-    #: waiting to restart).
-    kind: Literal["ended", "disrupted", "unschedulable", "waiting", "exited"]
-    reason: str | None
-    message: str = ""
-    container: str = ""
-    exit_code: int | None = None
-
-    @property
-    def fatal(self) -> bool:
-        """Whether no amount of waiting fixes it (a missing Secret or key, a bad image name)."""
-        return self.kind == "waiting" and self.reason in FATAL_WAITING_REASONS
-
-    @property
-    def summary(self) -> str:
-        """``<reason>: <message>``, as a Pending pod's progress names it."""
-        return f"{self.reason}: {self.message}".strip(": ")
-
-
-#: Pod conditions that are problems: (type, status) -> the problem's kind.
-_CONDITION_PROBLEMS: dict[tuple[str | None, str | None], Literal["disrupted", "unschedulable"]] = {
-    ("DisruptionTarget", "True"): "disrupted",
-    ("PodScheduled", "False"): "unschedulable",
-}
-
-
-def pod_problems(pod: Any) -> list[PodProblem]:
-    """What ended ``pod``, keeps it from running or killed its containers, in the order its status
-    lists them: the pod's own reason first, then its DisruptionTarget and unschedulable conditions,
-    then each container's waiting reason and non-zero exit.
-
-    A container waiting to restart (CrashLoopBackOff), or restarted in place and running again, says
-    why it stopped in its last state, which counts as its exit.
-    """
-    status = api_fields(pod).get("status") or {}
-    problems = (
-        [PodProblem("ended", status["reason"], status.get("message") or "")] if status.get("reason") else []
-    )
-    for condition in status.get("conditions") or []:
-        kind = _CONDITION_PROBLEMS.get((condition.get("type"), condition.get("status")))
-        if kind is not None:
-            problems.append(PodProblem(kind, condition.get("reason"), condition.get("message") or ""))
-    for container in status.get("containerStatuses") or []:
-        state = container.get("state") or {}
-        waiting, terminated = state.get("waiting"), state.get("terminated")
-        if waiting and waiting.get("reason") and waiting["reason"] not in STARTING_REASONS:
-            problems.append(
-                PodProblem("waiting", waiting["reason"], waiting.get("message") or "", container["name"])
-            )
-            terminated = (container.get("lastState") or {}).get("terminated")
-        elif terminated is None and container.get("restartCount"):
-            # Restarted in place (restartPolicy OnFailure) and running again: how its last run ended
-            # (OOMKilled, an exit code) is only in its last state.
-            terminated = (container.get("lastState") or {}).get("terminated")
-        if terminated and terminated.get("exitCode"):
-            name, code = container["name"], terminated["exitCode"]
-            problems.append(PodProblem("exited", terminated.get("reason"), "", name, code))
-    return problems
-
-
-def pending_problem(pod: Any) -> tuple[str, bool]:
-    """Why a Pending pod is not running yet, and whether waiting can fix it."""
-    for problem in pod_problems(pod):
-        if problem.kind in ("unschedulable", "waiting"):
-            return problem.summary, problem.fatal
-    return "waiting for the container to start", False
-
-
-def terminated_state(pod: Any, container: str) -> Any:
-    """The terminated state of ``container`` in ``pod``; None while it has not terminated."""
-    for status in (pod.status.container_statuses if pod.status else None) or []:
-        if status.name == container and status.state and status.state.terminated:
-            return status.state.terminated
-    return None
-
-
 def where(handle: dict[str, Any]) -> str:
     """``namespace/pod`` of a handle, as messages name a pod."""
     return f"{handle['namespace']}/{handle['pod']}"
@@ -266,9 +166,6 @@ def text_lines(data: bytes | str) -> list[str]:
 def tail_text(lines: list[str]) -> str:
     """The last lines of a log, indented, for the end of a message."""
     return "\n".join(f"  {line}" for line in lines[-FAILURE_TAIL_LINES:])
-
-
-# -- reading a container's log -------------------------------------------------------------------
 
 
 def read_log(core: Any, **args: Any) -> str | None:
@@ -300,9 +197,6 @@ async def aread_log(core: Any, **args: Any) -> str | None:
         return data.decode(errors="replace")
     finally:
         response.release()
-
-
-# -- the run --------------------------------------------------------------------------------------
 
 
 S = TypeVar("S", bound=PodSettings)
@@ -348,7 +242,7 @@ class PodRun(Generic[S]):
     def __init__(self, **config: Any) -> None:
         # settings_model is the S of the subclass's base PodRun[S] (see __init_subclass__), which a
         # ClassVar cannot be typed with.
-        self.settings = cast(S, validate_record(self.settings_model, config))
+        self.settings = cast("S", validate_record(self.settings_model, config))
         self._hooks = KubernetesHooks(self.settings.kubernetes_conn_id)
 
     @property

@@ -8,10 +8,11 @@ before the task fails: a bound on waiting is also a bound on what the work costs
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from airflow.sdk import BaseOperator, Context
 
     from aliyun_training.triggers.base import PollingTrigger

@@ -22,9 +22,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.backends.base import TrainingBackend
 from aliyun_training.image.jobs import bandwidth_spec, verification_spec
-from aliyun_training.monitor import JobOutcome
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan, RdmaCheckPlan
@@ -34,6 +32,9 @@ from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from aliyun_training.backends.base import TrainingBackend
+    from aliyun_training.monitor import JobOutcome
 
 #: task_state_store key of a running build, for stopping it after a timeout.
 BUILD_HANDLE_KEY = "image_build_handle"
@@ -199,7 +200,7 @@ class ImageVerifyOperator(_CheckJobOperator):
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         from aliyun_training.findings import PreflightReport, Verdict
-        from aliyun_training.image.checks import parse_probe_output, verify_probe
+        from aliyun_training.image.probe_checks import parse_probe_output, verify_probe
 
         ref = validate_record(ImageRef, self.image)
         try:
@@ -301,7 +302,7 @@ class RdmaBandwidthOperator(_CheckJobOperator):
 
     def _verdict(self, spec: TrainingJobSpec, lines: list[str]) -> dict[str, Any]:
         from aliyun_training.findings import Verdict
-        from aliyun_training.image.checks import (
+        from aliyun_training.image.fabric_checks import (
             all_reduce_verdict,
             ib_write_bw_verdict,
             parse_all_reduce_perf,

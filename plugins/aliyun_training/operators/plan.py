@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from aliyun_training.declaration import PipelineDeclaration
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
     from airflow.sdk import Context
+
+    from aliyun_training.declaration import PipelineDeclaration
 
 
 class RunPlanOperator(BaseOperator):
@@ -88,7 +90,8 @@ def plan_for_task(
     from pydantic import ValidationError
 
     from aliyun_training.operators.ownership import installation_id
-    from aliyun_training.plan.resolve import RunContext, resolve_run
+    from aliyun_training.plan.inputs import RunContext
+    from aliyun_training.plan.resolve import resolve_run
     from aliyun_training.settings import environment_directory, local_paths
 
     try:

@@ -11,7 +11,6 @@ for the run report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -25,6 +24,8 @@ from aliyun_training.spec import Backend, TrainingJobSpec
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Sequence
+
     from airflow.sdk import Context
 
 #: Check groups, and the backends each applies to.
@@ -268,7 +269,7 @@ def _network(backend: Any, spec: TrainingJobSpec, settings: dict[str, Any]) -> l
         security_group_id=vpc["security_group_id"],
         zone_id=settings.get("zone_id"),
     )
-    from aliyun_training.backends.dlc import roles
+    from aliyun_training.backends.dlc.request import roles
 
     pods = sum(count for _role, count, _gpus in roles(spec))
     return [*findings, *_guard("network", lambda: check_network(vpc_hook, ecs_hook, network, pods))]

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backends.base import TrainingBackend
-from aliyun_training.monitor import JobOutcome
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import JobPlan, PreparePlan
-from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from aliyun_training.backends.base import TrainingBackend
+    from aliyun_training.monitor import JobOutcome
+    from aliyun_training.spec import TrainingJobSpec
 
 
 class DatasetPrepareOperator(TrainingJobOperator):

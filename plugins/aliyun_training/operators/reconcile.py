@@ -14,21 +14,23 @@ is older than a grace period (a task that just launched its job may not have def
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 
 from aliyun_training.backends import get_backend
-from aliyun_training.backends.base import LaunchedJob, TrainingBackend
 from aliyun_training.operators.ownership import installation_id
 from aliyun_training.plan.backends import WatchedBackend, backend_config, distinct
-from aliyun_training.spec import JobOwner
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from airflow.sdk import Context
+
+    from aliyun_training.backends.base import LaunchedJob, TrainingBackend
+    from aliyun_training.spec import JobOwner
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +40,7 @@ WAITING_STATES = frozenset(
 )
 
 
-def watched_backends(
+def set_up_backends(
     watched: Sequence[WatchedBackend | dict[str, Any]],
 ) -> list[tuple[WatchedBackend, TrainingBackend]]:
     """The backends of ``watched`` that are set up, each once; the others are named in the log."""
@@ -114,7 +116,7 @@ class OrphanedJobsOperator(BaseOperator):
         runs: dict[tuple[str, str], dict[str, str]] = {}
         installation = installation_id()
         self.log.info("Looking for jobs of installation %s", installation)
-        for item, backend in watched_backends(self.watched):
+        for item, backend in set_up_backends(self.watched):
             for job in backend.launched(installation):
                 owner = job.owner
                 run = (owner.dag_id, owner.run_id)
@@ -176,7 +178,7 @@ class StopRunJobs:
         installation = installation_id()
         jobs = [
             (backend, job)
-            for _item, backend in watched_backends(self.watched)
+            for _item, backend in set_up_backends(self.watched)
             for job in backend.launched(installation)
             if (job.owner.dag_id, job.owner.run_id) == (dag_id, run_id)
         ]

@@ -11,7 +11,6 @@ ordinary retries.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,8 @@ from airflow.sdk.exceptions import AirflowException
 from aliyun_training.failures import DEFAULT_RECOVERY, Failure, FailureClass, RecoveryAction, RecoveryRule
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from airflow.sdk import Context
 
 

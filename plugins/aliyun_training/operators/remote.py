@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pydantic import BaseModel, ConfigDict
@@ -10,6 +9,8 @@ from pydantic import BaseModel, ConfigDict
 from aliyun_training.operators.deferral import DeferralMixin
 
 if TYPE_CHECKING:
+    from datetime import timedelta
+
     from airflow.sdk import Context
 
     from aliyun_training.triggers.remote_run import RemoteRunOutcome

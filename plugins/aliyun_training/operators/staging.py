@@ -10,12 +10,13 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.plan.models import StagingPlan
-from aliyun_training.records import StagedDataset
 from aliyun_training.staging.sources import StagingError
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from aliyun_training.records import StagedDataset
 
 #: task_state_store key of a remote staging run, for stopping it after a timeout.
 HANDLE_KEY = "staging_run_handle"
@@ -104,7 +105,7 @@ class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
 
     def _stage_here(self, plan: StagingPlan) -> StagedDataset:
         from aliyun_training.staging.engine import stage_dataset
-        from aliyun_training.staging.sources import open_connected_source
+        from aliyun_training.staging.opening import open_connected_source
 
         try:
             source = open_connected_source(plan.source_uri, plan.alibaba_cloud_conn_id, self.workers)

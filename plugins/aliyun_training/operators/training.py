@@ -25,7 +25,6 @@ DAG stops.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +40,7 @@ from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
-from aliyun_training.plan.models import JobPlan
+from aliyun_training.plan.models import DatasetPlan, JobPlan
 from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, mount_staged
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import TrainingJobSpec, checkpoint_dir, describe_owner, mounted_output_uri
@@ -49,6 +48,8 @@ from aliyun_training.triggers.training import TrainingJobTrigger
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from airflow.sdk import Context
 
 #: task_state_store key of the job handle; renaming it breaks reattachment of in-flight retries.
@@ -77,6 +78,8 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         names the job's outputs in OSS, where they outlive the nodes.
     :param dataset: the staging task's StagedDataset (templated): the job reads that version, mounted
         at the plan's ``dataset_mount_path`` when it was registered for the backend.
+    :param planned_dataset: the run plan's ``DatasetPlan`` (templated): the version a job given no
+        staged dataset trains on (a fixed dataset), which names its checkpoints.
     :param image: the image stage's record (an ``ImageRef`` or ``BuiltImage``) or an image reference
         (templated): the job runs in it instead of the spec's image.
     :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
@@ -88,7 +91,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
     #: Whether the job is a training run that checkpoints: it gets CHECKPOINT_DIR and may resume.
     resumable = True
 
-    template_fields: Sequence[str] = ("job", "dataset", "image")
+    template_fields: Sequence[str] = ("job", "dataset", "planned_dataset", "image")
     ui_color = "#ff6a00"
     operator_extra_links = (TrainingJobConsoleLink(),)
 
@@ -97,6 +100,7 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         *,
         job: JobPlan | dict[str, Any],
         dataset: Any = None,
+        planned_dataset: DatasetPlan | dict[str, Any] | None = None,
         image: Any = None,
         deferrable: bool = True,
         poll_interval: float = 10.0,
@@ -107,6 +111,11 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         super().__init__(**kwargs)
         self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
         self.dataset = dataset
+        self.planned_dataset = (
+            planned_dataset.model_dump(mode="json")
+            if isinstance(planned_dataset, DatasetPlan)
+            else planned_dataset
+        )
         self.image = image
         self.deferrable = deferrable
         self.poll_interval = poll_interval
@@ -242,8 +251,14 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
         return env
 
     def _dataset_version(self) -> str:
+        """The version the job trains on, which names its checkpoints: the staged one, else the run
+        plan's (a fixed dataset the environment mounts is read at its version too), else the
+        mounted PAI dataset's; "unversioned" for a job given none (a backend used on its own). The
+        dry run names the plan's version the same way."""
         if self.dataset:
             return validate_record(StagedDataset, self.dataset).version
+        if self.planned_dataset:
+            return validate_record(DatasetPlan, self.planned_dataset).version
         versions = [mount.dataset_version for mount in self.plan.spec.datasets if mount.dataset_version]
         return versions[0] if versions else "unversioned"
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aliyun_training.declaration import DeclarationError, PipelineDeclaration
 from aliyun_training.environments import Environment, blank_required_settings, load_environment
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: (path, modification time) -> the file's settings, or why it could not be read.
 _loaded: dict[tuple[Path, int], Environment | str] = {}

@@ -177,6 +177,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             task_id="train",
             job=run["job"],
             dataset=stage.output,
+            planned_dataset=run["dataset"],
             image=verify_image.output,
             poll_interval=5,
             retries=declaration.recovery.retries,

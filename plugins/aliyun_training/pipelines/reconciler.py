@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import pendulum
 from airflow.sdk import DAG, Param
 
 from aliyun_training.operators.reconcile import OrphanedJobsOperator
 from aliyun_training.plan.backends import WatchedBackend, distinct
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
 
 RECONCILER_DAG_ID = "aliyun_training_reconciler"
 

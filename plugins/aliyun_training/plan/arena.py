@@ -9,17 +9,19 @@ through ``alibaba_cloud_conn_id``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
-from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.plan.staging import staged_source, versions_directory
 from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DatasetMount, TrainingJobSpec
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.inputs import PlanRequest
 
 DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 

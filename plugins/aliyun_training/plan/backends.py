@@ -20,6 +20,8 @@ from aliyun_training.environments import (
     load_environment,
     load_local_environment,
 )
+from aliyun_training.plan.arena import arena_backend_config
+from aliyun_training.plan.dlc import dlc_backend_config
 from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
 
@@ -38,9 +40,6 @@ def backend_config(watched: WatchedBackend) -> dict[str, Any]:
 
     The local backend needs no file (its runs are under the local root).
     """
-    from aliyun_training.plan.arena import arena_backend_config
-    from aliyun_training.plan.dlc import dlc_backend_config
-
     path = Path(watched.environment)
     if watched.backend is Backend.LOCAL:
         return load_local_environment(path).backend_config()

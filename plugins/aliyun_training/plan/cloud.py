@@ -6,11 +6,9 @@ environments name the same way; each decides its own job, staging and registrati
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment, require_settings
-from aliyun_training.form import RunForm
 from aliyun_training.plan.models import (
     ArtifactsPlan,
     ImagePlan,
@@ -20,12 +18,16 @@ from aliyun_training.plan.models import (
     RunPlan,
     StagingPlan,
 )
-from aliyun_training.records import FixedDataset
+from aliyun_training.plan.prepare import cloud_prepare_plan
 from aliyun_training.spec import Backend, DatasetMount
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from aliyun_training.plan.resolve import PlanRequest
+    from pathlib import Path
+
+    from aliyun_training.form import RunForm
+    from aliyun_training.plan.inputs import PlanRequest
+    from aliyun_training.records import FixedDataset
 
 E = TypeVar("E", bound=CloudEnvironment)
 
@@ -250,7 +252,6 @@ def cloud_run_plan(
 
     ``raw`` is where a prepare job reads the raw version (its mount, if the job needs one, and path).
     """
-    from aliyun_training.plan.prepare import cloud_prepare_plan
 
     prepare = cloud_prepare_plan(request, job, raw, oss_connection) if raw else None
     return RunPlan(

@@ -9,17 +9,20 @@ without a ``staging`` block the job mounts the environment's fixed dataset and r
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
-from aliyun_training.plan.resolve import PlanRequest
-from aliyun_training.plan.staging import staged_source, versions_directory
+from aliyun_training.plan.prepare import RAW_MOUNT_PATH
+from aliyun_training.plan.staging import no_source, staged_source, versions_directory
 from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DatasetMount, TrainingJobSpec
 from aliyun_training.staging.registration import PaiDatasetRegistration
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.inputs import PlanRequest
 
 DEFAULT_OUTPUT_ROOT = "/mnt/output"
 #: The actions the Lingjun guide's job role needs, which the permissions check asks RAM about.
@@ -96,13 +99,10 @@ def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:
 
 def _raw_mount(request: PlanRequest) -> tuple[DatasetMount | None, str] | None:
     """A prepare job reads the raw version's OSS folder, mounted read-only."""
-    from aliyun_training.plan.prepare import RAW_MOUNT_PATH
 
     if request.raw is None:
         return None
     if not request.raw.source_uri:
-        from aliyun_training.plan.staging import no_source
-
         raise no_source()
     return DatasetMount(uri=request.raw.source_uri, mount_path=RAW_MOUNT_PATH), RAW_MOUNT_PATH
 

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import html
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.plan.models import RunPlan
 from aliyun_training.plan.requests import JobNamer, planned_image, planned_requests
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.models import RunPlan
 
 
 def dry_run_document(
@@ -47,7 +49,8 @@ def staging_check(plan: RunPlan) -> dict[str, Any]:
     if staging.mode != "direct":
         return {"skipped": f"{staging.mode} staging compares the files where it runs, not from here"}
     from aliyun_training.staging.engine import copy_plan
-    from aliyun_training.staging.sources import StagingError, open_connected_source
+    from aliyun_training.staging.opening import open_connected_source
+    from aliyun_training.staging.sources import StagingError
     from aliyun_training.validation import SpecError
 
     try:

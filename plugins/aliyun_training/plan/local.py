@@ -8,6 +8,8 @@ a stopped job's processes get to exit.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aliyun_training.environments import load_local_environment
 from aliyun_training.plan.models import (
     JobPlan,
@@ -16,8 +18,10 @@ from aliyun_training.plan.models import (
     StagingPlan,
 )
 from aliyun_training.plan.prepare import prepare_plan
-from aliyun_training.plan.resolve import PlanRequest
 from aliyun_training.spec import Backend, TrainingJobSpec
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.inputs import PlanRequest
 
 
 def plan_run(request: PlanRequest) -> RunPlan:

@@ -16,14 +16,17 @@ change of code prepares anew. Where the job reads and writes:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.declaration import PipelineDeclaration
+from aliyun_training.plan.inputs import DatasetChoice, PlanRequest
 from aliyun_training.plan.models import JobPlan, PreparePlan
-from aliyun_training.plan.resolve import DatasetChoice, PlanRequest
 from aliyun_training.spec import DatasetMount, Framework, TrainingJobSpec
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from aliyun_training.declaration import PipelineDeclaration
 
 #: Where a cloud prepare job mounts the raw version's OSS folder.
 RAW_MOUNT_PATH = "/mnt/raw"

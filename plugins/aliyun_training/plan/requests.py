@@ -10,13 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
 from aliyun_training.records import StagedDataset, mount_staged
 from aliyun_training.spec import Backend, TrainingJobSpec, checkpoint_dir
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
 from aliyun_training.validation import validate_record
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
 
 #: What a dry run cannot show of the train job: what differs per try.
 RESUME_NOTE = (
@@ -329,7 +331,7 @@ def _create_job(job: JobPlan, spec: TrainingJobSpec, name: str) -> dict[str, Any
     """The CreateJob body; the registry password and the VPC's CIDR blocks are read at submit."""
     from alibabacloud_pai_dlc20201203 import models
 
-    from aliyun_training.backends.dlc import create_job_request
+    from aliyun_training.backends.dlc.request import create_job_request
 
     config = job.backend_config
     vpc = config.get("vpc")

@@ -13,141 +13,27 @@ only what ``RunOverrides`` allows and pin an image of the environment's own repo
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import datetime
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.declaration import PipelineDeclaration
 from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, check_use, load_environment
 from aliyun_training.form import RunForm, parse_form
-from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, RunPlan
-from aliyun_training.records import FixedDataset
-from aliyun_training.settings import LocalPaths
-from aliyun_training.spec import Backend, Framework
+from aliyun_training.plan import arena, dlc, local
+from aliyun_training.plan.inputs import DatasetChoice, Planner, PlanRequest, RunContext
+from aliyun_training.plan.prepare import PREPARED_FOLDER, derived_dataset
+from aliyun_training.plan.staging import no_source
+from aliyun_training.spec import Backend
 from aliyun_training.validation import SpecError
 
+if TYPE_CHECKING:
+    from pathlib import Path
 
-@dataclass(frozen=True)
-class RunContext:
-    """What the run is: its logical date, and whether the scheduler (or a backfill) started it."""
-
-    logical_date: datetime
-    #: The deployment's installation id (``operators.ownership.installation_id``), labelled on
-    #: everything the run creates.
-    installation: str
-    scheduled: bool = False
-    #: Whether planning may list the versions' source (a dry run that makes no call at all may not:
-    #: a named version is then taken on trust, an empty one is the logical date's).
-    list_sources: bool = True
-
-
-@dataclass(frozen=True)
-class DatasetChoice:
-    """The version a run trains on, where it is read from, and how long a missing one is waited for."""
-
-    name: str
-    version: str
-    #: The source template (``{dataset}``, ``{version}``); None: the environment mounts a fixed dataset.
-    template: str | None
-    wait_minutes: int = 0
-
-    @property
-    def source_uri(self) -> str | None:
-        return self.template.format(dataset=self.name, version=self.version) if self.template else None
-
-
-@dataclass(frozen=True)
-class PlanRequest:
-    """What a backend's planner works from: the declaration, the typed form and the deployment's settings."""
-
-    form: RunForm
-    declaration: PipelineDeclaration
-    #: The pipeline's own form parameters, typed by the declaration.
-    parameters: dict[str, Any]
-    #: The dataset version the run trains on (after the prepare stage, when one is declared).
-    chosen: DatasetChoice
-    paths: LocalPaths
-    #: The backend's environment file (the local backend's may be absent: its defaults apply).
-    environment: Path
-    #: The deployment's installation id, labelled on the pods and volumes the run creates.
-    installation: str
-    #: The raw version a prepare stage converts, when the declaration has one.
-    raw: DatasetChoice | None = field(default=None)
-    #: The connection the versions' OSS source is read through.
-    connection: str = "alibaba_cloud_default"
-
-    @property
-    def version(self) -> str:
-        return self.chosen.version
-
-    @property
-    def dataset(self) -> str:
-        """The dataset's name: ``{dataset}`` of a source URI template, the PAI dataset's name."""
-        return self.chosen.name
-
-    @property
-    def model(self) -> str:
-        """The model the artifact sets are published under."""
-        return self.declaration.model_name
-
-    @property
-    def framework(self) -> Framework:
-        framework = self.form.framework or self.declaration.training.framework
-        offered = self.declaration.training.offered_frameworks
-        if framework not in offered:
-            raise SpecError(
-                f"framework: {self.declaration.dag_id} offers {[f.value for f in offered]}, not "
-                f"{framework.value} (fix: choose one of them)"
-            )
-        return framework
-
-    def dataset_plan(self, fixed: FixedDataset | None = None) -> DatasetPlan:
-        """The dataset part: the version trained on, the raw one it was prepared from, what to wait for."""
-        waited = self.raw or self.chosen
-        return DatasetPlan(
-            name=self.dataset,
-            version=self.version,
-            source_uri=None if fixed else self.chosen.source_uri,
-            fixed=fixed,
-            wait_uri=waited.source_uri if waited.wait_minutes else None,
-            wait_minutes=waited.wait_minutes if waited.source_uri else 0,
-            wait_marker=self.declaration.dataset.version.marker,
-            prepared_from=f"{self.raw.name}/{self.raw.version}" if self.raw else None,
-            alibaba_cloud_conn_id=self.connection,
-        )
-
-    def artifacts_plan(self, **settings: Any) -> ArtifactsPlan:
-        """The artifacts part: where sets go (``settings``) and what the declaration keeps of a job."""
-        declared = self.declaration.artifacts
-        return ArtifactsPlan(
-            model=self.model, collect=declared.collect, report_metrics=declared.report_metrics, **settings
-        )
-
-    @functools.cached_property
-    def job(self) -> dict[str, Any]:
-        """The job settings every backend takes from the declaration and the form (rendered once)."""
-        form, framework = self.form, self.framework
-        procs = max(form.gpus_per_node, 1)
-        return {
-            "backend": form.backend,
-            "framework": framework,
-            "nodes": form.nodes,
-            "gpus_per_node": form.gpus_per_node,
-            "command": self.declaration.render_command(framework, procs, form.nodes, self.parameters),
-            "timeout_minutes": form.timeout_minutes,
-            "env": dict(self.declaration.training.env),
-        }
-
-
-Planner = Callable[[PlanRequest], RunPlan]
+    from aliyun_training.declaration import PipelineDeclaration
+    from aliyun_training.plan.models import RunPlan
+    from aliyun_training.settings import LocalPaths
 
 
 def _planners() -> dict[Backend, Planner]:
-    from aliyun_training.plan import arena, dlc, local
-
     return {Backend.LOCAL: local.plan_run, Backend.DLC: dlc.plan_run, Backend.ARENA: arena.plan_run}
 
 
@@ -180,8 +66,6 @@ def resolve_run(
     raw = choose_version(form, run, declaration, sources.template, sources.connection)
     chosen, prepared_from = raw, None
     if declaration.dataset.prepare and sources.derived:
-        from aliyun_training.plan.prepare import derived_dataset
-
         chosen, prepared_from = derived_dataset(declaration, raw, sources.derived), raw
     request = PlanRequest(
         form=form,
@@ -245,8 +129,6 @@ def dataset_sources(
     connection = own or "alibaba_cloud_default"
     template = declaration.dataset.source_uri or loaded.staging.source_uri
     if declaration.dataset.prepare:
-        from aliyun_training.plan.prepare import PREPARED_FOLDER
-
         if not (loaded.staging.mode and loaded.output_uri):
             raise SpecError(
                 "staging: the prepare stage's shards are written to output_uri and staged like any "
@@ -258,8 +140,6 @@ def dataset_sources(
     if not loaded.staging.mode:
         return DatasetSources(None, connection)
     if not template:
-        from aliyun_training.plan.staging import no_source
-
         raise no_source()
     return DatasetSources(template, connection)
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aliyun_training.environments import StagingSettings
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from aliyun_training.plan.resolve import PlanRequest
+    from aliyun_training.environments import StagingSettings
+    from aliyun_training.plan.inputs import PlanRequest
 
 
 def staged_source(block: StagingSettings, request: PlanRequest) -> tuple[str, str]:

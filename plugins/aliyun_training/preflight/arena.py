@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from aliyun_training.backends.arena import ArenaBackend
+from typing import TYPE_CHECKING
+
 from aliyun_training.backends.arena_manifests import claim_name
 from aliyun_training.findings import Finding, Verdict
-from aliyun_training.spec import TrainingJobSpec
+
+if TYPE_CHECKING:
+    from aliyun_training.backends.arena import ArenaBackend
+    from aliyun_training.spec import TrainingJobSpec
 
 
 def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Finding]:

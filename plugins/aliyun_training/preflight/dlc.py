@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from aliyun_training.backends.dlc import DlcBackend
+from typing import TYPE_CHECKING
+
 from aliyun_training.findings import Finding, Verdict
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
+
+if TYPE_CHECKING:
+    from aliyun_training.backends.dlc import DlcBackend
 
 _FIXES = {
     "Forbidden": "grant the RAM identity the PAI-DLC actions (AliyunPAIDLCFullAccess, or the "

@@ -8,11 +8,14 @@ import shutil
 import socket
 import subprocess
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aliyun_training.findings import Finding, Verdict
-from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.engine import SPACE_HEADROOM
-from aliyun_training.staging.sources import open_source
+from aliyun_training.staging.opening import open_source
+
+if TYPE_CHECKING:
+    from aliyun_training.spec import TrainingJobSpec
 
 
 def check_processors(spec: TrainingJobSpec) -> Finding:

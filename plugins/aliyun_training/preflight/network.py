@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.findings import Finding, Verdict
-from aliyun_training.hooks.ecs import EcsHook
-from aliyun_training.hooks.vpc import VpcHook
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.ecs import EcsHook
+    from aliyun_training.hooks.vpc import VpcHook
 
 VPC_CONSOLE = "the VPC console (https://vpc.console.aliyun.com)"
 

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import fnmatch
 import json
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.findings import Finding, Verdict
-from aliyun_training.hooks.ram import RamHook
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from aliyun_training.hooks.ram import RamHook
 
 
 def required_actions(policy_file: Path) -> list[str]:

@@ -8,11 +8,13 @@ trigger share (free GPUs are derived in ``hooks.paistudio.free_gpus`` only).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.findings import Finding, Verdict
-from aliyun_training.hooks.paistudio import Capacity, PaiStudioHook
-from aliyun_training.spec import TrainingJobSpec
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.paistudio import Capacity, PaiStudioHook
+    from aliyun_training.spec import TrainingJobSpec
 
 
 def quota_gpu_type(quota: Any) -> str | None:

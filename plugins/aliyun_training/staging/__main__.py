@@ -17,7 +17,7 @@ import logging
 import sys
 
 from aliyun_training.staging.engine import StagingError, stage_dataset
-from aliyun_training.staging.sources import open_source
+from aliyun_training.staging.opening import open_source
 from aliyun_training.validation import SpecError
 
 

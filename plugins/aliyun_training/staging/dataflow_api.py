@@ -29,11 +29,13 @@ so a dry run can show it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.hooks.nas import NasHook
 
 TASK_STATUSES = ("Pending", "Executing", "Failed", "Completed", "Canceling", "Canceled")
 FINISHED_STATUSES = frozenset({"Completed", "Failed", "Canceled"})

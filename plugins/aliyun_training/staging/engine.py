@@ -40,15 +40,15 @@ import shutil
 import stat
 import threading
 import time
-from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.records import StagedDataset
 from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.staging.opening import open_source
 from aliyun_training.staging.publish import (
     check_publishable,
     partial_of,
@@ -60,10 +60,12 @@ from aliyun_training.staging.sources import (
     ObjectSource,
     SourceObject,
     StagingError,
-    open_source,
     with_retries,
 )
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["JOURNAL_NAME", "MANIFEST_NAME", "StagingError", "stage_dataset"]
 

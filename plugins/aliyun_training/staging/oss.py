@@ -20,9 +20,7 @@ import os
 import re
 import tempfile
 import urllib.request
-from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
@@ -30,6 +28,9 @@ from aliyun_training.staging.sources import ChunkSink, SourceChangedError, Sourc
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterable, Iterator
+    from pathlib import Path
+
     from aliyun_training.hooks.oss import OssHook
 
 log = logging.getLogger(__name__)

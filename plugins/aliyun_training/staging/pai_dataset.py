@@ -25,11 +25,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from aliyun_training.hooks.aiworkspace import AIWorkspaceHook
 
 URI_KINDS = ("cpfs", "bmcpfs")
 _PLAIN_ID = re.compile(r"[a-z0-9][a-z0-9-]*")

@@ -40,11 +40,14 @@ import shutil
 import socket
 import stat
 import uuid
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from pathlib import Path
 
 _AT_FDCWD = -100
 _RENAME_EXCHANGE = 2

@@ -14,11 +14,12 @@ see it under a mount point, e.g. ``/mnt/cpfs`` + ``cpfs_path``); the version liv
 from __future__ import annotations
 
 import posixpath
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.records import StagedDataset
+if TYPE_CHECKING:
+    from aliyun_training.records import StagedDataset
 
 DATA_SOURCE_TYPES = {"cpfs": "CPFS", "bmcpfs": "BMCPFS"}
 

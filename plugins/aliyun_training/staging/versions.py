@@ -25,15 +25,17 @@ import itertools
 import json
 import os
 import re
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.sources import SourceObject
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 _NUMBER = re.compile(r"(\d+)")
 
@@ -59,7 +61,7 @@ def versions_folder(template: str, dataset: str) -> str:
 
 def source_versions(template: str, dataset: str, alibaba_cloud_conn_id: str) -> list[str]:
     """The dataset's versions in its source, oldest first (see :func:`version_order`)."""
-    from aliyun_training.staging.sources import open_connected_source
+    from aliyun_training.staging.opening import open_connected_source
 
     folder = versions_folder(template, dataset)
     names = open_connected_source(folder, alibaba_cloud_conn_id).folders()

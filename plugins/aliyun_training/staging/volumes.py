@@ -45,9 +45,8 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from aliyun_training.kubernetes.names import (
     LABEL_MAX,
@@ -59,6 +58,9 @@ from aliyun_training.kubernetes.names import (
 )
 from aliyun_training.kubernetes.pods import read_or_none
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 log = logging.getLogger(__name__)
 

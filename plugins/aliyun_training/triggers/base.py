@@ -17,12 +17,14 @@ from __future__ import annotations
 import abc
 import asyncio
 import inspect
-from collections.abc import AsyncIterator
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
+
+if TYPE_CHECKING:
+    from collections.abc import AsyncIterator
 
 
 class PollingTrigger(BaseTrigger):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, TrainingBackend
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
-from aliyun_training.records import OutcomeStatus
 from aliyun_training.triggers.base import PollingTrigger
+
+if TYPE_CHECKING:
+    from aliyun_training.records import OutcomeStatus
 
 
 class TrainingJobTrigger(PollingTrigger):

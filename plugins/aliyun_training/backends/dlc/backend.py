@@ -1,0 +1,492 @@
+"""Run a ``TrainingJobSpec`` as a PAI-DLC job (Lingjun or ECS resources) through the real SDK.
+
+The spec's command is the torchrun line the local backend runs: DLC injects MASTER_ADDR,
+MASTER_PORT, WORLD_SIZE (nodes) and RANK (node index), and on Lingjun the NCCL_IB_* variables.
+The deterministic job name is the DisplayName (and a tag), so ``find`` reattaches through ListJobs;
+the task instance that launched the job is tagged too, so ``launched`` tells whose each job is;
+CreateJob has no idempotency token, so a CreateJob retried after a lost response first looks the
+job up by name instead of creating a second one. Every call goes through ``hooks.dlc.DlcHook``
+(DescribeVpcs through ``VpcHook``); :func:`create_job_request` builds the CreateJob body with no
+call and no connection, so a dry run can show it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from aliyun_training.backends.base import (
+    FoundJob,
+    JobHandle,
+    JobState,
+    JobStatus,
+    LaunchedJob,
+    LogChunk,
+    node_line,
+    same_owner,
+)
+from aliyun_training.backends.dlc.failures import (
+    classify_dlc,
+    describe_failure,
+)
+from aliyun_training.backends.dlc.logs import (
+    LOG_MEMORY_LINES,
+    LOG_OVERLAP_SECONDS,
+    LOG_VIEW_MAX_AGE_SECONDS,
+    POD_LOGS_MAX_LINES,
+    LogView,
+    TailSearch,
+    log_since,
+    unseen,
+)
+from aliyun_training.backends.dlc.request import (
+    INSTALLATION_TAG,
+    NAME_TAG,
+    create_job_request,
+)
+from aliyun_training.backends.dlc.status import (
+    DLC_STATES,
+    QUEUE_STATUSES,
+    UNENDED_STATUSES,
+    blocking_reason,
+    dlc_time,
+    first_failed_node,
+    in_quota_queue,
+    iso,
+    last_pull_event,
+    pending_pod,
+    phase,
+    pods_to_explain,
+    status_reason,
+    why_waiting,
+)
+from aliyun_training.hooks.alibaba_cloud import shared_hook
+from aliyun_training.hooks.dlc import DlcHook
+from aliyun_training.hooks.paistudio import PaiStudioHook
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.spec import JobOwner, TrainingJobSpec
+from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.failures import (
+        Failure,
+    )
+
+log = logging.getLogger(__name__)
+
+
+#: The best-effort reads a poll makes beside GetJob; after one failure a backend stops asking.
+QUEUE_INFO, POD_EVENTS = "PAI Studio QueueInfo", "GetPodEvents"
+
+
+#: How far back ``find`` searches when the caller knows no earlier bound. ListJobs filters on the
+#: creation time and, without StartTime, only looks 7 days back; a job runs at most
+#: ``timeout_minutes`` (capped at 30 days by the spec) after it was created and queued, so a day
+#: more covers the whole life of any job a retry could still be waiting for.
+FIND_HORIZON = timedelta(days=31)
+
+
+class DlcBackend:
+    """Jobs on PAI-DLC. Sync calls serve the worker; ``a*`` calls use the SDK's ``*_async`` methods.
+
+    Every call stands alone: ``logs`` and ``tail`` read the job's pods and times themselves on a
+    backend that never read the status. What a ``status`` just read is reused for
+    ``LOG_VIEW_MAX_AGE_SECONDS``, so a monitor's poll (status, then logs) asks GetJob once.
+    """
+
+    name = "dlc"
+
+    def __init__(
+        self,
+        conn_id: str = "alibaba_cloud_default",
+        workspace_id: str | None = None,
+        vpc: dict[str, Any] | None = None,
+        image_registry_conn_id: str | None = None,
+        region: str | None = None,
+        log_lines_per_poll: int = 500,
+    ) -> None:
+        self.conn_id = conn_id
+        self.workspace_id = workspace_id
+        self.vpc = vpc
+        self.image_registry_conn_id = image_registry_conn_id
+        self.region = region
+        self.log_lines_per_poll = log_lines_per_poll
+        self.hook = shared_hook(DlcHook, conn_id, region)
+        #: Per job: the last GetJob's LogView (an optimisation: see LOG_VIEW_MAX_AGE_SECONDS).
+        self._views: dict[str, LogView] = {}
+        #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
+        self._vpc_cidrs: list[str] | None = None
+        #: Best-effort reads (``QUEUE_INFO``, ``POD_EVENTS``) that failed once: not asked again.
+        self._unavailable: set[str] = set()
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return {
+            "conn_id": self.conn_id,
+            "workspace_id": self.workspace_id,
+            "vpc": self.vpc,
+            "image_registry_conn_id": self.image_registry_conn_id,
+            "region": self.region,
+            "log_lines_per_poll": self.log_lines_per_poll,
+        }
+
+    # -- request ---------------------------------------------------------------------------------
+
+    def create_request(self, spec: TrainingJobSpec, name: str) -> Any:
+        """The CreateJob request ``submit`` sends: :func:`create_job_request` with the VPC's CIDR
+        blocks and the private registry's login read from their sources."""
+        return create_job_request(
+            spec,
+            name,
+            workspace_id=self.workspace_id,
+            region=self.hook.region,
+            vpc=self.vpc,
+            extended_cidrs=self._extended_cidrs(),
+            image_config=self._image_config(),
+        )
+
+    def _extended_cidrs(self) -> list[str]:
+        """The environment's ``vpc.extended_cidrs``, else the VPC's blocks from DescribeVpcs."""
+        if not self.vpc:
+            return []
+        return list(self.vpc.get("extended_cidrs") or []) or self._described_cidrs()
+
+    def _described_cidrs(self) -> list[str]:
+        assert self.vpc is not None
+        if self._vpc_cidrs is None:
+            from aliyun_training.hooks.vpc import VpcHook
+
+            self._vpc_cidrs = shared_hook(VpcHook, self.conn_id, self.region).cidr_blocks(self.vpc["vpc_id"])
+        if not self._vpc_cidrs:
+            raise SpecError(
+                f"vpc.extended_cidrs: DescribeVpcs reports no CIDR block for VPC {self.vpc['vpc_id']} in "
+                f"{self.hook.region}, and DLC needs every CIDR block of the VPC when a vSwitch is given "
+                '(fix: list them in the environment file\'s vpc.extended_cidrs, e.g. ["192.168.0.0/16"], '
+                "or check vpc.vpc_id and the region)"
+            )
+        return self._vpc_cidrs
+
+    def _image_config(self) -> Any:
+        """Private-registry credentials from an Airflow connection (host, login, password)."""
+        if not self.image_registry_conn_id:
+            return None
+        from alibabacloud_pai_dlc20201203 import models
+
+        from aliyun_training.hooks.registry import ContainerRegistryHook
+
+        login = ContainerRegistryHook(self.image_registry_conn_id).login()
+        if login is None or not (login.host and login.login and login.password):
+            raise SpecError(
+                f"image_registry_conn_id: connection {self.image_registry_conn_id} needs host "
+                "(the registry), login and password"
+            )
+        return models.ImageConfig(docker_registry=login.host, username=login.login, password=login.password)
+
+    # -- submit and find -------------------------------------------------------------------------
+
+    def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
+        """CreateJob once: a retry after a lost response first looks for the job it may have made."""
+        request = self.create_request(spec, name)
+
+        def existing() -> str | None:
+            made = self._find_made(name, spec.owner)
+            if made is None:
+                return None
+            log.warning("CreateJob's earlier response was lost; job %s exists, not creating again", made)
+            return made.job_id
+
+        return JobHandle(backend=self.name, job_id=self.hook.create_job(request, existing), name=name)
+
+    def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
+        """The newest job whose DisplayName is exactly ``name``, created at or after ``since``, with
+        the owner its tags name.
+
+        ListJobs searches only the last 7 days without StartTime and matches DisplayName fuzzily
+        (``name`` also finds ``name-2``), so this asks from ``since`` (else ``FIND_HORIZON`` ago),
+        newest first, and pages until the first exact match or the end of the listing.
+        """
+        start_time = dlc_time((since or datetime.now(UTC) - FIND_HORIZON).timestamp())
+        jobs = self.hook.jobs(display_name=name, workspace_id=self.workspace_id, start_time=start_time)
+        newest = next((job for job in jobs if job.display_name == name), None)
+        if newest is None:
+            return None
+        owner = JobOwner.from_tags((newest.settings.tags if newest.settings else None) or {})
+        return FoundJob(handle=JobHandle(backend=self.name, job_id=newest.job_id, name=name), owner=owner)
+
+    def _find_made(self, name: str, owner: JobOwner | None) -> JobHandle | None:
+        """The job a CreateJob whose answer was lost made: the newest of ``name``, if its tags name
+        ``owner``'s task (``base.same_owner``) and it is pending or running. Made by this submit, it
+        would be the newest, and nobody would have stopped it: a newest job that is stopping is an
+        earlier one, whose machines are not free yet, and the lost CreateJob made none. An ended
+        one is taken as earlier too, which misses a made job that already failed within the
+        retry's backoff.
+        """
+        found = self.find(name)
+        if found is None or not same_owner(owner, found.owner):
+            return None
+        if self.status(found.handle).state not in (JobState.PENDING, JobState.RUNNING):
+            return None
+        return found.handle
+
+    # -- status ----------------------------------------------------------------------------------
+
+    def status(self, handle: JobHandle) -> JobStatus:
+        """GetJob; while the job queues, PAI Studio's QueueInfo for its place; while its pods are
+        prepared, the first pending pod's events (an image that cannot be pulled). Both best effort."""
+        job = self.hook.get_job(handle.job_id)
+        queued = events = None
+        if in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
+            try:
+                queued = self._studio.queue_info(job.resource_id, job.job_id)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(QUEUE_INFO, job, exc)
+        pod = pending_pod(job)
+        if pod is not None and POD_EVENTS not in self._unavailable:
+            try:
+                events = self.hook.get_pod_events(job.job_id, pod)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(POD_EVENTS, job, exc)
+        return self._interpret(handle, job, queued, events)
+
+    async def astatus(self, handle: JobHandle) -> JobStatus:
+        job = await self.hook.aget_job(handle.job_id)
+        queued = events = None
+        if in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
+            try:
+                queued = await self._studio.aqueue_info(job.resource_id, job.job_id)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(QUEUE_INFO, job, exc)
+        pod = pending_pod(job)
+        if pod is not None and POD_EVENTS not in self._unavailable:
+            try:
+                events = await self.hook.aget_pod_events(job.job_id, pod)
+            except AlibabaCloudApiError as exc:
+                self._best_effort_failed(POD_EVENTS, job, exc)
+        return self._interpret(handle, job, queued, events)
+
+    @property
+    def _studio(self) -> PaiStudioHook:
+        return shared_hook(PaiStudioHook, self.conn_id, self.region)
+
+    def _best_effort_failed(self, read: str, job: Any, exc: AlibabaCloudApiError) -> None:
+        """Where a job waits (its place in the quota's queue, its pods' events) is information, not
+        its state: without it monitoring goes on, and this backend does not ask again (no
+        permission, no route: the next poll would fail alike)."""
+        self._unavailable.add(read)
+        log.warning("Job %s: %s is unavailable (%s); monitoring goes on without it", job.job_id, read, exc)
+
+    def _interpret(
+        self, handle: JobHandle, job: Any, queued: Any = None, pod_events: list[str] | None = None
+    ) -> JobStatus:
+        state = DLC_STATES.get(job.status)
+        if state is None:
+            log.warning(
+                "Job %s reports status %r, unknown to this backend: treating it as running",
+                handle.job_id,
+                job.status,
+            )
+            state = JobState.RUNNING
+        self._views[handle.job_id] = LogView.of(job)
+        failed = first_failed_node(job)
+        reason, reason_code = "", job.reason_code or ""
+        if state in (JobState.FAILED, JobState.STOPPED):
+            reason = status_reason(job)
+        elif job.status in QUEUE_STATUSES:
+            reason = why_waiting(job, queued)
+        elif state is JobState.PENDING:
+            pulling = last_pull_event(pod_events or [])
+            reason = "; ".join(part for part in (status_reason(job), pulling) if part)
+            reason_code = blocking_reason([reason]) or reason_code
+        return JobStatus(
+            state=state,
+            raw=job.status,
+            reason=reason,
+            reason_code=reason_code,
+            started=iso(job.gmt_running_time or job.gmt_create_time),
+            finished=iso(job.gmt_finish_time) if state.is_terminal else None,
+            failed_node=failed,
+            history=[phase(item) for item in job.status_history or []],
+        )
+
+    # -- logs ------------------------------------------------------------------------------------
+
+    def _recent_view(self, handle: JobHandle) -> LogView | None:
+        view = self._views.get(handle.job_id)
+        fresh = view is not None and time.monotonic() - view.read_at <= LOG_VIEW_MAX_AGE_SECONDS
+        return view if fresh else None
+
+    def _view(self, handle: JobHandle) -> LogView:
+        """The job's pods and times: what a status just read, else GetJob now."""
+        view = self._recent_view(handle)
+        if view is None:
+            view = self._views[handle.job_id] = LogView.of(self.hook.get_job(handle.job_id))
+        return view
+
+    async def _aview(self, handle: JobHandle) -> LogView:
+        view = self._recent_view(handle)
+        if view is None:
+            view = self._views[handle.job_id] = LogView.of(await self.hook.aget_job(handle.job_id))
+        return view
+
+    def logs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        """New lines of every node since ``cursor``, each prefixed with its node: none twice, at most
+        ``log_lines_per_poll`` per node.
+
+        DLC returns log lines without times, filtered by StartTime. Each poll asks every pod from a
+        little before its previous poll (``LOG_OVERLAP_SECONDS``) and drops the lines it has already
+        seen; the first asks from the job's start. Without times, the nodes' lines of one poll
+        cannot be interleaved: they follow each other node by node (the master first).
+        """
+        view = self._view(handle)
+        seen = (cursor or {}).get("pods", {})
+        reads = []
+        for pod in view.pods:
+            asked_at = time.time()
+            start = log_since(view, seen.get(pod))
+            fetched = self.hook.get_pod_logs(
+                handle.job_id, pod, max_lines=self.log_lines_per_poll, start_time=start
+            )
+            reads.append((pod, fetched, asked_at))
+        return self._log_chunk(handle, seen, reads)
+
+    async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
+        view = await self._aview(handle)
+        seen = (cursor or {}).get("pods", {})
+        reads = []
+        for pod in view.pods:
+            asked_at = time.time()
+            start = log_since(view, seen.get(pod))
+            fetched = await self.hook.aget_pod_logs(
+                handle.job_id, pod, max_lines=self.log_lines_per_poll, start_time=start
+            )
+            reads.append((pod, fetched, asked_at))
+        return self._log_chunk(handle, seen, reads)
+
+    def _log_chunk(
+        self, handle: JobHandle, seen: dict[str, Any], reads: list[tuple[str, list[str], float]]
+    ) -> LogChunk:
+        """Each pod's unseen lines, node by node, and the cursor that remembers what each pod showed."""
+        lines: list[str] = []
+        pods: dict[str, Any] = dict(seen)
+        for node, (pod, fetched, asked_at) in enumerate(reads):
+            recent = list((seen.get(pod) or {}).get("recent", []))
+            new = unseen(recent, fetched)
+            if len(fetched) >= self.log_lines_per_poll:
+                log.warning(
+                    "Job %s: pod %s wrote more than %d log lines since the last poll; some may be missing "
+                    "here (the console has the full log)",
+                    handle.job_id,
+                    pod,
+                    self.log_lines_per_poll,
+                )
+            lines += [node_line(node, line) for line in new]
+            since = dlc_time(asked_at - LOG_OVERLAP_SECONDS)
+            pods[pod] = {"since": since, "recent": (recent + new)[-LOG_MEMORY_LINES:]}
+        return LogChunk(lines=lines, cursor={"pods": pods} if pods else {})
+
+    def tail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        """The last ``lines`` lines of node ``node`` (at most ``POD_LOGS_MAX_LINES`` - 1)."""
+        view = self._view(handle)
+        pod = view.pod(node)
+        if pod is None:
+            return []
+        search = TailSearch(lines=lines, first=view.first, end=view.finished or time.time())
+        while (start := search.next_start()) is not None:
+            search.record(
+                self.hook.get_pod_logs(handle.job_id, pod, max_lines=POD_LOGS_MAX_LINES, start_time=start)
+            )
+        return search.result(handle.job_id)
+
+    async def atail(self, handle: JobHandle, node: int, lines: int = 50) -> list[str]:
+        view = await self._aview(handle)
+        pod = view.pod(node)
+        if pod is None:
+            return []
+        search = TailSearch(lines=lines, first=view.first, end=view.finished or time.time())
+        while (start := search.next_start()) is not None:
+            search.record(
+                await self.hook.aget_pod_logs(
+                    handle.job_id, pod, max_lines=POD_LOGS_MAX_LINES, start_time=start
+                )
+            )
+        return search.result(handle.job_id)
+
+    # -- failure evidence ------------------------------------------------------------------------
+
+    def failure_details(self, handle: JobHandle) -> list[str]:
+        """What DLC recorded of the failure: its restart records (GetJob), the job's events, the
+        events of the pods that ended badly (GetPodEvents, the first to end first), then the
+        failed sanity checks."""
+        job = self.hook.get_job(handle.job_id)
+        pods = {pod: self.hook.get_pod_events(handle.job_id, pod) for pod in pods_to_explain(job)}
+        events = self.hook.get_job_events(handle.job_id)
+        return describe_failure(job, events, pods, self.hook.get_sanity_checks(handle.job_id))
+
+    async def afailure_details(self, handle: JobHandle) -> list[str]:
+        job = await self.hook.aget_job(handle.job_id)
+        pods = {pod: await self.hook.aget_pod_events(handle.job_id, pod) for pod in pods_to_explain(job)}
+        events = await self.hook.aget_job_events(handle.job_id)
+        return describe_failure(job, events, pods, await self.hook.aget_sanity_checks(handle.job_id))
+
+    def classify(self, status: JobStatus, details: list[str], tail: list[str]) -> Failure:
+        """DLC's verdict, its sanity checks and events, then the script's last lines, in the order
+        ``DLC_FAILURE_RULES`` gives."""
+        return classify_dlc(status, details, tail)
+
+    # -- what is still running -------------------------------------------------------------------
+
+    def launched(self, installation: str) -> list[LaunchedJob]:
+        """Every job of the workspace that has not ended and whose tags name a whole ``JobOwner`` of
+        ``installation``.
+
+        ListJobs filters on one Status (the SDK lists its values, one at a time), so each status
+        of ``UNENDED_STATUSES`` is listed in turn, every page, from ``FIND_HORIZON`` ago (without
+        StartTime ListJobs looks back 7 days only), and on the installation's tag (``Tags``, "The
+        tags used for filtering"), so other deployments' jobs are not even listed. A job that moves
+        on during the listing shows up again under its later status, and that sighting wins; one
+        that moves back between two listings (Restarting to Running) can be missed until the next
+        call. Each job's tags are checked again here: one without a whole owner, or another
+        installation's, is left out whatever the listing returned.
+        """
+        start_time = dlc_time((datetime.now(UTC) - FIND_HORIZON).timestamp())
+        selector = {INSTALLATION_TAG: installation}
+        jobs: dict[str, LaunchedJob] = {}
+        for raw in UNENDED_STATUSES:
+            listed = self.hook.jobs(
+                workspace_id=self.workspace_id, start_time=start_time, status=raw, tags=selector
+            )
+            for job in listed:
+                found = self._launched_job(job, installation)
+                if found is not None:
+                    jobs[found.handle.job_id] = found
+        return list(jobs.values())
+
+    def _launched_job(self, job: Any, installation: str) -> LaunchedJob | None:
+        tags = (job.settings.tags if job.settings else None) or {}
+        owner = JobOwner.from_tags(tags)
+        state = DLC_STATES.get(job.status)
+        if owner is None or owner.installation != installation or state is None or state.is_terminal:
+            return None
+        name = tags.get(NAME_TAG) or job.display_name
+        return LaunchedJob(
+            handle=JobHandle(backend=self.name, job_id=job.job_id, name=name),
+            owner=owner,
+            state=state,
+            created=iso(job.gmt_create_time),
+        )
+
+    # -- stop and links --------------------------------------------------------------------------
+
+    def stop(self, handle: JobHandle) -> None:
+        self.hook.stop_job(handle.job_id)
+
+    async def astop(self, handle: JobHandle) -> None:
+        await self.hook.astop_job(handle.job_id)
+
+    def output_uri(self, handle: JobHandle) -> str | None:
+        return (self.hook.get_job(handle.job_id).envs or {}).get("OUTPUT_DIR")
+
+    def console_url(self, handle: JobHandle) -> str | None:
+        return self.hook.console_url(handle.job_id, self.workspace_id)

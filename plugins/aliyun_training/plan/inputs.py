@@ -1,0 +1,139 @@
+"""What a run's planning works from: the run's context, the chosen dataset version, and the request
+every backend's planner takes (``PlanRequest``). The planners and ``plan.resolve`` import it; it
+imports no planner, so the plan package has no import cycle.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, RunPlan
+from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+    from pathlib import Path
+
+    from aliyun_training.declaration import PipelineDeclaration
+    from aliyun_training.form import RunForm
+    from aliyun_training.records import FixedDataset
+    from aliyun_training.settings import LocalPaths
+    from aliyun_training.spec import Framework
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What the run is: its logical date, and whether the scheduler (or a backfill) started it."""
+
+    logical_date: datetime
+    #: The deployment's installation id (``operators.ownership.installation_id``), labelled on
+    #: everything the run creates.
+    installation: str
+    scheduled: bool = False
+    #: Whether planning may list the versions' source (a dry run that makes no call at all may not:
+    #: a named version is then taken on trust, an empty one is the logical date's).
+    list_sources: bool = True
+
+
+@dataclass(frozen=True)
+class DatasetChoice:
+    """The version a run trains on, where it is read from, and how long a missing one is waited for."""
+
+    name: str
+    version: str
+    #: The source template (``{dataset}``, ``{version}``); None: the environment mounts a fixed dataset.
+    template: str | None
+    wait_minutes: int = 0
+
+    @property
+    def source_uri(self) -> str | None:
+        return self.template.format(dataset=self.name, version=self.version) if self.template else None
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What a backend's planner works from: the declaration, the typed form and the deployment's settings."""
+
+    form: RunForm
+    declaration: PipelineDeclaration
+    #: The pipeline's own form parameters, typed by the declaration.
+    parameters: dict[str, Any]
+    #: The dataset version the run trains on (after the prepare stage, when one is declared).
+    chosen: DatasetChoice
+    paths: LocalPaths
+    #: The backend's environment file (the local backend's may be absent: its defaults apply).
+    environment: Path
+    #: The deployment's installation id, labelled on the pods and volumes the run creates.
+    installation: str
+    #: The raw version a prepare stage converts, when the declaration has one.
+    raw: DatasetChoice | None = field(default=None)
+    #: The connection the versions' OSS source is read through.
+    connection: str = "alibaba_cloud_default"
+
+    @property
+    def version(self) -> str:
+        return self.chosen.version
+
+    @property
+    def dataset(self) -> str:
+        """The dataset's name: ``{dataset}`` of a source URI template, the PAI dataset's name."""
+        return self.chosen.name
+
+    @property
+    def model(self) -> str:
+        """The model the artifact sets are published under."""
+        return self.declaration.model_name
+
+    @property
+    def framework(self) -> Framework:
+        framework = self.form.framework or self.declaration.training.framework
+        offered = self.declaration.training.offered_frameworks
+        if framework not in offered:
+            raise SpecError(
+                f"framework: {self.declaration.dag_id} offers {[f.value for f in offered]}, not "
+                f"{framework.value} (fix: choose one of them)"
+            )
+        return framework
+
+    def dataset_plan(self, fixed: FixedDataset | None = None) -> DatasetPlan:
+        """The dataset part: the version trained on, the raw one it was prepared from, what to wait for."""
+        waited = self.raw or self.chosen
+        return DatasetPlan(
+            name=self.dataset,
+            version=self.version,
+            source_uri=None if fixed else self.chosen.source_uri,
+            fixed=fixed,
+            wait_uri=waited.source_uri if waited.wait_minutes else None,
+            wait_minutes=waited.wait_minutes if waited.source_uri else 0,
+            wait_marker=self.declaration.dataset.version.marker,
+            prepared_from=f"{self.raw.name}/{self.raw.version}" if self.raw else None,
+            alibaba_cloud_conn_id=self.connection,
+        )
+
+    def artifacts_plan(self, **settings: Any) -> ArtifactsPlan:
+        """The artifacts part: where sets go (``settings``) and what the declaration keeps of a job."""
+        declared = self.declaration.artifacts
+        return ArtifactsPlan(
+            model=self.model, collect=declared.collect, report_metrics=declared.report_metrics, **settings
+        )
+
+    @functools.cached_property
+    def job(self) -> dict[str, Any]:
+        """The job settings every backend takes from the declaration and the form (rendered once)."""
+        form, framework = self.form, self.framework
+        procs = max(form.gpus_per_node, 1)
+        return {
+            "backend": form.backend,
+            "framework": framework,
+            "nodes": form.nodes,
+            "gpus_per_node": form.gpus_per_node,
+            "command": self.declaration.render_command(framework, procs, form.nodes, self.parameters),
+            "timeout_minutes": form.timeout_minutes,
+            "env": dict(self.declaration.training.env),
+        }
+
+
+Planner = Callable[[PlanRequest], RunPlan]
