@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
 
+from aliyun_training.connections import KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import (
     ANNOTATION_PREFIX,
     INSTALLATION_LABEL,
@@ -97,7 +98,7 @@ class ArenaSettings(BaseModel):
 
     conn_id: Annotated[
         str, Field(min_length=1, json_schema_extra=field_fix("name a kubernetes connection"))
-    ] = "kubernetes_default"
+    ] = KUBERNETES_DEFAULT_CONN_ID
     namespace: Annotated[
         str,
         Field(

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.hooks.paging import NumberedPage, TokenPage, atoken_pages, numbered_pages, token_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError, RetryPolicy
 
@@ -82,7 +83,7 @@ class AlibabaCloudHook(BaseHook):
     """Credentials and SDK clients for one ``alibaba_cloud`` connection; the base of the service hooks."""
 
     conn_name_attr = "alibaba_cloud_conn_id"
-    default_conn_name = "alibaba_cloud_default"
+    default_conn_name = ALIBABA_CLOUD_DEFAULT_CONN_ID
     conn_type = "alibaba_cloud"
     hook_name = "Alibaba Cloud"
     #: The service (a key of :data:`SERVICES`) whose client :attr:`conn` is; set by each service hook.

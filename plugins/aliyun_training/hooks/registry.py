@@ -49,6 +49,7 @@ from urllib.parse import urlsplit
 
 from airflow.sdk import BaseHook
 
+from aliyun_training.connections import REGISTRY_DEFAULT_CONN_ID
 from aliyun_training.validation import SpecError
 
 log = logging.getLogger(__name__)
@@ -144,7 +145,7 @@ class ContainerRegistryHook(BaseHook):
     """
 
     conn_name_attr = "registry_conn_id"
-    default_conn_name = "registry_default"
+    default_conn_name = REGISTRY_DEFAULT_CONN_ID
     conn_type = "docker"
     hook_name = "Container registry"
 

@@ -67,6 +67,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.remote import RemoteStatus, register_remote_run
@@ -109,7 +110,7 @@ class AcrBuildSettings(BaseModel):
 
     alibaba_cloud_conn_id: Annotated[
         str, Field(min_length=1, json_schema_extra={"fix": "name an alibaba_cloud Airflow connection"})
-    ] = "alibaba_cloud_default"
+    ] = ALIBABA_CLOUD_DEFAULT_CONN_ID
     instance_id: Annotated[
         str,
         Field(

@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast, get_arg
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.connections import KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.hooks.kubernetes import KubernetesHooks
 from aliyun_training.kubernetes.names import managed_labels
 from aliyun_training.remote import RemoteStatus
@@ -80,7 +81,7 @@ class PodSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kubernetes_conn_id: str = "kubernetes_default"
+    kubernetes_conn_id: str = KUBERNETES_DEFAULT_CONN_ID
     namespace: str = "default"
     cpu: str = "2"
     memory: str = "4Gi"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
@@ -28,8 +29,8 @@ DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 
 def plan_run(request: PlanRequest) -> RunPlan:
     env = cloud.environment_for_run(request.environment, ArenaEnvironment, request.form)
-    kubernetes = env.connection_id or "kubernetes_default"
-    oss_connection = env.alibaba_cloud_conn_id or "alibaba_cloud_default"
+    kubernetes = env.connection_id or KUBERNETES_DEFAULT_CONN_ID
+    oss_connection = env.alibaba_cloud_conn_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
     version, mount_path = request.version, env.mount_path
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
     _check_output_pvc(env)
@@ -83,7 +84,7 @@ def arena_backend_config(env: ArenaEnvironment) -> dict[str, Any]:
     from aliyun_training.backends.arena_manifests import arena_settings
 
     backend_config: dict[str, Any] = {
-        "conn_id": env.connection_id or "kubernetes_default",
+        "conn_id": env.connection_id or KUBERNETES_DEFAULT_CONN_ID,
         "namespace": env.namespace,
         "rdma_resource": env.rdma_resource or "rdma/hca",
         "host_network": env.host_network,

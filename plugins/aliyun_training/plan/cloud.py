@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment, require_settings
 from aliyun_training.plan.models import (
     ArtifactsPlan,
@@ -168,7 +169,7 @@ def _acr_inherited(environment: CloudEnvironment) -> dict[str, Any]:
         if isinstance(environment, DlcEnvironment)
         else getattr(environment, "alibaba_cloud_conn_id", None)
     )
-    return {"alibaba_cloud_conn_id": connection or "alibaba_cloud_default"}
+    return {"alibaba_cloud_conn_id": connection or ALIBABA_CLOUD_DEFAULT_CONN_ID}
 
 
 def _check_builder(mode: str, builder: dict[str, Any], repository: str, tag: str) -> None:

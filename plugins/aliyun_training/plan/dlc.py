@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
@@ -36,7 +37,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "backend_overrides.shared_memory_gib_per_node: DLC sets shared memory on GPU nodes only and "
             "this run requests none, so it would be ignored (fix: leave it out, or request GPUs)"
         )
-    connection = env.connection_id or "alibaba_cloud_default"
+    connection = env.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
     version, mount_path = request.version, env.dataset.mount_path
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
     staging = _staging(request, env, connection)
@@ -89,7 +90,7 @@ def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:
     """The DLC backend's settings from its environment: what a job carries and the reconciler reads."""
     vpc = env.vpc
     return {
-        "conn_id": env.connection_id or "alibaba_cloud_default",
+        "conn_id": env.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID,
         "region": env.region,
         "workspace_id": env.workspace_id,
         "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,

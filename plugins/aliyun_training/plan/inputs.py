@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, RunPlan
 from aliyun_training.validation import SpecError
 
@@ -71,7 +72,7 @@ class PlanRequest:
     #: The raw version a prepare stage converts, when the declaration has one.
     raw: DatasetChoice | None = field(default=None)
     #: The connection the versions' OSS source is read through.
-    connection: str = "alibaba_cloud_default"
+    connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
     @property
     def version(self) -> str:

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DATASET_VERSION_PATTERN, INSTALLATION_PATTERN, Backend, TrainingJobSpec
 from aliyun_training.staging.registration import Registration
@@ -43,7 +44,7 @@ class DatasetPlan(PlanPart):
     #: ``<dataset>/<version>`` of the raw version the prepare stage converted into this one.
     prepared_from: str | None = None
     #: The connection an ``oss://`` source is listed through.
-    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
 class StagingPlan(PlanPart):
@@ -58,7 +59,7 @@ class StagingPlan(PlanPart):
     remote: dict[str, Any] = Field(default_factory=dict)
     registration: Registration | None = None
     #: The connection OSS (direct copies), NAS and AIWorkspace are reached through.
-    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
     def remote_config(self) -> dict[str, Any]:
         """The remote stager's settings: the ``remote`` block with the version to copy."""
@@ -146,7 +147,7 @@ class PreparePlan(PlanPart):
     #: The CPU job that writes them; its spec's ``output_dir`` is ``output_uri`` as its node sees it.
     job: JobPlan
     #: The connection OSS locations are read and marked through.
-    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
 class ArtifactsPlan(PlanPart):
@@ -164,7 +165,7 @@ class ArtifactsPlan(PlanPart):
     #: Why this run publishes nothing (a setting left blank); the artifacts stage then skips.
     unavailable: str | None = None
     #: The connection whose OSS endpoint and credentials read job outputs and write artifacts.
-    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
 class RunPlan(PlanPart):

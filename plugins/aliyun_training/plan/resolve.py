@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, check_use, load_environment
 from aliyun_training.form import RunForm, parse_form
 from aliyun_training.plan import arena, dlc, local
@@ -102,7 +103,7 @@ class DatasetSources:
 
     #: The raw versions' template (``{dataset}``, ``{version}``); None: a mount that cannot be listed.
     template: str | None
-    connection: str = "alibaba_cloud_default"
+    connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
     #: Where a prepare stage writes the versions it derives (and staging reads them).
     derived: str | None = None
 
@@ -126,7 +127,7 @@ def dataset_sources(
         raise SpecError(f"backend: {backend.value!r} is not a backend {environment.name} configures")
     arena = isinstance(loaded, ArenaEnvironment)
     own = loaded.alibaba_cloud_conn_id if isinstance(loaded, ArenaEnvironment) else loaded.connection_id
-    connection = own or "alibaba_cloud_default"
+    connection = own or ALIBABA_CLOUD_DEFAULT_CONN_ID
     template = declaration.dataset.source_uri or loaded.staging.source_uri
     if declaration.dataset.prepare:
         if not (loaded.staging.mode and loaded.output_uri):

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.plan.models import JobPlan
 from aliyun_training.spec import Backend, TrainingJobSpec
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
@@ -53,7 +54,7 @@ class QuotaCapacitySensor(BaseSensorOperator):
 
     def _connection(self) -> tuple[str, str | None]:
         config = self.plan.backend_config
-        return config.get("conn_id", "alibaba_cloud_default"), config.get("region")
+        return config.get("conn_id", ALIBABA_CLOUD_DEFAULT_CONN_ID), config.get("region")
 
     def _hook(self) -> Any:
         from aliyun_training.hooks.paistudio import PaiStudioHook

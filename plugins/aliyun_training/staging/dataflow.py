@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.records import StagedDataset
 from aliyun_training.remote import RemoteStatus, register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN
@@ -40,7 +41,7 @@ class DataFlowStagerSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    alibaba_cloud_conn_id: str = "alibaba_cloud_default"
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
     file_system_id: Annotated[
         str,
         Field(

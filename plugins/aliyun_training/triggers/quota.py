@@ -7,6 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
@@ -19,7 +21,7 @@ class QuotaCapacityTrigger(BaseTrigger):
         self,
         quota_id: str,
         gpus: int,
-        conn_id: str = "alibaba_cloud_default",
+        conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID,
         region: str | None = None,
         poll_interval: float = 60.0,
     ) -> None:

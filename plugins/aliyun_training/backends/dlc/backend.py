@@ -62,6 +62,7 @@ from aliyun_training.backends.dlc.status import (
     status_reason,
     why_waiting,
 )
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.hooks.alibaba_cloud import shared_hook
 from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.hooks.paistudio import PaiStudioHook
@@ -100,7 +101,7 @@ class DlcBackend:
 
     def __init__(
         self,
-        conn_id: str = "alibaba_cloud_default",
+        conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID,
         workspace_id: str | None = None,
         vpc: dict[str, Any] | None = None,
         image_registry_conn_id: str | None = None,
