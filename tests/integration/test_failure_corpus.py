@@ -10,13 +10,15 @@ is then given to the DLC and ACK classifiers as that pod's log, which is what it
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import logging
 import os
 import signal
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -199,7 +201,8 @@ def _kill_when_running(backend: LocalBackend, handle: JobHandle, case: LiveCase,
         )
         os.kill(supervisor, signum)
         for pid in job_pids(f"{handle.job_id}:node-{which}\0"):
-            os.kill(pid, signum)
+            with contextlib.suppress(ProcessLookupError):  # it may end with its supervisor first
+                os.kill(pid, signum)
 
 
 def _is_torchrun(pid: int) -> bool:
@@ -212,8 +215,9 @@ def _is_torchrun(pid: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveRun]]:
-    """Every live case, run side by side (their ranks mostly wait), once for the module."""
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Future[LiveRun]]]:
+    """Every live case, run side by side (their ranks mostly wait), once for the module; a case
+    that could not be run fails its own tests only (``run_of``)."""
     root = tmp_path_factory.mktemp("corpus")
     backend = LocalBackend(root=str(root / "runs"), stop_grace_seconds=2)
     pid_dirs = {case.name: root / "pids" / str(i) for i, case in enumerate(CASES)}
@@ -221,7 +225,13 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, LiveRun
         pid_dir.mkdir(parents=True)
     with ThreadPoolExecutor(max_workers=4) as pool:
         runs = {case.name: pool.submit(_run, backend, case, pid_dirs[case.name]) for case in CASES}
-        yield {name: future.result() for name, future in runs.items()}
+        concurrent.futures.wait(runs.values())
+        yield {name: future for name, future in runs.items()}
+
+
+def run_of(live: dict[str, Future[LiveRun]], name: str) -> LiveRun:
+    """The live case's run, or the error that kept it from running."""
+    return live[name].result()
 
 
 def _action(failure_class: FailureClass) -> RecoveryAction:
@@ -230,9 +240,9 @@ def _action(failure_class: FailureClass) -> RecoveryAction:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_the_local_backend_reads_each_failure_from_where_it_began(
-    live: dict[str, LiveRun], case: LiveCase
+    live: dict[str, Future[LiveRun]], case: LiveCase
 ) -> None:
-    run = live[case.name]
+    run = run_of(live, case.name)
     failure = run.outcome.failure
 
     assert run.status.state is JobState.FAILED
@@ -257,11 +267,11 @@ def test_the_local_backend_reads_each_failure_from_where_it_began(
     "case", [c for c in CASES if not c.local_only], ids=[c.name for c in CASES if not c.local_only]
 )
 def test_the_failing_nodes_output_as_a_pod_log_reads_alike_on_dlc_and_ack(
-    live: dict[str, LiveRun], case: LiveCase
+    live: dict[str, Future[LiveRun]], case: LiveCase
 ) -> None:
     """On DLC and ACK the failed pod's log is this node's output; the platform adds no reason of
     its own here (a pod that exited non-zero), so the output decides as it does locally."""
-    run = live[case.name]
+    run = run_of(live, case.name)
     node = run.outcome.failed_node
     dlc_status = JobStatus(state=JobState.FAILED, raw="Failed", failed_node=node, exit_code=1)
     ack_status = JobStatus(
@@ -280,11 +290,11 @@ def test_the_failing_nodes_output_as_a_pod_log_reads_alike_on_dlc_and_ack(
 
 
 def test_the_shown_excerpt_holds_the_failed_ranks_error_however_long_the_summary(
-    live: dict[str, LiveRun],
+    live: dict[str, Future[LiveRun]],
 ) -> None:
     """2x4 ranks: torchrun's summary of the three ranks it terminated comes after rank 5's error; the
     task's error still shows rank 5's own exception and the root cause."""
-    run = live["script error on rank 5 of 2x4"]
+    run = run_of(live, "script error on rank 5 of 2x4")
 
     shown = run.outcome.tail
 
@@ -302,12 +312,12 @@ RECORDED = json.loads((RANKS_SCRIPT.parent / "recorded_rank_errors.json").read_t
 
 @pytest.mark.parametrize("recorded", RECORDED, ids=[case["name"] for case in RECORDED])
 def test_gpu_errors_recorded_from_real_runs_are_read_from_the_failed_rank_on_every_backend(
-    live: dict[str, LiveRun], recorded: dict
+    live: dict[str, Future[LiveRun]], recorded: dict
 ) -> None:
     """What a CPU machine cannot cause (CUDA and NCCL errors), recorded from real runs (the JSON
     names each source), put in place of rank 3's own lines in the live 2x2 run's output: torchrun's
     real summary around a real rank error. Every backend reads the rank's error, not the siblings'."""
-    run = live["script error on rank 3 of 2x2"]
+    run = run_of(live, "script error on rank 3 of 2x2")
     output = _with_rank_lines(run.evidence, "[default1]:", recorded["lines"])
     expected = FailureClass(recorded["expected"])
     status = run.status.model_copy(update={"failed_node": 1})

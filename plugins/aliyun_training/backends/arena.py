@@ -83,6 +83,9 @@ LOG_BYTES_PER_POLL = 256 * 1024
 #: window, so a read cut short asks again from a second before its last line and gets the lines it
 #: has seen first: each read that stops at its bound doubles the next one's, up to this many bytes.
 LOG_BYTES_MAX = 16 * 1024 * 1024
+#: How far ahead of the worker's clock a log line's timestamp may be before the clocks are taken to
+#: disagree (see ``_merged_chunk``).
+LOG_CLOCK_SKEW_SECONDS = 60.0
 #: How long the pods a status call listed serve the log read after it; later, logs list them again.
 POD_LIST_MAX_AGE_SECONDS = 5.0
 #: Replica-type labels of today's training-operator and of arena's old mpi-operator (v1alpha1).
@@ -337,6 +340,7 @@ class ArenaBackend:
         hook = self._hook()
         pods = self._recent_pods(handle)
         seen = (cursor or {}).get("pods", {})
+        asked_at = time.time()
         reads = [
             (
                 node,
@@ -345,7 +349,7 @@ class ArenaBackend:
             )
             for node, pod in _started(self._list_pods(hook, handle) if pods is None else pods)
         ]
-        return _merged_chunk(reads, seen)
+        return _merged_chunk(reads, seen, asked_at)
 
     async def alogs(self, handle: JobHandle, cursor: dict[str, Any] | None = None) -> LogChunk:
         from kubernetes_asyncio import client
@@ -354,11 +358,12 @@ class ArenaBackend:
         async with self._async_hook().get_conn() as api:
             pods = self._recent_pods(handle)
             core = client.CoreV1Api(api)
+            asked_at = time.time()
             reads = []
             for node, pod in _started(await self._alist_pods(api, handle) if pods is None else pods):
                 args = self._log_args(pod, seen.get(pod["metadata"]["name"]))
                 reads.append((node, pod, await aread_log(core, **args)))
-        return _merged_chunk(reads, seen)
+        return _merged_chunk(reads, seen, asked_at)
 
     def _log_args(self, pod: dict[str, Any], cursor: dict[str, Any] | None) -> dict[str, Any]:
         args: dict[str, Any] = {
@@ -791,12 +796,19 @@ class _StampedLine:
     text: str
 
 
-def _merged_chunk(reads: list[tuple[int, dict[str, Any], str | None]], seen: dict[str, Any]) -> LogChunk:
+def _merged_chunk(
+    reads: list[tuple[int, dict[str, Any], str | None]], seen: dict[str, Any], asked_at: float
+) -> LogChunk:
     """The pods' new lines merged by timestamp, each prefixed with its node, and each pod's cursor.
 
-    A read cut at its byte bound (``_limit``) has more lines after its last: the other pods' lines
-    stamped later wait for the next poll, so no line is logged after one written later. A pod with
-    no log (deleted between listing and reading: cleanPodPolicy, a restart) keeps its cursor.
+    No line is logged after one written later: the pods are read one after another, so a line
+    stamped after the first read began (``asked_at``) may still be written to a pod read before it,
+    and waits for the next poll; so do the other pods' lines stamped after the last whole line of a
+    read cut at its byte bound (``_limit``). The first rule compares the worker's clock with the
+    kubelets': where a line read is more than ``LOG_CLOCK_SKEW_SECONDS`` in the worker's future the
+    clocks disagree, and holding lines back by the worker's clock would hold them for good, so only
+    the second applies. A pod with no log (deleted between listing and reading: cleanPodPolicy, a
+    restart) keeps its cursor.
     """
     read: list[tuple[str, list[_StampedLine], bool]] = []
     truncated_at: list[tuple[str, int]] = []
@@ -809,6 +821,9 @@ def _merged_chunk(reads: list[tuple[int, dict[str, Any], str | None]], seen: dic
         read.append((name, lines, truncated))
         if truncated:
             truncated_at.append(reached)
+    newest = max((line.key for _, lines, _ in read for line in lines), default=None)
+    if newest is not None and newest <= _stamp_key(_rfc3339(asked_at + LOG_CLOCK_SKEW_SECONDS)):
+        truncated_at.append(_stamp_key(_rfc3339(asked_at)))
     cut = min(truncated_at, default=None)
     shown = [[line for line in lines if cut is None or line.key <= cut] for _, lines, _ in read]
     pods = dict(seen)
@@ -818,7 +833,7 @@ def _merged_chunk(reads: list[tuple[int, dict[str, Any], str | None]], seen: dic
     return LogChunk(
         lines=[node_line(line.node, line.text) for line in merged],
         cursor={"pods": pods} if pods else {},
-        more=bool(truncated_at),
+        more=any(truncated for _, _, truncated in read),
     )
 
 
@@ -862,6 +877,12 @@ def _advance(cursor: dict[str, Any] | None, shown: list[_StampedLine], truncated
 def _limit(cursor: dict[str, Any] | None) -> int:
     """The byte bound of a pod's next log read."""
     return int((cursor or {}).get("limit", LOG_BYTES_PER_POLL))
+
+
+def _rfc3339(epoch: float) -> str:
+    """``epoch`` as the kubelet writes a log line's timestamp (RFC 3339, UTC, nanoseconds)."""
+    whole = datetime.fromtimestamp(int(epoch), UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{whole}.{int((epoch % 1) * 1e9):09d}Z"
 
 
 def _stamp_key(stamp: str) -> tuple[str, int]:
