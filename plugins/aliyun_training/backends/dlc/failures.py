@@ -6,9 +6,7 @@ from __future__ import annotations
 import re
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backends.dlc.status import (
-    QUEUE_STATUSES,
-)
+from aliyun_training.backends.dlc.status import QUEUE_STATUSES
 from aliyun_training.failures import (
     COMMAND_NOT_RUN,
     TEXT_RULES,

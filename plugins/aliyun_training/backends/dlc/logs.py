@@ -10,9 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from aliyun_training.backends.base import (
-    JobState,
-)
+from aliyun_training.backends.base import JobState
 from aliyun_training.backends.dlc.status import (
     DLC_STATES,
     dlc_time,

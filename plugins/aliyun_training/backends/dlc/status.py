@@ -7,12 +7,8 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
-from aliyun_training.backends.base import (
-    JobState,
-)
-from aliyun_training.failures import (
-    BLOCKING_REASONS,
-)
+from aliyun_training.backends.base import JobState
+from aliyun_training.failures import BLOCKING_REASONS
 
 #: Of the pods that ended badly, how many (the first to end first) have their GetPodEvents read.
 FAILURE_EVENT_PODS = 4
