@@ -816,8 +816,7 @@ def _merged_chunk(
         if text is None:
             continue
         name = pod["metadata"]["name"]
-        lines, reached = _new_lines(node, seen.get(name), text)
-        truncated = len(text.encode()) >= _limit(seen.get(name))
+        lines, reached, truncated = _new_lines(node, seen.get(name), text)
         read.append((name, lines, truncated))
         if truncated:
             truncated_at.append(reached)
@@ -839,14 +838,16 @@ def _merged_chunk(
 
 def _new_lines(
     node: int, cursor: dict[str, Any] | None, text: str
-) -> tuple[list[_StampedLine], tuple[str, int]]:
+) -> tuple[list[_StampedLine], tuple[str, int], bool]:
     """A pod's lines after the last one its cursor saw (lines sharing that timestamp are told
-    apart by counting), and the time of the last whole line read, seen or not (a read cut at its
-    bound may end mid-line: only whole lines are kept, the rest comes next poll)."""
+    apart by counting), the time of the last whole line read, seen or not, and whether the read
+    stopped at its byte bound (it may end mid-line: only whole lines are kept, the rest comes next
+    poll)."""
     last = (cursor or {}).get("last")
     seen_at_last = (cursor or {}).get("seen_at_last", 0)
     last_key = _stamp_key(last) if last else None
-    complete = text[: text.rfind("\n") + 1] if len(text.encode()) >= _limit(cursor) else text
+    truncated = len(text.encode()) >= _limit(cursor)
+    complete = text[: text.rfind("\n") + 1] if truncated else text
     lines: list[_StampedLine] = []
     skipped = 0
     key = last_key or ("", 0)
@@ -859,7 +860,7 @@ def _new_lines(
             skipped += 1
             continue
         lines.append(_StampedLine(key, stamp, node, line))
-    return lines, key
+    return lines, key, truncated
 
 
 def _advance(cursor: dict[str, Any] | None, shown: list[_StampedLine], truncated: bool) -> dict[str, Any]:

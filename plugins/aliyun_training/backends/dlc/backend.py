@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from aliyun_training.backends.base import (
     FoundJob,
@@ -27,10 +27,7 @@ from aliyun_training.backends.base import (
     node_line,
     same_owner,
 )
-from aliyun_training.backends.dlc.failures import (
-    classify_dlc,
-    describe_failure,
-)
+from aliyun_training.backends.dlc.failures import classify_dlc, describe_failure
 from aliyun_training.backends.dlc.logs import (
     LOG_MEMORY_LINES,
     LOG_OVERLAP_SECONDS,
@@ -41,11 +38,7 @@ from aliyun_training.backends.dlc.logs import (
     log_since,
     unseen,
 )
-from aliyun_training.backends.dlc.request import (
-    INSTALLATION_TAG,
-    NAME_TAG,
-    create_job_request,
-)
+from aliyun_training.backends.dlc.request import INSTALLATION_TAG, NAME_TAG, create_job_request
 from aliyun_training.backends.dlc.status import (
     DLC_STATES,
     QUEUE_STATUSES,
@@ -71,11 +64,13 @@ from aliyun_training.spec import JobOwner, TrainingJobSpec
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from aliyun_training.failures import (
-        Failure,
-    )
+    from collections.abc import Awaitable, Callable
+
+    from aliyun_training.failures import Failure
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 #: The best-effort reads a poll makes beside GetJob; after one failure a backend stops asking.
@@ -238,34 +233,43 @@ class DlcBackend:
         prepared, the first pending pod's events (an image that cannot be pulled). Both best effort."""
         job = self.hook.get_job(handle.job_id)
         queued = events = None
-        if in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
-            try:
-                queued = self._studio.queue_info(job.resource_id, job.job_id)
-            except AlibabaCloudApiError as exc:
-                self._best_effort_failed(QUEUE_INFO, job, exc)
-        pod = pending_pod(job)
-        if pod is not None and POD_EVENTS not in self._unavailable:
-            try:
-                events = self.hook.get_pod_events(job.job_id, pod)
-            except AlibabaCloudApiError as exc:
-                self._best_effort_failed(POD_EVENTS, job, exc)
+        if in_quota_queue(job):
+            ask = self._studio.queue_info
+            queued = self._best_effort(QUEUE_INFO, job, lambda: ask(job.resource_id, job.job_id))
+        if (pod := pending_pod(job)) is not None:
+            events = self._best_effort(POD_EVENTS, job, lambda: self.hook.get_pod_events(job.job_id, pod))
         return self._interpret(handle, job, queued, events)
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
         job = await self.hook.aget_job(handle.job_id)
         queued = events = None
-        if in_quota_queue(job) and QUEUE_INFO not in self._unavailable:
-            try:
-                queued = await self._studio.aqueue_info(job.resource_id, job.job_id)
-            except AlibabaCloudApiError as exc:
-                self._best_effort_failed(QUEUE_INFO, job, exc)
-        pod = pending_pod(job)
-        if pod is not None and POD_EVENTS not in self._unavailable:
-            try:
-                events = await self.hook.aget_pod_events(job.job_id, pod)
-            except AlibabaCloudApiError as exc:
-                self._best_effort_failed(POD_EVENTS, job, exc)
+        if in_quota_queue(job):
+            ask = self._studio.aqueue_info
+            queued = await self._abest_effort(QUEUE_INFO, job, lambda: ask(job.resource_id, job.job_id))
+        if (pod := pending_pod(job)) is not None:
+            events = await self._abest_effort(
+                POD_EVENTS, job, lambda: self.hook.aget_pod_events(job.job_id, pod)
+            )
         return self._interpret(handle, job, queued, events)
+
+    def _best_effort(self, read: str, job: Any, call: Callable[[], T]) -> T | None:
+        """``call``'s answer, or None when this read failed before or fails now (see ``_unavailable``)."""
+        if read in self._unavailable:
+            return None
+        try:
+            return call()
+        except AlibabaCloudApiError as exc:
+            self._best_effort_failed(read, job, exc)
+            return None
+
+    async def _abest_effort(self, read: str, job: Any, call: Callable[[], Awaitable[T]]) -> T | None:
+        if read in self._unavailable:
+            return None
+        try:
+            return await call()
+        except AlibabaCloudApiError as exc:
+            self._best_effort_failed(read, job, exc)
+            return None
 
     @property
     def _studio(self) -> PaiStudioHook:

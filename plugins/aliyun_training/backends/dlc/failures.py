@@ -178,7 +178,7 @@ def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Fail
     ran = any(phase.get("status") == "Running" for phase in status.history)
     rules = tuple(rule for rule in DLC_FAILURE_RULES if not (ran and rule[0] is FailureClass.CAPACITY))
     matched = (
-        in_platform_order(list(reversed(restarts)), (*DLC_FAILURE_RULES, *TEXT_RULES))
+        _newest_named(restarts, (*DLC_FAILURE_RULES, *TEXT_RULES))
         or in_platform_order(events, rules)
         or class_from_text([*said, *events])
     )
@@ -196,6 +196,12 @@ def classify_dlc(status: JobStatus, details: list[str], tail: list[str]) -> Fail
         stayed = f"the job stayed {status.raw}" + (f": {status.reason}" if status.reason else "")
         return Failure(failure_class=FailureClass.CAPACITY, evidence=[stayed])
     return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=said or ["DLC named no reason"])
+
+
+def _newest_named(lines: list[str], rules: Rules) -> tuple[FailureClass, str] | None:
+    """The failure the newest of ``lines`` that names one names (restart records: the last fault
+    AIMaster restarted the job for)."""
+    return next((found for line in reversed(lines) if (found := class_from_text([line], rules))), None)
 
 
 def in_platform_order(lines: list[str], rules: Rules) -> tuple[FailureClass, str] | None:

@@ -64,23 +64,25 @@ IMAGE_PULL_EVENT = re.compile(r"pull", re.I)
 DLC_TIME_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
+def ended_badly(job: Any) -> list[tuple[int, Any]]:
+    """(node, pod) of the pods that ended badly, the first to end first by the platform's
+    GmtFinishTime (node order on a tie; a pod with no finish time, such as one on a lost node,
+    after those with one)."""
+    ended = [(rank, pod) for rank, pod in enumerate(node_order(job)) if pod.status not in POD_STATUSES_FINE]
+    return sorted(ended, key=lambda ended_pod: (ended_pod[1].gmt_finish_time or "~", ended_pod[0]))
+
+
 def first_failed_node(job: Any) -> int | None:
-    """The node whose pod ended badly first, by the platform's GmtFinishTime (node order on a tie; a
-    pod with no finish time, such as one on a lost node, after those with one): the master's
-    collateral error, ended later, must not hide the worker's own failure."""
-    ended = [
-        (pod.gmt_finish_time or "~", rank)
-        for rank, pod in enumerate(node_order(job))
-        if pod.status not in POD_STATUSES_FINE
-    ]
-    return min(ended)[1] if ended else None
+    """The node whose pod ended badly first: the master's collateral error, ended later, must not
+    hide the worker's own failure."""
+    ended = ended_badly(job)
+    return ended[0][0] if ended else None
 
 
 def pods_to_explain(job: Any) -> list[str]:
     """The pods whose events explain the job's end: those that ended badly, the first to end first;
     of a job that never got that far, those still pending. At most ``FAILURE_EVENT_PODS``."""
-    pods = [pod for pod in node_order(job) if pod.status not in POD_STATUSES_FINE]
-    pods.sort(key=lambda pod: pod.gmt_finish_time or "~")
+    pods = [pod for _, pod in ended_badly(job)]
     if not pods and DLC_STATES.get(job.status) is JobState.PENDING:
         pods = [pod for pod in node_order(job) if pod.status == "Pending"]
     return [pod.pod_id for pod in pods[:FAILURE_EVENT_PODS]]
