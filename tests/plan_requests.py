@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from aliyun_training.declaration import PipelineDeclaration
-    from aliyun_training.spec import Backend
+    from aliyun_training.registry import Backend
 
 #: The version every planned run trains on.
 VERSION = "2026-11-22"

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.spec import Backend
+from aliyun_training.registry import BACKENDS, backend_record
 from aliyun_training.validation import SpecError
 
 #: The run a dry run's job names are derived from, as if it were a run of the pipeline's DAG.
@@ -59,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("pipelines", "cifar10.yaml"),
         help="the pipeline's declaration (default: pipelines/cifar10.yaml)",
     )
-    plan.add_argument("--backend", required=True, choices=[b.value for b in Backend])
+    plan.add_argument("--backend", required=True, choices=[record.name.value for record in BACKENDS])
     plan.add_argument(
         "--environment",
         type=Path,
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
         help="the directory of the declared environment files (default: include/config)",
     )
     schema = commands.add_parser("schema", help="print the JSON Schema of a backend's environment file")
-    schema.add_argument("--backend", required=True, choices=[b.value for b in Backend])
+    schema.add_argument("--backend", required=True, choices=[record.name.value for record in BACKENDS])
     return parser
 
 
@@ -121,13 +121,12 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
 def run_preflight(plan: Any) -> dict[str, Any]:
     """Every preflight group of the plan's backend, as the DAG's preflight task group runs them."""
     from aliyun_training.findings import Finding, PreflightReport
-    from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator
+    from aliyun_training.operators.preflight import PreflightCheckOperator
 
     findings: list[Finding] = []
-    for group, backends in CHECK_GROUPS.items():
-        if plan.backend in backends:
-            check = PreflightCheckOperator(
-                task_id=f"check_{group}", group=group, job=plan.job, preflight=plan.preflight
-            )
-            findings += [Finding.model_validate(found) for found in check.execute({})]
+    for group in backend_record(plan.backend).preflight_groups:
+        check = PreflightCheckOperator(
+            task_id=f"check_{group}", group=group, job=plan.job, preflight=plan.preflight
+        )
+        findings += [Finding.model_validate(found) for found in check.execute({})]
     return PreflightReport(findings=findings).model_dump(mode="json")

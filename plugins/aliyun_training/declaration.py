@@ -48,12 +48,14 @@ from pydantic import (
 from pydantic_core import SchemaError
 
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
+from aliyun_training.registry import Backend
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     INJECTED_ENV_VARS,
-    MAX_TIMEOUT_MINUTES,
-    Backend,
     Framework,
+    GpusPerNode,
+    Nodes,
+    TimeoutMinutes,
     invalid_env_names,
 )
 from aliyun_training.validation import SpecError, check_pattern, field_fix, validate_record
@@ -202,7 +204,7 @@ class PrepareBlock(_Block):
     suffix: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")] = "shards"
     cpu: Annotated[int, Field(ge=1, le=512)] = 4
     memory_gib: Annotated[int, Field(ge=1, le=4096)] = 16
-    timeout_minutes: Annotated[int, Field(ge=1, le=7 * 24 * 60)] = 120
+    timeout_minutes: TimeoutMinutes = 120
 
 
 class DatasetBlock(_Block):
@@ -234,11 +236,11 @@ class DatasetBlock(_Block):
 class ResourcesBlock(_Block):
     """The trigger form's defaults and bounds for the job's size."""
 
-    nodes: Annotated[int, Field(ge=1, le=128)] = 1
-    max_nodes: Annotated[int, Field(ge=1, le=128)] = 16
-    gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 0
-    max_gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 8
-    timeout_minutes: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_MINUTES)] = 60
+    nodes: Nodes = 1
+    max_nodes: Nodes = 16
+    gpus_per_node: GpusPerNode = 0
+    max_gpus_per_node: GpusPerNode = 8
+    timeout_minutes: TimeoutMinutes = 60
 
     @model_validator(mode="after")
     def _defaults_within_bounds(self) -> ResourcesBlock:

@@ -20,12 +20,14 @@ import ipaddress
 import json
 import string
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.backends.arena_manifests import MaxGpusPerNode
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
+from aliyun_training.registry import backend_record
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
 if TYPE_CHECKING:
@@ -351,6 +353,14 @@ class CloudEnvironment(UsePolicy):
     image_build: ImageBuildSettings = Field(default_factory=ImageBuildSettings)
     rdma_check: RdmaCheckSettings = Field(default_factory=RdmaCheckSettings)
 
+    #: What else an output_uri needs on this backend, added to the fix naming a blank one.
+    output_uri_also: ClassVar[str] = ""
+
+    @property
+    def oss_conn_id(self) -> str:
+        """The alibaba_cloud connection OSS, ACR and the PAI APIs are reached through."""
+        return self.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
+
 
 class DlcEnvironment(CloudEnvironment):
     """``dlc.json``: PAI workspace, quota, VPC, and DLC's own settings."""
@@ -417,6 +427,13 @@ class ArenaEnvironment(CloudEnvironment):
     image_build: ArenaImageBuildSettings = Field(default_factory=ArenaImageBuildSettings)
     rdma_check: ArenaRdmaCheckSettings = Field(default_factory=ArenaRdmaCheckSettings)
 
+    output_uri_also: ClassVar[str] = ", and output_pvc to the OSS-backed claim of that location"
+
+    @property
+    def oss_conn_id(self) -> str:
+        """``connection_id`` is the cluster's; OSS and ACR are reached through ``alibaba_cloud_conn_id``."""
+        return self.alibaba_cloud_conn_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
+
 
 class LocalEnvironment(UsePolicy):
     """``local.json`` (optional): how the local backend runs torchrun on the worker."""
@@ -437,11 +454,13 @@ class LocalEnvironment(UsePolicy):
 
 
 Environment = LocalEnvironment | CloudEnvironment
-ENVIRONMENT_MODELS: dict[str, type[Environment]] = {
-    "local": LocalEnvironment,
-    "dlc": DlcEnvironment,
-    "arena": ArenaEnvironment,
-}
+_Model = TypeVar("_Model", bound=BaseModel)
+
+
+def environment_model(backend: str) -> type[Environment]:
+    """The model of ``backend``'s environment file, as its registry record names it."""
+    model: type[Environment] = backend_record(backend).part("environment_model")
+    return model
 
 
 def environment_schema(backend: str) -> dict[str, Any]:
@@ -450,7 +469,7 @@ def environment_schema(backend: str) -> dict[str, Any]:
     A file may leave any setting blank (``""``) to take its default, as the models read it, so each
     optional property also accepts ``""``.
     """
-    schema = ENVIRONMENT_MODELS[backend].model_json_schema()
+    schema = environment_model(backend).model_json_schema()
     schema["title"] = f"{backend}.json"
     for block in [schema, *schema.get("$defs", {}).values()]:
         required = set(block.get("required", []))
@@ -465,7 +484,10 @@ def environment_schema(backend: str) -> dict[str, Any]:
 
 def load_environment(path: Path, backend: str) -> Environment:
     """Parse ``backend``'s environment file; SpecError names the file, the key path and the fix."""
-    model = ENVIRONMENT_MODELS[backend]
+    return _read_environment(path, environment_model(backend))
+
+
+def _read_environment(path: Path, model: type[_Model]) -> _Model:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
@@ -499,9 +521,7 @@ def check_use(environment: Environment, path: Path, dag_id: str, owner: str) -> 
 
 def load_local_environment(path: Path) -> LocalEnvironment:
     """``local.json``, or its defaults where the deployment has none (the file is optional)."""
-    loaded = load_environment(path, "local") if path.is_file() else LocalEnvironment()
-    assert isinstance(loaded, LocalEnvironment), "the local model parses local.json"
-    return loaded
+    return _read_environment(path, LocalEnvironment) if path.is_file() else LocalEnvironment()
 
 
 def blank_required_settings(environment: Environment) -> list[str]:

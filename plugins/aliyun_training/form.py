@@ -27,12 +27,12 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
 from pydantic.fields import FieldInfo
 
-from aliyun_training.backends import IMPLEMENTED_BACKENDS
-from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, overridable_settings
-from aliyun_training.spec import DATASET_VERSION_PATTERN, MAX_TIMEOUT_MINUTES, Backend, Framework
+from aliyun_training.environments import environment_model, overridable_settings
+from aliyun_training.registry import BACKENDS, Backend
+from aliyun_training.spec import DATASET_VERSION_PATTERN, Framework, GpusPerNode, Nodes, TimeoutMinutes
 from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
 
 if TYPE_CHECKING:
@@ -51,8 +51,8 @@ def _overrides_model() -> type[BaseModel]:
     cannot disagree on what a value may be; which backend reads which is :data:`OVERRIDABLE`.
     """
     fields: dict[str, Any] = {}
-    for model in (DlcEnvironment, ArenaEnvironment):
-        for name, info in overridable_settings(model).items():
+    for record in BACKENDS:
+        for name, info in overridable_settings(environment_model(record.name)).items():
             optional = cast("Any", info.annotation) | None
             fields.setdefault(name, (optional, FieldInfo.merge_field_infos(info, default=None)))
     return create_model(
@@ -65,11 +65,9 @@ def _overrides_model() -> type[BaseModel]:
 
 RunOverrides = _overrides_model()
 
-#: Which overrides apply on which backend; the local backend runs on this machine and takes none.
+#: Which overrides apply on which backend: those its environment model marks (the local model: none).
 OVERRIDABLE: dict[Backend, frozenset[str]] = {
-    Backend.LOCAL: frozenset(),
-    Backend.DLC: frozenset(overridable_settings(DlcEnvironment)),
-    Backend.ARENA: frozenset(overridable_settings(ArenaEnvironment)),
+    record.name: frozenset(overridable_settings(environment_model(record.name))) for record in BACKENDS
 }
 
 
@@ -86,11 +84,11 @@ class RunForm(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Backend = Backend.LOCAL
+    backend: Backend = BACKENDS[0].name
     #: None: the declaration's framework; else one of those it offers (checked when planning).
     framework: Framework | None = None
-    nodes: Annotated[int, Field(ge=1, le=128)] = 1
-    gpus_per_node: Annotated[int, Field(ge=0, le=16)] = 0
+    nodes: Nodes = 1
+    gpus_per_node: GpusPerNode = 0
     dataset_version: Annotated[
         str | None,
         Field(
@@ -100,7 +98,7 @@ class RunForm(BaseModel):
             ),
         ),
     ] = None
-    timeout_minutes: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_MINUTES)] = 60
+    timeout_minutes: TimeoutMinutes = 60
     #: The GPU-hours the run may use over all its tries; None: the pipeline's ``recovery.max_gpu_hours``.
     max_gpu_hours: Annotated[float | None, Field(gt=0, le=MAX_GPU_HOURS)] = None
     image: Annotated[
@@ -143,16 +141,16 @@ def form_schema(declaration: PipelineDeclaration) -> dict[str, dict[str, Any]]:
     schema: dict[str, dict[str, Any]] = {
         "backend": {
             "type": "string",
-            "enum": [b.value for b in IMPLEMENTED_BACKENDS if b in declaration.backends],
+            "enum": [record.name.value for record in BACKENDS if record.name in declaration.backends],
         },
-        "nodes": {"type": "integer", "minimum": 1, "maximum": resources.max_nodes},
-        "gpus_per_node": {"type": "integer", "minimum": 0, "maximum": resources.max_gpus_per_node},
+        "nodes": {**_bounds(Nodes), "maximum": resources.max_nodes},
+        "gpus_per_node": {**_bounds(GpusPerNode), "maximum": resources.max_gpus_per_node},
         "dataset_version": {
             "type": ["null", "string"],
             "pattern": whole_string_pattern(DATASET_VERSION_PATTERN),
         },
         **{name: parameter.param_schema() for name, parameter in declaration.parameters.items()},
-        "timeout_minutes": {"type": "integer", "minimum": 1, "maximum": MAX_TIMEOUT_MINUTES},
+        "timeout_minutes": _bounds(TimeoutMinutes),
         "max_gpu_hours": {
             "type": ["null", "number"],
             "exclusiveMinimum": 0,
@@ -168,6 +166,13 @@ def form_schema(declaration: PipelineDeclaration) -> dict[str, dict[str, Any]]:
     if len(training.offered_frameworks) > 1:
         schema["framework"] = {"type": "string", "enum": [f.value for f in training.offered_frameworks]}
     return schema
+
+
+@functools.cache
+def _bounds(annotation: Any) -> dict[str, Any]:
+    """The type and bounds of a size or timeout as JSON Schema, from its one definition in ``spec``."""
+    schema = TypeAdapter(annotation).json_schema()
+    return {key: schema[key] for key in ("type", "minimum", "maximum")}
 
 
 def parse_form(values: dict[str, Any], declaration: PipelineDeclaration) -> RunForm:
@@ -214,9 +219,16 @@ def _fix(declaration: PipelineDeclaration, name: str, schema: dict[str, Any]) ->
     """How to correct field ``name``: its declared or documented fix, else what its schema allows."""
     if name in declaration.parameters:
         return declaration.parameters[name].fix
+    # A bounded number's fix names the pipeline's own bounds, which the schema has (not the type's).
+    bounded = any(key in schema for key in ("minimum", "exclusiveMinimum", "maximum"))
     info = RunForm.model_fields.get(name)
     extra = info.json_schema_extra if info is not None else None
-    if isinstance(extra, dict) and isinstance(extra.get("fix"), str) and name != "backend_overrides":
+    if (
+        isinstance(extra, dict)
+        and isinstance(extra.get("fix"), str)
+        and not bounded
+        and name != "backend_overrides"
+    ):
         return str(extra["fix"])
     if "enum" in schema:
         return f"use one of {schema['enum']}"

@@ -14,24 +14,15 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Param
 
 from aliyun_training.form import form_schema
-from aliyun_training.spec import Backend, Framework
+from aliyun_training.registry import BACKENDS, Backend, backend_record
 
 if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
 
-BACKEND_LABELS = {
-    "local": "local — torchrun processes on the Airflow worker",
-    "dlc": "dlc — PAI-DLC job",
-    "arena": "arena — Kubeflow job on ACK, as arena submits it",
-}
 #: The form's section for what only cloud runs read, folded away for a local run.
 CLOUD_SECTION = "Cloud backends (DLC, ACK)"
 #: The form's section for the switches of unusual runs.
 ADVANCED_SECTION = "Advanced"
-
-
-#: What the local backend runs (torchrun); other frameworks need a cloud backend.
-LOCAL_FRAMEWORKS = (Framework.PYTORCH, Framework.ELASTIC)
 
 
 def run_params(
@@ -111,8 +102,14 @@ def run_params(
             frameworks[0].value,
             **schema["framework"],
             title="Framework",
-            description="The distributed framework (cloud backends; the local backend runs torchrun: "
-            f"{', '.join(f.value for f in frameworks if f in LOCAL_FRAMEWORKS)}).",
+            description="The distributed framework ("
+            + "; ".join(
+                f"the {record.name.value} backend runs {record.frameworks_note}: "
+                + ", ".join(f.value for f in frameworks if f.value in record.frameworks)
+                for record in BACKENDS
+                if record.frameworks and record.name in declaration.backends
+            )
+            + ").",
             section=CLOUD_SECTION,
         )
     params |= {
@@ -160,8 +157,9 @@ def run_params(
 
 
 def _backend_label(declaration: PipelineDeclaration, backend: Backend, problem: str | None) -> str:
-    label = BACKEND_LABELS[backend.value]
-    if backend is not Backend.LOCAL:
+    record = backend_record(backend)
+    label = record.label
+    if record.cloud:
         label += f" (settings in {declaration.backends[backend].environment})"
     return f"{label} — NOT CONFIGURED: {problem}" if problem else label
 

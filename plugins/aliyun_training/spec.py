@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from aliyun_training.registry import BACKENDS, Backend, backend_record
 from aliyun_training.validation import field_fix, validate_record
 
 if TYPE_CHECKING:
@@ -27,23 +28,32 @@ DATASET_VERSION_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 INSTALLATION_PATTERN = r"^[a-z0-9]([a-z0-9-]{0,38}[a-z0-9])?$"
 #: The longest a job may run before it is stopped, wherever a timeout is set (form, declaration, spec).
 MAX_TIMEOUT_MINUTES = 60 * 24 * 30
+#: The most nodes and GPUs per node a job may ask for, wherever a size is set.
+MAX_NODES = 128
+MAX_GPUS_PER_NODE = 16
+
+# The one definition of each size and timeout: the spec, the declaration's resources (defaults and
+# bounds of the form), the trigger form's model and its Params' JSON Schema (``form.form_schema``)
+# all use these, so their bounds cannot disagree.
+Nodes = Annotated[
+    int, Field(ge=1, le=MAX_NODES, json_schema_extra=field_fix(f"use between 1 and {MAX_NODES} nodes"))
+]
+GpusPerNode = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_GPUS_PER_NODE,
+        json_schema_extra=field_fix(f"use 0 (CPU only) up to {MAX_GPUS_PER_NODE} GPUs per node"),
+    ),
+]
+TimeoutMinutes = Annotated[
+    int, Field(ge=1, le=MAX_TIMEOUT_MINUTES, json_schema_extra=field_fix("use 1 minute up to 30 days"))
+]
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
 INJECTED_ENV_VARS = frozenset({"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK"})
-#: Set by DLC on Lingjun nodes to match the RDMA fabric; hand-set values select the wrong NICs.
-DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
-#: GPUs in one Lingjun node (8 x GPU bare-metal servers).
-LINGJUN_GPUS_PER_NODE = 8
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-class Backend(StrEnum):
-    """Where a training job runs."""
-
-    LOCAL = "local"
-    DLC = "dlc"
-    ARENA = "arena"
 
 
 class Framework(StrEnum):
@@ -161,24 +171,22 @@ class TrainingJobSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    backend: Annotated[Backend, Field(json_schema_extra=field_fix("choose one of: local, dlc, arena"))] = (
-        Backend.LOCAL
-    )
+    backend: Annotated[
+        Backend, Field(json_schema_extra=field_fix(f"choose one of: {', '.join(b.value for b in Backend)}"))
+    ] = BACKENDS[0].name
     framework: Annotated[
         Framework,
         Field(json_schema_extra=field_fix("choose one of: pytorch, tensorflow, mpi, elastic, elastic_batch")),
     ] = Framework.PYTORCH
-    nodes: Annotated[int, Field(ge=1, le=128, json_schema_extra=field_fix("use between 1 and 128 nodes"))] = 1
+    nodes: Nodes = 1
     #: Elastic training only: the fewest and most nodes the job runs on (``nodes`` starts it).
     min_nodes: Annotated[
-        int | None, Field(ge=1, le=128, json_schema_extra=field_fix("use 1 up to nodes, or leave it unset"))
+        Nodes | None, Field(json_schema_extra=field_fix("use 1 up to nodes, or leave it unset"))
     ] = None
     max_nodes: Annotated[
-        int | None, Field(ge=1, le=128, json_schema_extra=field_fix("use nodes up to 128, or leave it unset"))
+        Nodes | None, Field(json_schema_extra=field_fix(f"use nodes up to {MAX_NODES}, or leave it unset"))
     ] = None
-    gpus_per_node: Annotated[
-        int, Field(ge=0, le=16, json_schema_extra=field_fix("use 0 (CPU only) up to 16 GPUs per node"))
-    ] = 0
+    gpus_per_node: GpusPerNode = 0
     cpu: Annotated[
         int, Field(ge=1, le=512, json_schema_extra=field_fix("request between 1 and 512 CPUs per node"))
     ] = 1
@@ -210,9 +218,7 @@ class TrainingJobSpec(BaseModel):
     output_dir: Annotated[
         str | None, Field(json_schema_extra=field_fix("give where the job writes checkpoints and metrics"))
     ] = None
-    timeout_minutes: Annotated[
-        int, Field(ge=1, le=MAX_TIMEOUT_MINUTES, json_schema_extra=field_fix("use 1 minute up to 30 days"))
-    ] = 24 * 60
+    timeout_minutes: TimeoutMinutes = 24 * 60
     gpu_type: Annotated[
         str | None, Field(json_schema_extra=field_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
     ] = None
@@ -249,21 +255,23 @@ class TrainingJobSpec(BaseModel):
 
     @model_validator(mode="after")
     def _backend_supports_spec(self) -> TrainingJobSpec:
-        if self.backend is Backend.LOCAL and self.framework not in (Framework.PYTORCH, Framework.ELASTIC):
+        record = backend_record(self.backend)
+        if record.frameworks and self.framework.value not in record.frameworks:
+            runs = [framework.value for framework in Framework if framework.value in record.frameworks]
+            elsewhere = [
+                other.name.value
+                for other in BACKENDS
+                if not other.frameworks or self.framework.value in other.frameworks
+            ]
             raise ValueError(
-                f"framework: the local backend runs torchrun only, not {self.framework.value}; "
-                "use pytorch or a cloud backend"
-            )
-        if self.framework is Framework.ELASTIC_BATCH and self.backend is not Backend.DLC:
-            raise ValueError(
-                "framework: elastic_batch is PAI-DLC's ElasticBatchJob type; use the dlc backend, or "
-                "elastic for elastic PyTorch training on any backend"
+                f"framework: the {self.backend.value} backend runs {record.frameworks_note}, not "
+                f"{self.framework.value}; use {' or '.join(runs)}, or the {' or '.join(elsewhere)} backend"
             )
         self._check_elastic_range()
-        if self.backend is not Backend.LOCAL and not self.image:
+        if record.cloud and not self.image:
             raise ValueError(f"image: the {self.backend.value} backend needs a container image; set image")
-        if self.backend is Backend.DLC:
-            self._check_dlc()
+        if record.spec_rules:
+            record.part("spec_rules")(self)
         return self
 
     def _check_elastic_range(self) -> None:
@@ -289,32 +297,6 @@ class TrainingJobSpec(BaseModel):
     def elastic_max_nodes(self) -> int:
         """The most nodes an elastic job grows to (``nodes`` when unset)."""
         return self.max_nodes if self.max_nodes is not None else self.nodes
-
-    def _check_dlc(self) -> None:
-        """Rules PAI-DLC enforces only after minutes in a queue, checked before anything is sent."""
-        network = sorted(name for name in self.env if name.startswith(DLC_NETWORK_ENV_PREFIXES))
-        if network:
-            raise ValueError(
-                f"env: {network} are set by DLC on every node to match the RDMA network; remove them "
-                "(hand-set values pick the wrong NICs and NCCL falls back to TCP)"
-            )
-        if self.resource_type is ResourceType.LINGJUN and not self.quota_id:
-            raise ValueError(
-                "quota_id: Lingjun resources are only usable through a resource quota; set quota_id "
-                "to the quota's id (PAI console, Resource Quota)"
-            )
-        if self.resource_type is ResourceType.LINGJUN and self.gpus_per_node > LINGJUN_GPUS_PER_NODE:
-            raise ValueError(
-                f"gpus_per_node: a Lingjun node has {LINGJUN_GPUS_PER_NODE} GPUs, not {self.gpus_per_node}; "
-                "use more nodes instead"
-            )
-        if not self.quota_id and not self.ecs_spec:
-            raise ValueError("ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec")
-        if self.quota_id and self.gpus_per_node and not self.gpu_type:
-            raise ValueError(
-                f"gpu_type: {self.gpus_per_node} GPUs per node requested from quota {self.quota_id} without "
-                "a GPU type; set gpu_type to the quota's GPU model"
-            )
 
     @property
     def procs_per_node(self) -> int:

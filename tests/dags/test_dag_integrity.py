@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.backends import IMPLEMENTED_BACKENDS
+from aliyun_training.registry import BACKENDS
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
 
@@ -47,7 +47,7 @@ def test_the_trigger_form_documents_every_param_and_offers_only_implemented_back
     for name in params:
         param = params.get_param(name)
         assert param.schema.get("title") and param.description, f"param {name} needs a title and description"
-    assert params.get_param("backend").schema["enum"] == [b.value for b in IMPLEMENTED_BACKENDS]
+    assert params.get_param("backend").schema["enum"] == [record.name.value for record in BACKENDS]
     params.validate()
 
 
@@ -100,3 +100,11 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
         "check_rdma",
     }
     assert publish.trigger_rule == "none_failed_min_one_success"
+
+
+def test_every_task_a_backend_routes_to_is_a_task_of_every_declared_pipeline(dagbag: DagBag) -> None:
+    for dag_id in ("cifar10_retrain", "imagenet_resnet_retrain"):
+        tasks = set(dagbag.dags[dag_id].task_ids)
+        for record in BACKENDS:
+            assert set(record.route) <= tasks, (dag_id, record.name, set(record.route) - tasks)
+            assert {f"preflight.check_{group}" for group in record.preflight_groups} <= tasks

@@ -9,14 +9,16 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import pytest
 
 from aliyun_training.cli import main
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.plan.models import RunPlan
+from aliyun_training.plan.requests import job_requests, planned_image, predicted_staging, training_spec
+from aliyun_training.validation import validate_record
 from tests.operator_harness import task_context
-
-if TYPE_CHECKING:
-    import pytest
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 README = PROJECT_DIR / "README.md"
@@ -331,3 +333,34 @@ def test_the_train_task_names_its_checkpoints_by_the_version_the_dry_run_shows_f
     sent = PurePosixPath(spec.env["CHECKPOINT_DIR"]).name
     assert planned.startswith("2026-11-22-") and sent.startswith("2026-11-22-"), (planned, sent)
     assert spec.env["TRAINING_ATTEMPT"] == train["Envs"]["TRAINING_ATTEMPT"] == "1"
+
+
+@pytest.mark.parametrize(
+    "environment", ["examples/dlc.json", "examples/arena.json", "examples/arena-staging.json"]
+)
+def test_the_dry_run_renders_the_job_the_train_task_sends_on_its_first_try(
+    environment: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One step makes a try's job (``JobPlan.for_try``) and the backend renders it: the dry run's
+    train requests are the operator's first try, but for its owner (tags, annotations) which only a
+    task instance has."""
+    (command,) = [c for c in readme_dry_runs() if f"{environment} " in c]
+    document = dry_run(command, capsys, monkeypatch)
+    plan = validate_record(RunPlan, document["plan"])
+    image = planned_image(plan.image)
+    staged = predicted_staging(plan.staging) if plan.staging else None
+    op = TrainingJobOperator(
+        task_id="train",
+        job=document["plan"]["job"],
+        dataset=staged.model_dump(mode="json") if staged else None,
+        planned_dataset=document["plan"]["dataset"],
+        image=image,
+    )
+
+    spec, backend, name = op._prepare(task_context(), announce=False)
+
+    assert spec.owner is not None
+    sent = backend.planned_requests(spec.model_copy(update={"owner": None}), name)
+    shown = job_requests(plan.job, training_spec(plan, image), name, "train", plan.dataset.version)
+    assert [(r.service, r.action, r.body) for r in shown] == [(s.service, s.action, s.body) for s in sent]
+    assert len(shown) >= 1 and name in json.dumps(shown[0].body)

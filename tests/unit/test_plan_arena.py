@@ -14,7 +14,7 @@ import pytest
 
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import arena
-from aliyun_training.spec import Backend
+from aliyun_training.registry import Backend
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
 from fakes.environment_files import INSTALLATION, write_environment

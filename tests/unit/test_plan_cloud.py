@@ -20,7 +20,8 @@ from aliyun_training.environments import ArenaEnvironment, DlcEnvironment
 from aliyun_training.form import RunForm
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import StagingPlan
-from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.registry import Backend
+from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
 from fakes.environment_files import CIFAR10, write_environment
 from tests.plan_requests import VERSION, cifar10_request

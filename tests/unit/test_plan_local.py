@@ -12,8 +12,8 @@ import json
 from typing import TYPE_CHECKING
 
 from aliyun_training.plan import local
+from aliyun_training.registry import Backend
 from aliyun_training.settings import LocalPaths
-from aliyun_training.spec import Backend
 from tests.plan_requests import VERSION, cifar10_request, imagenet_prepare_request
 
 if TYPE_CHECKING:

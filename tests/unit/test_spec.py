@@ -9,7 +9,8 @@ import pytest
 
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.records import BuiltImage, JobResult, StagedDataset, mount_staged
-from aliyun_training.spec import Backend, Framework, TrainingJobSpec, mounted_output_uri
+from aliyun_training.registry import Backend
+from aliyun_training.spec import Framework, TrainingJobSpec, mounted_output_uri
 from aliyun_training.validation import SpecError, validate_record
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -103,7 +104,7 @@ def test_local_backend_rejects_the_mpi_framework():
     message = _error(_spec(backend="local", framework="mpi"))
 
     assert "framework: the local backend runs torchrun only, not mpi" in message
-    assert "use pytorch or a cloud backend" in message
+    assert "use pytorch or elastic, or the dlc or arena backend" in message
 
 
 def test_local_backend_accepts_elastic():
@@ -274,7 +275,8 @@ def test_elastic_training_runs_between_min_and_max_nodes():
         ({"framework": "pytorch", "min_nodes": 1}, "min_nodes: min_nodes and max_nodes apply to elastic"),
         (
             {"framework": "elastic_batch", "backend": "arena", "image": "registry/repo:1"},
-            "framework: elastic_batch is PAI-DLC's ElasticBatchJob type",
+            "framework: the arena backend runs Kubeflow's PyTorchJob, TFJob and MPIJob, not elastic_batch; "
+            "use pytorch or tensorflow or mpi or elastic, or the dlc backend",
         ),
     ],
 )

@@ -54,6 +54,7 @@ from aliyun_training.backends.base import (
     JobStatus,
     LaunchedJob,
     LogChunk,
+    PlannedSubmission,
     node_line,
     same_owner,
 )
@@ -214,6 +215,19 @@ class ArenaBackend:
         return listed[1]
 
     # -- submit and find -------------------------------------------------------------------------
+
+    def planned_requests(self, spec: TrainingJobSpec, name: str) -> list[PlannedSubmission]:
+        """The CR and the ConfigMap ``submit`` creates; the ConfigMap's owner is the CR's uid."""
+        check(spec, name, self.settings)
+        kind = job_kind(spec, self.settings)
+        return [
+            PlannedSubmission("kubernetes", f"create {kind.kind}", build_job(spec, name, self.settings)),
+            PlannedSubmission(
+                "kubernetes",
+                "create ConfigMap",
+                build_configmap(spec, name, self.settings, f"<uid of the {kind.kind}>"),
+            ),
+        ]
 
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Create the CR, then the ConfigMap that makes it arena's (owned by the CR)."""

@@ -8,6 +8,7 @@ boundaries: task_state_store, trigger kwargs and XCom.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -116,6 +117,15 @@ class LogChunk(BaseModel):
     more: bool = False
 
 
+@dataclass(frozen=True)
+class PlannedSubmission:
+    """One request ``submit`` would send, as a dry run shows it: the service, the action, the body."""
+
+    service: str
+    action: str
+    body: Any
+
+
 class TrainingBackend(Protocol):
     """Where a job runs. Each call has an ``a``-prefixed async twin that the trigger awaits.
 
@@ -133,6 +143,11 @@ class TrainingBackend(Protocol):
 
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Launch ``spec`` under the deterministic ``name``."""
+
+    def planned_requests(self, spec: TrainingJobSpec, name: str) -> list[PlannedSubmission]:
+        """What ``submit`` would send for ``spec`` as ``name``, built by the code ``submit`` uses,
+        with no call: what ``submit`` reads first (ids, secrets, a VPC's CIDR blocks) is a
+        placeholder in angle brackets."""
 
     def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
         """Return the newest job launched under ``name`` and the owner it names, or None.

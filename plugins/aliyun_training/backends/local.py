@@ -56,6 +56,7 @@ from aliyun_training.backends.base import (
     LaunchedJob,
     LogChunk,
     OffloadedAsyncMixin,
+    PlannedSubmission,
     node_line,
     same_owner,
 )
@@ -231,6 +232,18 @@ class LocalBackend(OffloadedAsyncMixin):
             self._publish_job_dir(handle, spec)
             self._launch_nodes(handle, spec)
         return handle
+
+    def planned_requests(self, spec: TrainingJobSpec, name: str) -> list[PlannedSubmission]:
+        """The processes ``submit`` starts: one torchrun per node, each running the command."""
+        body = {
+            "name": name,
+            "nodes": spec.nodes,
+            "command": spec.command,
+            "working_dir": spec.working_dir,
+            "env": spec.env,
+            "output_dir": spec.output_dir,
+        }
+        return [PlannedSubmission("local", "start processes", body)]
 
     def find(self, name: str, since: datetime | None = None) -> FoundJob | None:
         try:

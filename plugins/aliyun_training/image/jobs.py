@@ -10,8 +10,14 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from aliyun_training.spec import Backend, Framework, TrainingJobSpec
+from aliyun_training.registry import BandwidthTest, backend_record
+from aliyun_training.spec import Framework, TrainingJobSpec
 
+#: The programs each bandwidth test runs, which the image's verification must have found.
+BANDWIDTH_TOOLS: dict[BandwidthTest, list[str]] = {
+    "nccl_tests": ["mpirun", "all_reduce_perf"],
+    "ib_write_bw": ["ib_write_bw"],
+}
 #: NCCL settings DLC injects into every pod, forwarded by mpirun to the ranks it starts.
 NCCL_FORWARDED = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "NCCL_IB_TC", "NCCL_IB_SL", "NCCL_SOCKET_IFNAME")
 
@@ -47,7 +53,7 @@ def bandwidth_spec(
     ``device`` and ``gid_index`` are the RDMA device and GID index ``ib_write_bw`` uses.
     """
     gpus = max(spec.gpus_per_node, 1)
-    if spec.backend is Backend.DLC:
+    if backend_record(spec.backend).bandwidth_test == "nccl_tests":
         forwarded = " ".join(f"-x {name}" for name in NCCL_FORWARDED)
         command = (
             f"mpirun --allow-run-as-root -np {2 * gpus} -npernode {gpus} -x NCCL_DEBUG=INFO {forwarded} "

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.image.jobs import bandwidth_spec, verification_spec
+from aliyun_training.image.jobs import BANDWIDTH_TOOLS, bandwidth_spec, verification_spec
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan, RdmaCheckPlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
-from aliyun_training.spec import Backend, Framework, TrainingJobSpec
+from aliyun_training.registry import backend_record
+from aliyun_training.spec import Framework, TrainingJobSpec
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -280,12 +281,15 @@ class RdmaBandwidthOperator(_CheckJobOperator):
             return "a single-node run uses no RDMA link"
         if not spec.rdma:
             return "the run does not use RDMA (rdma is off in the environment)"
-        if spec.backend is Backend.DLC and spec.gpus_per_node == 0:
+        test = backend_record(spec.backend).bandwidth_test
+        if test is None:
+            return f"the {spec.backend.value} backend has no RDMA bandwidth check"
+        if test == "nccl_tests" and spec.gpus_per_node == 0:
             return "all_reduce_perf needs GPUs and this run has none"
         image = self.image if isinstance(self.image, dict) else {}
         if not image.get("verified"):
             return "the image was pinned: not verified, so its test programs are unknown"
-        needed = ["mpirun", "all_reduce_perf"] if spec.backend is Backend.DLC else ["ib_write_bw"]
+        needed = BANDWIDTH_TOOLS[test]
         missing = [tool for tool in needed if tool not in (image.get("tools") or [])]
         if missing:
             return f"the image lacks {', '.join(missing)} (build it from include/docker to get them)"

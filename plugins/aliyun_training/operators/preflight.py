@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from aliyun_training.backends import get_backend
 from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
-from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.registry import BACKENDS, backend_record, preflight_groups
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -28,14 +28,10 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-#: Check groups, and the backends each applies to.
-CHECK_GROUPS: dict[str, tuple[Backend, ...]] = {
-    "machine": (Backend.LOCAL,),
-    "network": (Backend.DLC,),
-    "quota": (Backend.DLC,),
-    "permissions": (Backend.DLC,),
-    "cluster": (Backend.ARENA,),
-}
+    from aliyun_training.spec import TrainingJobSpec
+
+#: Check groups: every group some backend's record lists (each backend runs its own).
+CHECK_GROUPS: tuple[str, ...] = preflight_groups()
 #: XCom key of a skipped check's reason: the report shows it, and an exception's message reaches
 #: only the check's own log.
 SKIP_REASON_KEY = "skip_reason"
@@ -67,7 +63,7 @@ class PreflightCheckOperator(BaseOperator):
     ) -> None:
         super().__init__(**kwargs)
         if group not in CHECK_GROUPS:
-            raise ValueError(f"group must be one of {sorted(CHECK_GROUPS)}, not {group!r}")
+            raise ValueError(f"group must be one of {list(CHECK_GROUPS)}, not {group!r}")
         self.group = group
         self.job = job.model_dump(mode="json") if isinstance(job, JobPlan) else job
         self.preflight = (
@@ -87,9 +83,8 @@ class PreflightCheckOperator(BaseOperator):
             self._skip(
                 context, f"skipped on request: the run sets skip_preflight, so no {self.group} check ran"
             )
-        backends = CHECK_GROUPS[self.group]
-        if spec.backend not in backends:
-            applies_to = " and ".join(backend.value for backend in backends)
+        if self.group not in backend_record(spec.backend).preflight_groups:
+            applies_to = " and ".join(r.name.value for r in BACKENDS if self.group in r.preflight_groups)
             self._skip(
                 context,
                 f"{self.group} checks apply to the {applies_to} backend; this run uses {spec.backend.value}",
@@ -114,7 +109,7 @@ class PreflightCheckOperator(BaseOperator):
         if self.group == "cluster":
             from aliyun_training.preflight.arena import check_dataset_pvcs
 
-            # CHECK_GROUPS runs "cluster" for the arena backend only, "quota" for dlc only.
+            # Only the ACK backend's record lists "cluster", only DLC's "quota".
             return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
         if self.group == "network":
             return _network(backend, spec, settings)

@@ -40,10 +40,10 @@ from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
-from aliyun_training.plan.models import DatasetPlan, JobPlan
-from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, mount_staged
+from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
+from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import TrainingJobSpec, checkpoint_dir, describe_owner, mounted_output_uri
+from aliyun_training.spec import TrainingJobSpec, describe_owner, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
 from aliyun_training.validation import SpecError, validate_record
 
@@ -184,19 +184,15 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
     # -- steps -----------------------------------------------------------------------------------
 
     def _spec(self) -> TrainingJobSpec:
-        plan = self.plan
-        spec = plan.spec
-        if self.dataset:
-            spec = mount_staged(spec, validate_record(StagedDataset, self.dataset), plan.dataset_mount_path)
-        if self.image:
-            spec = spec.model_copy(update={"image": _image_reference(self.image)})
-        return spec
+        staged = validate_record(StagedDataset, self.dataset) if self.dataset else None
+        return self.plan.shaped(staged, _image_reference(self.image) if self.image else None)
 
     def _prepare(
         self, context: Context, announce: bool = True
     ) -> tuple[TrainingJobSpec, TrainingBackend, str]:
-        """The try's spec as its job runs it (owner, contract variables), its backend and job name;
-        ``announce`` logs whether it resumes (once per try: not again when the try resumes)."""
+        """The try's spec as its job runs it (``JobPlan.for_try``: owner, contract variables), its
+        backend and job name; ``announce`` logs whether it resumes (once per try: not again when the
+        try resumes)."""
         ti = context["ti"]
         try:
             installation = installation_id()
@@ -208,47 +204,54 @@ class TrainingJobOperator(DeferralMixin, BaseOperator):
                 self._first_try_of_round(ti),
                 installation=installation,
             )
-            spec = self._spec()
-            if spec.output_dir is None:
-                output_root = self.plan.output_root or str(local_paths().outputs)
-                spec = spec.model_copy(update={"output_dir": f"{output_root.rstrip('/')}/{name}"})
-            owner = task_owner(ti, installation)
-            spec = spec.model_copy(
-                update={"owner": owner, "env": {**spec.env, **self._contract_env(spec, context, announce)}}
+            contract = self._contract(context)
+            spec = self.plan.for_try(
+                self._spec(),
+                name,
+                contract=contract,
+                owner=task_owner(ti, installation),
+                output_root=str(local_paths().outputs),
             )
             backend = self._backend(spec.backend)
         except SpecError as exc:
             # Retrying cannot fix a bad spec: fail at once, before anything is submitted.
             raise AirflowFailException(str(exc)) from None
+        if announce and contract is not None:
+            self._announce(context, spec)
         return spec, backend, name
 
-    def _contract_env(self, spec: TrainingJobSpec, context: Context, announce: bool) -> dict[str, str]:
-        """CHECKPOINT_DIR and TRAINING_ATTEMPT for every try; RESUME_FROM when the last try of the
-        round failed in a class the recovery table resumes."""
+    def _contract(self, context: Context) -> TryContract | None:
+        """What the try's job is told: its try number, and RESUME_FROM when the last try of the
+        round failed in a class the recovery table resumes; None for a job that does not checkpoint."""
         if not self.resumable:
-            return {}
-        checkpoints = checkpoint_dir(spec, self._dataset_version())
-        env = {"CHECKPOINT_DIR": checkpoints, "TRAINING_ATTEMPT": str(context["ti"].try_number)}
+            return None
         last = next(reversed(self._round_attempts(context)), None)
-        if last is not None and last.failure_class is not None:
-            resumes = self._policy.resumes(last.failure_class)
-            if resumes:
-                env["RESUME_FROM"] = checkpoints
-            if resumes and announce:
-                self.log.info(
-                    "Try %d resumes after job %s failed (%s): RESUME_FROM=%s",
-                    context["ti"].try_number,
-                    last.job_id,
-                    last.failure_class.value,
-                    checkpoints,
-                )
-            elif announce and not resumes:
-                self.log.warning(
-                    "Try %d trains from scratch: the recovery table does not resume after %s failures",
-                    context["ti"].try_number,
-                    last.failure_class.value,
-                )
-        return env
+        resume = (
+            last is not None and last.failure_class is not None and self._policy.resumes(last.failure_class)
+        )
+        return TryContract(
+            dataset_version=self._dataset_version(), attempt=context["ti"].try_number, resume=resume
+        )
+
+    def _announce(self, context: Context, spec: TrainingJobSpec) -> None:
+        """Log whether the try resumes the last one's checkpoint or trains from scratch, and why."""
+        last = next(reversed(self._round_attempts(context)), None)
+        if last is None or last.failure_class is None:
+            return
+        if "RESUME_FROM" in spec.env:
+            self.log.info(
+                "Try %d resumes after job %s failed (%s): RESUME_FROM=%s",
+                context["ti"].try_number,
+                last.job_id,
+                last.failure_class.value,
+                spec.env["RESUME_FROM"],
+            )
+        else:
+            self.log.warning(
+                "Try %d trains from scratch: the recovery table does not resume after %s failures",
+                context["ti"].try_number,
+                last.failure_class.value,
+            )
 
     def _dataset_version(self) -> str:
         """The version the job trains on, which names its checkpoints: the staged one, else the run

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from aliyun_training.declaration import DeclarationError, PipelineDeclaration
 from aliyun_training.environments import Environment, blank_required_settings, load_environment
-from aliyun_training.spec import Backend
+from aliyun_training.registry import Backend, backend_record
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ def unconfigured_backends(declaration: PipelineDeclaration, environment_dir: Pat
     """
     problems: dict[Backend, str] = {}
     for backend, declared in declaration.backends.items():
-        if backend is Backend.LOCAL:
+        if not backend_record(backend).cloud:
             continue
         path = environment_dir / declared.environment
         loaded = _load(path, backend)

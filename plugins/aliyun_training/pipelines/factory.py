@@ -30,6 +30,7 @@ from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
 from aliyun_training.plan.backends import WatchedBackend
+from aliyun_training.registry import backend_record
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
@@ -114,8 +115,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
 
         @task.branch
         def route(backend: str, staging: Any, prepare: Any, dry_run: bool) -> list[str]:
-            """A dry run only shows its plan; local runs stage and probe the runtime; DLC runs wait for
-            quota room; cloud runs stage when their environment configures it, else mount its dataset."""
+            """A dry run only shows its plan; a run stages when its plan says so (else it mounts its
+            environment's dataset), and takes its backend's own branches (the registry's ``route``)."""
             if dry_run:
                 return ["show_plan"]
             # train and publish_artifacts follow a run's records from any branch; a dry run skips them.
@@ -123,11 +124,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 ["stage_dataset", "train", "publish_artifacts"] if staging else ["train", "publish_artifacts"]
             )
             stage += ["prepare_dataset"] if prepare else []
-            if backend == "local":
-                return [*stage, "training_runtime"]
-            if backend == "dlc":
-                return [*stage, "build_image", "wait_for_capacity"]
-            return [*stage, "build_image"]
+            return [*stage, *backend_record(backend).route]
 
         # Every task that runs a job fails, waits or resumes by its failure's class.
         recovery = FailureClassRetryPolicy(declaration.recovery.table)

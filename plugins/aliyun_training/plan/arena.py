@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.environments import ArenaEnvironment
 from aliyun_training.plan import cloud
-from aliyun_training.plan.models import JobPlan, PreflightPlan, RunPlan, StagingPlan
+from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.staging import staged_source, versions_directory
 from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DatasetMount, TrainingJobSpec
@@ -60,9 +60,9 @@ def plan_run(request: PlanRequest) -> RunPlan:
     return cloud.cloud_run_plan(
         request,
         env,
-        job=JobPlan(
-            spec=spec,
-            backend_config=backend_config,
+        job=request.job_plan(
+            spec,
+            backend_config,
             output_root=output_root,
             output_uri=cloud.output_bucket_uri(env),
             dataset_mount_path=mount_path,

@@ -13,16 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from aliyun_training.environments import (
-    ArenaEnvironment,
-    DlcEnvironment,
-    blank_required_settings,
-    load_environment,
-    load_local_environment,
-)
-from aliyun_training.plan.arena import arena_backend_config
-from aliyun_training.plan.dlc import dlc_backend_config
-from aliyun_training.spec import Backend
+from aliyun_training.environments import blank_required_settings, load_environment, load_local_environment
+from aliyun_training.registry import Backend, backend_record
 from aliyun_training.validation import SpecError
 
 
@@ -41,19 +33,18 @@ def backend_config(watched: WatchedBackend) -> dict[str, Any]:
     The local backend needs no file (its runs are under the local root).
     """
     path = Path(watched.environment)
-    if watched.backend is Backend.LOCAL:
-        return load_local_environment(path).backend_config()
+    record = backend_record(watched.backend)
+    if not record.cloud:
+        config: dict[str, Any] = record.part("backend_config")(load_local_environment(path))
+        return config
     environment = load_environment(path, watched.backend.value)
     blank = blank_required_settings(environment)
     if blank:
         raise SpecError(
             f"{path}: {', '.join(blank)} left blank; the {watched.backend.value} backend is not set up"
         )
-    if isinstance(environment, DlcEnvironment):
-        return dlc_backend_config(environment)
-    if isinstance(environment, ArenaEnvironment):
-        return arena_backend_config(environment)
-    raise SpecError(f"{path} is not a {watched.backend.value} environment file")
+    config = record.part("backend_config")(environment)
+    return config
 
 
 def distinct(watched: list[WatchedBackend]) -> list[WatchedBackend]:

@@ -8,8 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.environments import CloudEnvironment, DlcEnvironment, load_environment, require_settings
+from aliyun_training.environments import (
+    ArenaEnvironment,
+    CloudEnvironment,
+    DlcEnvironment,
+    load_environment,
+    require_settings,
+)
+from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
     ArtifactsPlan,
     ImagePlan,
@@ -19,16 +25,20 @@ from aliyun_training.plan.models import (
     RunPlan,
     StagingPlan,
 )
-from aliyun_training.plan.prepare import cloud_prepare_plan
-from aliyun_training.spec import Backend, DatasetMount
+from aliyun_training.plan.prepare import PREPARED_FOLDER, cloud_prepare_plan
+from aliyun_training.plan.staging import no_source
+from aliyun_training.spec import DatasetMount
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.form import RunForm
     from aliyun_training.plan.inputs import PlanRequest
     from aliyun_training.records import FixedDataset
+    from aliyun_training.registry import Backend
+    from aliyun_training.settings import LocalPaths
 
 E = TypeVar("E", bound=CloudEnvironment)
 
@@ -163,13 +173,8 @@ def build_tag(context_dir: Path, code_dir: Path, build_args: dict[str, str]) -> 
 
 
 def _acr_inherited(environment: CloudEnvironment) -> dict[str, Any]:
-    """ACR builds through the environment's alibaba_cloud connection (an ACK one names it apart)."""
-    connection = (
-        environment.connection_id
-        if isinstance(environment, DlcEnvironment)
-        else getattr(environment, "alibaba_cloud_conn_id", None)
-    )
-    return {"alibaba_cloud_conn_id": connection or ALIBABA_CLOUD_DEFAULT_CONN_ID}
+    """ACR builds through the environment's alibaba_cloud connection."""
+    return {"alibaba_cloud_conn_id": environment.oss_conn_id}
 
 
 def _check_builder(mode: str, builder: dict[str, Any], repository: str, tag: str) -> None:
@@ -211,7 +216,7 @@ def artifacts_plan(request: PlanRequest, environment: CloudEnvironment, oss_conn
     backend, environment_file = request.form.backend, request.environment.name
     fixes = {
         "output_uri": "set output_uri to the OSS location mounted at output_root, e.g. oss://bucket/outputs/"
-        + (", and output_pvc to the OSS-backed claim of that location" if backend == Backend.ARENA else ""),
+        + environment.output_uri_also,
         "artifact_root": "set artifact_root to where artifact sets go, e.g. oss://bucket/models/",
     }
     blank = [name for name in fixes if not getattr(environment, name)]
@@ -255,11 +260,9 @@ def cloud_run_plan(
     """
 
     prepare = cloud_prepare_plan(request, job, raw, oss_connection) if raw else None
-    return RunPlan(
-        installation=request.installation,
-        backend=request.form.backend,
-        dataset=request.dataset_plan(fixed),
+    return request.run_plan(
         job=job,
+        fixed=fixed,
         staging=staging,
         prepare=prepare,
         image=image_plan(request, environment, kaniko_home),
@@ -267,3 +270,37 @@ def cloud_run_plan(
         preflight=preflight,
         artifacts=artifacts_plan(request, environment, oss_connection),
     )
+
+
+def dataset_sources(
+    backend: Backend, environment: Path, declaration: PipelineDeclaration, paths: LocalPaths
+) -> DatasetSources:
+    """The versions' sources on the cloud ``backend`` (the registry's ``dataset_sources``).
+
+    Cloud runs that stage read the declaration's ``dataset.source_uri``, else the environment's
+    ``staging.source_uri``; cloud runs that mount the environment's fixed dataset have no source to
+    list. A cloud prepare stage writes
+    under the environment's ``output_uri`` (``plan.prepare``) and reads its raw versions from the
+    staging source on DLC, from the dataset claim on ACK.
+    """
+    loaded = load_environment(environment, backend.value)
+    if not isinstance(loaded, DlcEnvironment | ArenaEnvironment):
+        raise SpecError(f"backend: {backend.value!r} is not a backend {environment.name} configures")
+    # ACK's prepare job reads its raw versions from the dataset claim, which cannot be listed.
+    from_claim = isinstance(loaded, ArenaEnvironment)
+    connection = loaded.oss_conn_id
+    template = declaration.dataset.source_uri or loaded.staging.source_uri
+    if declaration.dataset.prepare:
+        if not (loaded.staging.mode and loaded.output_uri):
+            raise SpecError(
+                "staging: the prepare stage's shards are written to output_uri and staged like any "
+                f"version (fix: set output_uri and a staging block in {environment.name}, or remove "
+                "dataset.prepare from the declaration)"
+            )
+        derived = f"{loaded.output_uri.rstrip('/')}/{PREPARED_FOLDER}/{{dataset}}/{{version}}/"
+        return DatasetSources(None if from_claim else template, connection, derived)
+    if not loaded.staging.mode:
+        return DatasetSources(None, connection)
+    if not template:
+        raise no_source()
+    return DatasetSources(template, connection)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, RunPlan
+from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, JobPlan, RunPlan
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from aliyun_training.form import RunForm
     from aliyun_training.records import FixedDataset
     from aliyun_training.settings import LocalPaths
-    from aliyun_training.spec import Framework
+    from aliyun_training.spec import Framework, TrainingJobSpec
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,8 @@ class PlanRequest:
     raw: DatasetChoice | None = field(default=None)
     #: The connection the versions' OSS source is read through.
     connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+    #: The GPU-hours the training job's tries may use together (the form's within the pipeline's).
+    max_gpu_hours: float | None = None
 
     @property
     def version(self) -> str:
@@ -114,6 +116,25 @@ class PlanRequest:
             alibaba_cloud_conn_id=self.connection,
         )
 
+    def job_plan(self, spec: TrainingJobSpec, backend_config: dict[str, Any], **where: Any) -> JobPlan:
+        """The training job's part: ``spec`` on the backend ``backend_config`` builds, with the run's
+        GPU-hour budget; ``where`` says where it writes and reads (``JobPlan``'s other fields)."""
+        return JobPlan(spec=spec, backend_config=backend_config, max_gpu_hours=self.max_gpu_hours, **where)
+
+    def run_plan(self, *, job: JobPlan, fixed: FixedDataset | None = None, **parts: Any) -> RunPlan:
+        """The run's plan from the parts its backend planned (``RunPlan``'s fields) and what every
+        run's plan has: the installation, the backend, the dataset and the form's switches. It is
+        complete: nothing is added to it after the planner returns."""
+        return RunPlan(
+            installation=self.installation,
+            backend=self.form.backend,
+            dataset=self.dataset_plan(fixed),
+            job=job,
+            dry_run=self.form.dry_run,
+            skip_preflight=self.form.skip_preflight,
+            **parts,
+        )
+
     def artifacts_plan(self, **settings: Any) -> ArtifactsPlan:
         """The artifacts part: where sets go (``settings``) and what the declaration keeps of a job."""
         declared = self.declaration.artifacts
@@ -138,3 +159,14 @@ class PlanRequest:
 
 
 Planner = Callable[[PlanRequest], RunPlan]
+
+
+@dataclass(frozen=True)
+class DatasetSources:
+    """Where a run's versions are read from on its backend, and the connection that reads them."""
+
+    #: The raw versions' template (``{dataset}``, ``{version}``); None: a mount that cannot be listed.
+    template: str | None
+    connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+    #: Where a prepare stage writes the versions it derives (and staging reads them).
+    derived: str | None = None

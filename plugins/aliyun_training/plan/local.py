@@ -8,20 +8,25 @@ a stopped job's processes get to exit.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from aliyun_training.environments import load_local_environment
+from aliyun_training.environments import LocalEnvironment, load_local_environment
+from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
-    JobPlan,
     PreflightPlan,
     RunPlan,
     StagingPlan,
 )
 from aliyun_training.plan.prepare import prepare_plan
-from aliyun_training.spec import Backend, TrainingJobSpec
+from aliyun_training.spec import TrainingJobSpec
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.plan.inputs import PlanRequest
+    from aliyun_training.registry import Backend
+    from aliyun_training.settings import LocalPaths
 
 
 def plan_run(request: PlanRequest) -> RunPlan:
@@ -32,12 +37,9 @@ def plan_run(request: PlanRequest) -> RunPlan:
     source_uri = request.chosen.source_uri or ""
     # DATA_DIR is set when the staged version is mounted (``spec.mount_staged``): where it was staged.
     spec = TrainingJobSpec.parse({**request.job, "working_dir": str(request.declaration.code_dir)})
-    backend_config = environment.backend_config()
-    return RunPlan(
-        installation=request.installation,
-        backend=Backend.LOCAL,
-        dataset=request.dataset_plan(),
-        job=JobPlan(spec=spec, backend_config=backend_config, output_root=str(paths.outputs)),
+    backend_config = local_backend_config(environment)
+    return request.run_plan(
+        job=request.job_plan(spec, backend_config, output_root=str(paths.outputs)),
         staging=StagingPlan(mode="direct", source_uri=source_uri, target_root=staging_root, version=version),
         prepare=prepare_plan(request, backend_config, lambda uri: uri.removeprefix("file://")),
         # A version still to be prepared is about as large as the raw one it is made of.
@@ -46,3 +48,16 @@ def plan_run(request: PlanRequest) -> RunPlan:
         ),
         artifacts=request.artifacts_plan(artifact_root=str(paths.artifacts), outputs_root=str(paths.outputs)),
     )
+
+
+def dataset_sources(
+    backend: Backend, environment: Path, declaration: PipelineDeclaration, paths: LocalPaths
+) -> DatasetSources:
+    """Local runs read (and prepare into) the local object store (the registry's ``dataset_sources``)."""
+    store = f"file://{paths.object_store}/{{dataset}}/{{version}}/"
+    return DatasetSources(store, derived=store)
+
+
+def local_backend_config(environment: LocalEnvironment) -> dict[str, Any]:
+    """``LocalBackend``'s arguments: ``local.json`` without its use policy."""
+    return environment.backend_config()

@@ -15,8 +15,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.records import FixedDataset
-from aliyun_training.spec import DATASET_VERSION_PATTERN, INSTALLATION_PATTERN, Backend, TrainingJobSpec
+from aliyun_training.records import FixedDataset, StagedDataset, mount_staged
+from aliyun_training.registry import Backend
+from aliyun_training.spec import (
+    DATASET_VERSION_PATTERN,
+    INSTALLATION_PATTERN,
+    JobOwner,
+    TrainingJobSpec,
+    checkpoint_dir,
+)
 from aliyun_training.staging.registration import Registration
 from aliyun_training.validation import SpecError
 
@@ -123,6 +130,53 @@ class JobPlan(PlanPart):
     dataset_mount_path: str | None = None
     #: The GPU-hours the run's tries may use together; the monitor stops the job past them.
     max_gpu_hours: float | None = None
+
+    def shaped(self, staged: StagedDataset | None = None, image: str | None = None) -> TrainingJobSpec:
+        """The planned spec reading ``staged`` (where it is mounted) in ``image``: what a stage runs
+        before it makes the spec its own (the image checks turn it into their probe jobs)."""
+        spec = self.spec
+        if staged is not None:
+            spec = mount_staged(spec, staged, self.dataset_mount_path)
+        return spec.model_copy(update={"image": image}) if image else spec
+
+    def for_try(
+        self,
+        spec: TrainingJobSpec,
+        name: str,
+        *,
+        contract: TryContract | None = None,
+        owner: JobOwner | None = None,
+        output_root: str | None = None,
+    ) -> TrainingJobSpec:
+        """The job one try sends as ``name``: its output directory (``output_root``/name unless the
+        spec names one), the ``contract`` variables of a checkpointed job, its ``owner``.
+
+        The training operator sends this and the dry run renders it, so what a dry run shows is what
+        a first try submits. ``output_root`` stands in when the plan names none.
+        """
+        root = self.output_root or output_root
+        if spec.output_dir is None and root:
+            spec = spec.model_copy(update={"output_dir": f"{root.rstrip('/')}/{name}"})
+        update: dict[str, Any] = {"owner": owner} if owner is not None else {}
+        if contract is not None:
+            update["env"] = {**spec.env, **contract.env(checkpoint_dir(spec, contract.dataset_version))}
+        return spec.model_copy(update=update) if update else spec
+
+
+class TryContract(BaseModel):
+    """What a checkpointed job is told about its try (docs/recovery.md): the version its
+    checkpoints are named for, which try it is, and whether it resumes the last one's checkpoint."""
+
+    model_config = ConfigDict(frozen=True)
+
+    dataset_version: str
+    attempt: int = 1
+    resume: bool = False
+
+    def env(self, checkpoints: str) -> dict[str, str]:
+        """CHECKPOINT_DIR and TRAINING_ATTEMPT; RESUME_FROM too when the try resumes."""
+        env = {"CHECKPOINT_DIR": checkpoints, "TRAINING_ATTEMPT": str(self.attempt)}
+        return {**env, "RESUME_FROM": checkpoints} if self.resume else env
 
 
 class PreflightPlan(PlanPart):

@@ -108,7 +108,8 @@ def cloud_prepare_plan(
     return PreparePlan(
         raw_uri=request.raw.source_uri or raw_dir,
         output_uri=f"{job.output_uri.rstrip('/')}/{relative}/",
-        job=job.model_copy(update={"spec": spec}),
+        # The GPU-hour budget bounds the training job's tries, not the prepare job's.
+        job=job.model_copy(update={"spec": spec, "max_gpu_hours": None}),
         alibaba_cloud_conn_id=connection,
     )
 

@@ -12,13 +12,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.records import StagedDataset, mount_staged
-from aliyun_training.spec import Backend, TrainingJobSpec, checkpoint_dir
+from aliyun_training.backends import get_backend
+from aliyun_training.plan.models import TryContract
+from aliyun_training.records import StagedDataset
+from aliyun_training.registry import backend_record
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from aliyun_training.plan.models import ImagePlan, JobPlan, RunPlan, StagingPlan
+    from aliyun_training.spec import TrainingJobSpec
 
 #: What a dry run cannot show of the train job: what differs per try.
 RESUME_NOTE = (
@@ -76,18 +79,17 @@ def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]
 def _image_requests(plan: RunPlan, image: str | None, job_namer: JobNamer) -> list[PlannedRequest]:
     """The build (unless pinned or present) and the checks of the image, on a cloud backend."""
     requests = build_requests(plan.image) if plan.image and plan.image.mode and not plan.image.pinned else []
-    if plan.backend is Backend.LOCAL or (plan.image and plan.image.pinned):
+    if not backend_record(plan.backend).cloud or (plan.image and plan.image.pinned):
         return requests
     from aliyun_training.image.jobs import verification_spec
 
-    verify = verification_spec(plan.job.spec.model_copy(update={"image": image}))
+    verify = verification_spec(plan.job.shaped(image=image))
     requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
     if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
         from aliyun_training.image.jobs import bandwidth_spec
 
         rdma = plan.rdma_check
-        spec = plan.job.spec.model_copy(update={"image": image})
-        check = bandwidth_spec(spec, device=rdma.device, gid_index=rdma.gid_index)
+        check = bandwidth_spec(plan.job.shaped(image=image), device=rdma.device, gid_index=rdma.gid_index)
         requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
     return requests
 
@@ -105,10 +107,7 @@ def planned_image(image: ImagePlan | None) -> str | None:
 
 def training_spec(plan: RunPlan, image: str | None) -> TrainingJobSpec:
     """The train task's spec: the plan's, reading the staged version as the stage will mount it."""
-    spec = plan.job.spec.model_copy(update={"image": image or plan.job.spec.image})
-    if plan.staging is None:
-        return spec
-    return mount_staged(spec, predicted_staging(plan.staging), plan.job.dataset_mount_path)
+    return plan.job.shaped(predicted_staging(plan.staging) if plan.staging else None, image)
 
 
 def predicted_staging(staging: StagingPlan) -> StagedDataset:
@@ -285,76 +284,13 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
 def job_requests(
     job: JobPlan, spec: TrainingJobSpec, name: str, task: str, checkpointed: str | None = None
 ) -> list[PlannedRequest]:
-    """The requests that launch ``spec`` as ``name`` on the plan's backend; a job ``checkpointed``
-    on a dataset version gets the first try's CHECKPOINT_DIR and TRAINING_ATTEMPT, as the operator
-    sets them."""
-    if spec.output_dir is None and job.output_root:
-        spec = spec.model_copy(update={"output_dir": f"{job.output_root.rstrip('/')}/{name}"})
-    if checkpointed is not None:
-        contract = {"CHECKPOINT_DIR": checkpoint_dir(spec, checkpointed), "TRAINING_ATTEMPT": "1"}
-        spec = spec.model_copy(update={"env": {**spec.env, **contract}})
-    if spec.backend is Backend.DLC:
-        return [PlannedRequest("dlc", "CreateJob", _create_job(job, spec, name), task)]
-    if spec.backend is Backend.ARENA:
-        from aliyun_training.backends.arena_manifests import (
-            arena_settings,
-            build_configmap,
-            build_job,
-            check,
-            job_kind,
-        )
-
-        settings = arena_settings(job.backend_config)
-        check(spec, name, settings)
-        kind = job_kind(spec, settings)
-        return [
-            PlannedRequest("kubernetes", f"create {kind.kind}", build_job(spec, name, settings), task),
-            PlannedRequest(
-                "kubernetes",
-                "create ConfigMap",
-                build_configmap(spec, name, settings, f"<uid of the {kind.kind}>"),
-                task,
-            ),
-        ]
-    body = {
-        "name": name,
-        "nodes": spec.nodes,
-        "command": spec.command,
-        "working_dir": spec.working_dir,
-        "env": spec.env,
-        "output_dir": spec.output_dir,
-    }
-    return [PlannedRequest("local", "start processes", body, task)]
-
-
-def _create_job(job: JobPlan, spec: TrainingJobSpec, name: str) -> dict[str, Any]:
-    """The CreateJob body; the registry password and the VPC's CIDR blocks are read at submit."""
-    from alibabacloud_pai_dlc20201203 import models
-
-    from aliyun_training.backends.dlc.request import create_job_request
-
-    config = job.backend_config
-    vpc = config.get("vpc")
-    registry = config.get("image_registry_conn_id")
-    image_config = (
-        models.ImageConfig(
-            docker_registry=f"<host of connection {registry}>",
-            username=f"<login of connection {registry}>",
-            password=f"<password of connection {registry}>",
-        )
-        if registry
-        else None
-    )
-    cidrs = list((vpc or {}).get("extended_cidrs") or []) or [
-        f"<every CIDR block of {(vpc or {}).get('vpc_id')}, read from DescribeVpcs at submit>"
+    """The requests that launch ``spec`` as ``name`` on the plan's backend: the first try's job as
+    the operator makes it (``JobPlan.for_try``; a job ``checkpointed`` on a dataset version gets its
+    contract variables), rendered by the backend's own ``planned_requests``."""
+    contract = TryContract(dataset_version=checkpointed) if checkpointed is not None else None
+    spec = job.for_try(spec, name, contract=contract)
+    backend = get_backend(spec.backend, job.backend_config)
+    return [
+        PlannedRequest(planned.service, planned.action, planned.body, task)
+        for planned in backend.planned_requests(spec, name)
     ]
-    request = create_job_request(
-        spec,
-        name,
-        workspace_id=config.get("workspace_id"),
-        region=config.get("region") or "<region of the connection>",
-        vpc=vpc,
-        extended_cidrs=cidrs,
-        image_config=image_config,
-    )
-    return request.to_map()

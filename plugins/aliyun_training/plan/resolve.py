@@ -13,17 +13,13 @@ only what ``RunOverrides`` allows and pin an image of the environment's own repo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.environments import ArenaEnvironment, DlcEnvironment, check_use, load_environment
+from aliyun_training.environments import check_use, load_environment
 from aliyun_training.form import RunForm, parse_form
-from aliyun_training.plan import arena, dlc, local
-from aliyun_training.plan.inputs import DatasetChoice, Planner, PlanRequest, RunContext
-from aliyun_training.plan.prepare import PREPARED_FOLDER, derived_dataset
-from aliyun_training.plan.staging import no_source
-from aliyun_training.spec import Backend
+from aliyun_training.plan.inputs import DatasetChoice, DatasetSources, PlanRequest, RunContext
+from aliyun_training.plan.prepare import derived_dataset
+from aliyun_training.registry import backend_record
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -32,10 +28,6 @@ if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.plan.models import RunPlan
     from aliyun_training.settings import LocalPaths
-
-
-def _planners() -> dict[Backend, Planner]:
-    return {Backend.LOCAL: local.plan_run, Backend.DLC: dlc.plan_run, Backend.ARENA: arena.plan_run}
 
 
 def resolve_run(
@@ -60,15 +52,17 @@ def resolve_run(
             f"(fix: choose one of {[b.value for b in declaration.backends]})"
         )
     environment = environment or environment_dir / declared.environment
-    if form.backend is not Backend.LOCAL or environment.is_file():
+    if backend_record(form.backend).cloud or environment.is_file():
         loaded = load_environment(environment, form.backend.value)
         check_use(loaded, environment, declaration.dag_id, declaration.pipeline.owner)
-    sources = dataset_sources(form.backend, environment, declaration, paths)
+    record = backend_record(form.backend)
+    sources: DatasetSources = record.part("dataset_sources")(form.backend, environment, declaration, paths)
     raw = choose_version(form, run, declaration, sources.template, sources.connection)
     chosen, prepared_from = raw, None
     if declaration.dataset.prepare and sources.derived:
         chosen, prepared_from = derived_dataset(declaration, raw, sources.derived), raw
     request = PlanRequest(
+        max_gpu_hours=_gpu_budget(form, declaration),
         form=form,
         declaration=declaration,
         parameters=parameters,
@@ -79,11 +73,8 @@ def resolve_run(
         connection=sources.connection,
         installation=run.installation,
     )
-    plan = _planners()[form.backend](request)
-    job = plan.job.model_copy(update={"max_gpu_hours": _gpu_budget(form, declaration)})
-    return plan.model_copy(
-        update={"job": job, "dry_run": form.dry_run, "skip_preflight": form.skip_preflight}
-    )
+    plan: RunPlan = record.part("planner")(request)
+    return plan
 
 
 def _gpu_budget(form: RunForm, declaration: PipelineDeclaration) -> float | None:
@@ -95,54 +86,6 @@ def _gpu_budget(form: RunForm, declaration: PipelineDeclaration) -> float | None
             "recovery.max_gpu_hours in the declaration is the bound)"
         )
     return asked if asked is not None else limit
-
-
-@dataclass(frozen=True)
-class DatasetSources:
-    """Where a run's versions are read from on its backend, and the connection that reads them."""
-
-    #: The raw versions' template (``{dataset}``, ``{version}``); None: a mount that cannot be listed.
-    template: str | None
-    connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
-    #: Where a prepare stage writes the versions it derives (and staging reads them).
-    derived: str | None = None
-
-
-def dataset_sources(
-    backend: Backend, environment: Path, declaration: PipelineDeclaration, paths: LocalPaths
-) -> DatasetSources:
-    """The versions' sources on ``backend``.
-
-    Local runs read (and prepare into) the local object store. Cloud runs that stage read the
-    declaration's ``dataset.source_uri``, else the environment's ``staging.source_uri``; cloud runs
-    that mount the environment's fixed dataset have no source to list. A cloud prepare stage writes
-    under the environment's ``output_uri`` (``plan.prepare``) and reads its raw versions from the
-    staging source on DLC, from the dataset claim on ACK.
-    """
-    if backend is Backend.LOCAL:
-        store = f"file://{paths.object_store}/{{dataset}}/{{version}}/"
-        return DatasetSources(store, derived=store)
-    loaded = load_environment(environment, backend.value)
-    if not isinstance(loaded, DlcEnvironment | ArenaEnvironment):
-        raise SpecError(f"backend: {backend.value!r} is not a backend {environment.name} configures")
-    arena = isinstance(loaded, ArenaEnvironment)
-    own = loaded.alibaba_cloud_conn_id if isinstance(loaded, ArenaEnvironment) else loaded.connection_id
-    connection = own or ALIBABA_CLOUD_DEFAULT_CONN_ID
-    template = declaration.dataset.source_uri or loaded.staging.source_uri
-    if declaration.dataset.prepare:
-        if not (loaded.staging.mode and loaded.output_uri):
-            raise SpecError(
-                "staging: the prepare stage's shards are written to output_uri and staged like any "
-                f"version (fix: set output_uri and a staging block in {environment.name}, or remove "
-                "dataset.prepare from the declaration)"
-            )
-        derived = f"{loaded.output_uri.rstrip('/')}/{PREPARED_FOLDER}/{{dataset}}/{{version}}/"
-        return DatasetSources(None if arena else template, connection, derived)
-    if not loaded.staging.mode:
-        return DatasetSources(None, connection)
-    if not template:
-        raise no_source()
-    return DatasetSources(template, connection)
 
 
 def choose_version(

@@ -10,12 +10,13 @@ from airflow.sdk.exceptions import AirflowException
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.plan.models import JobPlan
-from aliyun_training.spec import Backend, TrainingJobSpec
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+    from aliyun_training.spec import TrainingJobSpec
 
 
 class QuotaCapacitySensor(BaseSensorOperator):
@@ -66,7 +67,7 @@ class QuotaCapacitySensor(BaseSensorOperator):
         from aliyun_training.preflight.quota import room_message, waiting_message
 
         spec, gpus = self._needs()
-        if spec.backend is not Backend.DLC or not spec.quota_id or not gpus:
+        if not spec.quota_id or not gpus:
             self.log.info("No quota to wait for (backend %s, quota %s)", spec.backend.value, spec.quota_id)
             return True
         state = self._hook().quota_capacity(spec.quota_id)

@@ -24,6 +24,7 @@ from aliyun_training.backends.base import (
     JobStatus,
     LaunchedJob,
     LogChunk,
+    PlannedSubmission,
     node_line,
     same_owner,
 )
@@ -142,6 +143,35 @@ class DlcBackend:
             extended_cidrs=self._extended_cidrs(),
             image_config=self._image_config(),
         )
+
+    def planned_requests(self, spec: TrainingJobSpec, name: str) -> list[PlannedSubmission]:
+        """The CreateJob body; the registry login and the VPC's CIDR blocks are read at submit."""
+        from alibabacloud_pai_dlc20201203 import models
+
+        registry = self.image_registry_conn_id
+        image_config = (
+            models.ImageConfig(
+                docker_registry=f"<host of connection {registry}>",
+                username=f"<login of connection {registry}>",
+                password=f"<password of connection {registry}>",
+            )
+            if registry
+            else None
+        )
+        vpc = self.vpc or {}
+        cidrs = list(vpc.get("extended_cidrs") or []) or [
+            f"<every CIDR block of {vpc.get('vpc_id')}, read from DescribeVpcs at submit>"
+        ]
+        request = create_job_request(
+            spec,
+            name,
+            workspace_id=self.workspace_id,
+            region=self.region or "<region of the connection>",
+            vpc=self.vpc,
+            extended_cidrs=cidrs,
+            image_config=image_config,
+        )
+        return [PlannedSubmission("dlc", "CreateJob", request.to_map())]
 
     def _extended_cidrs(self) -> list[str]:
         """The environment's ``vpc.extended_cidrs``, else the VPC's blocks from DescribeVpcs."""

@@ -1,0 +1,80 @@
+"""The backend registry: every record's parts resolve to what their places expect, and nothing
+outside the registry and the backends' own modules switches on a backend's name."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+from pydantic import BaseModel
+
+from aliyun_training.environments import overridable_settings
+from aliyun_training.form import OVERRIDABLE
+from aliyun_training.operators.preflight import CHECK_GROUPS
+from aliyun_training.registry import BACKENDS, Backend, backend_record, preflight_groups
+from aliyun_training.spec import Framework
+from aliyun_training.validation import SpecError
+
+PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training"
+#: A backend's own modules: its package, its planner, its preflight checks, and the registry.
+OWN_MODULES = re.compile(
+    r"^(registry\.py|backends/.*|plan/(local|dlc|arena)\.py|preflight/(local|dlc|arena)\.py)$"
+)
+#: Switching on a backend's name: an enum member, or the name as a string literal.
+BACKEND_NAME = re.compile(r"Backend\.(LOCAL|DLC|ARENA)\b|[\"'](local|dlc|arena)[\"']")
+#: The DLC service's name in the Alibaba Cloud hooks and the provider's connection form (an API
+#: product, not the backend).
+SERVICE_NAME_MODULES = {"hooks/alibaba_cloud.py", "hooks/dlc.py", "provider_info.py"}
+
+
+@pytest.mark.parametrize("record", BACKENDS, ids=lambda record: record.name.value)
+def test_every_part_of_a_record_resolves_to_what_its_place_expects(record: object) -> None:
+    assert isinstance(record, type(BACKENDS[0]))
+    model = record.part("environment_model")
+    assert issubclass(model, BaseModel) and "allowed_pipelines" in model.model_fields
+    for part in ("planner", "dataset_sources", "backend_config"):
+        assert callable(record.part(part)), part
+    assert list(inspect.signature(record.part("planner")).parameters) == ["request"]
+    backend_class = record.part("backend_class")
+    assert inspect.isclass(backend_class)
+    for call in ("submit", "planned_requests", "status", "logs", "stop", "classify", "launched"):
+        assert callable(getattr(backend_class, call, None)), (backend_class, call)
+    assert record.frameworks <= {framework.value for framework in Framework}
+    assert bool(record.frameworks) == bool(record.frameworks_note)
+    assert set(record.preflight_groups) <= set(CHECK_GROUPS)
+    if record.spec_rules:
+        assert callable(record.part("spec_rules"))
+
+
+def test_the_records_name_every_backend_once_and_the_form_derives_their_overrides() -> None:
+    assert [record.name for record in BACKENDS] == list(Backend)
+    assert preflight_groups() == CHECK_GROUPS == ("machine", "network", "quota", "permissions", "cluster")
+    for record in BACKENDS:
+        assert backend_record(record.name.value) is record
+        assert OVERRIDABLE[record.name] == frozenset(overridable_settings(record.part("environment_model")))
+    assert OVERRIDABLE[Backend.LOCAL] == frozenset(), "the local backend runs on the worker: no overrides"
+    assert "priority" in OVERRIDABLE[Backend.DLC] and "priority" not in OVERRIDABLE[Backend.ARENA]
+
+
+def test_an_unknown_backend_is_refused_naming_the_ones_there_are() -> None:
+    with pytest.raises(SpecError) as refused:
+        backend_record("sagemaker")
+
+    assert str(refused.value) == (
+        "backend: 'sagemaker' is not available in this installation (fix: use one of: local, dlc, arena)"
+    )
+
+
+def test_no_module_outside_the_registry_and_the_backends_own_switches_on_a_backend_name() -> None:
+    switching = [
+        f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if not OWN_MODULES.match(str(path.relative_to(PACKAGE)))
+        and str(path.relative_to(PACKAGE)) not in SERVICE_NAME_MODULES
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if BACKEND_NAME.search(line)
+    ]
+
+    assert switching == []
