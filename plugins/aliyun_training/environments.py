@@ -227,7 +227,7 @@ class DlcStagingSettings(StagingSettings):
     export_id: PlainId | None = None
 
 
-class ArenaStagingSettings(StagingSettings):
+class AckStagingSettings(StagingSettings):
     #: ``direct`` copies on a worker that mounts CPFS; ``pod`` copies in a pod on the cluster.
     mode: Annotated[
         Literal["direct", "pod"] | None,
@@ -267,7 +267,7 @@ class ImageBuildSettings(_Settings):
     acr: AcrBuildBlock = Field(default_factory=AcrBuildBlock)
 
 
-class ArenaImageBuildSettings(ImageBuildSettings):
+class AckImageBuildSettings(ImageBuildSettings):
     mode: Annotated[
         Literal["kaniko", "acr"] | None,
         Field(json_schema_extra=field_fix("use kaniko or acr, or leave it empty")),
@@ -282,7 +282,7 @@ class RdmaCheckSettings(_Settings):
     pass_ratio: Annotated[float, Field(gt=0, le=1, json_schema_extra=field_fix("a fraction, e.g. 0.9"))] = 0.9
 
 
-class ArenaRdmaCheckSettings(RdmaCheckSettings):
+class AckRdmaCheckSettings(RdmaCheckSettings):
     #: The ``ib_write_bw -d`` device, e.g. mlx5_0 (it reaches a shell: only a device name).
     device: Annotated[
         str,
@@ -396,7 +396,7 @@ class DlcEnvironment(CloudEnvironment):
     rdma_check: RdmaCheckSettings = Field(default_factory=RdmaCheckSettings)
 
 
-class ArenaEnvironment(CloudEnvironment):
+class AckEnvironment(CloudEnvironment):
     """``arena.json``: the Kubernetes connection, namespace, volumes, RDMA and NCCL of ACK jobs.
 
     ``connection_id`` is the cluster's (a kubernetes connection); ``alibaba_cloud_conn_id`` the
@@ -423,9 +423,9 @@ class ArenaEnvironment(CloudEnvironment):
         DnsSubdomain | None, Field(json_schema_extra=field_fix("the output claim's name"))
     ] = None
     username: Annotated[str, Field(min_length=1, max_length=253)] = "airflow"
-    staging: ArenaStagingSettings = Field(default_factory=ArenaStagingSettings)
-    image_build: ArenaImageBuildSettings = Field(default_factory=ArenaImageBuildSettings)
-    rdma_check: ArenaRdmaCheckSettings = Field(default_factory=ArenaRdmaCheckSettings)
+    staging: AckStagingSettings = Field(default_factory=AckStagingSettings)
+    image_build: AckImageBuildSettings = Field(default_factory=AckImageBuildSettings)
+    rdma_check: AckRdmaCheckSettings = Field(default_factory=AckRdmaCheckSettings)
 
     output_uri_also: ClassVar[str] = ", and output_pvc to the OSS-backed claim of that location"
 
@@ -538,7 +538,7 @@ def blank_required_settings(environment: Environment) -> list[str]:
             blank.append("quota_id (Lingjun resources are used through a quota)")
         if environment.resource_type == "ecs" and not (environment.quota_id or environment.ecs_spec):
             blank.append("ecs_spec (or quota_id)")
-    if isinstance(environment, ArenaEnvironment) and not (environment.data_pvc or environment.staging.mode):
+    if isinstance(environment, AckEnvironment) and not (environment.data_pvc or environment.staging.mode):
         blank.append("data_pvc (or a staging block)")
     return blank
 

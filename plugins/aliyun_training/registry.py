@@ -27,13 +27,16 @@ from aliyun_training.validation import SpecError
 class Backend(StrEnum):
     """Where a training job runs: the name a trigger form, a declaration and a record use.
 
-    ``arena`` is the ACK backend: Kubeflow training jobs on ACK, as the ``arena`` command submits
-    them; the name is the one ACK users type, kept so existing environment files and records read.
+    The code names each backend for its platform (``Backend.ACK``, ``AckBackend``, ``plan.ack``);
+    the value is what users type and files record. The ACK backend's value is ``arena``: it runs
+    Kubeflow training jobs on ACK as the ``arena`` command submits them, and ``arena`` is what its
+    users know it by, what the trigger form offers and what environment files (``arena.json``),
+    declarations and job records already say.
     """
 
     LOCAL = "local"
     DLC = "dlc"
-    ARENA = "arena"
+    ACK = "arena"
 
 
 #: How a backend measures RDMA bandwidth between two nodes before a multi-node run:
@@ -118,7 +121,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         spec_rules="aliyun_training.backends.dlc.request:check_spec",
     ),
     BackendRecord(
-        name=Backend.ARENA,
+        name=Backend.ACK,
         label="arena — Kubeflow job on ACK, as arena submits it",
         cloud=True,
         frameworks=frozenset({"pytorch", "tensorflow", "mpi", "elastic"}),
@@ -126,11 +129,11 @@ BACKENDS: tuple[BackendRecord, ...] = (
         preflight_groups=("cluster",),
         route=("build_image",),
         bandwidth_test="ib_write_bw",
-        environment_model="aliyun_training.environments:ArenaEnvironment",
-        planner="aliyun_training.plan.arena:plan_run",
+        environment_model="aliyun_training.environments:AckEnvironment",
+        planner="aliyun_training.plan.ack:plan_run",
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
-        backend_config="aliyun_training.plan.arena:arena_backend_config",
-        backend_class="aliyun_training.backends.arena:ArenaBackend",
+        backend_config="aliyun_training.plan.ack:ack_backend_config",
+        backend_class="aliyun_training.backends.ack:AckBackend",
     ),
 )
 

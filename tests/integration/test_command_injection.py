@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.ack import AckBackend
 from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.declaration import PipelineDeclaration, declare
@@ -203,7 +203,7 @@ def test_every_hostile_value_reaches_an_ack_job_as_one_argument(
     workdir.mkdir()
     spec = TrainingJobSpec.parse(arena_job(command=_command(probe, tmp_path), working_dir=str(workdir)))
 
-    backend = ArenaBackend(conn_id="ack_probe", namespace=NS)
+    backend = AckBackend(conn_id="ack_probe", namespace=NS)
     backend.submit(spec, "injection-probe")
 
     listed = backend._hook().custom_object_client.list_namespaced_custom_object(

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.ack import AckBackend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.backends.dlc.failures import classify_dlc
 from aliyun_training.backends.local import LocalBackend, classify_local
@@ -283,7 +283,7 @@ def test_the_failing_nodes_output_as_a_pod_log_reads_alike_on_dlc_and_ack(
     )
 
     dlc = classify_dlc(dlc_status, [], run.evidence)
-    ack = ArenaBackend(namespace="training").classify(ack_status, [], run.evidence)
+    ack = AckBackend(namespace="training").classify(ack_status, [], run.evidence)
 
     assert dlc.failure_class is case.expected, dlc.describe()
     assert ack.failure_class is case.expected, ack.describe()
@@ -324,7 +324,7 @@ def test_gpu_errors_recorded_from_real_runs_are_read_from_the_failed_rank_on_eve
 
     local = classify_local(status, output)
     dlc = classify_dlc(JobStatus(state=JobState.FAILED, raw="Failed", failed_node=1, exit_code=1), [], output)
-    ack = ArenaBackend(namespace="training").classify(
+    ack = AckBackend(namespace="training").classify(
         JobStatus(state=JobState.FAILED, raw="Failed", failed_node=1, exit_code=1), [], output
     )
 

@@ -31,7 +31,7 @@ from aliyun_training.failures.torchrun import EVIDENCE_LINES
 from aliyun_training.monitor import BLOCKED_POLLS, JobMonitor
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
-from tests.integration import test_arena_recovery, test_dlc_backend
+from tests.integration import test_ack_recovery, test_dlc_backend
 
 if TYPE_CHECKING:
     from fakes.base import ManualClock
@@ -40,8 +40,8 @@ if TYPE_CHECKING:
 dlc = test_dlc_backend.dlc
 studio = test_dlc_backend.studio
 connected = test_dlc_backend.connected
-clock = test_arena_recovery.clock
-fake = test_arena_recovery.fake
+clock = test_ack_recovery.clock
+fake = test_ack_recovery.fake
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 DLC_CASES = json.loads((DATA / "dlc" / "recorded_failures.json").read_text())["cases"]
@@ -90,10 +90,10 @@ def test_ack_reads_each_recorded_failure_as_its_class(
     fake: KubernetesFake, clock: ManualClock, case: dict[str, Any]
 ) -> None:
     fake.default_script = TrainingScript(outcome=RECORDED, log_lines=case.get("log") or [""])
-    ack = test_arena_recovery.backend()
-    handle = ack.submit(test_arena_recovery.spec(), test_arena_recovery.NAME)
-    test_arena_recovery.advance(fake, clock, 30)
-    replay_recorded(case, handle.name, conn_id=test_arena_recovery.CONN_ID)
+    ack = test_ack_recovery.backend()
+    handle = ack.submit(test_ack_recovery.spec(), test_ack_recovery.NAME)
+    test_ack_recovery.advance(fake, clock, 30)
+    replay_recorded(case, handle.name, conn_id=test_ack_recovery.CONN_ID)
 
     status, failure = _classified(ack, handle)
 

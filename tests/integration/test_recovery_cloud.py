@@ -28,7 +28,7 @@ from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
-from tests.integration import test_arena_recovery, test_dlc_backend, test_dlc_recovery
+from tests.integration import test_ack_recovery, test_dlc_backend, test_dlc_recovery
 from tests.operator_harness import MemoryTaskStateStore, TaskInstanceIds, fire
 
 if TYPE_CHECKING:
@@ -39,8 +39,8 @@ if TYPE_CHECKING:
 dlc = test_dlc_backend.dlc
 studio = test_dlc_backend.studio
 connected = test_dlc_backend.connected
-clock = test_arena_recovery.clock
-fake = test_arena_recovery.fake
+clock = test_ack_recovery.clock
+fake = test_ack_recovery.fake
 
 FAST = [("Creating", 0.05), ("Queuing", 0.05), ("Running", 0.2)]
 
@@ -130,12 +130,12 @@ def test_a_preemption_on_dlc_runs_a_second_job_that_resumes(connected: DlcEmulat
 
 
 def ack_operator() -> TrainingJobOperator:
-    spec = test_arena_recovery.spec(owner=None).model_dump(mode="json")
+    spec = test_ack_recovery.spec(owner=None).model_dump(mode="json")
     return TrainingJobOperator(
         task_id="train",
         job={
             "spec": spec,
-            "backend_config": {"conn_id": test_arena_recovery.CONN_ID, "namespace": test_arena_recovery.NS},
+            "backend_config": {"conn_id": test_ack_recovery.CONN_ID, "namespace": test_ack_recovery.NS},
             "output_root": "/mnt/output",
         },
         poll_interval=0.05,
@@ -147,7 +147,7 @@ def ack_env(op: TrainingJobOperator) -> dict[str, str]:
     """The master's environment in the PyTorchJob the cluster holds now."""
     hook = op._backend("arena")._hook()
     jobs = hook.custom_object_client.list_namespaced_custom_object(
-        GROUP, "v1", test_arena_recovery.NS, "pytorchjobs"
+        GROUP, "v1", test_ack_recovery.NS, "pytorchjobs"
     )
     [job] = jobs["items"]
     container = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
@@ -162,7 +162,7 @@ def test_a_config_failure_on_ack_runs_one_job_and_fails_the_task(
     )
     op, store = ack_operator(), MemoryTaskStateStore()
 
-    failed = fail_try(op, 1, store, lambda: test_arena_recovery.advance(fake, clock, 30))
+    failed = fail_try(op, 1, store, lambda: test_ack_recovery.advance(fake, clock, 30))
 
     assert failed.failure.failure_class is FailureClass.CONFIG, failed.failure.evidence
     assert op.retry_policy.evaluate(failed, 1, 3).action is RetryAction.FAIL
@@ -174,7 +174,7 @@ def test_a_preemption_on_ack_runs_a_second_job_that_resumes(fake: KubernetesFake
     op, store = ack_operator(), MemoryTaskStateStore()
 
     def settle() -> None:
-        test_arena_recovery.advance(fake, clock, 30)
+        test_ack_recovery.advance(fake, clock, 30)
 
     failed = fail_try(op, 1, store, settle)
     first = ack_env(op)
@@ -198,7 +198,7 @@ def test_a_training_job_whose_image_cannot_be_pulled_fails_as_config_within_a_fe
     op, store = ack_operator(), MemoryTaskStateStore()
     started = time.monotonic()
 
-    failed = fail_try(op, 1, store, lambda: test_arena_recovery.advance(fake, clock, 30))
+    failed = fail_try(op, 1, store, lambda: test_ack_recovery.advance(fake, clock, 30))
 
     assert failed.failure.failure_class is FailureClass.CONFIG, failed.failure.evidence
     assert "ImagePullBackOff for 3 polls in a row" in failed.failure.evidence[0]
@@ -259,16 +259,16 @@ def test_a_worker_oom_killed_and_restarted_in_place_on_ack_fails_as_user_code_na
     op, store = ack_operator(), MemoryTaskStateStore()
 
     def settle() -> None:
-        test_arena_recovery.advance(fake, clock, 30)
+        test_ack_recovery.advance(fake, clock, 30)
         [job] = (
             op._backend("arena")
             ._hook()
             .custom_object_client.list_namespaced_custom_object(
-                GROUP, "v1", test_arena_recovery.NS, "pytorchjobs"
+                GROUP, "v1", test_ack_recovery.NS, "pytorchjobs"
             )["items"]
         )
         case = {**crash_loop, "job_conditions": failed_job}
-        replay_recorded(case, job["metadata"]["name"], conn_id=test_arena_recovery.CONN_ID)
+        replay_recorded(case, job["metadata"]["name"], conn_id=test_ack_recovery.CONN_ID)
 
     failed = fail_try(op, 1, store, settle)
     log = capfd.readouterr().out

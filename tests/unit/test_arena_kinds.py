@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aliyun_training.backends.arena_manifests import ArenaSettings, build_configmap, build_job
+from aliyun_training.backends.arena_manifests import AckSettings, build_configmap, build_job
 from aliyun_training.spec import TrainingJobSpec
 
 
@@ -29,7 +29,7 @@ def job(**fields: Any) -> TrainingJobSpec:
 def test_the_configmap_holds_arenas_app_list_chart_version_and_worker_count(
     fields: dict[str, Any], settings: dict[str, Any], chart: tuple[str, str], workers: int
 ) -> None:
-    spec, cluster = job(**fields), ArenaSettings(**settings)
+    spec, cluster = job(**fields), AckSettings(**settings)
 
     configmap = build_configmap(spec, "demo", cluster, "uid-1")
     body = build_job(spec, "demo", cluster)
@@ -43,7 +43,7 @@ def test_the_configmap_holds_arenas_app_list_chart_version_and_worker_count(
 
 
 def test_mpijob_v2beta1_workers_have_no_command_the_launcher_runs_it() -> None:
-    replicas = build_job(job(framework="mpi"), "demo", ArenaSettings())["spec"]["mpiReplicaSpecs"]
+    replicas = build_job(job(framework="mpi"), "demo", AckSettings())["spec"]["mpiReplicaSpecs"]
 
     (launcher,) = replicas["Launcher"]["template"]["spec"]["containers"]
     (worker,) = replicas["Worker"]["template"]["spec"]["containers"]
@@ -54,7 +54,7 @@ def test_mpijob_v2beta1_workers_have_no_command_the_launcher_runs_it() -> None:
 
 
 def test_mpijob_v1alpha1_keeps_arenas_one_template_with_the_command() -> None:
-    body = build_job(job(framework="mpi"), "demo", ArenaSettings(mpi_api_version="v1alpha1"))
+    body = build_job(job(framework="mpi"), "demo", AckSettings(mpi_api_version="v1alpha1"))
 
     assert body["spec"]["replicas"] == 3
     assert body["spec"]["template"]["spec"]["containers"][0]["command"] == ["sh", "-c", "python train.py"]
@@ -63,7 +63,7 @@ def test_mpijob_v1alpha1_keeps_arenas_one_template_with_the_command() -> None:
 def test_an_elastic_job_is_workers_only_with_the_training_operators_elastic_policy() -> None:
     spec = job(framework="elastic", nodes=2, min_nodes=1, max_nodes=6, gpus_per_node=4)
 
-    body = build_job(spec, "demo", ArenaSettings())
+    body = build_job(spec, "demo", AckSettings())
 
     assert body["apiVersion"] == "kubeflow.org/v1" and body["kind"] == "PyTorchJob"
     assert body["spec"]["elasticPolicy"] == {

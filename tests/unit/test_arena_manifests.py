@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from aliyun_training.backends.arena_manifests import (
-    ArenaSettings,
+    AckSettings,
     build_configmap,
     build_job,
     check,
@@ -47,15 +47,15 @@ def demo_spec(**overrides: Any) -> TrainingJobSpec:
 def test_the_demo_submit_matches_the_golden_objects() -> None:
     golden = json.loads(GOLDEN.read_text())
 
-    job = build_job(demo_spec(), "demo", ArenaSettings())
-    configmap = build_configmap(demo_spec(), "demo", ArenaSettings(), "UID-OF-THE-PYTORCHJOB")
+    job = build_job(demo_spec(), "demo", AckSettings())
+    configmap = build_configmap(demo_spec(), "demo", AckSettings(), "UID-OF-THE-PYTORCHJOB")
 
     assert job == golden["job"]
     assert configmap == golden["configmap"]
 
 
 def test_every_label_and_annotation_arena_relies_on_is_on_the_cr_and_each_pod_template() -> None:
-    job = build_job(demo_spec(), "demo", ArenaSettings(username="ml-team"))
+    job = build_job(demo_spec(), "demo", AckSettings(username="ml-team"))
     expected_labels = {
         "app": "pytorchjob",
         "release": "demo",
@@ -72,7 +72,7 @@ def test_every_label_and_annotation_arena_relies_on_is_on_the_cr_and_each_pod_te
 
 
 def test_the_pytorch_roles_containers_and_rdma_follow_the_training_operator_and_arena_flags() -> None:
-    replicas = build_job(demo_spec(), "demo", ArenaSettings())["spec"]["pytorchReplicaSpecs"]
+    replicas = build_job(demo_spec(), "demo", AckSettings())["spec"]["pytorchReplicaSpecs"]
 
     assert (replicas["Master"]["replicas"], replicas["Master"]["restartPolicy"]) == (1, "Never")
     assert (replicas["Worker"]["replicas"], replicas["Worker"]["restartPolicy"]) == (1, "OnFailure")
@@ -86,7 +86,7 @@ def test_the_pytorch_roles_containers_and_rdma_follow_the_training_operator_and_
 
 
 def test_the_configmap_lets_arena_delete_find_the_job() -> None:
-    configmap = build_configmap(demo_spec(), "demo", ArenaSettings(), "uid-1")
+    configmap = build_configmap(demo_spec(), "demo", AckSettings(), "uid-1")
 
     assert configmap["metadata"]["name"] == "demo-pytorchjob"
     assert configmap["metadata"]["labels"] == {"createdBy": "arena"}
@@ -99,7 +99,7 @@ def test_the_configmap_lets_arena_delete_find_the_job() -> None:
 
 
 def test_erdma_host_network_nccl_env_and_pull_secrets_come_from_the_cluster_settings() -> None:
-    settings = ArenaSettings(
+    settings = AckSettings(
         rdma_resource="aliyun/erdma",
         host_network=True,
         nccl_env={"NCCL_IB_GID_INDEX": "3"},
@@ -127,7 +127,7 @@ def test_erdma_host_network_nccl_env_and_pull_secrets_come_from_the_cluster_sett
 def test_tfjob_and_mpijob_get_their_own_kinds_and_replica_specs(
     framework: str, version: str, key: str, roles: dict[str, int]
 ) -> None:
-    job = build_job(demo_spec(framework=framework), "demo", ArenaSettings())
+    job = build_job(demo_spec(framework=framework), "demo", AckSettings())
 
     assert job["apiVersion"] == f"kubeflow.org/{version}"
     assert {role: spec["replicas"] for role, spec in job["spec"][key].items()} == roles
@@ -135,7 +135,7 @@ def test_tfjob_and_mpijob_get_their_own_kinds_and_replica_specs(
 
 
 def test_arena_old_mpi_operator_gets_v1alpha1() -> None:
-    job = build_job(demo_spec(framework="mpi"), "demo", ArenaSettings(mpi_api_version="v1alpha1"))
+    job = build_job(demo_spec(framework="mpi"), "demo", AckSettings(mpi_api_version="v1alpha1"))
 
     assert job["apiVersion"] == "kubeflow.org/v1alpha1"
 
@@ -144,15 +144,15 @@ def test_more_gpus_per_node_than_the_node_type_has_is_rejected_before_creation()
     with pytest.raises(
         SpecError, match="gpus_per_node: 16 GPUs per node, but the cluster's GPU nodes have 8"
     ):
-        check(demo_spec(gpus_per_node=16), "demo", ArenaSettings())
+        check(demo_spec(gpus_per_node=16), "demo", AckSettings())
 
 
 def test_a_dataset_without_a_pvc_name_is_rejected_unless_a_default_pvc_is_set() -> None:
     with pytest.raises(SpecError, match=r"datasets: mount '/mnt/cpfs/v1' names no PVC \(fix: use pvc://"):
-        claim_name("/mnt/cpfs/v1", ArenaSettings())
+        claim_name("/mnt/cpfs/v1", AckSettings())
 
-    assert claim_name("/mnt/cpfs/v1", ArenaSettings(default_pvc="cpfs-data")) == "cpfs-data"
-    assert claim_name("pvc://cpfs-data/imagenet", ArenaSettings()) == "cpfs-data"
+    assert claim_name("/mnt/cpfs/v1", AckSettings(default_pvc="cpfs-data")) == "cpfs-data"
+    assert claim_name("pvc://cpfs-data/imagenet", AckSettings()) == "cpfs-data"
 
 
 def test_an_owner_only_adds_its_labels_and_exact_annotations_beside_arenas() -> None:
@@ -163,8 +163,8 @@ def test_an_owner_only_adds_its_labels_and_exact_annotations_beside_arenas() -> 
         task_id="train",
         map_index=3,
     )
-    plain = build_job(demo_spec(), "demo", ArenaSettings())
-    built = build_job(demo_spec(owner=owner), "demo", ArenaSettings())
+    plain = build_job(demo_spec(), "demo", AckSettings())
+    built = build_job(demo_spec(owner=owner), "demo", AckSettings())
     owned = json.loads(json.dumps(built))  # the CR and its templates share the label dicts
 
     expected = {

@@ -11,7 +11,7 @@ from typing import Any
 
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
-from aliyun_training.backends.arena import _status
+from aliyun_training.backends.ack import _status
 from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.dlc import DlcBackend
 

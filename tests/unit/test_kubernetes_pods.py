@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes_asyncio import client as async_client
 
-from aliyun_training.backends.arena import ArenaBackend, _pod_problems
+from aliyun_training.backends.ack import AckBackend, _pod_problems
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.pod_status import PodProblem, pending_problem, pod_problems
@@ -181,7 +181,7 @@ def test_a_worker_restarted_in_place_keeps_how_its_last_run_ended() -> None:
     failed = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJob job is failed", failed_node=0)
 
     assert pod_problems(data) == [PodProblem("exited", "OOMKilled", "", "pytorch", 137)]
-    failure = ArenaBackend(namespace="training").classify(failed, _pod_problems([data]), [])
+    failure = AckBackend(namespace="training").classify(failed, _pod_problems([data]), [])
     assert failure.failure_class is FailureClass.USER_CODE, failure.evidence
     assert failure.evidence == ["pod job-worker-0: container pytorch OOMKilled (exit code 137)"]
 
@@ -192,7 +192,7 @@ def test_a_pod_the_training_operator_deleted_is_read_from_the_jobs_events() -> N
     failed = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJob demo is failed")
     details = ["event demo: ExitedWithCode: Pod: training.demo-worker-0 exited with code 127"]
 
-    failure = ArenaBackend(namespace="training").classify(failed, details, [])
+    failure = AckBackend(namespace="training").classify(failed, details, [])
 
     assert failure.failure_class is FailureClass.CONFIG, failure.evidence
     assert failure.evidence[0] == details[0]
@@ -219,7 +219,7 @@ def test_the_ack_backend_classifies_what_a_node_or_controller_did_to_a_pod_as_pr
 ) -> None:
     status = JobStatus(state=JobState.FAILED, raw="Failed", reason_code=reason, exit_code=137)
 
-    failure = ArenaBackend().classify(
+    failure = AckBackend().classify(
         status, _pod_problems([pod]), ["RuntimeError: NCCL error: remote peer closed"]
     )
 
@@ -239,9 +239,7 @@ def test_a_disruption_target_without_a_pod_reason_is_preemption_too(disruption: 
     pod = ended_pod("", message, disruption)
     del pod["status"]["reason"]
 
-    failure = ArenaBackend().classify(
-        JobStatus(state=JobState.FAILED, raw="Failed"), _pod_problems([pod]), []
-    )
+    failure = AckBackend().classify(JobStatus(state=JobState.FAILED, raw="Failed"), _pod_problems([pod]), [])
 
     assert failure.failure_class is FailureClass.PREEMPTION
     assert failure.evidence[0] == f"pod job-master-0: DisruptionTarget {disruption} {message}"
@@ -250,7 +248,7 @@ def test_a_disruption_target_without_a_pod_reason_is_preemption_too(disruption: 
 def test_a_failed_job_without_evidence_of_its_own_is_infrastructure() -> None:
     status = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJobFailed: job failed")
 
-    failure = ArenaBackend().classify(status, [], [])
+    failure = AckBackend().classify(status, [], [])
 
     assert failure.failure_class is FailureClass.INFRASTRUCTURE
     assert failure.evidence == ["PyTorchJobFailed: job failed"]

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from aliyun_training.declaration import PipelineDeclaration, declare
-from aliyun_training.environments import ArenaEnvironment, DlcEnvironment
+from aliyun_training.environments import AckEnvironment, DlcEnvironment
 from aliyun_training.form import RunForm
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import StagingPlan
@@ -73,7 +73,7 @@ def test_a_file_of_another_backend_is_refused_naming_the_backend(tmp_path: Path)
     path = write_environment(tmp_path, "arena", ARENA)
 
     with pytest.raises(SpecError, match=r"^backend: 'arena' is not a backend the DlcEnvironment file"):
-        cloud.environment_for_run(path, DlcEnvironment, RunForm(backend=Backend.ARENA))
+        cloud.environment_for_run(path, DlcEnvironment, RunForm(backend=Backend.ACK))
 
 
 @pytest.mark.parametrize(
@@ -126,7 +126,7 @@ def test_data_dir_is_the_versions_folder_of_a_fixed_mount_and_left_to_the_stage_
 
 
 def test_node_resources_name_the_environments_settings_as_the_job_spec_does() -> None:
-    environment = ArenaEnvironment(
+    environment = AckEnvironment(
         image="registry.example.com/train:2",
         cpu_per_node=48,
         memory_gib_per_node=384,
@@ -218,10 +218,10 @@ def test_an_acr_build_on_ack_runs_through_the_alibaba_cloud_connection_not_the_c
         "alibaba_cloud_conn_id": "aliyun_prod",
         "image_build": {"mode": "acr", "repository": REPOSITORY, "acr": ACR},
     }
-    run = request(write_environment(tmp_path, "arena", settings), Backend.ARENA)
+    run = request(write_environment(tmp_path, "arena", settings), Backend.ACK)
     cluster = {"kubernetes_conn_id": "ack_prod", "namespace": "default"}
 
-    image = cloud.image_plan(run, ArenaEnvironment.model_validate(settings), cluster)
+    image = cloud.image_plan(run, AckEnvironment.model_validate(settings), cluster)
 
     assert image.builder == {**ACR, "alibaba_cloud_conn_id": "aliyun_prod"}, "no kaniko cluster settings"
     assert image.tag is not None and image.mode == "acr"
@@ -231,9 +231,9 @@ def test_an_acr_build_on_ack_runs_through_the_alibaba_cloud_connection_not_the_c
 
 
 def test_the_bandwidth_check_takes_the_environments_block_and_the_forms_skip() -> None:
-    environment = ArenaEnvironment(rdma_check={"line_rate_gbps": 400, "device": "mlx5_2", "gid_index": 1})
+    environment = AckEnvironment(rdma_check={"line_rate_gbps": 400, "device": "mlx5_2", "gid_index": 1})
 
-    check = cloud.rdma_check_plan(RunForm(backend=Backend.ARENA, skip_bandwidth_check=True), environment)
+    check = cloud.rdma_check_plan(RunForm(backend=Backend.ACK, skip_bandwidth_check=True), environment)
 
     assert (check.line_rate_gbps, check.device, check.gid_index, check.skip) == (400.0, "mlx5_2", 1, True)
 

@@ -20,10 +20,10 @@ from aliyun_training.validation import SpecError
 PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training"
 #: A backend's own modules: its package, its planner, its preflight checks, and the registry.
 OWN_MODULES = re.compile(
-    r"^(registry\.py|backends/.*|plan/(local|dlc|arena)\.py|preflight/(local|dlc|arena)\.py)$"
+    r"^(registry\.py|backends/.*|plan/(local|dlc|ack)\.py|preflight/(local|dlc|ack)\.py)$"
 )
 #: Switching on a backend's name: an enum member, or the name as a string literal.
-BACKEND_NAME = re.compile(r"Backend\.(LOCAL|DLC|ARENA)\b|[\"'](local|dlc|arena)[\"']")
+BACKEND_NAME = re.compile(r"Backend\.(LOCAL|DLC|ACK)\b|[\"'](local|dlc|arena)[\"']")
 #: The DLC service's name in the Alibaba Cloud hooks and the provider's connection form (an API
 #: product, not the backend).
 SERVICE_NAME_MODULES = {"hooks/alibaba_cloud.py", "hooks/dlc.py", "provider_info.py"}
@@ -55,7 +55,7 @@ def test_the_records_name_every_backend_once_and_the_form_derives_their_override
         assert backend_record(record.name.value) is record
         assert OVERRIDABLE[record.name] == frozenset(overridable_settings(record.part("environment_model")))
     assert OVERRIDABLE[Backend.LOCAL] == frozenset(), "the local backend runs on the worker: no overrides"
-    assert "priority" in OVERRIDABLE[Backend.DLC] and "priority" not in OVERRIDABLE[Backend.ARENA]
+    assert "priority" in OVERRIDABLE[Backend.DLC] and "priority" not in OVERRIDABLE[Backend.ACK]
 
 
 def test_an_unknown_backend_is_refused_naming_the_ones_there_are() -> None:

@@ -7,7 +7,7 @@ import logging
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc
 
-from aliyun_training.backends.arena import _status
+from aliyun_training.backends.ack import _status
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.backends.dlc import DlcBackend
 from aliyun_training.backends.dlc.failures import classify_dlc

@@ -87,7 +87,7 @@ MaxGpusPerNode = Annotated[
 ]
 
 
-class ArenaSettings(BaseModel):
+class AckSettings(BaseModel):
     """Cluster-level settings of the ACK backend (``backend_config``), checked as the cluster would.
 
     Every rule is one the API server, the training-operator or the kubelet applies only once a job
@@ -197,12 +197,12 @@ class ArenaSettings(BaseModel):
         return name
 
 
-def arena_settings(config: ArenaSettings | dict[str, Any]) -> ArenaSettings:
+def ack_settings(config: AckSettings | dict[str, Any]) -> AckSettings:
     """The ACK backend's settings from ``config``; ``SpecError`` naming each bad field and its fix."""
-    return validate_record(ArenaSettings, config)
+    return validate_record(AckSettings, config)
 
 
-def job_kind(spec: TrainingJobSpec, settings: ArenaSettings) -> JobKind:
+def job_kind(spec: TrainingJobSpec, settings: AckSettings) -> JobKind:
     if spec.framework is Framework.TENSORFLOW:
         return TF_JOB
     if spec.framework is Framework.MPI:
@@ -214,7 +214,7 @@ def configmap_name(name: str, kind: JobKind) -> str:
     return f"{name}-{kind.arena_type}"
 
 
-def check(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> None:
+def check(spec: TrainingJobSpec, name: str, settings: AckSettings) -> None:
     """Reject what the cluster would only reject after pods sat Pending: before anything is created."""
     for host in replica_hostnames(spec, name, settings):
         if not is_dns1035_label(host):
@@ -234,7 +234,7 @@ def check(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> None:
         claim_name(mount.uri, settings)
 
 
-def replica_hostnames(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> list[str]:
+def replica_hostnames(spec: TrainingJobSpec, name: str, settings: AckSettings) -> list[str]:
     """The job name and the longest pod hostnames and Service names its operator derives from it.
 
     The training-operator names each replica's pod and Service ``<job>-<type>-<index>`` and its
@@ -253,7 +253,7 @@ def replica_hostnames(spec: TrainingJobSpec, name: str, settings: ArenaSettings)
     return hosts
 
 
-def claim_name(uri: str | None, settings: ArenaSettings) -> str:
+def claim_name(uri: str | None, settings: AckSettings) -> str:
     """The PVC of a dataset mount: ``pvc://<claim>[/...]``, else the configured default PVC."""
     if uri and uri.startswith("pvc://"):
         claim = uri.removeprefix("pvc://").split("/", 1)[0]
@@ -272,7 +272,7 @@ def claim_name(uri: str | None, settings: ArenaSettings) -> str:
     )
 
 
-def build_job(spec: TrainingJobSpec, name: str, settings: ArenaSettings) -> dict[str, Any]:
+def build_job(spec: TrainingJobSpec, name: str, settings: AckSettings) -> dict[str, Any]:
     """The training CR as arena's chart renders it (elastic PyTorch and MPIJob v2beta1: as their
     operators define them, arena's charts having neither)."""
     kind = job_kind(spec, settings)
@@ -343,7 +343,7 @@ def elastic_policy(spec: TrainingJobSpec) -> dict[str, Any]:
 
 
 def build_configmap(
-    spec: TrainingJobSpec, name: str, settings: ArenaSettings, owner_uid: str
+    spec: TrainingJobSpec, name: str, settings: AckSettings, owner_uid: str
 ) -> dict[str, Any]:
     """The ConfigMap ``arena delete`` needs: what was submitted and which resources belong to the job."""
     kind = job_kind(spec, settings)
@@ -378,7 +378,7 @@ def app_info(resources: list[str]) -> str:
     return "\n".join(resources)
 
 
-def arena_labels(name: str, kind: JobKind, settings: ArenaSettings) -> dict[str, str]:
+def arena_labels(name: str, kind: JobKind, settings: AckSettings) -> dict[str, str]:
     return {
         "app": kind.arena_type,
         "release": name,
@@ -389,7 +389,7 @@ def arena_labels(name: str, kind: JobKind, settings: ArenaSettings) -> dict[str,
     }
 
 
-def arena_annotations(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, str]:
+def arena_annotations(spec: TrainingJobSpec, settings: AckSettings) -> dict[str, str]:
     return {
         "arena.kubeflow.org/username": settings.username,
         "requestGPUsOfJobOwner": str(spec.nodes * spec.gpus_per_node),
@@ -411,7 +411,7 @@ def owned_annotations(spec: TrainingJobSpec) -> dict[str, str]:
     return owner_annotations(spec.owner.tags()) if spec.owner else {}
 
 
-def submit_values(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any]:
+def submit_values(spec: TrainingJobSpec, settings: AckSettings) -> dict[str, Any]:
     """The chart values ``arena submit`` would have used, kept in the ConfigMap's ``values``.
 
     ``workers`` is what the chart renders as the Worker replicas: arena's pytorch submit counts the
@@ -465,7 +465,7 @@ def active_deadline_seconds(spec: TrainingJobSpec) -> int:
     return (spec.timeout_minutes + DEADLINE_MARGIN_MINUTES) * 60
 
 
-def _run_policy(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any]:
+def _run_policy(spec: TrainingJobSpec, settings: AckSettings) -> dict[str, Any]:
     policy: dict[str, Any] = {
         "activeDeadlineSeconds": active_deadline_seconds(spec),
         "backoffLimit": settings.backoff_limit,
@@ -476,14 +476,12 @@ def _run_policy(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, Any
     return policy
 
 
-def _env(spec: TrainingJobSpec, settings: ArenaSettings) -> dict[str, str]:
+def _env(spec: TrainingJobSpec, settings: AckSettings) -> dict[str, str]:
     output = {"OUTPUT_DIR": spec.output_dir} if spec.output_dir else {}
     return {**(settings.nccl_env if spec.rdma else {}), **spec.env, **output}
 
 
-def _pod_spec(
-    spec: TrainingJobSpec, settings: ArenaSettings, gpus: bool, runs_command: bool
-) -> dict[str, Any]:
+def _pod_spec(spec: TrainingJobSpec, settings: AckSettings, gpus: bool, runs_command: bool) -> dict[str, Any]:
     """One replica's pod. A pod that does not run the command (an MPIJob v2beta1 worker) has no
     command or args: only then does the mpi-operator start sshd in it for the launcher's mpirun
     (pkg/controller/mpi_job_controller.go ``newWorker``)."""
@@ -526,5 +524,5 @@ def _pod_spec(
     return pod
 
 
-def _shm_gib(spec: TrainingJobSpec, settings: ArenaSettings) -> int:
+def _shm_gib(spec: TrainingJobSpec, settings: AckSettings) -> int:
     return spec.shared_memory_gib or settings.default_shm_gib

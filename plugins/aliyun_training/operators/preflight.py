@@ -107,7 +107,7 @@ class PreflightCheckOperator(BaseOperator):
             return _machine(spec, backend_config, settings)
         backend = get_backend(spec.backend, backend_config)
         if self.group == "cluster":
-            from aliyun_training.preflight.arena import check_dataset_pvcs
+            from aliyun_training.preflight.ack import check_dataset_pvcs
 
             # Only the ACK backend's record lists "cluster", only DLC's "quota".
             return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]

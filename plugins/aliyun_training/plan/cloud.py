@@ -1,6 +1,6 @@
 """What both cloud backends plan alike: the environment with the run's overrides, image, outputs.
 
-The DLC and ACK planners (``plan.dlc``, ``plan.arena``) call these for the parts their
+The DLC and ACK planners (``plan.dlc``, ``plan.ack``) call these for the parts their
 environments name the same way; each decides its own job, staging and registration.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from aliyun_training.environments import (
-    ArenaEnvironment,
+    AckEnvironment,
     CloudEnvironment,
     DlcEnvironment,
     load_environment,
@@ -284,10 +284,10 @@ def dataset_sources(
     staging source on DLC, from the dataset claim on ACK.
     """
     loaded = load_environment(environment, backend.value)
-    if not isinstance(loaded, DlcEnvironment | ArenaEnvironment):
+    if not isinstance(loaded, DlcEnvironment | AckEnvironment):
         raise SpecError(f"backend: {backend.value!r} is not a backend {environment.name} configures")
     # ACK's prepare job reads its raw versions from the dataset claim, which cannot be listed.
-    from_claim = isinstance(loaded, ArenaEnvironment)
+    from_claim = isinstance(loaded, AckEnvironment)
     connection = loaded.oss_conn_id
     template = declaration.dataset.source_uri or loaded.staging.source_uri
     if declaration.dataset.prepare:

@@ -3,7 +3,7 @@
 The first task of every declared pipeline calls :func:`resolve_run`: the form is parsed (it is
 untrusted input, see ``aliyun_training.form``; the pipeline's own parameters are typed by its
 declaration), the dataset version chosen (:func:`choose_version`), and the run's backend plans its
-own job (``plan.local``, ``plan.dlc``, ``plan.arena``). A bad value fails that task, naming the
+own job (``plan.local``, ``plan.dlc``, ``plan.ack``). A bad value fails that task, naming the
 field and its fix, before anything is copied or submitted.
 
 Cloud settings come from the environment file the declaration names per backend, in the

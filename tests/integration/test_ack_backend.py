@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.backends import arena
-from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends import ack
+from aliyun_training.backends.ack import AckBackend
 from aliyun_training.backends.base import JobState
 from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.kubernetes.names import job_name
@@ -72,7 +72,7 @@ def operator(backend_settings: dict[str, Any] | None = None, **overrides: Any) -
 def custom_objects(
     fake: KubernetesFake, plural: str = "pytorchjobs", version: str = "v1"
 ) -> list[dict[str, Any]]:
-    backend = ArenaBackend(**settings())
+    backend = AckBackend(**settings())
     hook = backend._hook()
     return hook.custom_object_client.list_namespaced_custom_object("kubeflow.org", version, NS, plural)[
         "items"
@@ -80,7 +80,7 @@ def custom_objects(
 
 
 def configmaps() -> list[str]:
-    hook = ArenaBackend(**settings())._hook()
+    hook = AckBackend(**settings())._hook()
     return [cm.metadata.name for cm in hook.core_v1_client.list_namespaced_config_map(NS).items]
 
 
@@ -185,7 +185,7 @@ def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: Kubernetes
 def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
     owned = TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump()))
-    died_after = ArenaBackend(**settings()).submit(owned, NAME)
+    died_after = AckBackend(**settings()).submit(owned, NAME)
     ctx = task_context()
 
     trigger = defer(operator(), ctx)
@@ -193,15 +193,15 @@ def test_a_retry_after_the_worker_died_reattaches_and_creates_once(fake: Kuberne
     assert trigger.handle["job_id"] == died_after.job_id
     assert fake.count("POST", "/pytorchjobs") == 1 and fake.count("POST", "/configmaps") == 1
     assert ctx["task_state_store"][HANDLE_KEY]["job_id"] == died_after.job_id
-    ArenaBackend(**settings()).stop(died_after)
+    AckBackend(**settings()).stop(died_after)
 
 
 def test_a_failed_job_under_the_same_name_is_replaced_not_reattached(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)], outcome="Failed")
     owned = TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump()))
-    earlier = ArenaBackend(**settings()).submit(owned, NAME)
+    earlier = AckBackend(**settings()).submit(owned, NAME)
     deadline = time.monotonic() + 10
-    while ArenaBackend(**settings()).status(earlier).state.value != "failed" and time.monotonic() < deadline:
+    while AckBackend(**settings()).status(earlier).state.value != "failed" and time.monotonic() < deadline:
         time.sleep(0.05)
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
 
@@ -212,7 +212,7 @@ def test_a_failed_job_under_the_same_name_is_replaced_not_reattached(fake: Kuber
     (job,) = custom_objects(fake)
     assert job["metadata"]["uid"] == trigger.handle["job_id"].rsplit("/", 1)[-1]
     with pytest.raises(LookupError, match="replaced by a newer attempt"):
-        ArenaBackend(**settings()).status(earlier)
+        AckBackend(**settings()).status(earlier)
 
 
 def test_another_installations_job_under_the_task_name_fails_the_task_and_is_not_deleted(
@@ -220,9 +220,7 @@ def test_another_installations_job_under_the_task_name_fails_the_task_and_is_not
 ) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.01), ("Running", 0.05)], outcome="Failed")
     staging = TaskInstanceIds().owner.model_copy(update={"installation": "ml-staging"})
-    squatting = ArenaBackend(**settings()).submit(
-        TrainingJobSpec.parse(spec(owner=staging.model_dump())), NAME
-    )
+    squatting = AckBackend(**settings()).submit(TrainingJobSpec.parse(spec(owner=staging.model_dump())), NAME)
 
     with pytest.raises(AirflowFailException, match=r"not launched by this task: .*installation ml-staging"):
         operator().execute(task_context())
@@ -230,7 +228,7 @@ def test_another_installations_job_under_the_task_name_fails_the_task_and_is_not
     with pytest.raises(
         SpecError, match=r"exists and was not launched by this task .* neither replaced nor deleted"
     ):
-        ArenaBackend(**settings()).submit(
+        AckBackend(**settings()).submit(
             TrainingJobSpec.parse(spec(owner=TaskInstanceIds().owner.model_dump())), NAME
         )
 
@@ -311,7 +309,7 @@ def test_arena_delete_deletes_every_kind_of_job_this_backend_submits(
     arena_type: str,
 ) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
-    backend = ArenaBackend(**settings(**backend_settings))
+    backend = AckBackend(**settings(**backend_settings))
     backend.submit(TrainingJobSpec.parse(spec(framework=framework)), NAME)
 
     deleted = arena_delete(NAME, arena_type, conn_id=CONN_ID)
@@ -322,7 +320,7 @@ def test_arena_delete_deletes_every_kind_of_job_this_backend_submits(
 
 
 def test_mpijob_v2beta1_workers_leave_the_command_to_the_launcher_and_run_sshd(fake: KubernetesFake) -> None:
-    backend = ArenaBackend(**settings())
+    backend = AckBackend(**settings())
     handle = backend.submit(TrainingJobSpec.parse(spec(framework="mpi")), NAME)
 
     sent = next(r.body for r in fake.requests if r.method == "POST" and r.path.endswith("/mpijobs"))
@@ -346,7 +344,7 @@ def test_mpijob_v2beta1_workers_leave_the_command_to_the_launcher_and_run_sshd(f
 def test_an_elastic_job_is_a_pytorchjob_of_workers_with_the_operators_rendezvous(
     fake: KubernetesFake,
 ) -> None:
-    backend = ArenaBackend(**settings())
+    backend = AckBackend(**settings())
     elastic = spec(framework="elastic", nodes=2, min_nodes=1, max_nodes=4, gpus_per_node=8)
     handle = backend.submit(TrainingJobSpec.parse(elastic), NAME)
 
@@ -379,7 +377,7 @@ def test_status_and_failure_details_read_every_page_of_pods_and_events(
     """Two items a page: three pods take two pages, and each pod's three events two more."""
     monkeypatch.setattr(kube_hooks, "LIST_PAGE_SIZE", 2)
     fake.default_script = TrainingScript(outcome="ImagePullBackOff")
-    backend = ArenaBackend(**settings())
+    backend = AckBackend(**settings())
     handle = backend.submit(TrainingJobSpec.parse(spec(nodes=3)), NAME)
     time.sleep(0.2)  # the kubelet's pull attempts and their events
 
@@ -419,17 +417,17 @@ def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(fake: Kubern
     """A retried worker or a new triggerer builds a new backend: it reads the pods itself."""
     lines = [f"epoch {i}" for i in range(1, 6)]
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 0.3)], log_lines=lines)
-    handle = ArenaBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
+    handle = AckBackend(**settings()).submit(TrainingJobSpec.parse(spec()), NAME)
     deadline = time.monotonic() + 10
-    while not ArenaBackend(**settings()).status(handle).state.is_terminal and time.monotonic() < deadline:
+    while not AckBackend(**settings()).status(handle).state.is_terminal and time.monotonic() < deadline:
         time.sleep(0.05)
 
     # Both nodes wrote each line at the same moment: merged by time, not one node after the other.
     merged = [f"[node-{node}] {line}" for line in lines for node in (0, 1)]
-    assert ArenaBackend(**settings()).logs(handle).lines == merged
-    assert ArenaBackend(**settings()).tail(handle, 0, 2) == lines[-2:]
-    assert asyncio.run(ArenaBackend(**settings()).alogs(handle)).lines == merged
-    assert asyncio.run(ArenaBackend(**settings()).atail(handle, 0, 2)) == lines[-2:]
+    assert AckBackend(**settings()).logs(handle).lines == merged
+    assert AckBackend(**settings()).tail(handle, 0, 2) == lines[-2:]
+    assert asyncio.run(AckBackend(**settings()).alogs(handle)).lines == merged
+    assert asyncio.run(AckBackend(**settings()).atail(handle, 0, 2)) == lines[-2:]
 
 
 def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
@@ -439,7 +437,7 @@ def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
     clock = ManualClock(1_800_000_000.0)
     with kubernetes_fake(tmp_path, monkeypatch, conn_id=CONN_ID, clock=clock) as fake:
         fake.default_script = TrainingScript(phases=[("Created", 5.0), ("Running", 5.0)])
-        backend = ArenaBackend(**settings())
+        backend = AckBackend(**settings())
         handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
         lists = fake.count("GET", "/pods")
 
@@ -449,7 +447,7 @@ def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
 
         clock.advance(20)
         fake.reconcile()
-        monkeypatch.setattr(arena, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
+        monkeypatch.setattr(ack, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
         assert backend.logs(handle).lines[-1] == "[node-1] Training finished"
         assert asyncio.run(backend.alogs(handle)).lines[-1] == "[node-1] Training finished"
 
@@ -461,9 +459,9 @@ def test_every_nodes_log_arrives_once_in_time_order_however_the_reads_are_cut(
     other node's later lines until the next read, and the per-pod cursors drop what was seen. (On
     the real clock: the log API takes ``sinceSeconds``, counted back from the server's now.)"""
     lines = [f"step {i:03d} " + "x" * 40 for i in range(120)]
-    monkeypatch.setattr(arena, "LOG_BYTES_PER_POLL", 400)
+    monkeypatch.setattr(ack, "LOG_BYTES_PER_POLL", 400)
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 3.0)], log_lines=lines)
-    backend = ArenaBackend(**settings())
+    backend = AckBackend(**settings())
     handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)
     seen: list[str] = []
     cursor: dict[str, Any] | None = None

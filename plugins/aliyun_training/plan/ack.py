@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
-from aliyun_training.environments import ArenaEnvironment
+from aliyun_training.environments import AckEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.staging import staged_source, versions_directory
@@ -28,7 +28,7 @@ DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 
 
 def plan_run(request: PlanRequest) -> RunPlan:
-    env = cloud.environment_for_run(request.environment, ArenaEnvironment, request.form)
+    env = cloud.environment_for_run(request.environment, AckEnvironment, request.form)
     kubernetes = env.connection_id or KUBERNETES_DEFAULT_CONN_ID
     oss_connection = env.alibaba_cloud_conn_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
     version, mount_path = request.version, env.mount_path
@@ -50,7 +50,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
-    backend_config = arena_backend_config(env)
+    backend_config = ack_backend_config(env)
     kaniko_home = {
         "kubernetes_conn_id": kubernetes,
         "namespace": env.namespace,
@@ -76,12 +76,12 @@ def plan_run(request: PlanRequest) -> RunPlan:
     )
 
 
-def arena_backend_config(env: ArenaEnvironment) -> dict[str, Any]:
+def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
     """The ACK backend's settings from its environment: what a job carries and the reconciler reads.
 
     The cluster's own rules (names, NCCL variables, API versions) are checked here, before anything runs.
     """
-    from aliyun_training.backends.arena_manifests import arena_settings
+    from aliyun_training.backends.arena_manifests import ack_settings
 
     backend_config: dict[str, Any] = {
         "conn_id": env.connection_id or KUBERNETES_DEFAULT_CONN_ID,
@@ -94,11 +94,11 @@ def arena_backend_config(env: ArenaEnvironment) -> dict[str, Any]:
         "max_gpus_per_node": env.max_gpus_per_node,
         "username": env.username,
     }
-    arena_settings(backend_config)
+    ack_settings(backend_config)
     return backend_config
 
 
-def _raw_on_claim(request: PlanRequest, env: ArenaEnvironment) -> tuple[DatasetMount | None, str] | None:
+def _raw_on_claim(request: PlanRequest, env: AckEnvironment) -> tuple[DatasetMount | None, str] | None:
     """A prepare job reads the raw version on the dataset claim, as the bare-metal guide keeps it."""
     if request.raw is None:
         return None
@@ -111,7 +111,7 @@ def _raw_on_claim(request: PlanRequest, env: ArenaEnvironment) -> tuple[DatasetM
     return mount, f"{env.mount_path.rstrip('/')}/{request.raw.version}"
 
 
-def _check_output_pvc(env: ArenaEnvironment) -> None:
+def _check_output_pvc(env: AckEnvironment) -> None:
     """On ACK the claim mounts the outputs and ``output_uri`` says where they are: both or neither."""
     if env.output_uri and not env.output_pvc:
         raise SpecError(
@@ -130,7 +130,7 @@ def _check_output_pvc(env: ArenaEnvironment) -> None:
 
 
 def _staging(
-    request: PlanRequest, env: ArenaEnvironment, kubernetes: str, oss_connection: str
+    request: PlanRequest, env: AckEnvironment, kubernetes: str, oss_connection: str
 ) -> StagingPlan | None:
     """Copy the version onto CPFS and register it as a static PV and PVC; None: not staged."""
     block = env.staging

@@ -38,9 +38,9 @@ from aliyun_training.backends.arena_manifests import (
     OUTPUT_DIR_ANNOTATION,
     PYTORCH_JOB,
     TF_JOB,
-    ArenaSettings,
+    AckSettings,
     JobKind,
-    arena_settings,
+    ack_settings,
     build_configmap,
     build_job,
     check,
@@ -168,13 +168,13 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
 )
 
 
-class ArenaBackend:
+class AckBackend:
     """Kubeflow training jobs on ACK that ``arena list/logs/delete`` treat as their own."""
 
     name = "arena"
 
     def __init__(self, **settings: Any) -> None:
-        self.settings: ArenaSettings = arena_settings(settings)
+        self.settings: AckSettings = ack_settings(settings)
         #: Per job id: when the latest status call listed the job's pods (monotonic seconds), and them.
         self._listed: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._hooks = KubernetesHooks(self.settings.conn_id)
@@ -535,7 +535,7 @@ def _kind(handle: JobHandle) -> JobKind:
     raise LookupError(f"job id {handle.job_id!r} names no known training job kind")
 
 
-def _candidate_kinds(settings: ArenaSettings) -> list[JobKind]:
+def _candidate_kinds(settings: AckSettings) -> list[JobKind]:
     mpi = MPI_JOB_V1ALPHA1 if settings.mpi_api_version == "v1alpha1" else MPI_JOB_V2
     return [PYTORCH_JOB, TF_JOB, mpi]
 

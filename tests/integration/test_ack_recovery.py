@@ -17,7 +17,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from aliyun_training.backends.arena import ArenaBackend
+from aliyun_training.backends.ack import AckBackend
 from aliyun_training.backends.arena_manifests import GROUP, build_job
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
@@ -54,8 +54,8 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock) ->
         yield server
 
 
-def backend(**settings: Any) -> ArenaBackend:
-    return ArenaBackend(conn_id=CONN_ID, namespace=NS, **settings)
+def backend(**settings: Any) -> AckBackend:
+    return AckBackend(conn_id=CONN_ID, namespace=NS, **settings)
 
 
 def spec(owner: JobOwner | None = OWNER, **fields: Any) -> TrainingJobSpec:

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.backends.arena import ArenaBackend
-from aliyun_training.backends.arena_manifests import ArenaSettings, arena_settings, check, claim_name
+from aliyun_training.backends.ack import AckBackend
+from aliyun_training.backends.arena_manifests import AckSettings, ack_settings, check, claim_name
 from aliyun_training.kubernetes.names import JOB_NAME_MAX, job_name
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
@@ -60,17 +60,17 @@ def test_bad_settings_are_a_spec_error_naming_the_field_and_the_fix(
     config: dict[str, Any], expected: str
 ) -> None:
     with pytest.raises(SpecError, match=re.escape(expected)) as raised:
-        arena_settings(config)
+        ack_settings(config)
 
     message = str(raised.value)
-    assert message.startswith("Invalid ArenaSettings:")
+    assert message.startswith("Invalid AckSettings:")
     if "Extra inputs" not in message:
         assert "(fix: " in message
 
 
 def test_a_settings_file_that_is_not_a_mapping_is_a_spec_error() -> None:
-    with pytest.raises(SpecError, match="Input should be a valid dictionary or instance of ArenaSettings"):
-        arena_settings(None)  # type: ignore[arg-type]
+    with pytest.raises(SpecError, match="Input should be a valid dictionary or instance of AckSettings"):
+        ack_settings(None)  # type: ignore[arg-type]
 
 
 def test_good_settings_pass_through_and_the_backend_uses_the_same_check() -> None:
@@ -82,10 +82,10 @@ def test_good_settings_pass_through_and_the_backend_uses_the_same_check() -> Non
         "max_gpus_per_node": 16,
         "mpi_api_version": "v1alpha1",
     }
-    assert arena_settings(config) == ArenaSettings(**config)
-    assert ArenaBackend(**config).settings.rdma_resource == "aliyun/erdma"
+    assert ack_settings(config) == AckSettings(**config)
+    assert AckBackend(**config).settings.rdma_resource == "aliyun/erdma"
     with pytest.raises(SpecError, match="namespace: 'ML' is not a DNS-1123 label"):
-        ArenaBackend(namespace="ML")
+        AckBackend(namespace="ML")
 
 
 @pytest.mark.parametrize(
@@ -101,7 +101,7 @@ def test_a_job_name_whose_replica_names_are_no_dns_1035_labels_is_refused(
     spec: TrainingJobSpec, name: str, host: str
 ) -> None:
     with pytest.raises(SpecError) as raised:
-        check(spec, name, ArenaSettings())
+        check(spec, name, AckSettings())
 
     message = str(raised.value)
     assert message.startswith(f"name: job {name!r} would name a replica's pod and Service {host!r}")
@@ -118,11 +118,11 @@ def test_every_name_job_name_makes_passes_on_the_largest_job() -> None:
         job(framework="tensorflow", nodes=128),
         job(framework="elastic", nodes=1, max_nodes=128),
     ):
-        check(spec, name, ArenaSettings())
+        check(spec, name, AckSettings())
 
 
 def test_a_pvc_uri_naming_an_invalid_claim_is_refused() -> None:
     with pytest.raises(
         SpecError, match=r"datasets: mount 'pvc://CPFS_data/x' names PVC 'CPFS_data', which is"
     ):
-        claim_name("pvc://CPFS_data/x", ArenaSettings())
+        claim_name("pvc://CPFS_data/x", AckSettings())

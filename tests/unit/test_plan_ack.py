@@ -1,4 +1,4 @@
-"""plan.arena, called directly: the ACK job, its staged version's claim, its settings and its prepare job.
+"""plan.ack, called directly: the ACK job, its staged version's claim, its settings and its prepare job.
 
 Covers what the plans made through ``resolve_run`` (tests/unit/test_pipeline.py, the staging mode
 tests) leave out: the staging pod's settings and the PV/PVC registration of a staged version, the
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.environments import ArenaEnvironment
-from aliyun_training.plan import arena
+from aliyun_training.environments import AckEnvironment
+from aliyun_training.plan import ack
 from aliyun_training.registry import Backend
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
@@ -49,7 +49,7 @@ def request(tmp_path: Path, settings: dict[str, Any], *, template: str | None = 
     return cifar10_request(
         tmp_path,
         write_environment(tmp_path / "config", "arena", settings),
-        Backend.ARENA,
+        Backend.ACK,
         template=template,
         parameters={"epochs": 1, "batch_size": 32},
         gpus_per_node=8,
@@ -61,13 +61,13 @@ def prepare_request(tmp_path: Path, settings: dict[str, Any]) -> PlanRequest:
     """A run of the ImageNet pipeline, whose prepare stage shards raw version 2026-11-01 first. On
     ACK the raw versions are on the dataset claim: their source cannot be listed."""
     environment = write_environment(tmp_path / "config", "arena", settings)
-    return imagenet_prepare_request(tmp_path, environment, Backend.ARENA, None, gpus_per_node=8)
+    return imagenet_prepare_request(tmp_path, environment, Backend.ACK, None, gpus_per_node=8)
 
 
 def test_a_staging_pod_gets_the_cluster_namespace_and_the_blocks_pod_settings(tmp_path: Path) -> None:
     settings = {"image": IMAGE, "namespace": "training", "connection_id": "ack_prod", "staging": POD}
 
-    run = arena.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
+    run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
     staging = run.staging
     assert staging is not None
@@ -89,7 +89,7 @@ def test_a_staging_pod_gets_the_cluster_namespace_and_the_blocks_pod_settings(tm
 def test_a_staged_version_is_registered_as_its_own_claim_in_the_jobs_namespace(tmp_path: Path) -> None:
     settings = {"image": IMAGE, "namespace": "training", "connection_id": "ack_prod", "staging": POD}
 
-    run = arena.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
+    run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
     assert run.staging is not None
     registration = run.staging.registration
@@ -110,7 +110,7 @@ def test_a_staged_version_is_registered_as_its_own_claim_in_the_jobs_namespace(t
 def test_a_direct_copy_needs_no_staging_pod_settings(tmp_path: Path) -> None:
     direct = {"mode": "direct", **{k: POD[k] for k in ("target_root", "cpfs_path", "volume_kind", "server")}}
 
-    run = arena.plan_run(request(tmp_path, {"image": IMAGE, "staging": direct}, template=SOURCE_TEMPLATE))
+    run = ack.plan_run(request(tmp_path, {"image": IMAGE, "staging": direct}, template=SOURCE_TEMPLATE))
 
     assert run.staging is not None and run.staging.mode == "direct"
     assert run.staging.remote == {}
@@ -119,7 +119,7 @@ def test_a_direct_copy_needs_no_staging_pod_settings(tmp_path: Path) -> None:
 def test_a_staged_run_mounts_its_version_instead_of_the_dataset_claim(tmp_path: Path) -> None:
     settings = {"image": IMAGE, "data_pvc": "cpfs-train", **OUTPUTS, "staging": POD}
 
-    run = arena.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
+    run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
     mounts = run.job.spec.datasets
     assert [(m.uri, m.read_only) for m in mounts] == [("pvc://oss-outputs", False)], "only the outputs"
@@ -140,7 +140,7 @@ def test_oss_is_reached_through_the_alibaba_cloud_connection_and_the_cluster_thr
         "staging": {**POD, "mode": "direct"},
     }
 
-    run = arena.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
+    run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
     assert run.job.backend_config["conn_id"] == "ack_prod"
     assert run.staging is not None and run.staging.alibaba_cloud_conn_id == "aliyun_prod"
@@ -150,7 +150,7 @@ def test_oss_is_reached_through_the_alibaba_cloud_connection_and_the_cluster_thr
 
 
 def test_an_ack_run_plans_no_lingjun_preflight_settings(tmp_path: Path) -> None:
-    run = arena.plan_run(request(tmp_path, {"image": IMAGE, "data_pvc": "cpfs-train"}))
+    run = ack.plan_run(request(tmp_path, {"image": IMAGE, "data_pvc": "cpfs-train"}))
 
     preflight = run.preflight
     assert (preflight.lingjun_regions, preflight.zone_id, preflight.role_name, preflight.policy_file) == (
@@ -162,7 +162,7 @@ def test_an_ack_run_plans_no_lingjun_preflight_settings(tmp_path: Path) -> None:
 
 
 def test_the_backend_config_fills_in_the_clusters_defaults_for_blank_settings() -> None:
-    config = arena.arena_backend_config(ArenaEnvironment(namespace="ml", username="trainer"))
+    config = ack.ack_backend_config(AckEnvironment(namespace="ml", username="trainer"))
 
     assert (config["conn_id"], config["rdma_resource"], config["mpi_api_version"]) == (
         "kubernetes_default",
@@ -184,10 +184,10 @@ def test_the_backend_config_refuses_what_the_cluster_would_refuse_naming_the_fie
     settings: dict[str, Any], message: str
 ) -> None:
     """The environment file takes these as free text; the cluster's rules apply when the job is planned."""
-    environment = ArenaEnvironment(**settings)
+    environment = AckEnvironment(**settings)
 
     with pytest.raises(SpecError, match=message) as refused:
-        arena.arena_backend_config(environment)
+        ack.ack_backend_config(environment)
 
     assert "(fix: " in str(refused.value)
 
@@ -201,7 +201,7 @@ def test_a_prepare_job_reads_the_raw_version_from_the_dataset_claim(tmp_path: Pa
         "staging": {**POD, "mode": "direct"},
     }
 
-    run = arena.plan_run(prepare_request(tmp_path, settings))
+    run = ack.plan_run(prepare_request(tmp_path, settings))
 
     assert run.prepare is not None
     spec = run.prepare.job.spec
@@ -217,6 +217,6 @@ def test_a_prepare_job_without_a_dataset_claim_fails_naming_data_pvc_and_the_fix
     settings = {"image": IMAGE, **OUTPUTS, "staging": {**POD, "mode": "direct"}}
 
     with pytest.raises(SpecError, match=r"^data_pvc: on ACK the prepare stage reads raw versions") as refused:
-        arena.plan_run(prepare_request(tmp_path, settings))
+        ack.plan_run(prepare_request(tmp_path, settings))
 
     assert "(fix: set data_pvc" in str(refused.value)

@@ -8,11 +8,11 @@ from aliyun_training.backends.arena_manifests import claim_name
 from aliyun_training.findings import Finding, Verdict
 
 if TYPE_CHECKING:
-    from aliyun_training.backends.arena import ArenaBackend
+    from aliyun_training.backends.ack import AckBackend
     from aliyun_training.spec import TrainingJobSpec
 
 
-def check_dataset_pvcs(backend: ArenaBackend, spec: TrainingJobSpec) -> list[Finding]:
+def check_dataset_pvcs(backend: AckBackend, spec: TrainingJobSpec) -> list[Finding]:
     """A missing or unbound PVC leaves every pod Pending; say so before the job is created."""
     from kubernetes.client.exceptions import ApiException
 
