@@ -35,6 +35,12 @@ if TYPE_CHECKING:
 
     from pydantic.fields import FieldInfo
 
+
+class EnvironmentFileError(SpecError):
+    """An environment file is missing, malformed, incomplete or not for the pipeline: the message
+    names the file, the key path and the fix, for the administrator who writes it."""
+
+
 #: The ``json_schema_extra`` key marking a setting the trigger form may override.
 OVERRIDABLE_KEY = "overridable"
 #: The placeholders a ``staging.source_uri`` template may use.
@@ -491,28 +497,30 @@ def _read_environment(path: Path, model: type[_Model]) -> _Model:
     try:
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
-        raise SpecError(
+        raise EnvironmentFileError(
             f"environment file {path} does not exist (fix: create it from the example in the README)"
         ) from None
     except UnicodeDecodeError as exc:
-        raise SpecError(f"environment file {path} is not UTF-8 text ({exc}; fix: save it as UTF-8)") from None
+        raise EnvironmentFileError(
+            f"environment file {path} is not UTF-8 text ({exc}; fix: save it as UTF-8)"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(f"environment file {path} is not valid JSON: {exc}") from None
+        raise EnvironmentFileError(f"environment file {path} is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
-        raise SpecError(
+        raise EnvironmentFileError(
             f"environment file {path} holds a JSON {type(data).__name__ if data is not None else 'null'}, "
             "not an object of settings (fix: write the settings as one JSON object, as in the README)"
         )
-    return validate_record(model, data, title=f"environment file {path}")
+    return validate_record(model, data, title=f"environment file {path}", error=EnvironmentFileError)
 
 
 def check_use(environment: Environment, path: Path, dag_id: str, owner: str) -> None:
     """Refuse a pipeline that ``environment`` (read from ``path``) does not allow, naming why."""
     refusal = environment.refusal(dag_id, owner)
     if refusal:
-        raise SpecError(
+        raise EnvironmentFileError(
             f"environment file {path} is not for pipeline {dag_id}: {refusal} (fix: name your team's "
             "environment file in the declaration's backends block, or ask the administrator to add the "
             "pipeline to the file's allowed_pipelines or allowed_owners)"
@@ -547,7 +555,7 @@ def require_settings(environment: Environment, path: Path) -> None:
     """Refuse an environment with blank required settings, naming every one of them."""
     blank = blank_required_settings(environment)
     if blank:
-        raise SpecError(
+        raise EnvironmentFileError(
             f"environment file {path} leaves required settings blank: {', '.join(blank)} "
             "(fix: fill them in; the README's environment section says what each one is)"
         )

@@ -38,6 +38,12 @@ from aliyun_training.validation import SpecError, field_fix, validate_record, wh
 if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
 
+
+class TriggerFormError(SpecError):
+    """A trigger form's value is refused: the message names the field and the fix, for whoever
+    triggered the run (the form may change only what it offers, within its bounds)."""
+
+
 #: What an image reference pinned on the form may look like: a tag or a digest, never a bare name.
 PINNED_IMAGE_PATTERN = r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$"
 #: The largest GPU-hour budget a run may ask for when its pipeline sets none.
@@ -121,7 +127,7 @@ class RunForm(BaseModel):
         refused = sorted(set(given) - OVERRIDABLE[self.backend])
         if refused:
             allowed = sorted(OVERRIDABLE[self.backend])
-            raise SpecError(
+            raise TriggerFormError(
                 f"backend_overrides: {refused} cannot be overridden on the {self.backend.value} backend "
                 f"(fix: leave them out; the form may override {allowed or 'nothing'} there, everything else "
                 "is set by an administrator in the environment file)"
@@ -197,9 +203,9 @@ def parse_form(values: dict[str, Any], declaration: PipelineDeclaration) -> RunF
             where = ".".join([name, *(str(part) for part in error.absolute_path)])
             errors.append(f"  - {where}: {_problem(error)} (fix: {_fix(declaration, name, schema[name])})")
     if errors:
-        raise SpecError("Invalid trigger form values:\n" + "\n".join(errors))
+        raise TriggerFormError("Invalid trigger form values:\n" + "\n".join(errors))
     typed = {name: value for name, value in values.items() if name in RunForm.model_fields}
-    return validate_record(RunForm, typed, title="Invalid trigger form values")
+    return validate_record(RunForm, typed, title="Invalid trigger form values", error=TriggerFormError)
 
 
 def _problem(error: Any) -> str:

@@ -16,7 +16,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class SpecError(ValueError):
-    """A spec or record failed validation; the message names every bad field and how to fix it."""
+    """A spec or record failed validation; the message names every bad field and how to fix it.
+
+    Each kind of input has its own subclass beside its model, so a caller can tell whom a message
+    is for: ``declaration.DeclarationError`` (a pipeline's author), ``environments.EnvironmentFileError``
+    (the administrator) and ``form.TriggerFormError`` (whoever triggered the run). All are SpecError:
+    retrying cannot fix any of them, and the tasks fail at once.
+    """
 
 
 def field_fix(text: str) -> dict[str, Any]:
@@ -35,15 +41,17 @@ def whole_string_pattern(pattern: str) -> str:
     return f"{pattern}(?!\\n)"
 
 
-def validate_record(model: type[M], data: M | dict[str, Any], title: str | None = None) -> M:
-    """Build ``model`` from ``data`` or raise ``SpecError`` with one line per bad field and its fix,
+def validate_record(
+    model: type[M], data: M | dict[str, Any], title: str | None = None, error: type[SpecError] = SpecError
+) -> M:
+    """Build ``model`` from ``data`` or raise ``error`` with one line per bad field and its fix,
     under ``title`` (default: ``Invalid <model>``)."""
     if isinstance(data, model):
         return data
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise SpecError(explain(model, exc, title)) from None
+        raise error(explain(model, exc, title)) from None
 
 
 def explain(model: type[BaseModel], exc: ValidationError, title: str | None = None) -> str:

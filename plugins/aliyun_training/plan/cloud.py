@@ -15,6 +15,7 @@ from aliyun_training.environments import (
     load_environment,
     require_settings,
 )
+from aliyun_training.form import TriggerFormError
 from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
     ArtifactsPlan,
@@ -73,7 +74,7 @@ def _check_offered_quota(quota: str, environment: CloudEnvironment, environment_
         else []
     )
     if quota not in offered:
-        raise SpecError(
+        raise TriggerFormError(
             f"backend_overrides.quota_id: {quota!r} is not a quota this environment offers "
             f"(fix: use one of {offered}; an administrator adds quotas to allowed_quota_ids in "
             f"{environment_file})"
@@ -94,7 +95,7 @@ def _check_pinned_image(image: str, environment: CloudEnvironment, environment_f
         if ref
     }
     if image_repository(image) not in trusted:
-        raise SpecError(
+        raise TriggerFormError(
             f"image: {image!r} is not from a repository of this environment (fix: pin a tag or digest of "
             f"{sorted(trusted) or 'the environment image'}; an administrator adds repositories to "
             f"allowed_image_repositories in {environment_file})"

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import check_use, load_environment
-from aliyun_training.form import RunForm, parse_form
+from aliyun_training.form import RunForm, TriggerFormError, parse_form
 from aliyun_training.plan.inputs import DatasetChoice, DatasetSources, PlanRequest, RunContext
 from aliyun_training.plan.prepare import derived_dataset
 from aliyun_training.registry import backend_record
@@ -47,7 +47,7 @@ def resolve_run(
     parameters = declaration.parse_parameters(params)
     declared = declaration.backends.get(form.backend)
     if declared is None:
-        raise SpecError(
+        raise TriggerFormError(
             f"backend: {declaration.dag_id} does not run on {form.backend.value} "
             f"(fix: choose one of {[b.value for b in declaration.backends]})"
         )
@@ -81,7 +81,7 @@ def _gpu_budget(form: RunForm, declaration: PipelineDeclaration) -> float | None
     """The run's max_gpu_hours: the form's when it asks for no more than the pipeline allows."""
     limit, asked = declaration.recovery.max_gpu_hours, form.max_gpu_hours
     if asked is not None and limit is not None and asked > limit:
-        raise SpecError(
+        raise TriggerFormError(
             f"max_gpu_hours: {asked:g} is above the pipeline's {limit:g} (fix: ask for at most {limit:g}; "
             "recovery.max_gpu_hours in the declaration is the bound)"
         )
@@ -111,7 +111,7 @@ def choose_version(
             return DatasetChoice(
                 name, form.dataset_version or run.logical_date.strftime(block.format), template
             )
-        raise SpecError(
+        raise TriggerFormError(
             "dataset_version: this environment mounts a fixed dataset whose versions cannot be listed "
             "(fix: name the version in the trigger form)"
         )
