@@ -290,7 +290,7 @@ def serialized_triggers(job_ids: list[str], poll_interval: float) -> list[tuple[
         trigger = TrainingJobTrigger(
             backend="dlc",
             handle={"backend": "dlc", "job_id": job_id, "name": f"bench-{job_id}"},
-            backend_config={"conn_id": CONN_ID},
+            backend_config={"alibaba_cloud_conn_id": CONN_ID},
             poll_interval=poll_interval,
         )
         classpath, kwargs = trigger.serialize()

@@ -30,7 +30,7 @@ SPEC = {
     "command": "torchrun --nproc_per_node=8 train.py",
     "timeout_minutes": 180,
 }
-BACKEND_CONFIG = {"conn_id": "alibaba_cloud_default", "workspace_id": "ws-bench"}
+BACKEND_CONFIG = {"alibaba_cloud_conn_id": "alibaba_cloud_default", "workspace_id": "ws-bench"}
 
 for dag_id, deferrable in (("monitoring_cost_deferred", True), ("monitoring_cost_sync", False)):
     # Deferred tasks do not count against max_active_tasks, blocking ones do: all N may run at once.

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.backends.arena_manifests import MaxGpusPerNode
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.registry import backend_record
 from aliyun_training.validation import SpecError, field_fix, validate_record
@@ -328,9 +328,14 @@ class UsePolicy(_Settings):
 
 
 class CloudEnvironment(UsePolicy):
-    """What both cloud environments name alike: node resources, image, code, outputs, images."""
+    """What both cloud environments name alike: node resources, image, code, outputs, images.
 
-    connection_id: PlainId | None = None
+    Every connection is named ``<type>_conn_id`` after its Airflow connection type; an empty one is
+    the type's default connection id (``connections``).
+    """
+
+    #: The alibaba_cloud connection the PAI APIs, OSS and ACR are reached through.
+    alibaba_cloud_conn_id: PlainId = ALIBABA_CLOUD_DEFAULT_CONN_ID
     image: str | None = None
     #: Repositories the trigger form may pin an image from, besides the build's and ``image``'s.
     allowed_image_repositories: list[str] = Field(default_factory=list)
@@ -361,11 +366,6 @@ class CloudEnvironment(UsePolicy):
 
     #: What else an output_uri needs on this backend, added to the fix naming a blank one.
     output_uri_also: ClassVar[str] = ""
-
-    @property
-    def oss_conn_id(self) -> str:
-        """The alibaba_cloud connection OSS, ACR and the PAI APIs are reached through."""
-        return self.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
 class DlcEnvironment(CloudEnvironment):
@@ -405,11 +405,11 @@ class DlcEnvironment(CloudEnvironment):
 class AckEnvironment(CloudEnvironment):
     """``arena.json``: the Kubernetes connection, namespace, volumes, RDMA and NCCL of ACK jobs.
 
-    ``connection_id`` is the cluster's (a kubernetes connection); ``alibaba_cloud_conn_id`` the
-    alibaba_cloud connection OSS and ACR are reached through (direct staging, artifacts, ACR builds).
+    ``kubernetes_conn_id`` is the cluster's connection; ``alibaba_cloud_conn_id`` the one OSS and
+    ACR are reached through (direct staging, artifacts, ACR builds).
     """
 
-    alibaba_cloud_conn_id: PlainId | None = None
+    kubernetes_conn_id: PlainId = KUBERNETES_DEFAULT_CONN_ID
     namespace: Annotated[DnsLabel, Field(json_schema_extra=field_fix("a namespace name, e.g. training"))] = (
         "default"
     )
@@ -434,11 +434,6 @@ class AckEnvironment(CloudEnvironment):
     rdma_check: AckRdmaCheckSettings = Field(default_factory=AckRdmaCheckSettings)
 
     output_uri_also: ClassVar[str] = ", and output_pvc to the OSS-backed claim of that location"
-
-    @property
-    def oss_conn_id(self) -> str:
-        """``connection_id`` is the cluster's; OSS and ACR are reached through ``alibaba_cloud_conn_id``."""
-        return self.alibaba_cloud_conn_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
 class LocalEnvironment(UsePolicy):

@@ -541,7 +541,7 @@ def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
         }
         settings = {
             **_dlc_settings(cloud.ids),
-            "connection_id": "aliyun_prod",
+            "alibaba_cloud_conn_id": "aliyun_prod",
             "workspace_id": workspace.default_workspace_id,
             "staging": staging,
         }

@@ -43,7 +43,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Kubernetes
 
 def settings(**overrides: Any) -> dict[str, Any]:
     return {
-        "conn_id": CONN_ID,
+        "kubernetes_conn_id": CONN_ID,
         "namespace": NS,
         "nccl_env": {"NCCL_DEBUG": "INFO"},
         "host_network": True,

@@ -55,7 +55,7 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock) ->
 
 
 def backend(**settings: Any) -> AckBackend:
-    return AckBackend(conn_id=CONN_ID, namespace=NS, **settings)
+    return AckBackend(kubernetes_conn_id=CONN_ID, namespace=NS, **settings)
 
 
 def spec(owner: JobOwner | None = OWNER, **fields: Any) -> TrainingJobSpec:

@@ -203,7 +203,7 @@ def test_every_hostile_value_reaches_an_ack_job_as_one_argument(
     workdir.mkdir()
     spec = TrainingJobSpec.parse(arena_job(command=_command(probe, tmp_path), working_dir=str(workdir)))
 
-    backend = AckBackend(conn_id="ack_probe", namespace=NS)
+    backend = AckBackend(kubernetes_conn_id="ack_probe", namespace=NS)
     backend.submit(spec, "injection-probe")
 
     listed = backend._hook().custom_object_client.list_namespaced_custom_object(

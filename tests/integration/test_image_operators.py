@@ -505,7 +505,10 @@ def ack_spec(**overrides: Any) -> dict[str, Any]:
 def job_args(backend: str, **overrides: Any) -> dict[str, Any]:
     if backend == "dlc":
         return {"spec": dlc_spec(**overrides), "backend_config": {"workspace_id": "ws-1"}}
-    return {"spec": ack_spec(**overrides), "backend_config": {"conn_id": K8S_CONN, "namespace": NS}}
+    return {
+        "spec": ack_spec(**overrides),
+        "backend_config": {"kubernetes_conn_id": K8S_CONN, "namespace": NS},
+    }
 
 
 @pytest.fixture(params=["dlc", "arena"])

@@ -135,7 +135,10 @@ def ack_operator() -> TrainingJobOperator:
         task_id="train",
         job={
             "spec": spec,
-            "backend_config": {"conn_id": test_ack_recovery.CONN_ID, "namespace": test_ack_recovery.NS},
+            "backend_config": {
+                "kubernetes_conn_id": test_ack_recovery.CONN_ID,
+                "namespace": test_ack_recovery.NS,
+            },
             "output_root": "/mnt/output",
         },
         poll_interval=0.05,

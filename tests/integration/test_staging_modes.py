@@ -440,7 +440,7 @@ def test_an_ack_job_mounts_the_staged_claim_read_only_at_the_mount_path(kube: Ku
         task_id="train",
         job={
             "spec": arena_job(command=JOB_COMMAND, output_dir="/mnt/data/outputs/run-1"),
-            "backend_config": {"conn_id": K8S_CONN, "namespace": NS},
+            "backend_config": {"kubernetes_conn_id": K8S_CONN, "namespace": NS},
             "dataset_mount_path": MOUNT_PATH,
         },
         dataset=staged,

@@ -72,7 +72,7 @@ FORM: list[tuple[str, str, Any, bool]] = [
             {"shared_memory_gib_per_node": -1},
             {"rdma": "off"},
             {"code_dir": "/tmp"},
-            {"connection_id": "prod"},
+            {"alibaba_cloud_conn_id": "prod"},
             {"nccl_env": {"NCCL_IB_HCA": "mlx5"}},
         )
     ],

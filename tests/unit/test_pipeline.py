@@ -213,7 +213,7 @@ def test_a_kaniko_build_runs_in_the_environments_cluster_and_namespace(tmp_path:
         "image": "registry.example.com/train:1",
         "data_pvc": "cpfs-train",
         "namespace": "training",
-        "connection_id": "ack_prod",
+        "kubernetes_conn_id": "ack_prod",
         "image_pull_secrets": ["acr-pull"],
         "image_build": image_build,
     }

@@ -65,7 +65,7 @@ def prepare_request(tmp_path: Path, settings: dict[str, Any]) -> PlanRequest:
 
 
 def test_a_staging_pod_gets_the_cluster_namespace_and_the_blocks_pod_settings(tmp_path: Path) -> None:
-    settings = {"image": IMAGE, "namespace": "training", "connection_id": "ack_prod", "staging": POD}
+    settings = {"image": IMAGE, "namespace": "training", "kubernetes_conn_id": "ack_prod", "staging": POD}
 
     run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
@@ -87,7 +87,7 @@ def test_a_staging_pod_gets_the_cluster_namespace_and_the_blocks_pod_settings(tm
 
 
 def test_a_staged_version_is_registered_as_its_own_claim_in_the_jobs_namespace(tmp_path: Path) -> None:
-    settings = {"image": IMAGE, "namespace": "training", "connection_id": "ack_prod", "staging": POD}
+    settings = {"image": IMAGE, "namespace": "training", "kubernetes_conn_id": "ack_prod", "staging": POD}
 
     run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
@@ -135,14 +135,14 @@ def test_oss_is_reached_through_the_alibaba_cloud_connection_and_the_cluster_thr
         "data_pvc": "cpfs-train",
         **OUTPUTS,
         "artifact_root": "oss://ml-bucket/models/",
-        "connection_id": "ack_prod",
+        "kubernetes_conn_id": "ack_prod",
         "alibaba_cloud_conn_id": "aliyun_prod",
         "staging": {**POD, "mode": "direct"},
     }
 
     run = ack.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
-    assert run.job.backend_config["conn_id"] == "ack_prod"
+    assert run.job.backend_config["kubernetes_conn_id"] == "ack_prod"
     assert run.staging is not None and run.staging.alibaba_cloud_conn_id == "aliyun_prod"
     assert run.artifacts.alibaba_cloud_conn_id == "aliyun_prod"
     assert isinstance(run.staging.registration, PvcRegistration)
@@ -164,7 +164,7 @@ def test_an_ack_run_plans_no_lingjun_preflight_settings(tmp_path: Path) -> None:
 def test_the_backend_config_fills_in_the_clusters_defaults_for_blank_settings() -> None:
     config = ack.ack_backend_config(AckEnvironment(namespace="ml", username="trainer"))
 
-    assert (config["conn_id"], config["rdma_resource"], config["mpi_api_version"]) == (
+    assert (config["kubernetes_conn_id"], config["rdma_resource"], config["mpi_api_version"]) == (
         "kubernetes_default",
         "rdma/hca",
         "v2beta1",

@@ -214,7 +214,7 @@ def test_an_acr_build_on_ack_runs_through_the_alibaba_cloud_connection_not_the_c
 ) -> None:
     settings = {
         **ARENA,
-        "connection_id": "ack_prod",
+        "kubernetes_conn_id": "ack_prod",
         "alibaba_cloud_conn_id": "aliyun_prod",
         "image_build": {"mode": "acr", "repository": REPOSITORY, "acr": ACR},
     }
@@ -260,7 +260,7 @@ def test_artifacts_of_a_run_without_outputs_are_unavailable_naming_each_blank_se
 ) -> None:
     run = request(write_environment(tmp_path, "dlc", DLC))
 
-    artifacts = cloud.artifacts_plan(run, DlcEnvironment(), "aliyun_prod")
+    artifacts = cloud.artifacts_plan(run, DlcEnvironment(alibaba_cloud_conn_id="aliyun_prod"))
 
     unavailable = artifacts.unavailable or ""
     assert unavailable.startswith("artifacts of dlc runs are not collected: output_uri and artifact_root")

@@ -149,7 +149,7 @@ def test_a_data_flow_import_names_its_file_system_flow_and_the_environments_conn
         "data_flow_id": "df-194433a5be310001",
         "mount_target": MOUNT_TARGET,
     }
-    settings = {**CONFIGURED, "connection_id": "aliyun_prod", "staging": staging}
+    settings = {**CONFIGURED, "alibaba_cloud_conn_id": "aliyun_prod", "staging": staging}
 
     run = dlc.plan_run(request(tmp_path, settings, template=SOURCE_TEMPLATE))
 
@@ -168,9 +168,9 @@ def test_a_data_flow_import_names_its_file_system_flow_and_the_environments_conn
 def test_the_environments_connection_reaches_the_job_and_the_artifacts(tmp_path: Path) -> None:
     outputs = {"output_uri": "oss://ml-bucket/outputs/", "artifact_root": "oss://ml-bucket/models/"}
 
-    run = dlc.plan_run(request(tmp_path, {**CONFIGURED, **outputs, "connection_id": "aliyun_prod"}))
+    run = dlc.plan_run(request(tmp_path, {**CONFIGURED, **outputs, "alibaba_cloud_conn_id": "aliyun_prod"}))
 
-    assert run.job.backend_config["conn_id"] == "aliyun_prod"
+    assert run.job.backend_config["alibaba_cloud_conn_id"] == "aliyun_prod"
     assert run.artifacts.alibaba_cloud_conn_id == "aliyun_prod"
     assert run.image is not None and run.image.fixed == CONFIGURED["image"]
 
@@ -218,13 +218,13 @@ def test_the_backend_config_leaves_out_a_vpc_missing_any_of_its_three_ids(blank:
     assert partial["vpc"] is None, f"a VPC without {blank} is not sent half-empty"
 
 
-def test_the_backend_config_uses_the_default_connection_when_connection_id_is_blank() -> None:
+def test_the_backend_config_uses_the_default_connection_when_alibaba_cloud_conn_id_is_blank() -> None:
     config = dlc.dlc_backend_config(
         DlcEnvironment(region="cn-beijing", workspace_id="ws-2", image_registry_conn_id="acr_ee")
     )
 
     assert config == {
-        "conn_id": "alibaba_cloud_default",
+        "alibaba_cloud_conn_id": "alibaba_cloud_default",
         "region": "cn-beijing",
         "workspace_id": "ws-2",
         "vpc": None,

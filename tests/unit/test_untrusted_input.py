@@ -43,7 +43,16 @@ def resolve(tmp_path: Path, environment: dict[str, Any] | None = None, **form: A
 
 @pytest.mark.parametrize(
     "key",
-    ["connection_id", "namespace", "image", "code_dir", "nccl_env", "staging", "image_build", "target_root"],
+    [
+        "alibaba_cloud_conn_id",
+        "namespace",
+        "image",
+        "code_dir",
+        "nccl_env",
+        "staging",
+        "image_build",
+        "target_root",
+    ],
 )
 def test_the_form_schema_refuses_every_setting_that_is_not_overridable(key: str) -> None:
     with pytest.raises(jsonschema.ValidationError, match="Additional properties are not allowed"):
@@ -241,10 +250,10 @@ def test_a_malformed_setting_fails_naming_the_file_the_key_path_and_the_fix(
 
 
 def test_the_shipped_environment_files_parse(tmp_path: Path) -> None:
-    for backend in ("dlc", "arena"):
+    for backend, connection in (("dlc", "alibaba_cloud_conn_id"), ("arena", "kubernetes_conn_id")):
         shipped = PROJECT_DIR / "include" / "config" / f"{backend}.json"
-        assert load_environment(shipped, backend).connection_id
-        json.loads(shipped.read_text())
+        named = json.loads(shipped.read_text())[connection]
+        assert named and getattr(load_environment(shipped, backend), connection) == named
 
 
 # -- configure applies exactly the form's schema ----------------------------------------------------

@@ -177,7 +177,7 @@ class AckBackend:
         self.settings: AckSettings = ack_settings(settings)
         #: Per job id: when the latest status call listed the job's pods (monotonic seconds), and them.
         self._listed: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-        self._hooks = KubernetesHooks(self.settings.conn_id)
+        self._hooks = KubernetesHooks(self.settings.kubernetes_conn_id)
 
     @property
     def config(self) -> dict[str, Any]:

@@ -91,12 +91,12 @@ class AckSettings(BaseModel):
     """Cluster-level settings of the ACK backend (``backend_config``), checked as the cluster would.
 
     Every rule is one the API server, the training-operator or the kubelet applies only once a job
-    is submitted; here it fails ``configure`` (through :func:`arena_settings`) naming the field.
+    is submitted; here it fails ``configure`` (through :func:`ack_settings`) naming the field.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    conn_id: Annotated[
+    kubernetes_conn_id: Annotated[
         str, Field(min_length=1, json_schema_extra=field_fix("name a kubernetes connection"))
     ] = KUBERNETES_DEFAULT_CONN_ID
     namespace: Annotated[

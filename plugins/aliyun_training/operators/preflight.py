@@ -118,7 +118,7 @@ class PreflightCheckOperator(BaseOperator):
             from aliyun_training.hooks.paistudio import PaiStudioHook
             from aliyun_training.preflight.quota import check_quota
 
-            studio = shared_hook(PaiStudioHook, backend.conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
+            studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
             return _guard("quota", lambda: check_quota(studio, spec))
         return _permissions(backend, settings)
 
@@ -241,8 +241,8 @@ def _network(backend: Any, spec: TrainingJobSpec, settings: dict[str, Any]) -> l
     from aliyun_training.preflight.network import NetworkSettings, check_network, check_region
     from aliyun_training.spec import ResourceType
 
-    vpc_hook = shared_hook(VpcHook, backend.conn_id, backend.region)
-    ecs_hook = shared_hook(EcsHook, backend.conn_id, backend.region)
+    vpc_hook = shared_hook(VpcHook, backend.alibaba_cloud_conn_id, backend.region)
+    ecs_hook = shared_hook(EcsHook, backend.alibaba_cloud_conn_id, backend.region)
     lingjun = spec.resource_type is ResourceType.LINGJUN
     findings = _guard(
         "region", lambda: [check_region(vpc_hook.region, lingjun, settings.get("lingjun_regions") or [])]
@@ -289,5 +289,5 @@ def _permissions(backend: Any, settings: dict[str, Any]) -> list[Finding]:
             ),
         ]
     required = required_actions(Path(settings["policy_file"]))
-    ram = shared_hook(RamHook, backend.conn_id, backend.region)
+    ram = shared_hook(RamHook, backend.alibaba_cloud_conn_id, backend.region)
     return [*findings, *_guard("ram_role", lambda: [check_role_permissions(ram, role, required)])]

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.environments import AckEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
@@ -29,12 +28,10 @@ DEFAULT_OUTPUT_ROOT = "/mnt/data/outputs"
 
 def plan_run(request: PlanRequest) -> RunPlan:
     env = cloud.environment_for_run(request.environment, AckEnvironment, request.form)
-    kubernetes = env.connection_id or KUBERNETES_DEFAULT_CONN_ID
-    oss_connection = env.alibaba_cloud_conn_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
     version, mount_path = request.version, env.mount_path
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
     _check_output_pvc(env)
-    staging = _staging(request, env, kubernetes, oss_connection)
+    staging = _staging(request, env)
     fixed = (
         None if staging else FixedDataset(version=version, uri=f"pvc://{env.data_pvc}", mount_path=mount_path)
     )
@@ -52,7 +49,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
     )
     backend_config = ack_backend_config(env)
     kaniko_home = {
-        "kubernetes_conn_id": kubernetes,
+        "kubernetes_conn_id": env.kubernetes_conn_id,
         "namespace": env.namespace,
         "image_pull_secrets": env.image_pull_secrets,
         "installation": request.installation,
@@ -71,7 +68,6 @@ def plan_run(request: PlanRequest) -> RunPlan:
         fixed=fixed,
         kaniko_home=kaniko_home,
         preflight=PreflightPlan(),
-        oss_connection=oss_connection,
         raw=_raw_on_claim(request, env),
     )
 
@@ -84,7 +80,7 @@ def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
     from aliyun_training.backends.arena_manifests import ack_settings
 
     backend_config: dict[str, Any] = {
-        "conn_id": env.connection_id or KUBERNETES_DEFAULT_CONN_ID,
+        "kubernetes_conn_id": env.kubernetes_conn_id,
         "namespace": env.namespace,
         "rdma_resource": env.rdma_resource or "rdma/hca",
         "host_network": env.host_network,
@@ -129,9 +125,7 @@ def _check_output_pvc(env: AckEnvironment) -> None:
         )
 
 
-def _staging(
-    request: PlanRequest, env: AckEnvironment, kubernetes: str, oss_connection: str
-) -> StagingPlan | None:
+def _staging(request: PlanRequest, env: AckEnvironment) -> StagingPlan | None:
     """Copy the version onto CPFS and register it as a static PV and PVC; None: not staged."""
     block = env.staging
     if not block.mode:
@@ -140,7 +134,7 @@ def _staging(
     remote: dict[str, Any] = {}
     if block.mode == "pod":
         remote = {
-            "kubernetes_conn_id": kubernetes,
+            "kubernetes_conn_id": env.kubernetes_conn_id,
             "namespace": env.namespace,
             "dataset": request.dataset,
             "installation": request.installation,
@@ -149,7 +143,7 @@ def _staging(
             ),
         }
     register = PvcRegistration(
-        kubernetes_conn_id=kubernetes,
+        kubernetes_conn_id=env.kubernetes_conn_id,
         namespace=env.namespace,
         dataset=request.dataset,
         installation=request.installation,
@@ -164,7 +158,7 @@ def _staging(
         version=request.version,
         remote=remote,
         registration=register,
-        alibaba_cloud_conn_id=oss_connection,
+        alibaba_cloud_conn_id=env.alibaba_cloud_conn_id,
     )
     cloud.check_remote_staging(staging)
     from aliyun_training.staging.registration import check_registration

@@ -175,7 +175,7 @@ def build_tag(context_dir: Path, code_dir: Path, build_args: dict[str, str]) -> 
 
 def _acr_inherited(environment: CloudEnvironment) -> dict[str, Any]:
     """ACR builds through the environment's alibaba_cloud connection."""
-    return {"alibaba_cloud_conn_id": environment.oss_conn_id}
+    return {"alibaba_cloud_conn_id": environment.alibaba_cloud_conn_id}
 
 
 def _check_builder(mode: str, builder: dict[str, Any], repository: str, tag: str) -> None:
@@ -212,7 +212,7 @@ def output_bucket_uri(environment: CloudEnvironment) -> str | None:
     return OssLocation(location.bucket_name, location.prefix).uri
 
 
-def artifacts_plan(request: PlanRequest, environment: CloudEnvironment, oss_conn_id: str) -> ArtifactsPlan:
+def artifacts_plan(request: PlanRequest, environment: CloudEnvironment) -> ArtifactsPlan:
     """Where artifact sets go, or why nothing can be published: a setting left blank, named."""
     backend, environment_file = request.form.backend, request.environment.name
     fixes = {
@@ -231,7 +231,7 @@ def artifacts_plan(request: PlanRequest, environment: CloudEnvironment, oss_conn
         artifact_root=environment.artifact_root,
         outputs_root=output_bucket_uri(environment),
         unavailable=unavailable,
-        alibaba_cloud_conn_id=oss_conn_id,
+        alibaba_cloud_conn_id=environment.alibaba_cloud_conn_id,
     )
 
 
@@ -252,7 +252,6 @@ def cloud_run_plan(
     fixed: FixedDataset | None,
     kaniko_home: dict[str, Any],
     preflight: PreflightPlan,
-    oss_connection: str,
     raw: tuple[DatasetMount | None, str] | None = None,
 ) -> RunPlan:
     """A cloud run's plan from the parts its backend decided; the rest both backends plan alike.
@@ -260,7 +259,7 @@ def cloud_run_plan(
     ``raw`` is where a prepare job reads the raw version (its mount, if the job needs one, and path).
     """
 
-    prepare = cloud_prepare_plan(request, job, raw, oss_connection) if raw else None
+    prepare = cloud_prepare_plan(request, job, raw, environment.alibaba_cloud_conn_id) if raw else None
     return request.run_plan(
         job=job,
         fixed=fixed,
@@ -269,7 +268,7 @@ def cloud_run_plan(
         image=image_plan(request, environment, kaniko_home),
         rdma_check=rdma_check_plan(request.form, environment),
         preflight=preflight,
-        artifacts=artifacts_plan(request, environment, oss_connection),
+        artifacts=artifacts_plan(request, environment),
     )
 
 
@@ -289,7 +288,7 @@ def dataset_sources(
         raise SpecError(f"backend: {backend.value!r} is not a backend {environment.name} configures")
     # ACK's prepare job reads its raw versions from the dataset claim, which cannot be listed.
     from_claim = isinstance(loaded, AckEnvironment)
-    connection = loaded.oss_conn_id
+    connection = loaded.alibaba_cloud_conn_id
     template = declaration.dataset.source_uri or loaded.staging.source_uri
     if declaration.dataset.prepare:
         if not (loaded.staging.mode and loaded.output_uri):

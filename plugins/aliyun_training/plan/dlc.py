@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
@@ -37,7 +36,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "backend_overrides.shared_memory_gib_per_node: DLC sets shared memory on GPU nodes only and "
             "this run requests none, so it would be ignored (fix: leave it out, or request GPUs)"
         )
-    connection = env.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID
+    connection = env.alibaba_cloud_conn_id
     version, mount_path = request.version, env.dataset.mount_path
     output_root = env.output_root or DEFAULT_OUTPUT_ROOT
     staging = _staging(request, env, connection)
@@ -81,7 +80,6 @@ def plan_run(request: PlanRequest) -> RunPlan:
             role_name=env.role_name,
             policy_file=str(POLICY_FILE),
         ),
-        oss_connection=connection,
         raw=_raw_mount(request),
     )
 
@@ -90,7 +88,7 @@ def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:
     """The DLC backend's settings from its environment: what a job carries and the reconciler reads."""
     vpc = env.vpc
     return {
-        "conn_id": env.connection_id or ALIBABA_CLOUD_DEFAULT_CONN_ID,
+        "alibaba_cloud_conn_id": env.alibaba_cloud_conn_id,
         "region": env.region,
         "workspace_id": env.workspace_id,
         "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,

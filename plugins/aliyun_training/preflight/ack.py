@@ -19,7 +19,7 @@ def check_dataset_pvcs(backend: AckBackend, spec: TrainingJobSpec) -> list[Findi
     from aliyun_training.hooks.kubernetes import KubernetesHooks
 
     namespace = backend.settings.namespace
-    core = KubernetesHooks(backend.settings.conn_id).sync.core_v1_client
+    core = KubernetesHooks(backend.settings.kubernetes_conn_id).sync.core_v1_client
     findings = []
     for mount in spec.datasets:
         claim = claim_name(mount.uri, backend.settings)

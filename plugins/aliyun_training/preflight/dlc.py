@@ -23,7 +23,7 @@ _FIXES = {
 
 def check_dlc_access(backend: DlcBackend) -> Finding:
     """ListJobs in the workspace with the run's credentials: proves endpoint, keys and permission."""
-    where = f"workspace {backend.workspace_id or '(default)'} via connection {backend.conn_id}"
+    where = f"workspace {backend.workspace_id or '(default)'} via connection {backend.alibaba_cloud_conn_id}"
     try:
         backend.find("preflight-access-check")
     except AlibabaCloudConnectionError as exc:

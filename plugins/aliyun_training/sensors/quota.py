@@ -55,7 +55,7 @@ class QuotaCapacitySensor(BaseSensorOperator):
 
     def _connection(self) -> tuple[str, str | None]:
         config = self.plan.backend_config
-        return config.get("conn_id", ALIBABA_CLOUD_DEFAULT_CONN_ID), config.get("region")
+        return config.get("alibaba_cloud_conn_id", ALIBABA_CLOUD_DEFAULT_CONN_ID), config.get("region")
 
     def _hook(self) -> Any:
         from aliyun_training.hooks.paistudio import PaiStudioHook

@@ -97,20 +97,20 @@ class DlcBackend:
 
     def __init__(
         self,
-        conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID,
+        alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID,
         workspace_id: str | None = None,
         vpc: dict[str, Any] | None = None,
         image_registry_conn_id: str | None = None,
         region: str | None = None,
         log_lines_per_poll: int = 500,
     ) -> None:
-        self.conn_id = conn_id
+        self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
         self.workspace_id = workspace_id
         self.vpc = vpc
         self.image_registry_conn_id = image_registry_conn_id
         self.region = region
         self.log_lines_per_poll = log_lines_per_poll
-        self.hook = shared_hook(DlcHook, conn_id, region)
+        self.hook = shared_hook(DlcHook, alibaba_cloud_conn_id, region)
         #: Per job: the last GetJob's LogView (an optimisation: see LOG_VIEW_MAX_AGE_SECONDS).
         self._views: dict[str, LogView] = {}
         #: The VPC's CIDR blocks as DescribeVpcs reported them, read once per backend.
@@ -121,7 +121,7 @@ class DlcBackend:
     @property
     def config(self) -> dict[str, Any]:
         return {
-            "conn_id": self.conn_id,
+            "alibaba_cloud_conn_id": self.alibaba_cloud_conn_id,
             "workspace_id": self.workspace_id,
             "vpc": self.vpc,
             "image_registry_conn_id": self.image_registry_conn_id,
@@ -184,7 +184,9 @@ class DlcBackend:
         if self._vpc_cidrs is None:
             from aliyun_training.hooks.vpc import VpcHook
 
-            self._vpc_cidrs = shared_hook(VpcHook, self.conn_id, self.region).cidr_blocks(self.vpc["vpc_id"])
+            self._vpc_cidrs = shared_hook(VpcHook, self.alibaba_cloud_conn_id, self.region).cidr_blocks(
+                self.vpc["vpc_id"]
+            )
         if not self._vpc_cidrs:
             raise SpecError(
                 f"vpc.extended_cidrs: DescribeVpcs reports no CIDR block for VPC {self.vpc['vpc_id']} in "
@@ -303,7 +305,7 @@ class DlcBackend:
 
     @property
     def _studio(self) -> PaiStudioHook:
-        return shared_hook(PaiStudioHook, self.conn_id, self.region)
+        return shared_hook(PaiStudioHook, self.alibaba_cloud_conn_id, self.region)
 
     def _best_effort_failed(self, read: str, job: Any, exc: AlibabaCloudApiError) -> None:
         """Where a job waits (its place in the quota's queue, its pods' events) is information, not
