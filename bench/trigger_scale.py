@@ -169,7 +169,7 @@ async def create_jobs(count: int) -> list[str]:
     ``DlcBackend.submit`` is synchronous and would create one job at a time; its request, sent through
     the async SDK, makes the same jobs in a fraction of the time. Returns the job ids.
     """
-    from aliyun_training.backends.dlc import DlcBackend
+    from aliyun_training.backends.dlc.backend import DlcBackend
 
     backend, spec = DlcBackend(CONN_ID), job_spec()
     client = backend.hook.conn

@@ -117,7 +117,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         planner="aliyun_training.plan.dlc:plan_run",
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
         backend_config="aliyun_training.plan.dlc:dlc_backend_config",
-        backend_class="aliyun_training.backends.dlc:DlcBackend",
+        backend_class="aliyun_training.backends.dlc.backend:DlcBackend",
         spec_rules="aliyun_training.backends.dlc.request:check_spec",
     ),
     BackendRecord(

@@ -12,7 +12,7 @@ import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
 from aliyun_training.backends.base import JobHandle
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.monitor import JobMonitor

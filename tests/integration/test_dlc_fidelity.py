@@ -18,7 +18,7 @@ import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.base import FoundJob, JobHandle
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.logs import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS
 from aliyun_training.backends.dlc.request import create_job_request
 from aliyun_training.spec import TrainingJobSpec

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.request import create_job_request
 from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.hooks.credentials import MIN_DURATION_SECONDS

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from aliyun_training.backends.base import JobHandle, JobState
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.failures import BLOCKING_REASONS, DEFAULT_RECOVERY, FailureClass
 from aliyun_training.failures.torchrun import EVIDENCE_LINES
 from aliyun_training.monitor import BLOCKED_POLLS, JobMonitor

@@ -13,7 +13,7 @@ from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.ack import _status
 from aliyun_training.backends.base import JobHandle, JobState
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 
 
 def dlc_job(master_finished: str, worker_finished: str) -> Any:

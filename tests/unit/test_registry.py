@@ -4,7 +4,10 @@ outside the registry and the backends' own modules switches on a backend's name.
 from __future__ import annotations
 
 import inspect
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -78,3 +81,25 @@ def test_no_module_outside_the_registry_and_the_backends_own_switches_on_a_backe
     ]
 
     assert switching == []
+
+
+def test_checking_any_backends_spec_imports_no_airflow_and_no_cloud_sdk() -> None:
+    """The spec's rules of a backend come through its record, below the layers that import
+    Airflow: validating a spec loads no hook, SDK or Airflow module (the staging pod has none)."""
+    script = (
+        "import sys\n"
+        "from aliyun_training.spec import TrainingJobSpec\n"
+        "for backend in ('local', 'dlc', 'arena'):\n"
+        "    TrainingJobSpec.parse({'backend': backend, 'command': 'x', 'image': 'r/i:1', 'ecs_spec': 'e'})\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'alibabacloud_pai_dlc20201203', "
+        "'kubernetes', 'oss2'}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)},
+    )
+
+    assert result.stdout.strip() == "[]", result.stdout

@@ -9,7 +9,7 @@ from alibabacloud_pai_dlc20201203 import models as dlc
 
 from aliyun_training.backends.ack import _status
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
-from aliyun_training.backends.dlc import DlcBackend
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.failures import classify_dlc
 from aliyun_training.backends.dlc.status import DLC_STATES
 from aliyun_training.failures import FailureClass

@@ -9,7 +9,7 @@ from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 
 if TYPE_CHECKING:
-    from aliyun_training.backends.dlc import DlcBackend
+    from aliyun_training.backends.dlc.backend import DlcBackend
 
 _FIXES = {
     "Forbidden": "grant the RAM identity the PAI-DLC actions (AliyunPAIDLCFullAccess, or the "

@@ -6,8 +6,7 @@
 - ``logs``: streaming GetPodLogs and searching a pod's tail;
 - ``failures``: why a job failed, from DLC's verdict to the failing node's output;
 - ``backend``: :class:`DlcBackend`, the calls, each through ``hooks.dlc.DlcHook``.
+
+The package imports none of them itself: the spec checks DLC's rules (``request.check_spec``)
+without loading the backend's calls and the Airflow hooks they use.
 """
-
-from aliyun_training.backends.dlc.backend import DlcBackend
-
-__all__ = ["DlcBackend"]
