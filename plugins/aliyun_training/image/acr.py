@@ -71,7 +71,7 @@ from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.remote import RemoteStatus, register_remote_run
-from aliyun_training.validation import SpecError, validate_record
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 if TYPE_CHECKING:
     from aliyun_training.hooks.cr import CrHook
@@ -109,51 +109,57 @@ class AcrBuildSettings(BaseModel):
     force: bool = False
 
     alibaba_cloud_conn_id: Annotated[
-        str, Field(min_length=1, json_schema_extra={"fix": "name an alibaba_cloud Airflow connection"})
+        str, Field(min_length=1, json_schema_extra=field_fix("name an alibaba_cloud Airflow connection"))
     ] = ALIBABA_CLOUD_DEFAULT_CONN_ID
     instance_id: Annotated[
         str,
         Field(
             pattern=r"^cri-[A-Za-z0-9]+$",
-            json_schema_extra={"fix": "give the ACR Enterprise instance id, cri-... (ACR console, Overview)"},
+            json_schema_extra=field_fix(
+                "give the ACR Enterprise instance id, cri-... (ACR console, Overview)"
+            ),
         ),
     ]
     repo_id: Annotated[
         str | None,
         Field(
             pattern=r"^crr-[A-Za-z0-9]+$",
-            json_schema_extra={"fix": "give the repository id, crr-..., or namespace and repo_name instead"},
+            json_schema_extra=field_fix(
+                "give the repository id, crr-..., or namespace and repo_name instead"
+            ),
         ),
     ] = None
     namespace: Annotated[
         str | None,
-        Field(min_length=1, json_schema_extra={"fix": "give the repository's namespace, or repo_id instead"}),
+        Field(
+            min_length=1, json_schema_extra=field_fix("give the repository's namespace, or repo_id instead")
+        ),
     ] = None
     repo_name: Annotated[
         str | None,
-        Field(min_length=1, json_schema_extra={"fix": "give the repository's name, or repo_id instead"}),
+        Field(min_length=1, json_schema_extra=field_fix("give the repository's name, or repo_id instead")),
     ] = None
     build_rule_id: Annotated[
         str,
         Field(
             min_length=1,
-            json_schema_extra={
-                "fix": "give the id of a build rule of the repository used only by this pipeline"
-            },
+            json_schema_extra=field_fix(
+                "give the id of a build rule of the repository used only by this pipeline"
+            ),
         ),
     ]
     tag: Annotated[
         str,
         Field(
             pattern=DOCKER_TAG_PATTERN,
-            json_schema_extra={"fix": "use the content-addressed tag: letters, digits, _ . -, at most 128"},
+            json_schema_extra=field_fix("use the content-addressed tag: letters, digits, _ . -, at most 128"),
         ),
     ]
     image: Annotated[
         str,
         Field(
             pattern=r"^[A-Za-z0-9.-]+(:\d+)?/[a-z0-9._/-]+:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$",
-            json_schema_extra={"fix": "give the full reference <registry>/<namespace>/<repo>:<tag>"},
+            json_schema_extra=field_fix("give the full reference <registry>/<namespace>/<repo>:<tag>"),
         ),
     ]
 

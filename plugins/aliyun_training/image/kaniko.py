@@ -73,7 +73,7 @@ from aliyun_training.kubernetes.pods import (
     where,
 )
 from aliyun_training.remote import register_remote_run
-from aliyun_training.validation import SpecError, validate_record
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 log = logging.getLogger(__name__)
 
@@ -151,17 +151,19 @@ class KanikoSettings(PodSettings):
 
     builder_image: Annotated[
         str,
-        Field(min_length=1, json_schema_extra={"fix": "give a kaniko executor image, e.g. a mirror in ACR"}),
+        Field(
+            min_length=1, json_schema_extra=field_fix("give a kaniko executor image, e.g. a mirror in ACR")
+        ),
     ] = DEFAULT_BUILDER_IMAGE
     destination: Annotated[
         str,
         Field(
             pattern=_DESTINATION.pattern,
-            json_schema_extra={"fix": "give registry/namespace/repo:tag, without a digest"},
+            json_schema_extra=field_fix("give registry/namespace/repo:tag, without a digest"),
         ),
     ]
     tag: Annotated[
-        str, Field(pattern=f"^{_TAG}$", json_schema_extra={"fix": "use the content-addressed tag"})
+        str, Field(pattern=f"^{_TAG}$", json_schema_extra=field_fix("use the content-addressed tag"))
     ]
     #: File path in the context -> text; empty is accepted here (settings checks), refused by submit.
     context_files: dict[str, str] = Field(default_factory=dict)
@@ -172,13 +174,15 @@ class KanikoSettings(PodSettings):
         str,
         Field(
             pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
-            json_schema_extra={"fix": "name a kubernetes.io/dockerconfigjson Secret in the namespace"},
+            json_schema_extra=field_fix("name a kubernetes.io/dockerconfigjson Secret in the namespace"),
         ),
     ]
     #: Repository of kaniko's layer cache; None: ``<destination repository>/cache``.
     cache_repo: Annotated[
         str | None,
-        Field(pattern=f"^{_REPOSITORY}$", json_schema_extra={"fix": "give registry/namespace/repo, no tag"}),
+        Field(
+            pattern=f"^{_REPOSITORY}$", json_schema_extra=field_fix("give registry/namespace/repo, no tag")
+        ),
     ] = None
     cache: bool = True
     memory: str = "8Gi"

@@ -27,7 +27,7 @@ from aliyun_training.records import StagedDataset
 from aliyun_training.remote import RemoteStatus, register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.sources import SourceObject, StagingError
-from aliyun_training.validation import SpecError, validate_record
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 if TYPE_CHECKING:
     from aliyun_training.hooks.nas import NasHook
@@ -45,17 +45,17 @@ class DataFlowStagerSettings(BaseModel):
     file_system_id: Annotated[
         str,
         Field(
-            min_length=1, json_schema_extra={"fix": "give the CPFS file system id, cpfs-... or bmcpfs-..."}
+            min_length=1, json_schema_extra=field_fix("give the CPFS file system id, cpfs-... or bmcpfs-...")
         ),
     ]
     data_flow_id: Annotated[
-        str, Field(min_length=1, json_schema_extra={"fix": "give the id of the data flow from OSS, df-..."})
+        str, Field(min_length=1, json_schema_extra=field_fix("give the id of the data flow from OSS, df-..."))
     ]
     source_uri: Annotated[
-        str, Field(pattern=r"^oss://", json_schema_extra={"fix": "use oss://bucket/prefix/"})
+        str, Field(pattern=r"^oss://", json_schema_extra=field_fix("use oss://bucket/prefix/"))
     ]
     target_root: Annotated[
-        str, Field(pattern=r"^/", json_schema_extra={"fix": "an absolute directory inside the file system"})
+        str, Field(pattern=r"^/", json_schema_extra=field_fix("an absolute directory inside the file system"))
     ]
     version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
 

@@ -43,7 +43,7 @@ from aliyun_training.kubernetes.pods import PodRun, PodSettings, bare_pod, read_
 from aliyun_training.records import StagedDataset
 from aliyun_training.remote import register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN
-from aliyun_training.validation import SpecError, validate_record
+from aliyun_training.validation import SpecError, field_fix, validate_record
 
 log = logging.getLogger(__name__)
 
@@ -71,27 +71,27 @@ class PodStagerSettings(PodSettings):
     """Everything a PodStager needs; JSON-serializable, so the trigger rebuilds the stager from it."""
 
     image: Annotated[
-        str, Field(min_length=1, json_schema_extra={"fix": "give an image that contains aliyun_training"})
+        str, Field(min_length=1, json_schema_extra=field_fix("give an image that contains aliyun_training"))
     ]
     source_uri: Annotated[
-        str, Field(pattern=r"^[a-z0-9]+://", json_schema_extra={"fix": "use oss://bucket/prefix/"})
+        str, Field(pattern=r"^[a-z0-9]+://", json_schema_extra=field_fix("use oss://bucket/prefix/"))
     ]
     target_root: Annotated[
         str,
-        Field(pattern=r"^/", json_schema_extra={"fix": "use an absolute path under mount_path"}),
+        Field(pattern=r"^/", json_schema_extra=field_fix("use an absolute path under mount_path")),
     ]
     version: Annotated[
         str,
         Field(
             pattern=DATASET_VERSION_PATTERN,
-            json_schema_extra={"fix": "use letters, digits, '.', '_' or '-' (e.g. 2026-11-22)"},
+            json_schema_extra=field_fix("use letters, digits, '.', '_' or '-' (e.g. 2026-11-22)"),
         ),
     ]
     staging_pvc: Annotated[
-        str, Field(min_length=1, json_schema_extra={"fix": "name the claim of the CPFS root volume"})
+        str, Field(min_length=1, json_schema_extra=field_fix("name the claim of the CPFS root volume"))
     ]
     #: Where the staging claim is mounted (read-write) in the pod; target_root lies under it.
-    mount_path: Annotated[str, Field(pattern=r"^/", json_schema_extra={"fix": "use an absolute path"})] = (
+    mount_path: Annotated[str, Field(pattern=r"^/", json_schema_extra=field_fix("use an absolute path"))] = (
         "/mnt/cpfs"
     )
     #: Name used in the pod's name and labels; defaults to target_root's last directory.
@@ -104,7 +104,7 @@ class PodStagerSettings(PodSettings):
     access_key_secret_key: str = "akSecret"
     #: Key of an STS token in the Secret, injected when present (optional); None: never injected.
     security_token_key: str | None = "securityToken"
-    workers: Annotated[int, Field(ge=1, le=256, json_schema_extra={"fix": "use 1 to 256 workers"})] = 16
+    workers: Annotated[int, Field(ge=1, le=256, json_schema_extra=field_fix("use 1 to 256 workers"))] = 16
 
     @field_validator("target_root", "mount_path")
     @classmethod
