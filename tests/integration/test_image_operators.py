@@ -22,12 +22,8 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskD
 
 from aliyun_training.image.context import build_context, image_tag
 from aliyun_training.image.jobs import check_command
-from aliyun_training.operators.image import (
-    BUILD_HANDLE_KEY,
-    ImageBuildOperator,
-    ImageVerifyOperator,
-    RdmaBandwidthOperator,
-)
+from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
+from aliyun_training.operators.image import BUILD_HANDLE_KEY, ImageBuildOperator, ImageVerifyOperator
 from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.plan.models import ImagePlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef

@@ -15,8 +15,10 @@ from pydantic import BaseModel
 
 from aliyun_training.environments import overridable_settings
 from aliyun_training.form import OVERRIDABLE
+from aliyun_training.image.jobs import BANDWIDTH_TEST_TOOLS
 from aliyun_training.operators.preflight import CHECK_GROUPS
 from aliyun_training.registry import BACKENDS, Backend, backend_record, preflight_groups
+from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.spec import Framework
 from aliyun_training.validation import SpecError
 
@@ -59,6 +61,13 @@ def test_the_records_name_every_backend_once_and_the_form_derives_their_override
         assert OVERRIDABLE[record.name] == frozenset(overridable_settings(record.part("environment_model")))
     assert OVERRIDABLE[Backend.LOCAL] == frozenset(), "the local backend runs on the worker: no overrides"
     assert "priority" in OVERRIDABLE[Backend.DLC] and "priority" not in OVERRIDABLE[Backend.ACK]
+
+
+def test_the_image_probe_looks_for_every_program_a_backends_bandwidth_test_runs() -> None:
+    tests = {record.bandwidth_test for record in BACKENDS} - {None}
+
+    assert tests == set(BANDWIDTH_TEST_TOOLS)
+    assert {tool for tools in BANDWIDTH_TEST_TOOLS.values() for tool in tools} == set(BANDWIDTH_TOOLS)
 
 
 def test_an_unknown_backend_is_refused_naming_the_ones_there_are() -> None:

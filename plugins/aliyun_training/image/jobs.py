@@ -14,7 +14,7 @@ from aliyun_training.registry import BandwidthTest, backend_record
 from aliyun_training.spec import Framework, TrainingJobSpec
 
 #: The programs each bandwidth test runs, which the image's verification must have found.
-BANDWIDTH_TOOLS: dict[BandwidthTest, list[str]] = {
+BANDWIDTH_TEST_TOOLS: dict[BandwidthTest, list[str]] = {
     "nccl_tests": ["mpirun", "all_reduce_perf"],
     "ib_write_bw": ["ib_write_bw"],
 }

@@ -18,7 +18,8 @@ from airflow.sdk import DAG, Asset, TaskGroup, task
 
 from aliyun_training.declaration import PipelineDeclaration, declare, load_declaration
 from aliyun_training.operators.artifacts import ArtifactsOperator
-from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator, RdmaBandwidthOperator
+from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
+from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator
 from aliyun_training.operators.plan import RunPlanOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.prepare import DatasetPrepareOperator
