@@ -24,7 +24,17 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from aliyun_training.backends.arena_manifests import MaxGpusPerNode
+from aliyun_training.backends.arena_manifests import (
+    DEFAULT_MPI_API_VERSION,
+    DEFAULT_RDMA_RESOURCE,
+    MaxGpusPerNode,
+    MpiApiVersion,
+    Namespace,
+    NcclEnv,
+    PullSecrets,
+    RdmaResource,
+    Username,
+)
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.registry import backend_record
@@ -410,15 +420,13 @@ class AckEnvironment(CloudEnvironment):
     """
 
     kubernetes_conn_id: PlainId = KUBERNETES_DEFAULT_CONN_ID
-    namespace: Annotated[DnsLabel, Field(json_schema_extra=field_fix("a namespace name, e.g. training"))] = (
-        "default"
-    )
-    image_pull_secrets: list[DnsSubdomain] = Field(default_factory=list)
+    namespace: Namespace = "default"
+    image_pull_secrets: PullSecrets = Field(default_factory=list)
     max_gpus_per_node: MaxGpusPerNode = 8
-    rdma_resource: str | None = None
+    rdma_resource: RdmaResource = DEFAULT_RDMA_RESOURCE
     host_network: bool = False
-    nccl_env: dict[str, str] = Field(default_factory=dict)
-    mpi_api_version: str | None = None
+    nccl_env: NcclEnv = Field(default_factory=dict)
+    mpi_api_version: MpiApiVersion = DEFAULT_MPI_API_VERSION
     data_pvc: Annotated[
         DnsSubdomain | None, Field(json_schema_extra=field_fix("the dataset claim's name"))
     ] = None
@@ -428,7 +436,7 @@ class AckEnvironment(CloudEnvironment):
     output_pvc: Annotated[
         DnsSubdomain | None, Field(json_schema_extra=field_fix("the output claim's name"))
     ] = None
-    username: Annotated[str, Field(min_length=1, max_length=253)] = "airflow"
+    username: Username = "airflow"
     staging: AckStagingSettings = Field(default_factory=AckStagingSettings)
     image_build: AckImageBuildSettings = Field(default_factory=AckImageBuildSettings)
     rdma_check: AckRdmaCheckSettings = Field(default_factory=AckRdmaCheckSettings)

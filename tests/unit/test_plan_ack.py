@@ -8,11 +8,13 @@ settings' defaults and the cluster's own rules, and where a prepare job reads th
 
 from __future__ import annotations
 
+import json
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.environments import AckEnvironment
+from aliyun_training.backends.arena_manifests import ack_settings
+from aliyun_training.environments import AckEnvironment, EnvironmentFileError, load_environment
 from aliyun_training.plan import ack
 from aliyun_training.registry import Backend
 from aliyun_training.staging.registration import PvcRegistration
@@ -180,16 +182,21 @@ def test_the_backend_config_fills_in_the_clusters_defaults_for_blank_settings() 
         ({"rdma_resource": "rdma"}, r"rdma_resource: 'rdma' is not an extended resource name"),
     ],
 )
-def test_the_backend_config_refuses_what_the_cluster_would_refuse_naming_the_field_and_fix(
-    settings: dict[str, Any], message: str
+def test_the_environment_file_and_the_backend_settings_refuse_what_the_cluster_would_alike(
+    tmp_path: Path, settings: dict[str, Any], message: str
 ) -> None:
-    """The environment file takes these as free text; the cluster's rules apply when the job is planned."""
-    environment = AckEnvironment(**settings)
+    """One definition of each ACK setting: the file is refused when it loads, naming the file, and
+    the backend's own settings (a job's backend_config) refuse the same value with the same words."""
+    path = tmp_path / "arena.json"
+    path.write_text(json.dumps(settings))
 
-    with pytest.raises(SpecError, match=message) as refused:
-        ack.ack_backend_config(environment)
+    with pytest.raises(EnvironmentFileError, match=message) as in_the_file:
+        load_environment(path, "arena")
+    with pytest.raises(SpecError, match=message) as in_the_backend:
+        ack_settings(settings)
 
-    assert "(fix: " in str(refused.value)
+    assert str(path) in str(in_the_file.value)
+    assert "(fix: " in str(in_the_file.value) and "(fix: " in str(in_the_backend.value)
 
 
 def test_a_prepare_job_reads_the_raw_version_from_the_dataset_claim(tmp_path: Path) -> None:

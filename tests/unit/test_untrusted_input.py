@@ -228,7 +228,7 @@ def test_an_environment_file_that_is_not_an_object_of_settings_is_refused(
         (
             "arena",
             {"namespace": "Team A"},
-            r"namespace: 'Team A' is not a DNS-1123 label .*\(fix: a namespace name",
+            r"namespace: 'Team A' is not a DNS-1123 label.*\(fix: use the namespace's name",
         ),
         ("arena", {"max_gpus_per_node": 0}, r"max_gpus_per_node: Input should be greater than or equal to 1"),
         ("arena", {"nccl_env": {"NCCL_DEBUG": 1}}, r"nccl_env.NCCL_DEBUG: Input should be a valid string"),

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from aliyun_training.connections import KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import (
@@ -31,6 +31,7 @@ from aliyun_training.kubernetes.names import (
     is_dns_label,
     is_dns_subdomain,
     is_extended_resource_name,
+    json_schema,
     owner_annotations,
 )
 from aliyun_training.spec import INJECTED_ENV_VARS, Framework, TrainingJobSpec, invalid_env_names
@@ -87,6 +88,93 @@ MaxGpusPerNode = Annotated[
 ]
 
 
+def _namespace_is_a_label(namespace: str) -> str:
+    if not is_dns_label(namespace):
+        raise ValueError(f"{namespace!r} is not a DNS-1123 label, as namespace names must be")
+    return namespace
+
+
+def _secret_names(names: list[str]) -> list[str]:
+    bad = [name for name in names if not is_dns_subdomain(name)]
+    if bad:
+        raise ValueError(f"{bad} are not DNS-1123 subdomains, as Secret names must be")
+    return names
+
+
+def _claim_name(name: str) -> str:
+    if not is_dns_subdomain(name):
+        raise ValueError(f"{name!r} is not a DNS-1123 subdomain, as PersistentVolumeClaim names must be")
+    return name
+
+
+def _nccl_names(env: dict[str, str]) -> dict[str, str]:
+    bad = invalid_env_names(env)
+    if bad:
+        raise ValueError(f"{bad} are not environment variable names (letters, digits and _)")
+    reserved = sorted(n for n in env if n in RESERVED_ENV_VARS or n.startswith(RESERVED_ENV_PREFIX))
+    if reserved:
+        raise ValueError(
+            f"{reserved} are set on every node by the training operator or this pipeline (the "
+            f"rendezvous {sorted(INJECTED_ENV_VARS)}, torchrun's {RESERVED_ENV_PREFIX}*, OUTPUT_DIR, "
+            "DATA_DIR); remove them"
+        )
+    return env
+
+
+def _extended_resource(name: str) -> str:
+    if not is_extended_resource_name(name):
+        raise ValueError(
+            f"{name!r} is not an extended resource name (<domain>/<name>, a domain outside "
+            "kubernetes.io, as device plugins advertise them)"
+        )
+    return name
+
+
+# The ACK settings an environment file (``environments.AckEnvironment``) and the backend's own
+# settings (``AckSettings``) both hold, each defined once with the rule the cluster applies.
+Namespace = Annotated[
+    str,
+    AfterValidator(_namespace_is_a_label),
+    Field(
+        json_schema_extra={
+            **field_fix("use the namespace's name, e.g. training (lowercase, digits, '-')"),
+            **json_schema("label"),
+        }
+    ),
+]
+PullSecrets = Annotated[
+    list[Annotated[str, Field(json_schema_extra=json_schema("subdomain"))]],
+    AfterValidator(_secret_names),
+    Field(json_schema_extra=field_fix("name docker-registry Secrets of the namespace")),
+]
+NcclEnv = Annotated[
+    dict[StrictStr, StrictStr],
+    AfterValidator(_nccl_names),
+    Field(
+        json_schema_extra=field_fix(
+            'give NCCL variables as names to string values, e.g. {"NCCL_DEBUG": "INFO"}'
+        )
+    ),
+]
+#: Extended resource that grants RDMA: ``rdma/hca`` on Lingjun nodes, ``aliyun/erdma`` on ECS.
+RdmaResource = Annotated[
+    str,
+    AfterValidator(_extended_resource),
+    Field(json_schema_extra=field_fix("use the device plugin's resource, e.g. rdma/hca or aliyun/erdma")),
+]
+#: ``v2beta1`` for today's mpi-operator; ``v1alpha1`` for clusters on arena's old one.
+MpiApiVersion = Annotated[
+    Literal["v2beta1", "v1alpha1"],
+    Field(json_schema_extra=field_fix("use v2beta1 (mpi-operator v0.3+) or v1alpha1 (arena's old operator)")),
+]
+#: The Kubernetes user arena records as the job owner.
+Username = Annotated[
+    str, Field(min_length=1, max_length=253, json_schema_extra=field_fix("name the submitting user"))
+]
+DEFAULT_RDMA_RESOURCE = "rdma/hca"
+DEFAULT_MPI_API_VERSION: Literal["v2beta1", "v1alpha1"] = "v2beta1"
+
+
 class AckSettings(BaseModel):
     """Cluster-level settings of the ACK backend (``backend_config``), checked as the cluster would.
 
@@ -99,41 +187,18 @@ class AckSettings(BaseModel):
     kubernetes_conn_id: Annotated[
         str, Field(min_length=1, json_schema_extra=field_fix("name a kubernetes connection"))
     ] = KUBERNETES_DEFAULT_CONN_ID
-    namespace: Annotated[
-        str,
-        Field(
-            json_schema_extra=field_fix("use the namespace's name, e.g. training (lowercase, digits, '-')")
-        ),
-    ] = "default"
-    #: Extended resource that grants RDMA: ``rdma/hca`` on Lingjun nodes, ``aliyun/erdma`` on ECS.
-    rdma_resource: Annotated[
-        str,
-        Field(json_schema_extra=field_fix("use the device plugin's resource, e.g. rdma/hca or aliyun/erdma")),
-    ] = "rdma/hca"
+    namespace: Namespace = "default"
+    rdma_resource: RdmaResource = DEFAULT_RDMA_RESOURCE
     host_network: bool = False
-    nccl_env: Annotated[
-        dict[StrictStr, StrictStr],
-        Field(
-            json_schema_extra=field_fix(
-                'give NCCL variables as names to string values, e.g. {"NCCL_DEBUG": "INFO"}'
-            )
-        ),
-    ] = Field(default_factory=dict)
-    image_pull_secrets: Annotated[
-        list[str], Field(json_schema_extra=field_fix("name docker-registry Secrets of the namespace"))
-    ] = Field(default_factory=list)
-    #: ``v2beta1`` for today's mpi-operator; ``v1alpha1`` for clusters on arena's old one.
-    mpi_api_version: Annotated[
-        Literal["v2beta1", "v1alpha1"],
-        Field(
-            json_schema_extra=field_fix("use v2beta1 (mpi-operator v0.3+) or v1alpha1 (arena's old operator)")
-        ),
-    ] = "v2beta1"
+    nccl_env: NcclEnv = Field(default_factory=dict)
+    image_pull_secrets: PullSecrets = Field(default_factory=list)
+    mpi_api_version: MpiApiVersion = DEFAULT_MPI_API_VERSION
     #: GPUs in one node of the cluster's GPU node type; more per node can never schedule.
     max_gpus_per_node: MaxGpusPerNode = 8
     #: PVC for a dataset mount whose URI names none (``pvc://<claim>/...`` does).
     default_pvc: Annotated[
-        str | None, Field(json_schema_extra=field_fix("name a PersistentVolumeClaim of the namespace"))
+        Annotated[str, AfterValidator(_claim_name)] | None,
+        Field(json_schema_extra=field_fix("name a PersistentVolumeClaim of the namespace")),
     ] = None
     backoff_limit: Annotated[StrictInt, Field(ge=0, json_schema_extra=field_fix("use 0 or more retries"))] = 0
     ttl_seconds_after_finished: Annotated[
@@ -144,57 +209,7 @@ class AckSettings(BaseModel):
     ] = "Running"
     #: /dev/shm size when the spec asks for none: arena's ``--share-memory`` default.
     default_shm_gib: Annotated[StrictInt, Field(ge=1, json_schema_extra=field_fix("use 1 GiB or more"))] = 2
-    #: The Kubernetes user arena records as the job owner.
-    username: Annotated[str, Field(min_length=1, json_schema_extra=field_fix("name the submitting user"))] = (
-        "airflow"
-    )
-
-    @field_validator("namespace")
-    @classmethod
-    def _namespace_is_a_label(cls, namespace: str) -> str:
-        if not is_dns_label(namespace):
-            raise ValueError(f"{namespace!r} is not a DNS-1123 label, as namespace names must be")
-        return namespace
-
-    @field_validator("image_pull_secrets")
-    @classmethod
-    def _secret_names(cls, names: list[str]) -> list[str]:
-        bad = [name for name in names if not is_dns_subdomain(name)]
-        if bad:
-            raise ValueError(f"{bad} are not DNS-1123 subdomains, as Secret names must be")
-        return names
-
-    @field_validator("default_pvc")
-    @classmethod
-    def _claim_name(cls, name: str | None) -> str | None:
-        if name is not None and not is_dns_subdomain(name):
-            raise ValueError(f"{name!r} is not a DNS-1123 subdomain, as PersistentVolumeClaim names must be")
-        return name
-
-    @field_validator("nccl_env")
-    @classmethod
-    def _nccl_names(cls, env: dict[str, str]) -> dict[str, str]:
-        bad = invalid_env_names(env)
-        if bad:
-            raise ValueError(f"{bad} are not environment variable names (letters, digits and _)")
-        reserved = sorted(n for n in env if n in RESERVED_ENV_VARS or n.startswith(RESERVED_ENV_PREFIX))
-        if reserved:
-            raise ValueError(
-                f"{reserved} are set on every node by the training operator or this pipeline (the "
-                f"rendezvous {sorted(INJECTED_ENV_VARS)}, torchrun's {RESERVED_ENV_PREFIX}*, OUTPUT_DIR, "
-                "DATA_DIR); remove them"
-            )
-        return env
-
-    @field_validator("rdma_resource")
-    @classmethod
-    def _extended_resource(cls, name: str) -> str:
-        if not is_extended_resource_name(name):
-            raise ValueError(
-                f"{name!r} is not an extended resource name (<domain>/<name>, a domain outside "
-                "kubernetes.io, as device plugins advertise them)"
-            )
-        return name
+    username: Username = "airflow"
 
 
 def ack_settings(config: AckSettings | dict[str, Any]) -> AckSettings:

@@ -82,11 +82,11 @@ def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
     backend_config: dict[str, Any] = {
         "kubernetes_conn_id": env.kubernetes_conn_id,
         "namespace": env.namespace,
-        "rdma_resource": env.rdma_resource or "rdma/hca",
+        "rdma_resource": env.rdma_resource,
         "host_network": env.host_network,
         "nccl_env": env.nccl_env,
         "image_pull_secrets": env.image_pull_secrets,
-        "mpi_api_version": env.mpi_api_version or "v2beta1",
+        "mpi_api_version": env.mpi_api_version,
         "max_gpus_per_node": env.max_gpus_per_node,
         "username": env.username,
     }
