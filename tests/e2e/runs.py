@@ -27,6 +27,13 @@ def dlc_conf(**fields: object) -> dict[str, object]:
     return {"backend": "dlc", "nodes": 2, "gpus_per_node": 8, **fields}
 
 
+def from_train(account: Account) -> dict[str, object]:
+    """Form fields for a run whose checks start at train: a pinned image (no build, no image or
+    fabric check) and no preflight. About half the task starts of a whole run, so a scenario about
+    the train task's job costs half the CPU; whole runs are checked by the runs' own scenarios."""
+    return {"image": f"{account.registry.host}/ml/train:latest", "skip_preflight": True}
+
+
 def arena_conf() -> dict[str, object]:
     """An ACK run's form; the environment configures the rest."""
     return {"backend": "arena", "nodes": 2, "gpus_per_node": 8}

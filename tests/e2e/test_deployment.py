@@ -30,6 +30,7 @@ from tests.e2e.runs import (
     assert_no_secret_in_logs,
     assert_succeeded,
     dlc_conf,
+    from_train,
     logical,
     manifest_of,
     run_dlc,
@@ -143,8 +144,7 @@ def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_thei
     assert ids["prod"] != ids["staging"], "two API servers, two installation ids"
     account.dlc.script_for(TRAIN_PREFIX, dlc_lifetime(3600.0))
     account.kube.script_for(TRAIN_PREFIX, kube_lifetime(3600.0))
-    # What is checked here starts at train: a pinned image and no preflight keep the runs short.
-    short = {"image": f"{account.registry.host}/ml/train:latest", "skip_preflight": True}
+    short = from_train(account)
     try:
         # The same run on DLC in both: production's callback stops production's job only.
         account.put_dataset("2026-11-01")

@@ -24,6 +24,7 @@ from tests.e2e.runs import (
     arena_conf,
     assert_no_secret_in_logs,
     assert_succeeded,
+    from_train,
     logical,
     long_train,
     manifest_of,
@@ -73,7 +74,7 @@ def test_a_killed_and_restarted_triggerer_loses_no_job_and_submits_none_twice(
     # The job runs until the restarted triggerer has taken over watching it, then finishes.
     account.dlc.script_for(TRAIN_PREFIX, long_train(600.0))
     creates, stops = len(account.creates()), account.stops()
-    run_id = run_dlc(airflow, account, "2026-10-25")
+    run_id = run_dlc(airflow, account, "2026-10-25", **from_train(account))
     try:
         airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
         job = account.dlc_job(account.creates()[-1]["DisplayName"])
@@ -105,7 +106,7 @@ def test_a_worker_killed_during_submission_is_retried_and_reattaches(
     account.dlc.script_for(TRAIN_PREFIX, long_train(600.0))
     creates, stops = len(account.creates()), account.stops()
     account.hold = Hold(TRAIN_PREFIX)
-    run_id = run_dlc(airflow, account, "2026-11-01")
+    run_id = run_dlc(airflow, account, "2026-11-01", **from_train(account))
     try:
         assert account.hold.arrived.wait(RUN_TIMEOUT), "train submitted its job"
         worker = "worker" if "worker" in airflow.services() else "scheduler"
@@ -130,7 +131,7 @@ def test_marking_a_deferred_task_failed_stops_its_job_within_two_poll_intervals(
     airflow: Deployment, account: Account
 ) -> None:
     account.dlc.script_for(TRAIN_PREFIX, long_train())
-    run_id = run_dlc(airflow, account, "2026-11-08")
+    run_id = run_dlc(airflow, account, "2026-11-08", **from_train(account))
     try:
         airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
         job = account.dlc_job(account.creates()[-1]["DisplayName"])
@@ -172,7 +173,7 @@ def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one
     # the cleared task's new try must neither reattach to it nor launch beside it.
     account.dlc.script_for(TRAIN_PREFIX, long_train())
     account.dlc.stopping_seconds = 3 * TRAIN_POLL_SECONDS
-    run_id = run_dlc(airflow, account, "2026-11-15")
+    run_id = run_dlc(airflow, account, "2026-11-15", **from_train(account))
     try:
         airflow.wait_for_task(DAG_ID, run_id, "train", {"deferred"}, RUN_TIMEOUT)
         job = account.dlc_job(account.creates()[-1]["DisplayName"])
