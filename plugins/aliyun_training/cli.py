@@ -20,6 +20,7 @@ environment file (``docs/schema/`` holds them, for editors that validate JSON as
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from datetime import UTC, datetime
@@ -41,7 +42,11 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(environment_schema(args.backend), indent=2, sort_keys=True))
         return 0
     try:
-        document = plan_command(args)
+        # What the planning and the preflight log (Airflow's handlers write to whatever sys.stdout
+        # is when they emit) goes to stderr: stdout carries only the document, so it parses as
+        # JSON with the preflight as without it.
+        with contextlib.redirect_stdout(sys.stderr):
+            document = plan_command(args)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -73,6 +73,26 @@ def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: P
     assert document["checks"]["preflight"] == {"skipped": "not checked: the dry run ran without preflight"}
 
 
+def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_stderr(tmp_path: Path) -> None:
+    (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
+    generator = PROJECT_DIR / "include" / "training" / "make_synthetic_cifar10.py"
+    version = tmp_path / "object-store" / "cifar10" / "2026-11-22"
+    subprocess.run(
+        [sys.executable, str(generator), "--out", str(version), "--train", "8", "--test", "4"], check=True
+    )
+    env = {**os.environ, "PYTHONPATH": "plugins", "ALIYUN_TRAINING_LOCAL_ROOT": str(tmp_path)}
+    argv = [sys.executable, *shlex.split(command.removeprefix("PYTHONPATH=plugins .venv/bin/python"))]
+    argv.remove("--no-preflight")
+
+    done = subprocess.run(argv, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    checks = {f["check"]: f["verdict"] for f in document["checks"]["preflight"]["findings"]}
+    assert checks["cpus"] == "PASS"
+    assert "Preflight machine:" in done.stderr, "the preflight's table is logged, on stderr"
+
+
 def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
