@@ -28,6 +28,13 @@ class Finding(BaseModel):
     found: str
     fix: str = ""
 
+    @classmethod
+    def failed_with(cls, check: str, error: Exception, default_fix: str) -> Finding:
+        """The failing finding of a check that could not run: an error's message in this package
+        ends with its fix, ``... (fix: ...)``, which goes to ``fix``; else ``default_fix`` does."""
+        found, _, fix = str(error).partition(" (fix: ")
+        return cls(check=check, verdict=Verdict.FAIL, found=found, fix=fix.removesuffix(")") or default_fix)
+
 
 class NotApplicable(BaseModel):
     """A check that did not run, and why: it does not apply to the run's backend, or the run asked to

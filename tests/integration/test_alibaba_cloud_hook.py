@@ -100,6 +100,20 @@ def dlc_connection(monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator, **extras: 
 # --------------------------------------------------------------------------------- validation
 
 
+async def test_an_undefined_connection_is_named_with_the_ways_to_define_it() -> None:
+    name = f"alibaba_cloud_{uuid.uuid4().hex[:8]}"
+
+    with pytest.raises(AlibabaCloudConnectionError) as sync_caught:
+        _ = AlibabaCloudHook(name).extras
+    with pytest.raises(AlibabaCloudConnectionError) as async_caught:
+        await AlibabaCloudHook(name).aload()
+
+    for caught in (sync_caught, async_caught):
+        message = str(caught.value)
+        assert f"connection '{name}' is not defined" in message
+        assert "type 'Alibaba Cloud'" in message and f"AIRFLOW_CONN_{name.upper()}" in message
+
+
 def test_access_key_id_without_secret_is_rejected_with_the_fix() -> None:
     with pytest.raises(AlibabaCloudConnectionError) as caught:
         AlibabaCloudHook().load_extras({"access_key_id": AK, "region": REGION})

@@ -93,6 +93,37 @@ def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_s
     assert "Preflight machine:" in done.stderr, "the preflight's table is logged, on stderr"
 
 
+@pytest.mark.parametrize(
+    ("environment", "connection", "checks"),
+    [
+        ("examples/dlc.json", "alibaba_cloud_default", {"network", "quota", "dlc_access", "ram_role"}),
+        ("examples/arena.json", "kubernetes_default", {"pvc"}),
+    ],
+)
+def test_a_dry_run_with_its_preflight_and_no_connection_fails_the_checks_naming_it(
+    environment: str,
+    connection: str,
+    checks: set[str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if f"{environment} " in c]
+    for name in ("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", "AIRFLOW_CONN_KUBERNETES_DEFAULT", "KUBECONFIG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.kube/config to fall back on
+
+    document = dry_run(command.removesuffix(" --no-preflight"), capsys, monkeypatch)
+
+    failed = {f["check"]: f for f in document["checks"]["preflight"]["findings"] if f["verdict"] == "FAIL"}
+    assert set(failed) == checks
+    for finding in failed.values():
+        assert f"connection '{connection}'" in finding["found"]
+        assert (
+            f"AIRFLOW_CONN_{connection.upper()}" in finding["fix"] and "Admin > Connections" in finding["fix"]
+        )
+
+
 def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -114,14 +114,35 @@ class AlibabaCloudHook(BaseHook):
     @property
     def extras(self) -> dict[str, Any]:
         if self._extras is None:
-            self.load_extras(self.get_connection(self.alibaba_cloud_conn_id).extra_dejson)
+            from airflow.sdk.exceptions import AirflowNotFoundException
+
+            try:
+                connection = self.get_connection(self.alibaba_cloud_conn_id)
+            except AirflowNotFoundException:
+                raise self._undefined() from None
+            self.load_extras(connection.extra_dejson)
         return self._extras  # type: ignore[return-value]  # load_extras has set it
 
     async def aload(self) -> None:
         """Read the connection without blocking the event loop (triggers call this first)."""
         if self._extras is None:
-            connection = await self.aget_connection(self.alibaba_cloud_conn_id)
+            from airflow.sdk.exceptions import AirflowNotFoundException
+
+            try:
+                connection = await self.aget_connection(self.alibaba_cloud_conn_id)
+            except AirflowNotFoundException:
+                raise self._undefined() from None
             self.load_extras(connection.extra_dejson)
+
+    def _undefined(self) -> AlibabaCloudConnectionError:
+        """A connection that does not exist, named with the ways to define it: a preflight reports
+        this as a failing finding and a task fails with it, instead of Airflow's bare lookup error."""
+        name, kind = self.alibaba_cloud_conn_id, AlibabaCloudHook.hook_name
+        return AlibabaCloudConnectionError(
+            f"connection {name!r} is not defined (fix: add it in Admin > Connections with the type "
+            f"{kind!r}, or as the environment variable AIRFLOW_CONN_{name.upper()}, or name another "
+            "connection in the environment file's alibaba_cloud_conn_id)"
+        )
 
     def load_extras(self, extras: dict[str, Any]) -> None:
         """Validate and keep the extras; register their secrets with the masker first.

@@ -34,6 +34,19 @@ UNAUTHORIZED = 401
 _RELOADING = "Kubernetes connection %s: the API server rejected the credentials (401); loading them again"
 
 
+class KubernetesConnectionError(ValueError):
+    """The connection gives no cluster to talk to; the message names the connection and the fix."""
+
+
+def _no_cluster(conn_id: str, why: str) -> KubernetesConnectionError:
+    return KubernetesConnectionError(
+        f"connection {conn_id!r} gives no cluster: {why} (fix: add it in Admin > Connections with the "
+        f"type 'Kubernetes Cluster Connection' and the ACK cluster's kubeconfig, or as the environment "
+        f"variable AIRFLOW_CONN_{conn_id.upper()}, or name another connection in the environment "
+        "file's kubernetes_conn_id)"
+    )
+
+
 class KubernetesHooks:
     """The sync ``KubernetesHook`` and the async ``AsyncKubernetesHook`` of ``conn_id``.
 
@@ -60,7 +73,9 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
     """The provider's two hooks with credential reloading, defined on first use: importing the
     provider and both clients takes time a DAG parse must not spend."""
     from airflow.providers.cncf.kubernetes.hooks.kubernetes import AsyncKubernetesHook, KubernetesHook
+    from airflow.sdk.exceptions import AirflowNotFoundException
     from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
     from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
     class RenewingKubernetesHook(KubernetesHook):
@@ -69,7 +84,15 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
         file or exec plugin included), then repeats the request."""
 
         def get_conn(self) -> Any:
-            api = super().get_conn()
+            # The provider reads a missing default connection as "in the cluster, else
+            # ~/.kube/config", and fails with the kubeconfig loader's words when neither is there.
+            name = self.conn_id or self.default_conn_name
+            try:
+                api = super().get_conn()
+            except AirflowNotFoundException:
+                raise _no_cluster(name, "it is not defined") from None
+            except ConfigException as exc:
+                raise _no_cluster(name, f"no kubeconfig in it, in the pod or at ~/.kube ({exc})") from None
             send = api.call_api
 
             def call_api(*args: Any, **kwargs: Any) -> Any:

@@ -210,15 +210,13 @@ class PreflightReportOperator(BaseOperator):
 def _guard(name: str, checks: Callable[[], list[Finding]]) -> list[Finding]:
     """A check that cannot run (bad input, an API error) is a failing finding, not a crash."""
     from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
+    from aliyun_training.hooks.kubernetes import KubernetesConnectionError
     from aliyun_training.hooks.retry import AlibabaCloudApiError
 
     try:
         return checks()
-    except (SpecError, AlibabaCloudConnectionError, AlibabaCloudApiError) as exc:
-        found, _, fix = str(exc).partition(" (fix: ")
-        return [
-            Finding(check=name, verdict=Verdict.FAIL, found=found, fix=fix.rstrip(")") or "see the message")
-        ]
+    except (SpecError, AlibabaCloudConnectionError, KubernetesConnectionError, AlibabaCloudApiError) as exc:
+        return [Finding.failed_with(name, exc, "see the message")]
 
 
 def _machine(

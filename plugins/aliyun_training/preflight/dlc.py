@@ -27,9 +27,7 @@ def check_dlc_access(backend: DlcBackend) -> Finding:
     try:
         backend.find("preflight-access-check")
     except AlibabaCloudConnectionError as exc:
-        return Finding(
-            check="dlc_access", verdict=Verdict.FAIL, found=str(exc), fix="fix the connection extras"
-        )
+        return Finding.failed_with("dlc_access", exc, "fix the connection extras")
     except AlibabaCloudApiError as exc:
         fix = _FIXES.get(exc.code, "check the connection's region, endpoints and the workspace id")
         return Finding(check="dlc_access", verdict=Verdict.FAIL, found=f"{where}: {exc}", fix=fix)
