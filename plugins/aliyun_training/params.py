@@ -9,6 +9,7 @@ reads: titles, descriptions, sections and the backends' labels.
 
 from __future__ import annotations
 
+from datetime import date
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param
@@ -21,8 +22,11 @@ if TYPE_CHECKING:
 
 #: The form's section for what only cloud runs read, folded away for a local run.
 CLOUD_SECTION = "Cloud backends (DLC, ACK)"
-#: The form's section for the switches of unusual runs.
-ADVANCED_SECTION = "Advanced"
+#: The form's section for switches only an emergency calls for; not "Advanced", which Airflow's
+#: own section below it (run id, logical date, the raw conf) is called already.
+EMERGENCY_SECTION = "Emergency switches"
+#: The day a pipeline's version example is formatted for, in its own version format.
+_EXAMPLE_DAY = date(2026, 11, 22)
 
 
 def run_params(
@@ -62,8 +66,8 @@ def run_params(
             None,
             **schema["dataset_version"],
             title="Dataset version",
-            description=f"Version of {declaration.dataset.name} to train on, e.g. 2026-11-22. Empty: the "
-            "newest version in the source.",
+            description=f"Version of {declaration.dataset.name} to train on{_version_example(declaration)}. "
+            "Empty: the newest version in the source.",
         ),
         **{
             name: Param(
@@ -150,10 +154,22 @@ def run_params(
             "skip_preflight",
             "Skip preflight",
             "Run without the preflight checks (logged as a warning); only for emergencies.",
-            ADVANCED_SECTION,
+            EMERGENCY_SECTION,
         ),
     }
     return params
+
+
+def _version_example(declaration: PipelineDeclaration) -> str:
+    """How this pipeline's versions are named: a scheduled run's is its logical date in the
+    declared format; a pipeline that trains on the newest version names none."""
+    version = declaration.dataset.version
+    if version.choose == "newest":
+        return " (the name of its folder in the source)"
+    return (
+        f", e.g. {_EXAMPLE_DAY.strftime(version.format)} (a scheduled run's version is its logical "
+        f"date as {version.format})"
+    )
 
 
 def _backend_label(declaration: PipelineDeclaration, backend: Backend, problem: str | None) -> str:
