@@ -387,7 +387,9 @@ def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
     }
 
 
-def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(cloud: Cloud) -> None:
+def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(
+    cloud: Cloud, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
     vpc = {
         "vpc_id": "vpc-missing",
         "switch_id": cloud.ids.vswitch_id,
@@ -403,6 +405,8 @@ def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(cloud: C
         "preflight.check_quota": "success",
         "preflight.check_permissions": "failed",
     }
+    capsys.readouterr()
+    caplog.clear()  # what the checks logged in their own tasks
 
     with pytest.raises(AirflowFailException) as failure:
         report_task().execute({"ti": TaskInstance(states, xcoms)})
@@ -411,6 +415,9 @@ def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(cloud: C
     assert "FAIL  vpc" in message and "VPC vpc-missing does not exist" in message
     assert "FAIL  gpu_type" in message and "fix: set gpu_type to GU8TF" in message
     assert "the preflight.check_permissions checks did not finish" in message
+    # The task's log shows the failure's message; the table is not logged a second time before it.
+    logged = capsys.readouterr().out + caplog.text
+    assert "VPC vpc-missing does not exist" not in logged
 
 
 def test_a_failed_configure_fails_the_report_naming_it_instead_of_the_checks() -> None:

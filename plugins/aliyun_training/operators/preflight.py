@@ -177,11 +177,12 @@ class PreflightReportOperator(BaseOperator):
                 NotApplicable(check=task_id, reason=reason) for task_id, reason in reasons.items()
             ],
         )
-        self.log.info("Preflight report:\n%s", report.render())
         if report.failed:
+            # The task log shows the failure's message: the table is in it, and logged only there.
             raise AirflowFailException(
                 f"Preflight failed; fix every FAIL below and rerun:\n{report.render()}"
             )
+        self.log.info("Preflight report:\n%s", report.render())
         return report.model_dump(mode="json")
 
     def _never_ran(self, blocked: list[str], states: dict[str, str], cause: TaskInstanceState) -> str:
