@@ -470,7 +470,9 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     ]
     written = list((local_root / "dry-runs" / "cifar10").glob("*/plan.json"))
     assert len(written) == 1 and json.loads(written[0].read_text())["requests"] == document["requests"]
-    assert "Nothing was created" in (written[0].parent / "plan.html").read_text()
+    page = (written[0].parent / "plan.html").read_text()
+    assert "Nothing was created" in page
+    assert f"at most {document['gpu_hour_ceiling']} GPU-hours" in page and "<td>check_rdma</td>" in page
     assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()
 
 
@@ -514,7 +516,9 @@ def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_call
     assert oss_calls <= OSS_READS, oss_calls
     assert [r["action"] for r in document["requests"]] == ["CreateJob"] * 3
     findings = {f["check"]: f["verdict"] for f in document["checks"]["preflight"]["findings"]}
-    assert findings["quota_capacity"] == "PASS" and document["gpu_hour_ceiling"] == 16.0
+    assert findings["quota_capacity"] == "PASS"
+    assert [j["task"] for j in document["cost"]["jobs"]] == ["verify_image", "check_rdma", "train"]
+    assert document["gpu_hour_ceiling"] == sum(j["gpu_hours"] for j in document["cost"]["jobs"]) == 65.5
 
 
 @pytest.mark.slow

@@ -108,3 +108,17 @@ def test_every_task_a_backend_routes_to_is_a_task_of_every_declared_pipeline(dag
         for record in BACKENDS:
             assert set(record.route) <= tasks, (dag_id, record.name, set(record.route) - tasks)
             assert {f"preflight.check_{group}" for group in record.preflight_groups} <= tasks
+
+
+def test_the_plans_tries_per_job_task_are_the_dags_retries_plus_one(dagbag: DagBag) -> None:
+    """The dry run's cost ceiling counts each job task's tries from the plan; the DAG sets them."""
+    from aliyun_training.declaration import load_declaration
+    from aliyun_training.plan.inputs import job_tries
+
+    for path in sorted((DAGS_DIR.parent / "pipelines").glob("*.yaml")):
+        declaration = load_declaration(path)
+        dag = dagbag.dags[declaration.pipeline.dag_id]
+        tries = {task: n for task, n in job_tries(declaration).items() if task in dag.task_ids}
+
+        assert {"verify_image", "check_rdma", "train"} <= set(tries), path.name
+        assert tries == {task: dag.get_task(task).retries + 1 for task in tries}, path.name

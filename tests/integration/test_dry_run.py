@@ -135,7 +135,8 @@ def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
     assert [t for t, _, _ in actions(document)][::2] == ["verify_image", "check_rdma", "train"]
     job = document["requests"][-2]["body"]
     assert job["metadata"]["namespace"] == "training"
-    assert document["gpu_hour_ceiling"] == 2 * 8 * 60 / 60
+    assert [job["task"] for job in document["cost"]["jobs"]] == ["verify_image", "check_rdma", "train"]
+    assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 65.5
 
 
 def test_an_arena_dry_run_with_staging_renders_the_pod_the_volumes_and_the_kaniko_build(
@@ -236,7 +237,44 @@ def test_a_dlc_dry_run_shows_createjob_bodies_the_sdk_reads_back_whole(
         and train["Envs"]["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
     )
     assert train["UserVpc"]["ExtendedCIDRs"] == ["192.168.0.0/16"]
-    assert document["gpu_hour_ceiling"] == 16.0
+
+
+def test_the_cost_ceiling_of_a_2x8_gpu_dlc_run_is_the_sum_of_every_try_of_every_job(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two retries of each task (the pipeline's and recovery's default), the image check (1 GPU,
+    30 min), the RDMA bandwidth check (both nodes, 20 min) and the training job (60 min)."""
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+
+    document = dry_run(command, capsys, monkeypatch)
+
+    jobs = {job["task"]: job for job in document["cost"]["jobs"]}
+    sizes = {
+        task: (j["nodes"], j["gpus_per_node"], j["timeout_minutes"], j["tries"]) for task, j in jobs.items()
+    }
+    assert sizes == {"verify_image": (1, 1, 30, 3), "check_rdma": (2, 8, 20, 3), "train": (2, 8, 60, 3)}
+    assert {task: j["gpu_hours"] for task, j in jobs.items()} == {
+        "verify_image": 1 * 1 * 0.5 * 3,
+        "check_rdma": 2 * 8 * 20 / 60 * 3,
+        "train": 2 * 8 * 1 * 3,
+    }
+    assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 1.5 + 16 + 48
+
+
+def test_the_runs_gpu_hour_budget_caps_the_training_jobs_share_of_the_ceiling(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+
+    document = dry_run(
+        command.replace('"gpus_per_node": 8}', '"gpus_per_node": 8, "max_gpu_hours": 20}'),
+        capsys,
+        monkeypatch,
+    )
+
+    train = document["cost"]["jobs"][-1]
+    assert (train["task"], train["gpu_hours"], train["capped_by"]) == ("train", 20, "max_gpu_hours")
+    assert document["gpu_hour_ceiling"] == 1.5 + 16 + 20
 
 
 def test_a_dlc_dry_run_with_staging_and_a_build_shows_each_request_the_sdks_read_back_whole(

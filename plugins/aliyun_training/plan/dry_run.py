@@ -5,7 +5,8 @@ The document is the same from the CLI (``python -m aliyun_training plan``) and f
 "task"}`` per request, in the order the stages send them), ``checks`` (the preflight report: its
 ``findings`` and, under ``not_applicable``, each check group skipped with why; what staging would
 copy, whether the image exists; each ``{"skipped": reason}`` when not checked) and
-``gpu_hour_ceiling`` (nodes x GPUs x timeout). Only reads reach a platform: listings, Describe and
+``cost`` (every job the run may start, its tries and GPU-hours at most: ``plan.cost``) with its sum,
+``gpu_hour_ceiling``. Only reads reach a platform: listings, Describe and
 Get calls, the registry's manifest HEAD.
 """
 
@@ -15,6 +16,7 @@ import html
 import json
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.plan.cost import cost_ceiling
 from aliyun_training.plan.requests import JobNamer, planned_image, planned_requests
 
 if TYPE_CHECKING:
@@ -27,10 +29,12 @@ def dry_run_document(
     """The dry run of ``plan``; ``check_platform`` asks the read-only questions of the platform."""
     requests = [request.as_json() for request in planned_requests(plan, job_namer)]
     not_checked = "not checked: the dry run ran without preflight"
+    cost = cost_ceiling(plan)
     return {
         "backend": plan.backend.value,
         "dataset_version": plan.dataset.version,
-        "gpu_hour_ceiling": plan.gpu_hour_ceiling,
+        "gpu_hour_ceiling": cost["gpu_hours"],
+        "cost": cost,
         "plan": plan.model_dump(mode="json"),
         "checks": {
             "preflight": preflight or {"skipped": not_checked},
@@ -85,6 +89,12 @@ def render_html(document: dict[str, Any]) -> str:
         f"<pre>{escape(json.dumps(r['body'], indent=2, sort_keys=True, default=str))}</pre>"
         for i, r in enumerate(document["requests"], 1)
     )
+    cost = "".join(
+        f"<tr><td>{escape(job['task'])}</td><td>{job['nodes']} x {job['gpus_per_node']}</td>"
+        f"<td>{job['timeout_minutes']} min</td><td>{job['tries']}</td><td>{job['gpu_hours']}"
+        f"{' (max_gpu_hours)' if job.get('capped_by') else ''}</td></tr>"
+        for job in document["cost"]["jobs"]
+    )
     checks = escape(json.dumps(document["checks"], indent=2, sort_keys=True, default=str))
     plan = escape(json.dumps(document["plan"], indent=2, sort_keys=True, default=str))
     return (
@@ -95,7 +105,10 @@ def render_html(document: dict[str, Any]) -> str:
         f"<h1>Dry run on {escape(document['backend'])}: dataset version "
         f"{escape(document['dataset_version'])}</h1>"
         f"<p>{len(document['requests'])} requests; at most {document['gpu_hour_ceiling']} GPU-hours "
-        "(nodes x GPUs x timeout). Nothing was created, copied, built or submitted.</p>"
+        "(every job the run may start: nodes x GPUs x timeout x tries). Nothing was created, copied, "
+        "built or submitted.</p>"
+        "<h2>Cost ceiling</h2><table><tr><th>job</th><th>nodes x GPUs</th><th>timeout</th>"
+        f"<th>tries</th><th>GPU-hours at most</th></tr>{cost}</table>"
         f"<h2>Checks</h2><pre>{checks}</pre><h2>Requests</h2>{rows}"
         f"<h2>Plan</h2><pre>{plan}</pre></body></html>"
     )

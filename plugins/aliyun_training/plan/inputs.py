@@ -132,6 +132,7 @@ class PlanRequest:
             job=job,
             dry_run=self.form.dry_run,
             skip_preflight=self.form.skip_preflight,
+            job_tries=job_tries(self.declaration),
             **parts,
         )
 
@@ -170,3 +171,15 @@ class DatasetSources:
     connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
     #: Where a prepare stage writes the versions it derives (and staging reads them).
     derived: str | None = None
+
+
+def job_tries(declaration: PipelineDeclaration) -> dict[str, int]:
+    """The tries of each task that starts a job, as the pipeline's DAG sets its retries: the train
+    task's from ``recovery.retries``, the others' from the pipeline's ``retries``."""
+    others = declaration.pipeline.retries + 1
+    return {
+        "verify_image": others,
+        "check_rdma": others,
+        "prepare_dataset": others,
+        "train": declaration.recovery.retries + 1,
+    }

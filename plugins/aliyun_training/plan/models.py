@@ -241,9 +241,6 @@ class RunPlan(PlanPart):
     #: Render the plan and stop: nothing is created, copied, built or submitted.
     dry_run: bool = False
     skip_preflight: bool = False
-
-    @property
-    def gpu_hour_ceiling(self) -> float:
-        """The most GPU-hours the job can use: nodes x GPUs x its timeout."""
-        spec = self.job.spec
-        return round(spec.nodes * spec.gpus_per_node * spec.timeout_minutes / 60, 3)
+    #: How many tries each task that starts a job may take (its retries + 1), by task id: the dry
+    #: run's cost ceiling counts every one.
+    job_tries: dict[str, int] = Field(default_factory=dict)

@@ -50,48 +50,76 @@ class PlannedRequest:
         return {**request, "note": self.note} if self.note else request
 
 
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job the run may start: the task that starts it, the backend settings (``job``) and spec
+    it is sent with, how many tries the task may take, and the GPU-hours its tries may use together
+    (``budget``, the run's ``max_gpu_hours``: the train job's only)."""
+
+    task: str
+    job: JobPlan
+    spec: TrainingJobSpec
+    tries: int = 1
+    budget: float | None = None
+    #: The dataset version a checkpointed job's checkpoints are named for.
+    checkpointed: str | None = None
+    note: str = ""
+
+
+def planned_jobs(plan: RunPlan) -> list[PlannedJob]:
+    """Every job the run may start, in order: the image's checks (a cloud run building or using a
+    fixed image), the prepare job (a declared prepare stage), then the training job."""
+    image = planned_image(plan.image)
+    tries = plan.job_tries
+    checks: list[PlannedJob] = []
+    if backend_record(plan.backend).cloud and not (plan.image and plan.image.pinned):
+        from aliyun_training.image.jobs import bandwidth_spec, verification_spec
+
+        shaped = plan.job.shaped(image=image)
+        verify = verification_spec(shaped)
+        checks.append(PlannedJob("verify_image", plan.job, verify, tries.get("verify_image", 1)))
+        if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
+            rdma = plan.rdma_check
+            check = bandwidth_spec(shaped, device=rdma.device, gid_index=rdma.gid_index)
+            checks.append(PlannedJob("check_rdma", plan.job, check, tries.get("check_rdma", 1)))
+    prepare: list[PlannedJob] = []
+    if plan.prepare is not None:
+        job = plan.prepare.job
+        note = f"skipped when {plan.prepare.output_uri} is already complete (its marker)"
+        spec = job.spec.model_copy(update={"image": image or job.spec.image})
+        prepare.append(PlannedJob("prepare_dataset", job, spec, tries.get("prepare_dataset", 1), note=note))
+    train = PlannedJob(
+        "train",
+        plan.job,
+        training_spec(plan, image),
+        tries.get("train", 1),
+        budget=plan.job.max_gpu_hours,
+        checkpointed=plan.dataset.version,
+        note=RESUME_NOTE,
+    )
+    return [*checks, *prepare, train]
+
+
 def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]:
     """The run's requests in the order its stages would send them.
 
     Staging runs beside the image stages, unless a prepare job makes the version it stages: that job
     runs in the verified image, so the order is image, prepare, staging, train.
     """
-    image = planned_image(plan.image)
-    images = _image_requests(plan, image, job_namer)
+    builds = build_requests(plan.image) if plan.image and plan.image.mode and not plan.image.pinned else []
+    jobs = {
+        job.task: [
+            replace(request, note=job.note) if job.note else request
+            for request in job_requests(job.job, job.spec, job_namer(job.task), job.task, job.checkpointed)
+        ]
+        for job in planned_jobs(plan)
+    }
+    images = [*builds, *jobs.pop("verify_image", []), *jobs.pop("check_rdma", [])]
     staging = staging_requests(plan.staging) if plan.staging else []
-    train = [
-        replace(request, note=RESUME_NOTE)
-        for request in job_requests(
-            plan.job, training_spec(plan, image), job_namer("train"), "train", plan.dataset.version
-        )
-    ]
+    train = jobs.pop("train")
     if plan.prepare is None:
         return [*staging, *images, *train]
-    job = plan.prepare.job
-    spec = job.spec.model_copy(update={"image": image or job.spec.image})
-    prepare = [
-        replace(request, note=f"skipped when {plan.prepare.output_uri} is already complete (its marker)")
-        for request in job_requests(job, spec, job_namer("prepare_dataset"), "prepare_dataset")
-    ]
-    return [*images, *prepare, *staging, *train]
-
-
-def _image_requests(plan: RunPlan, image: str | None, job_namer: JobNamer) -> list[PlannedRequest]:
-    """The build (unless pinned or present) and the checks of the image, on a cloud backend."""
-    requests = build_requests(plan.image) if plan.image and plan.image.mode and not plan.image.pinned else []
-    if not backend_record(plan.backend).cloud or (plan.image and plan.image.pinned):
-        return requests
-    from aliyun_training.image.jobs import verification_spec
-
-    verify = verification_spec(plan.job.shaped(image=image))
-    requests += job_requests(plan.job, verify, job_namer("verify_image"), "verify_image")
-    if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
-        from aliyun_training.image.jobs import bandwidth_spec
-
-        rdma = plan.rdma_check
-        check = bandwidth_spec(plan.job.shaped(image=image), device=rdma.device, gid_index=rdma.gid_index)
-        requests += job_requests(plan.job, check, job_namer("check_rdma"), "check_rdma")
-    return requests
+    return [*images, *jobs.pop("prepare_dataset"), *staging, *train]
 
 
 def planned_image(image: ImagePlan | None) -> str | None:

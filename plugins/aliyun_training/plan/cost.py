@@ -1,0 +1,40 @@
+"""The most GPU-hours a run can use: every job it may start, with every try its task may take.
+
+A dry run is for deciding a spend, so its ceiling counts what the run can really start, not one
+try of the training job: the image check (one GPU), the two-node RDMA bandwidth check, a prepare
+job (CPU only) and the training job, each as often as its task may try (``RunPlan.job_tries``),
+each try as long as its timeout. The training job's tries together stop at the run's
+``max_gpu_hours`` (the monitor stops the job there), so that budget caps its share.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from aliyun_training.plan.requests import PlannedJob, planned_jobs
+
+if TYPE_CHECKING:
+    from aliyun_training.plan.models import RunPlan
+
+
+def cost_ceiling(plan: RunPlan) -> dict[str, Any]:
+    """``jobs``: each job's size, tries and GPU-hours at most; ``gpu_hours``: their sum."""
+    jobs = [_job_ceiling(job) for job in planned_jobs(plan)]
+    return {"jobs": jobs, "gpu_hours": round(sum(job["gpu_hours"] for job in jobs), 3)}
+
+
+def _job_ceiling(job: PlannedJob) -> dict[str, Any]:
+    spec = job.spec
+    per_try = spec.nodes * spec.gpus_per_node * spec.timeout_minutes / 60
+    hours = per_try * job.tries
+    capped = job.budget is not None and job.budget < hours
+    return {
+        "task": job.task,
+        "nodes": spec.nodes,
+        "gpus_per_node": spec.gpus_per_node,
+        "timeout_minutes": spec.timeout_minutes,
+        "tries": job.tries,
+        "gpu_hours_per_try": round(per_try, 3),
+        "gpu_hours": round(job.budget if capped and job.budget is not None else hours, 3),
+        **({"capped_by": "max_gpu_hours"} if capped else {}),
+    }
