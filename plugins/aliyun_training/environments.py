@@ -373,6 +373,17 @@ class CloudEnvironment(UsePolicy):
     artifact_root: OssUri | None = None
     image_build: ImageBuildSettings = Field(default_factory=ImageBuildSettings)
     rdma_check: RdmaCheckSettings = Field(default_factory=RdmaCheckSettings)
+    #: What one GPU-hour of this backend's resources costs (the administrator's figure for the quota
+    #: or instance type), for the dry run's ceiling in money; unset: GPU-hours only.
+    price_per_gpu_hour: Annotated[
+        float | None,
+        Field(gt=0, le=100_000, json_schema_extra=field_fix("give the price of one GPU-hour, e.g. 30.5")),
+    ] = None
+    #: The currency of ``price_per_gpu_hour``, an ISO 4217 code.
+    currency: Annotated[
+        str,
+        Field(pattern=r"^[A-Z]{3}$", json_schema_extra=field_fix("use an ISO 4217 code, e.g. CNY or USD")),
+    ] = "CNY"
 
     #: What else an output_uri needs on this backend, added to the fix naming a blank one.
     output_uri_also: ClassVar[str] = ""

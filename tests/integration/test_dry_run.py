@@ -15,6 +15,7 @@ import pytest
 
 from aliyun_training.cli import main
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.plan.dry_run import render_html
 from aliyun_training.plan.models import RunPlan
 from aliyun_training.plan.requests import job_requests, planned_image, predicted_staging, training_spec
 from aliyun_training.validation import validate_record
@@ -259,6 +260,38 @@ def test_the_cost_ceiling_of_a_2x8_gpu_dlc_run_is_the_sum_of_every_try_of_every_
         "train": 2 * 8 * 1 * 3,
     }
     assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 1.5 + 16 + 48
+
+
+def test_with_a_price_per_gpu_hour_the_ceiling_is_given_in_money_too(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+    example = PROJECT_DIR / "include" / "config" / "examples" / "dlc.json"
+    priced = tmp_path / "dlc.json"
+    priced.write_text(
+        json.dumps({**json.loads(example.read_text()), "price_per_gpu_hour": 30.5, "currency": "USD"})
+    )
+
+    document = dry_run(command.replace("include/config/examples/dlc.json", str(priced)), capsys, monkeypatch)
+
+    cost = document["cost"]
+    assert (cost["gpu_hours"], cost["price_per_gpu_hour"], cost["currency"]) == (65.5, 30.5, "USD")
+    assert cost["money"] == round(65.5 * 30.5, 2)
+    assert "at most 65.5 GPU-hours, 1997.75 USD at 30.5 per GPU-hour" in render_html(document)
+
+
+def test_a_price_that_is_not_a_positive_number_is_refused_naming_the_field(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+    example = PROJECT_DIR / "include" / "config" / "examples" / "dlc.json"
+    priced = tmp_path / "dlc.json"
+    priced.write_text(json.dumps({**json.loads(example.read_text()), "price_per_gpu_hour": 0}))
+    monkeypatch.chdir(PROJECT_DIR)
+    argv = shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))
+
+    assert main([str(priced) if a == "include/config/examples/dlc.json" else a for a in argv]) == 2
+    assert "price_per_gpu_hour" in capsys.readouterr().err
 
 
 def test_the_runs_gpu_hour_budget_caps_the_training_jobs_share_of_the_ceiling(

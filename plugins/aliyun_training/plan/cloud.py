@@ -19,6 +19,7 @@ from aliyun_training.form import TriggerFormError
 from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
     ArtifactsPlan,
+    GpuHourPrice,
     ImagePlan,
     JobPlan,
     PreflightPlan,
@@ -269,6 +270,9 @@ def cloud_run_plan(
         rdma_check=rdma_check_plan(request.form, environment),
         preflight=preflight,
         artifacts=artifacts_plan(request, environment),
+        price=GpuHourPrice(per_gpu_hour=environment.price_per_gpu_hour, currency=environment.currency)
+        if environment.price_per_gpu_hour
+        else None,
     )
 
 

@@ -18,9 +18,15 @@ if TYPE_CHECKING:
 
 
 def cost_ceiling(plan: RunPlan) -> dict[str, Any]:
-    """``jobs``: each job's size, tries and GPU-hours at most; ``gpu_hours``: their sum."""
+    """``jobs``: each job's size, tries and GPU-hours at most; ``gpu_hours``: their sum; with the
+    environment's ``price_per_gpu_hour``, ``money`` in its ``currency`` as well."""
     jobs = [_job_ceiling(job) for job in planned_jobs(plan)]
-    return {"jobs": jobs, "gpu_hours": round(sum(job["gpu_hours"] for job in jobs), 3)}
+    hours = round(sum(job["gpu_hours"] for job in jobs), 3)
+    if plan.price is None:
+        return {"jobs": jobs, "gpu_hours": hours}
+    price = plan.price
+    money = {"money": round(hours * price.per_gpu_hour, 2), "currency": price.currency}
+    return {"jobs": jobs, "gpu_hours": hours, "price_per_gpu_hour": price.per_gpu_hour, **money}
 
 
 def _job_ceiling(job: PlannedJob) -> dict[str, Any]:

@@ -104,11 +104,18 @@ def render_html(document: dict[str, Any]) -> str:
         "pre{background:#f6f8fa;padding:1em;overflow:auto}</style></head><body>"
         f"<h1>Dry run on {escape(document['backend'])}: dataset version "
         f"{escape(document['dataset_version'])}</h1>"
-        f"<p>{len(document['requests'])} requests; at most {document['gpu_hour_ceiling']} GPU-hours "
-        "(every job the run may start: nodes x GPUs x timeout x tries). Nothing was created, copied, "
-        "built or submitted.</p>"
+        f"<p>{len(document['requests'])} requests; at most {document['gpu_hour_ceiling']} GPU-hours"
+        f"{_in_money(document['cost'])} (every job the run may start: nodes x GPUs x timeout x tries). "
+        "Nothing was created, copied, built or submitted.</p>"
         "<h2>Cost ceiling</h2><table><tr><th>job</th><th>nodes x GPUs</th><th>timeout</th>"
         f"<th>tries</th><th>GPU-hours at most</th></tr>{cost}</table>"
         f"<h2>Checks</h2><pre>{checks}</pre><h2>Requests</h2>{rows}"
         f"<h2>Plan</h2><pre>{plan}</pre></body></html>"
     )
+
+
+def _in_money(cost: dict[str, Any]) -> str:
+    """The ceiling in money where the environment gives a price, as a parenthesis; else nothing."""
+    if "money" not in cost:
+        return ""
+    return f", {cost['money']} {html.escape(cost['currency'])} at {cost['price_per_gpu_hour']} per GPU-hour"

@@ -222,6 +222,13 @@ class ArtifactsPlan(PlanPart):
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
+class GpuHourPrice(PlanPart):
+    """What one GPU-hour costs on the run's backend, as its environment file says."""
+
+    per_gpu_hour: Annotated[float, Field(gt=0)]
+    currency: str
+
+
 class RunPlan(PlanPart):
     """Everything one run will do; ``configure`` returns it and each stage takes its part."""
 
@@ -244,3 +251,5 @@ class RunPlan(PlanPart):
     #: How many tries each task that starts a job may take (its retries + 1), by task id: the dry
     #: run's cost ceiling counts every one.
     job_tries: dict[str, int] = Field(default_factory=dict)
+    #: The environment's price of a GPU-hour; None: the ceiling is given in GPU-hours only.
+    price: GpuHourPrice | None = None
