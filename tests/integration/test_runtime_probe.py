@@ -91,6 +91,24 @@ def test_probe_file_without_torch_reports_the_import_error():
     assert "torch" in report["torch_error"]
 
 
+def test_a_runtime_without_torch_fails_the_task_saying_how_to_install_it_there(tmp_path: Path) -> None:
+    from airflow.exceptions import AirflowFailException
+
+    from aliyun_training.operators.runtime import LocalRuntimeOperator
+
+    # An interpreter whose site-packages are off its path (-S): the probe runs, torch is missing.
+    python = tmp_path / "python-without-site-packages"
+    python.write_text(f'#!/bin/sh\nexec "{sys.executable}" -S "$@"\n')
+    python.chmod(python.stat().st_mode | stat.S_IXUSR)
+
+    with pytest.raises(AirflowFailException) as failure:
+        LocalRuntimeOperator(task_id="training_runtime", python=str(python)).execute({})
+
+    message = str(failure.value)
+    assert f"torch is not installed in the training runtime {python}" in message
+    assert f"fix: install it into that interpreter, e.g. {python} -m pip install torch" in message
+
+
 @IMPORTS_TORCH
 def test_probe_file_prints_one_json_line_with_torch():
     import torch

@@ -53,8 +53,10 @@ class LocalRuntimeOperator(BaseOperator):
         needs_torch = self.job is None or "torchrun" in validate_record(JobPlan, self.job).spec.command
         if not found["torch"] and needs_torch:
             raise AirflowFailException(
-                f"torch is not installed in the training runtime {python} ({found.get('torch_error')}); "
-                "install it with: pip install -r requirements-training.txt"
+                f"torch is not installed in the training runtime {python} ({found.get('torch_error')}) "
+                f"(fix: install it into that interpreter, e.g. {python} -m pip install torch --index-url "
+                "https://download.pytorch.org/whl/cpu for a CPU-only worker; in a checkout of the "
+                "project, pip install -r requirements-training.txt pins the tested version)"
             )
         identity = json.dumps(found, sort_keys=True).encode()
         runtime = BuiltImage(
