@@ -113,6 +113,7 @@ def test_every_task_a_backend_routes_to_is_a_task_of_every_declared_pipeline(dag
 def test_the_plans_tries_per_job_task_are_the_dags_retries_plus_one(dagbag: DagBag) -> None:
     """The dry run's cost ceiling counts each job task's tries from the plan; the DAG sets them."""
     from aliyun_training.declaration import load_declaration
+    from aliyun_training.image.jobs import BANDWIDTH_TIMEOUT_MINUTES, VERIFY_TIMEOUT_MINUTES
     from aliyun_training.plan.inputs import job_tries
 
     for path in sorted((DAGS_DIR.parent / "pipelines").glob("*.yaml")):
@@ -122,3 +123,6 @@ def test_the_plans_tries_per_job_task_are_the_dags_retries_plus_one(dagbag: DagB
 
         assert {"verify_image", "check_rdma", "train"} <= set(tries), path.name
         assert tries == {task: dag.get_task(task).retries + 1 for task in tries}, path.name
+        # ... and each check's timeout is the one the ceiling counts (the spec builders' defaults).
+        checks = (dag.get_task("verify_image").timeout_minutes, dag.get_task("check_rdma").timeout_minutes)
+        assert checks == (VERIFY_TIMEOUT_MINUTES, BANDWIDTH_TIMEOUT_MINUTES), path.name

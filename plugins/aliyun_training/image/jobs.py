@@ -32,7 +32,14 @@ def check_command() -> str:
     return 'python3 -c "$(echo ' + source + ' | base64 -d)"'
 
 
-def verification_spec(spec: TrainingJobSpec, timeout_minutes: int = 30) -> TrainingJobSpec:
+#: How long each image check may run: its operator's default and the dry run's cost ceiling's.
+VERIFY_TIMEOUT_MINUTES = 30
+BANDWIDTH_TIMEOUT_MINUTES = 20
+
+
+def verification_spec(
+    spec: TrainingJobSpec, timeout_minutes: int = VERIFY_TIMEOUT_MINUTES
+) -> TrainingJobSpec:
     """The image check job: the check script on one GPU node of the run's backend, in its image."""
     return spec.model_copy(
         update={
@@ -46,7 +53,7 @@ def verification_spec(spec: TrainingJobSpec, timeout_minutes: int = 30) -> Train
 
 
 def bandwidth_spec(
-    spec: TrainingJobSpec, *, device: str, gid_index: int, timeout_minutes: int = 20
+    spec: TrainingJobSpec, *, device: str, gid_index: int, timeout_minutes: int = BANDWIDTH_TIMEOUT_MINUTES
 ) -> TrainingJobSpec:
     """The two-node bandwidth job: nccl-tests under mpirun on DLC, ib_write_bw between two pods else.
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
-from aliyun_training.image.jobs import BANDWIDTH_TEST_TOOLS, bandwidth_spec
+from aliyun_training.image.jobs import BANDWIDTH_TEST_TOOLS, BANDWIDTH_TIMEOUT_MINUTES, bandwidth_spec
 from aliyun_training.operators.image import CheckJobOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import RdmaCheckPlan
@@ -54,7 +54,7 @@ class RdmaBandwidthOperator(CheckJobOperator):
         *,
         image: Any,
         check: RdmaCheckPlan | dict[str, Any],
-        timeout_minutes: int = 20,
+        timeout_minutes: int = BANDWIDTH_TIMEOUT_MINUTES,
         **kwargs: Any,
     ) -> None:
         super().__init__(image=image, **kwargs)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.image.jobs import verification_spec
+from aliyun_training.image.jobs import VERIFY_TIMEOUT_MINUTES, verification_spec
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan
@@ -181,7 +181,7 @@ class ImageVerifyOperator(CheckJobOperator):
     failed check fails the task without retries: the image has to be fixed, not re-run.
     """
 
-    def __init__(self, *, image: Any, timeout_minutes: int = 30, **kwargs: Any) -> None:
+    def __init__(self, *, image: Any, timeout_minutes: int = VERIFY_TIMEOUT_MINUTES, **kwargs: Any) -> None:
         super().__init__(image=image, **kwargs)
         self.timeout_minutes = timeout_minutes
 
