@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from airflow.sdk import BaseHook
 
-from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, define_connection_fix
 from aliyun_training.hooks.paging import NumberedPage, TokenPage, atoken_pages, numbered_pages, token_pages
 from aliyun_training.hooks.retry import AlibabaCloudApiError, RetryPolicy
 
@@ -137,12 +137,9 @@ class AlibabaCloudHook(BaseHook):
     def _undefined(self) -> AlibabaCloudConnectionError:
         """A connection that does not exist, named with the ways to define it: a preflight reports
         this as a failing finding and a task fails with it, instead of Airflow's bare lookup error."""
-        name, kind = self.alibaba_cloud_conn_id, AlibabaCloudHook.hook_name
-        return AlibabaCloudConnectionError(
-            f"connection {name!r} is not defined (fix: add it in Admin > Connections with the type "
-            f"{kind!r}, or as the environment variable AIRFLOW_CONN_{name.upper()}, or name another "
-            "connection in the environment file's alibaba_cloud_conn_id)"
-        )
+        name = self.alibaba_cloud_conn_id
+        fix = define_connection_fix(name, repr(AlibabaCloudHook.hook_name), "alibaba_cloud_conn_id")
+        return AlibabaCloudConnectionError(f"connection {name!r} is not defined (fix: {fix})")
 
     def load_extras(self, extras: dict[str, Any]) -> None:
         """Validate and keep the extras; register their secrets with the masker first.

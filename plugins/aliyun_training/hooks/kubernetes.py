@@ -19,6 +19,7 @@ import logging
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.connections import define_connection_fix
 from aliyun_training.hooks.paging import TokenPage, atoken_pages, token_pages
 
 if TYPE_CHECKING:
@@ -39,12 +40,9 @@ class KubernetesConnectionError(ValueError):
 
 
 def _no_cluster(conn_id: str, why: str) -> KubernetesConnectionError:
-    return KubernetesConnectionError(
-        f"connection {conn_id!r} gives no cluster: {why} (fix: add it in Admin > Connections with the "
-        f"type 'Kubernetes Cluster Connection' and the ACK cluster's kubeconfig, or as the environment "
-        f"variable AIRFLOW_CONN_{conn_id.upper()}, or name another connection in the environment "
-        "file's kubernetes_conn_id)"
-    )
+    kind = "'Kubernetes Cluster Connection' and the ACK cluster's kubeconfig"
+    fix = define_connection_fix(conn_id, kind, "kubernetes_conn_id")
+    return KubernetesConnectionError(f"connection {conn_id!r} gives no cluster: {why} (fix: {fix})")
 
 
 class KubernetesHooks:
