@@ -32,8 +32,8 @@ def cost_ceiling(plan: RunPlan) -> dict[str, Any]:
 def _job_ceiling(job: PlannedJob) -> dict[str, Any]:
     spec = job.spec
     per_try = spec.nodes * spec.gpus_per_node * spec.timeout_minutes / 60
-    hours = per_try * job.tries
-    capped = job.budget is not None and job.budget < hours
+    every_try = per_try * job.tries
+    hours = every_try if job.budget is None else min(every_try, job.budget)
     return {
         "task": job.task,
         "nodes": spec.nodes,
@@ -41,6 +41,6 @@ def _job_ceiling(job: PlannedJob) -> dict[str, Any]:
         "timeout_minutes": spec.timeout_minutes,
         "tries": job.tries,
         "gpu_hours_per_try": round(per_try, 3),
-        "gpu_hours": round(job.budget if capped and job.budget is not None else hours, 3),
-        **({"capped_by": "max_gpu_hours"} if capped else {}),
+        "gpu_hours": round(hours, 3),
+        **({"capped_by": "max_gpu_hours"} if hours < every_try else {}),
     }

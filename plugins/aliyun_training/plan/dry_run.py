@@ -5,8 +5,8 @@ The document is the same from the CLI (``python -m aliyun_training plan``) and f
 "task"}`` per request, in the order the stages send them), ``checks`` (the preflight report: its
 ``findings`` and, under ``not_applicable``, each check group skipped with why; what staging would
 copy, whether the image exists; each ``{"skipped": reason}`` when not checked) and
-``cost`` (every job the run may start, its tries and GPU-hours at most: ``plan.cost``) with its sum,
-``gpu_hour_ceiling``. Only reads reach a platform: listings, Describe and
+``cost`` (every job the run may start, its tries and GPU-hours at most, from ``plan.cost``) with
+their sum, ``gpu_hour_ceiling``. Only reads reach a platform: listings, Describe and
 Get calls, the registry's manifest HEAD.
 """
 
