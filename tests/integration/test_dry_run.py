@@ -262,17 +262,21 @@ def test_the_cost_ceiling_of_a_2x8_gpu_dlc_run_is_the_sum_of_every_try_of_every_
     assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 1.5 + 16 + 48
 
 
+def dlc_example_with(tmp_path: Path, **settings: Any) -> str:
+    """The README's DLC dry run on a copy of its example environment file with ``settings`` added."""
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
+    example = "include/config/examples/dlc.json"
+    changed = tmp_path / "dlc.json"
+    changed.write_text(json.dumps({**json.loads((PROJECT_DIR / example).read_text()), **settings}))
+    return command.replace(example, str(changed))
+
+
 def test_with_a_price_per_gpu_hour_the_ceiling_is_given_in_money_too(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
-    example = PROJECT_DIR / "include" / "config" / "examples" / "dlc.json"
-    priced = tmp_path / "dlc.json"
-    priced.write_text(
-        json.dumps({**json.loads(example.read_text()), "price_per_gpu_hour": 30.5, "currency": "USD"})
-    )
+    command = dlc_example_with(tmp_path, price_per_gpu_hour=30.5, currency="USD")
 
-    document = dry_run(command.replace("include/config/examples/dlc.json", str(priced)), capsys, monkeypatch)
+    document = dry_run(command, capsys, monkeypatch)
 
     cost = document["cost"]
     assert (cost["gpu_hours"], cost["price_per_gpu_hour"], cost["currency"]) == (65.5, 30.5, "USD")
@@ -283,14 +287,10 @@ def test_with_a_price_per_gpu_hour_the_ceiling_is_given_in_money_too(
 def test_a_price_that_is_not_a_positive_number_is_refused_naming_the_field(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
-    example = PROJECT_DIR / "include" / "config" / "examples" / "dlc.json"
-    priced = tmp_path / "dlc.json"
-    priced.write_text(json.dumps({**json.loads(example.read_text()), "price_per_gpu_hour": 0}))
+    command = dlc_example_with(tmp_path, price_per_gpu_hour=0)
     monkeypatch.chdir(PROJECT_DIR)
-    argv = shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))
 
-    assert main([str(priced) if a == "include/config/examples/dlc.json" else a for a in argv]) == 2
+    assert main(shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))) == 2
     assert "price_per_gpu_hour" in capsys.readouterr().err
 
 
