@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts, summarize_metrics
-from aliyun_training.artifacts.report import loss_chart_svg, render_report
+from aliyun_training.artifacts.report import metric_chart_svg, render_report
 from aliyun_training.records import BandwidthCheck, BuiltImage, JobResult, StagedDataset
 from aliyun_training.validation import SpecError
 
@@ -150,15 +150,17 @@ def _polylines(html: str) -> list[list[str]]:
     return [points.split() for points in re.findall(r'<polyline[^>]*points="([^"]*)"', html)]
 
 
-def test_report_has_a_loss_chart_with_one_point_per_epoch(tmp_path):
+def test_report_charts_every_metric_series_with_one_point_per_epoch(tmp_path):
     artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
 
     html = Path(artifacts.report_uri).read_text()
-    assert "<svg" in html
-    assert "</svg>" in html
     lines = _polylines(html)
-    assert len(lines) == 2
+    assert len(lines) == 3, "train loss, test loss and test accuracy"
     assert all(len(points) == len(EPOCHS) for points in lines)
+    loss, accuracy = re.findall(r"<svg.*?</svg>", html, flags=re.DOTALL)
+    assert re.findall(r'data-series="([^"]*)"', loss) == ["train_loss", "test_loss"]
+    assert re.findall(r'data-series="([^"]*)"', accuracy) == ["test_accuracy"], "on an axis of its own"
+    assert ">100%</text>" in accuracy and "%" not in loss
 
 
 def test_report_lists_every_epoch_and_the_final_accuracy(tmp_path):
@@ -264,19 +266,19 @@ def test_summarize_metrics_rejects_missing_epochs_key():
 
 
 def test_loss_chart_with_empty_series_says_no_epochs():
-    assert loss_chart_svg({"train_loss": [], "test_loss": []}) == "<p>No epochs recorded.</p>"
-    assert loss_chart_svg({}) == "<p>No epochs recorded.</p>"
+    assert metric_chart_svg({"train_loss": [], "test_loss": []}) == "<p>No epochs recorded.</p>"
+    assert metric_chart_svg({}) == "<p>No epochs recorded.</p>"
 
 
 def test_loss_chart_with_one_epoch_draws_one_point_per_series():
-    svg = loss_chart_svg({"train_loss": [0.5], "test_loss": [0.7]})
+    svg = metric_chart_svg({"train_loss": [0.5], "test_loss": [0.7]})
 
     assert svg.startswith("<svg")
     assert [len(points) for points in _polylines(svg)] == [1, 1]
 
 
 def test_loss_chart_with_all_zero_losses_stays_finite():
-    svg = loss_chart_svg({"train_loss": [0.0, 0.0]})
+    svg = metric_chart_svg({"train_loss": [0.0, 0.0]})
 
     assert "nan" not in svg.lower()
     assert "inf" not in svg.lower()
@@ -284,14 +286,14 @@ def test_loss_chart_with_all_zero_losses_stays_finite():
 
 
 def test_loss_chart_puts_lower_losses_lower_on_the_page():
-    svg = loss_chart_svg({"train_loss": [2.0, 1.0, 0.5]})
+    svg = metric_chart_svg({"train_loss": [2.0, 1.0, 0.5]})
 
     ys = [float(point.split(",")[1]) for point in _polylines(svg)[0]]
     assert ys[0] < ys[1] < ys[2]
 
 
 def test_loss_chart_escapes_series_names():
-    svg = loss_chart_svg({"<b>loss</b>": [1.0]})
+    svg = metric_chart_svg({"<b>loss</b>": [1.0]})
 
     assert "&lt;b&gt;loss&lt;/b&gt;" in svg
     assert "<b>" not in svg

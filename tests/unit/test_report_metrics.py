@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.artifacts.report import loss_chart_svg
+from aliyun_training.artifacts.report import metric_chart_svg
 from tests.unit.test_artifacts import _job, _job_output, _publish
 
 NUMERIC: list[dict[str, Any]] = [
@@ -35,9 +35,9 @@ def _report(run: Path, epochs: list[dict[str, Any]]) -> str:
 
 
 def _polylines(html: str) -> dict[str, list[str]]:
-    """Each series' chart points by its colour (train loss orange, test loss blue)."""
-    lines = re.findall(r'<polyline[^>]*stroke="([^"]*)"[^>]*points="([^"]*)"', html)
-    return {colour: points.split() for colour, points in lines}
+    """Each series' chart points by its name."""
+    lines = re.findall(r'<polyline data-series="([^"]*)"[^>]*points="([^"]*)"', html)
+    return {name: points.split() for name, points in lines}
 
 
 def _epoch_rows(html: str) -> list[list[str]]:
@@ -49,9 +49,9 @@ def test_non_numeric_values_are_text_in_the_table_and_absent_from_the_chart(tmp_
     numeric, mixed = _report(tmp_path / "numeric", NUMERIC), _report(tmp_path / "mixed", MIXED)
 
     assert _epoch_rows(mixed) == [
-        ["1", "2.3100", "NaN", "n/a"],
-        ["2", "1.6400", "null", "{&quot;top1&quot;: 0.47, &quot;top5&quot;: 0.9}"],
-        ["3", "&lt;script&gt;alert(1)&lt;/script&gt;", "1.2000", "63.00%"],
+        ["1", "2.3100", "NaN", "n/a", "-"],
+        ["2", "1.6400", "null", "{&quot;top1&quot;: 0.47, &quot;top5&quot;: 0.9}", "-"],
+        ["3", "&lt;script&gt;alert(1)&lt;/script&gt;", "1.2000", "63.00%", "-"],
     ]
     assert "<tr><th>Final train loss</th><td>&lt;script&gt;alert(1)&lt;/script&gt;</td></tr>" in mixed
     assert "<script" not in mixed
@@ -60,15 +60,19 @@ def test_non_numeric_values_are_text_in_the_table_and_absent_from_the_chart(tmp_
         "(epochs 1, 2): shown as text in the table, left out of the chart.</p>"
     ) in mixed
     full, kept = _polylines(numeric), _polylines(mixed)
-    assert kept == {"#ff6a00": full["#ff6a00"][:2], "#1f6feb": full["#1f6feb"][2:]}
-    assert len(re.findall(r"<circle ", mixed)) == 3
+    assert kept == {
+        "train_loss": full["train_loss"][:2],
+        "test_loss": full["test_loss"][2:],
+        "test_accuracy": full["test_accuracy"][2:],
+    }
+    assert len(re.findall(r"<circle ", mixed)) == 4
 
 
 def test_a_report_of_numbers_only_has_no_note(tmp_path: Path) -> None:
     html = _report(tmp_path / "run", NUMERIC)
 
     assert "Non-numeric" not in html
-    assert [len(points) for points in _polylines(html).values()] == [3, 3]
+    assert [len(points) for points in _polylines(html).values()] == [3, 3, 3]
 
 
 def test_a_loss_series_without_a_single_number_is_named_and_not_charted(tmp_path: Path) -> None:
@@ -76,9 +80,14 @@ def test_a_loss_series_without_a_single_number_is_named_and_not_charted(tmp_path
 
     html = _report(tmp_path / "run", epochs)
 
-    assert "<p>No numeric values to chart.</p>" in html and "<polyline" not in html
+    loss = html.split("<figcaption>Loss per epoch</figcaption>", 1)[1].split("</figure>", 1)[0]
+    assert loss.strip() == "<p>No numeric values to chart.</p>"
+    assert list(_polylines(html)) == ["test_accuracy"], "the accuracy chart still has its points"
     assert "Non-numeric values in train loss (epochs 1, 2); test loss (epochs 1, 2): " in html
-    assert _epoch_rows(html) == [["1", "true", "diverged", "10.00%"], ["2", "true", "diverged", "10.00%"]]
+    assert _epoch_rows(html) == [
+        ["1", "true", "diverged", "10.00%", "-"],
+        ["2", "true", "diverged", "10.00%", "-"],
+    ]
 
 
 def test_a_long_non_numeric_value_is_cut_in_its_cell(tmp_path: Path) -> None:
@@ -92,9 +101,9 @@ def test_a_long_non_numeric_value_is_cut_in_its_cell(tmp_path: Path) -> None:
 
 
 def test_the_chart_keeps_an_epoch_without_a_point_in_its_place() -> None:
-    svg = loss_chart_svg({"train_loss": [None, 1.0, 0.5]})
+    svg = metric_chart_svg({"train_loss": [None, 1.0, 0.5]})
 
-    xs = [float(point.split(",")[0]) for point in _polylines(svg)["#ff6a00"]]
+    xs = [float(point.split(",")[0]) for point in _polylines(svg)["train_loss"]]
     assert xs == [280.0, 520.0]  # epochs 2 and 3 of 3 on a 40..520 axis
     assert '<text x="40.0" y="236" text-anchor="middle" font-size="11">1</text>' in svg
 

@@ -29,8 +29,7 @@ import json
 import logging
 import shutil
 import tempfile
-import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +89,26 @@ class ArtifactError(RuntimeError):
     """The job's outputs are missing or unreadable; nothing was published."""
 
 
+@dataclass(frozen=True)
+class RunInfo:
+    """The Airflow run that publishes a set, as its manifest's ``run`` block records it.
+
+    A model found months later must still say what it was asked to do and lead back to the run's
+    logs: ``params`` are the trigger form's values as the run used them (only the form's fields:
+    the form holds no secrets, and nothing of the connections or environment files is copied);
+    ``url`` opens the run in the Airflow UI; ``started`` (when the run began) is where the
+    manifest's stage timings start.
+    """
+
+    dag_id: str
+    run_id: str
+    logical_date: str | None
+    run_type: str
+    params: dict[str, Any]
+    url: str
+    started: str | None = None
+
+
 def summarize_metrics(
     metrics: dict[str, Any], series: tuple[str, ...] = KeptOutputs.report_metrics
 ) -> dict[str, Any]:
@@ -123,22 +142,26 @@ def publish_artifacts(
     oss: OssClientConfig | None = None,
     bandwidth: BandwidthCheck | None = None,
     kept: KeptOutputs = DEFAULT_KEPT,
+    run: RunInfo | None = None,
 ) -> ArtifactSet:
     """Collect the job's outputs, write manifest.json and report.html, publish atomically.
 
     ``dataset`` is the staged version, or the fixed dataset the job mounted when nothing was staged.
     ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
+    ``run`` is the Airflow run publishing the set; None (a set published outside a DAG run) records
+    no run, and the stage before training then has no start.
     """
-    started = time.monotonic()
+    started = datetime.now(UTC)
     with _job_outputs(job, oss, kept) as output:
         manifest = {
             "model": model,
             "version": f"{dataset.version}/{job.display_name}",
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
+            "created": started.isoformat(timespec="seconds"),
             "dataset": dataset.model_dump(mode="json"),
             "job": job.model_dump(mode="json"),
             "runtime": runtime.model_dump(mode="json"),
             "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
+            "run": asdict(run) if run else None,
             "metrics": _read_metrics(job, output, kept.report_metrics),
             "attempts": attempt_summary(job, _read_json(output / METRICS_NAME)),
             "timings": {
@@ -147,6 +170,7 @@ def publish_artifacts(
                 "node_hours": job.node_hours,
                 "gpu_hours": job.gpu_hours,
             },
+            "stages": stage_timings(run, dataset, job),
         }
         if not artifact_root.startswith("oss://"):
             return _publish_locally(Path(artifact_root), output, manifest, started, kept)
@@ -157,7 +181,7 @@ def publish_artifacts(
 
 
 def _publish_locally(
-    root: Path, output: Path, manifest: dict[str, Any], started: float, kept: KeptOutputs
+    root: Path, output: Path, manifest: dict[str, Any], started: datetime, kept: KeptOutputs
 ) -> ArtifactSet:
     """Assemble the set in the partial directory and publish it by rename, all under the target's lock."""
     target = root / manifest["model"] / manifest["version"]
@@ -180,7 +204,7 @@ def _publish_locally(
 
 
 def _assemble(
-    directory: Path, output: Path, manifest: dict[str, Any], started: float, kept: KeptOutputs
+    directory: Path, output: Path, manifest: dict[str, Any], started: datetime, kept: KeptOutputs
 ) -> dict[str, Any]:
     """Copy the collected outputs into ``directory`` beside the completed manifest and report."""
     directory.mkdir(parents=True)
@@ -191,9 +215,16 @@ def _assemble(
             shutil.copytree(source, directory / name)
         elif source.is_file():
             shutil.copy2(source, directory / name)
+    publishing = _stage(
+        "Publishing artifacts",
+        started.isoformat(),
+        datetime.now(UTC).isoformat(),
+        "collecting the outputs and writing this set (an upload to OSS not included)",
+    )
     manifest = {
         **manifest,
-        "timings": {**manifest["timings"], "collect_seconds": round(time.monotonic() - started, 3)},
+        "timings": {**manifest["timings"], "collect_seconds": publishing["seconds"]},
+        "stages": [*manifest["stages"], publishing],
         "files": _describe_files(directory),
         "report": REPORT_NAME,
     }
@@ -297,6 +328,58 @@ class _CollectedOutputs:
 
     def is_transient(self, exc: BaseException) -> bool:
         return self._source.is_transient(exc)
+
+
+def stage_timings(
+    run: RunInfo | None, dataset: StagedDataset | FixedDataset, job: JobResult
+) -> list[dict[str, Any]]:
+    """When the run's stages before publication started and ended, from what the records carry.
+
+    A task cannot read other task instances' times in Airflow 3 (``ti.get_task_states`` gives
+    their states only), and the records that configure, the image tasks and the RDMA check pass on
+    carry no times: so the run's start and the training job's first start bound everything before
+    training, in which the staging record says how long staging took. Each try of the training job
+    is timed by its platform's own start and end (a DLC job's start is when it ran, after it queued).
+    """
+    tries = [(attempt.started, attempt.finished) for attempt in job.attempts] or [(job.started, job.finished)]
+    stages = [
+        _stage(
+            "Until the training job started",
+            run.started if run else None,
+            tries[0][0],
+            "the tasks before training (configure, preflight, dataset, image, RDMA check) and queueing",
+        )
+    ]
+    if isinstance(dataset, StagedDataset):
+        stages.append(
+            {
+                "stage": "of which dataset staging",
+                "started": None,
+                "finished": None,
+                "seconds": dataset.seconds,
+                "covers": f"{dataset.transferred_files} of {dataset.files} files copied ({dataset.mode})",
+            }
+        )
+    stages += [
+        _stage(
+            "Training job" if len(tries) == 1 else f"Training job, try {number}",
+            started,
+            finished,
+            "the job on its platform, from when it ran to its end",
+        )
+        for number, (started, finished) in enumerate(tries, start=1)
+    ]
+    return stages
+
+
+def _stage(name: str, started: str | None, finished: str | None, covers: str) -> dict[str, Any]:
+    """One stage's row; its duration when both ends are known and in order (a cleared run restarts
+    its clock after its training job ran: that span is no duration)."""
+    seconds = None
+    if started and finished:
+        span = (datetime.fromisoformat(finished) - datetime.fromisoformat(started)).total_seconds()
+        seconds = round(span, 3) if span >= 0 else None
+    return {"stage": name, "started": started, "finished": finished, "seconds": seconds, "covers": covers}
 
 
 def attempt_summary(job: JobResult, metrics: dict[str, Any]) -> list[dict[str, Any]]:

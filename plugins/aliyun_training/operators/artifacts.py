@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, publish_artifacts
+from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.links import RunReportLink
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from airflow.sdk import Context
 
     from aliyun_training.staging.oss import OssClientConfig
@@ -29,6 +32,10 @@ class ArtifactsOperator(BaseOperator):
     Records of stages that sit on alternative branches (a local runtime probe or a verified image;
     a staged version or none) arrive as None from the branch that did not run, so ``runtime`` may
     list candidates and the plan's fixed dataset stands in when nothing was staged.
+
+    The manifest and the report also record the DAG run (``RunInfo``): its ids, the trigger form's
+    values as the run used them and the run's address in the Airflow UI (``[api] base_url``), so
+    a published model leads back to the run that made it.
 
     :param artifacts: the run plan's ``ArtifactsPlan`` (or its dict form, or an XComArg of it;
         templated): the model, the artifact root, why nothing can be published (a setting left
@@ -93,6 +100,7 @@ class ArtifactsOperator(BaseOperator):
                 oss=_oss_config(plan, job),
                 bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
                 kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
+                run=self._run_info(context),
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -110,6 +118,22 @@ class ArtifactsOperator(BaseOperator):
                 "final_train_loss": artifacts.metrics["final_train_loss"],
             }
         return artifacts.model_dump(mode="json")
+
+    def _run_info(self, context: Context) -> RunInfo:
+        """This DAG run as the manifest records it; of its params only the trigger form's fields
+        (the DAG's params), not whatever else a run's conf carried."""
+        from airflow.configuration import conf
+
+        dag_run, params = context["dag_run"], context["params"]
+        return RunInfo(
+            dag_id=dag_run.dag_id,
+            run_id=dag_run.run_id,
+            logical_date=_iso(dag_run.logical_date),
+            run_type=dag_run.run_type.value,
+            params={name: params[name] for name in self.dag.params if name in params},
+            url=run_url(conf.get("api", "base_url", fallback=""), dag_run.dag_id, dag_run.run_id),
+            started=_iso(dag_run.start_date),
+        )
 
     def _fixed_dataset(self) -> FixedDataset:
         """The dataset the job mounted as the environment configures it, when nothing was staged."""
@@ -147,6 +171,18 @@ def check_collectable(job: JobResult, outputs_root: str | None) -> None:
             "check that the job is this run's and writes to $OUTPUT_DIR, and that output_uri is the location "
             "mounted at output_root)"
         )
+
+
+def run_url(base_url: str, dag_id: str, run_id: str) -> str:
+    """The run's page in the Airflow UI; a path on the UI's own server when ``base_url`` is not set.
+
+    The ids are URL-quoted whole: a manual run's id holds ``:`` and ``+``.
+    """
+    return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 def _oss_config(plan: ArtifactsPlan, job: JobResult) -> OssClientConfig | None:
