@@ -15,6 +15,9 @@ export AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION := True
 export ALIYUN_TRAINING_LOCAL_ROOT := $(CURDIR)/.demo
 export PYTHONPATH := $(CURDIR)/plugins
 export PATH := $(BIN):$(PATH)
+# The LocalExecutor of `make ui` forks this many workers at once (Airflow's default, 32, is about
+# 6 GB): twice the cores, at least 4. A value set in the environment wins.
+export AIRFLOW__CORE__PARALLELISM ?= $(shell cores=$$(nproc); echo $$(( 2 * cores > 4 ? 2 * cores : 4 )))
 
 .PHONY: demo ui test lint style bench lock clean
 
@@ -27,6 +30,15 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-training.
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode \
 		-r requirements.txt -r requirements-dev.txt -c constraints.txt
 	$(BIN)/pip install --quiet -r requirements-training.txt
+	touch $@
+
+# The project itself, installed editable: its dist-info in .venv carries pyproject's entry point,
+# which is how every Airflow command finds the provider (the alibaba_cloud connection type and
+# form, the links, the triggers), as it would in a deployment with the wheel. Its .pth file names
+# plugins/, the directory PYTHONPATH names, so the package is still imported once, from there.
+# Reinstalled when pyproject.toml (the entry point, the metadata) changes.
+$(VENV)/.editable: $(VENV)/.installed pyproject.toml
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps -e .
 	touch $@
 
 # `make demo PIPELINE=imagenet_resnet_retrain` runs the second example (shards, then a ResNet).
@@ -42,7 +54,7 @@ DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 3}
 DEMO_MODEL := cifar10
 endif
 
-demo: $(VENV)/.installed
+demo: $(VENV)/.editable
 	airflow db migrate > /dev/null
 	$(DEMO_DATA)
 	touch .demo/.demo-started
@@ -50,13 +62,31 @@ demo: $(VENV)/.installed
 		|| { tail -n 60 .demo/dags-test.log; exit 1; }
 	python include/demo_summary.py --artifacts .demo/artifacts/$(DEMO_MODEL) --since .demo/.demo-started
 
+# standalone's pid, while `make ui` runs.
+UI_PID := $(AIRFLOW_HOME)/standalone.pid
+
 # The UI on http://localhost:$(UI_PORT): `airflow standalone` with the project's settings. It prints
 # the admin password (also in .airflow/simple_auth_manager_passwords.json.generated). The tasks
 # reach the API at AIRFLOW__API__BASE_URL, which must name the same port or they stay queued.
+# Ctrl-C, or SIGTERM to make, stops every component. standalone runs in a process group of its
+# own (set -m) and stops only on a Ctrl-C of its own, which a shell that started make in the
+# background would have it ignore; so the recipe does what standalone does then: SIGTERM to each
+# component, whose output standalone still prints, and once nothing of its group but standalone is
+# alive (at most 30 s), SIGTERM to the group, then SIGKILL to what is left of it after 5 s more.
 UI_PORT ?= 8080
-ui: $(VENV)/.installed
+ui: $(VENV)/.editable
 	airflow db migrate > /dev/null
-	AIRFLOW__API__PORT=$(UI_PORT) AIRFLOW__API__BASE_URL=http://localhost:$(UI_PORT) airflow standalone
+	@set -m; \
+	AIRFLOW__API__PORT=$(UI_PORT) AIRFLOW__API__BASE_URL=http://localhost:$(UI_PORT) airflow standalone & \
+	standalone=$$!; set +m; echo $$standalone > $(UI_PID); \
+	alive() { ps -A -o pgid= -o pid= -o stat= | awk -v g=$$standalone -v but="$$1" \
+		'$$1 == g && $$2 != but && $$3 !~ /^Z/' | grep -q .; }; \
+	trap stopping=1 INT TERM HUP; wait $$standalone; status=$$?; trap '' INT TERM HUP; \
+	pkill -TERM -P $$standalone; \
+	for _ in $$(seq 30); do alive $$standalone || break; sleep 1; done; \
+	kill -TERM -- -$$standalone 2>/dev/null; \
+	for _ in $$(seq 5); do alive || break; sleep 1; done; \
+	kill -KILL -- -$$standalone 2>/dev/null; rm -f $(UI_PID); test -n "$$stopping" || exit $$status
 
 # The suite mostly waits (deployments, polls, subprocesses), so it runs on more pytest-xdist workers
 # than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.
