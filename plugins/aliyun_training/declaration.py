@@ -399,14 +399,18 @@ class ParameterBlock(_Block):
             f"at most {self.maximum:g}" if self.maximum is not None else "",
         ]
         bounded = " and ".join(b for b in bounds if b)
-        return f"use {'an' if self.type == 'integer' else 'a'} {self.type}" + (
-            f", {bounded}" if bounded else ""
-        )
+        kind = "whole number" if self.type == "integer" else self.type
+        return f"use a {kind}" + (f", {bounded}" if bounded else "")
 
     def param_schema(self) -> dict[str, Any]:
         """The Param's JSON Schema keywords."""
         keys = ("type", "minimum", "maximum", "enum", "pattern")
         schema = {key: getattr(self, key) for key in keys if getattr(self, key) is not None}
+        if self.type == "integer":
+            # A whole number's bounds read as whole numbers in a refusal: "the minimum of 1", not 1.0.
+            for key in ("minimum", "maximum"):
+                if key in schema and float(schema[key]).is_integer():
+                    schema[key] = int(schema[key])
         if self.pattern:
             from aliyun_training.validation import whole_string_pattern
 

@@ -174,6 +174,31 @@ def form_schema(declaration: PipelineDeclaration) -> dict[str, dict[str, Any]]:
     return schema
 
 
+#: JSON Schema's bounds keywords, which a Param keeps under ``allOf`` (:func:`param_schemas`).
+_BOUNDS = ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum")
+
+
+def param_schemas(declaration: PipelineDeclaration) -> dict[str, dict[str, Any]]:
+    """:func:`form_schema` as the DAG's Params carry it: each bounded number's bounds under ``allOf``.
+
+    Airflow's trigger form gives a number field its schema's top-level ``minimum`` and ``maximum``
+    as the input's limits, and the input clamps a typed value to them when it loses focus: epochs -1
+    became 1 and nodes 1000 became 16, silently, and the run started with them. Under ``allOf`` the
+    form does not read them and jsonschema applies them all the same, so the value goes to the API as
+    it was typed and is refused there (as from the REST API or ``dags test``), naming the param and
+    the bound. The ``description`` beside the bounds is the field's fix: the API's message quotes
+    the part of the schema that failed, so it shows the fix too, and the form shows it as the
+    field's help (``params.run_params``) in place of the input's limits.
+    """
+    schemas = {}
+    for name, schema in form_schema(declaration).items():
+        schemas[name] = {key: value for key, value in schema.items() if key not in _BOUNDS}
+        bounds = {key: value for key, value in schema.items() if key in _BOUNDS}
+        if bounds:
+            schemas[name]["allOf"] = [{**bounds, "description": _fix(declaration, name, schema)}]
+    return schemas
+
+
 @functools.cache
 def _bounds(annotation: Any) -> dict[str, Any]:
     """The type and bounds of a size or timeout as JSON Schema, from its one definition in ``spec``."""
@@ -212,9 +237,16 @@ def _problem(error: Any) -> str:
     """jsonschema's message, without the regular expression a pattern mismatch would quote."""
     if error.validator == "pattern":
         return f"{error.instance!r} is not of the required form"
+    if error.validator == "type" and _is_fraction(error.instance) and "integer" in error.validator_value:
+        return f"{error.instance!r} is not a whole number"
     if error.validator == "type":
         return f"{error.instance!r} is not of type {' or '.join(_listed(error.validator_value))}"
     return str(error.message)
+
+
+def _is_fraction(value: Any) -> bool:
+    """A number with a fractional part (JSON Schema's ``integer`` accepts ``2.0``, never ``2.5``)."""
+    return isinstance(value, float) and not value.is_integer()
 
 
 def _listed(kinds: str | list[str]) -> list[str]:
@@ -245,11 +277,16 @@ def _fix(declaration: PipelineDeclaration, name: str, schema: dict[str, Any]) ->
         )
     kinds = _listed(schema["type"])
     bounds = " ".join(
-        f"{word} {schema[key]:g}"
+        f"{word} {int(schema[key]) if float(schema[key]).is_integer() else schema[key]}"
         for key, word in (("minimum", "from"), ("exclusiveMinimum", "above"), ("maximum", "up to"))
         if key in schema
     )
-    described = {"integer": "an integer", "number": "a number", "boolean": "true or false", "null": "null"}
+    described = {
+        "integer": "a whole number",
+        "number": "a number",
+        "boolean": "true or false",
+        "null": "null",
+    }
     return (
         "use " + " or ".join(described.get(kind, kind) for kind in kinds) + (f" {bounds}" if bounds else "")
     )

@@ -1,7 +1,8 @@
 """The trigger form of a declared pipeline: one validated Param per field of ``form.form_schema``, the
 declaration's own parameters among them.
 
-The Params validate the form in the UI before a run exists; ``configure`` checks the same schemas
+The Params validate the form in the API before a run exists (with their bounds where Airflow's form
+does not clamp a typed value to them: ``form.param_schemas``); ``configure`` checks the same schemas
 again (``form.parse_form``) before it types the values. The pipeline's bounds and defaults come from
 its declaration, so the form and the run cannot drift apart; this module adds what only a person
 reads: titles, descriptions, sections and the backends' labels.
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param
 
-from aliyun_training.form import form_schema
+from aliyun_training.form import param_schemas
 from aliyun_training.registry import BACKENDS, Backend, backend_record
 
 if TYPE_CHECKING:
@@ -35,11 +36,12 @@ def run_params(
     """The trigger form: where, how big, which data, the pipeline's own parameters, and a few switches.
 
     Each Param checks its field's schema from ``form.form_schema``, the one ``configure`` checks
-    again. ``unconfigured`` names the backends whose environment file is missing or incomplete, and
-    why: the form still offers them (an administrator may be completing the file) but says so.
+    again (its bounds under ``allOf``: ``form.param_schemas``). ``unconfigured`` names the backends
+    whose environment file is missing or incomplete, and why: the form still offers them (an
+    administrator may be completing the file) but says so.
     """
     unconfigured = unconfigured or {}
-    schema = form_schema(declaration)
+    schema = param_schemas(declaration)
     backends = [Backend(value) for value in schema["backend"]["enum"]]
     resources, recovery = declaration.resources, declaration.recovery
     params = {
@@ -157,6 +159,12 @@ def run_params(
             EMERGENCY_SECTION,
         ),
     }
+    # The form's number inputs no longer show the bounds as their limits (form.param_schemas): the
+    # help under each field says them, and the fix.
+    for param in params.values():
+        for bounds in param.schema.get("allOf", []):
+            fix = bounds["description"]
+            param.description = f"{param.description} {fix[0].upper()}{fix[1:]}."
     return params
 
 

@@ -30,6 +30,14 @@ def test_a_bad_trigger_form_raises_the_forms_error() -> None:
     assert not isinstance(bad_value.value, (EnvironmentFileError, DeclarationError))
 
 
+def test_a_fraction_for_a_whole_number_raises_the_forms_error_naming_each_field() -> None:
+    with pytest.raises(TriggerFormError) as fraction:
+        parse_form({"nodes": 1.5, "epochs": 2.5}, load_declaration(PIPELINE))
+
+    assert "nodes: 1.5 is not a whole number (fix: use a whole number from 1 up to 16)" in str(fraction.value)
+    assert "epochs: 2.5 is not a whole number (fix: use a whole number, at least 1" in str(fraction.value)
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [

@@ -151,12 +151,21 @@ def test_an_integral_float_reaches_the_command_as_an_integer(tmp_path: Path) -> 
     assert "--epochs 2 --batch-size 64" in run.job.spec.command
 
 
-def test_a_fractional_count_is_refused_naming_the_field(tmp_path: Path) -> None:
-    with pytest.raises(
-        SpecError,
-        match=r"epochs: 2.5 is not of type integer \(fix: use an integer, at least 1 and at most 100\)",
-    ):
-        resolve(tmp_path, epochs=2.5)
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        (
+            {"epochs": 2.5},
+            r"epochs: 2.5 is not a whole number \(fix: use a whole number, at least 1 and at most 100\)",
+        ),
+        ({"nodes": 1.5}, r"nodes: 1.5 is not a whole number \(fix: use a whole number from 1 up to 16\)"),
+    ],
+)
+def test_a_fractional_count_is_refused_naming_the_field(
+    tmp_path: Path, form: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(SpecError, match=message):
+        resolve(tmp_path, **form)
 
 
 # -- malformed environment files ------------------------------------------------------------------
@@ -266,12 +275,16 @@ def test_the_shipped_environment_files_parse(tmp_path: Path) -> None:
             {"epoch": 3},
             r"epoch: not a field of cifar10_retrain's form \(fix: remove it; the fields are backend,",
         ),
-        ({"nodes": "2"}, r"nodes: '2' is not of type integer \(fix: use an integer from 1 up to 16\)"),
+        ({"nodes": "2"}, r"nodes: '2' is not of type integer \(fix: use a whole number from 1 up to 16\)"),
         ({"dry_run": "yes"}, r"dry_run: 'yes' is not of type boolean \(fix: use true or false\)"),
         ({"timeout_minutes": 50_000}, r"timeout_minutes: 50000 is greater than the maximum of 43200"),
         (
             {"nodes": 17},
-            r"nodes: 17 is greater than the maximum of 16 \(fix: use an integer from 1 up to 16\)",
+            r"nodes: 17 is greater than the maximum of 16 \(fix: use a whole number from 1 up to 16\)",
+        ),
+        (
+            {"epochs": -1},
+            r"epochs: -1 is less than the minimum of 1 \(fix: use a whole number, at least 1 and at most",
         ),
         ({"backend": "sagemaker"}, r"backend: 'sagemaker' is not one of \['local', 'dlc', 'arena'\]"),
         ({"image": "evil"}, r"image: 'evil' is not of the required form \(fix: give a tag or digest"),
@@ -294,7 +307,11 @@ def test_the_form_and_configure_share_one_schema_and_accept_the_same_values(tmp_
 
     assert set(params) == set(schema)
     for name, param in params.items():
-        assert {key: param.schema[key] for key in schema[name]} == schema[name], name
+        # A Param keeps its bounds under allOf, beside their fix (form.param_schemas).
+        carried = {key: value for key, value in param.schema.items() if key != "allOf"}
+        for bounds in param.schema.get("allOf", []):
+            carried |= {key: value for key, value in bounds.items() if key != "description"}
+        assert {key: carried[key] for key in schema[name]} == schema[name], name
     assert resolve(tmp_path, timeout_minutes=20_000).job.spec.timeout_minutes == 20_000
 
 
