@@ -4,14 +4,18 @@
 
     python -m aliyun_training plan --pipeline pipelines/cifar10.yaml --backend dlc \\
         --environment include/config/examples/dlc.json --dataset-version 2026-11-22 \\
-        [--params '{"nodes": 4}'] [--no-preflight]
+        [--params '{"nodes": 4}'] [--no-preflight] [--format text|json|html]
 
 resolves the run's plan from the pipeline's declaration, the environment file (default: the
 declared one in ``include/config``) and the trigger-form values (``--params`` over the form's
 defaults), runs the preflight checks (read-only calls, through the Airflow connections
-the environment names; ``--no-preflight`` makes no call at all) and prints the dry run's JSON
-document on stdout: every request the run would make, then exits. Nothing is created, copied,
-built or submitted. A bad value exits with status 2 and the error on stderr.
+the environment names; ``--no-preflight`` makes no call at all) and prints the dry run on stdout:
+every request the run would make, then exits. Nothing is created, copied, built or submitted.
+``--format text`` (the default) is for the person deciding the spend: the summary, the cost
+ceiling, the checks in words, each stage's requests with wrapped commands and decoded inline
+scripts (``plan.render_text``). ``--format json`` is the document itself, for programs: stdout is
+exactly one JSON document, with the preflight as without it. ``--format html`` is the page a DAG
+run's dry run writes as ``plan.html``. A bad value exits with status 2 and the error on stderr.
 
 ``python -m aliyun_training schema --backend dlc`` prints the JSON Schema of that backend's
 environment file (``docs/schema/`` holds them, for editors that validate JSON as it is typed).
@@ -43,15 +47,28 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     try:
         # What the planning and the preflight log (Airflow's handlers write to whatever sys.stdout
-        # is when they emit) goes to stderr: stdout carries only the document, so it parses as
-        # JSON with the preflight as without it.
+        # is when they emit) goes to stderr: stdout carries only the rendering, so --format json
+        # parses as JSON with the preflight as without it.
         with contextlib.redirect_stdout(sys.stderr):
             document = plan_command(args)
     except SpecError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(document, indent=2, sort_keys=True, default=str))
+    print(rendered(document, args.format))
     return 0
+
+
+def rendered(document: dict[str, Any], form: str) -> str:
+    """The dry run as ``--format`` asks: the document for a program, or read for a person."""
+    if form == "json":
+        return json.dumps(document, indent=2, sort_keys=True, default=str)
+    if form == "html":
+        from aliyun_training.plan.render_html import render_html
+
+        return render_html(document)
+    from aliyun_training.plan.render_text import render_text
+
+    return render_text(document)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -75,6 +92,12 @@ def _parser() -> argparse.ArgumentParser:
         "--params", default="{}", help="trigger-form values as a JSON object, over the defaults"
     )
     plan.add_argument("--no-preflight", action="store_true", help="make no call to any platform")
+    plan.add_argument(
+        "--format",
+        choices=["text", "json", "html"],
+        default="text",
+        help="text: read by a person (default); json: the whole document, for programs; html: plan.html",
+    )
     plan.add_argument(
         "--environment-dir",
         type=Path,

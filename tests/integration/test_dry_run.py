@@ -15,8 +15,8 @@ import pytest
 
 from aliyun_training.cli import main
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.plan.dry_run import render_html
 from aliyun_training.plan.models import RunPlan
+from aliyun_training.plan.render_html import render_html
 from aliyun_training.plan.requests import job_requests, planned_image, predicted_staging, training_spec
 from aliyun_training.validation import validate_record
 from tests.operator_harness import task_context
@@ -31,15 +31,23 @@ def readme_dry_runs() -> list[str]:
     return [line for line in README.read_text().splitlines() if line.startswith(COMMAND_PREFIX)]
 
 
+def printed(
+    command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, output: str
+) -> str:
+    """Run a README command line with ``--format output`` in this process, from the project root;
+    what it printed on stdout."""
+    monkeypatch.chdir(PROJECT_DIR)
+    argv = [*shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan "))), "--format", output]
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    return capsys.readouterr().out
+
+
 def dry_run(
     command: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> dict[str, Any]:
-    """Run a README command line in this process, from the project root, and parse its stdout."""
-    monkeypatch.chdir(PROJECT_DIR)
-    argv = shlex.split(command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))
-    capsys.readouterr()
-    assert main(argv) == 0, capsys.readouterr().err
-    return json.loads(capsys.readouterr().out)
+    """Run a README command line as ``--format json`` and parse its stdout."""
+    return json.loads(printed(command, capsys, monkeypatch, "json"))
 
 
 def actions(document: dict[str, Any]) -> list[tuple[str, str, str]]:
@@ -60,7 +68,9 @@ def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: P
     env = {**os.environ, "PYTHONPATH": "plugins", "ALIYUN_TRAINING_LOCAL_ROOT": str(tmp_path)}
     argv = [sys.executable, *shlex.split(command.removeprefix("PYTHONPATH=plugins .venv/bin/python"))]
 
-    done = subprocess.run(argv, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*argv, "--format", "json"], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
 
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
@@ -85,7 +95,9 @@ def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_s
     argv = [sys.executable, *shlex.split(command.removeprefix("PYTHONPATH=plugins .venv/bin/python"))]
     argv.remove("--no-preflight")
 
-    done = subprocess.run(argv, cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*argv, "--format", "json"], cwd=PROJECT_DIR, env=env, capture_output=True, text=True, timeout=120
+    )
 
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
@@ -338,8 +350,20 @@ def test_a_dlc_dry_run_with_staging_and_a_build_shows_each_request_the_sdks_read
     assert document["requests"][1]["body"]["Uri"].startswith("bmcpfs://cpfs-example0001-vpc-example.")
 
 
+@pytest.mark.parametrize(
+    ("output", "named"),
+    [
+        ("json", "<password of connection private_registry>"),
+        ("text", "<password of connection private_registry>"),
+        ("html", "&lt;password of connection private_registry&gt;"),
+    ],
+)
 def test_a_dry_run_shows_no_secret(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    output: str,
+    named: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A registry connection's password is named, never read: the dry run has no secret to show."""
     environment = json.loads((PROJECT_DIR / "include/config/examples/dlc.json").read_text())
@@ -349,26 +373,11 @@ def test_a_dry_run_shows_no_secret(
         "AIRFLOW_CONN_PRIVATE_REGISTRY",
         json.dumps({"conn_type": "generic", "host": "r.example.com", "login": "u", "password": "s3cr3t-pw"}),
     )
-    monkeypatch.chdir(PROJECT_DIR)
+    command = f"{COMMAND_PREFIX}--backend dlc --environment {path} --dataset-version v1 --no-preflight"
 
-    assert (
-        main(
-            [
-                "plan",
-                "--backend",
-                "dlc",
-                "--environment",
-                str(path),
-                "--dataset-version",
-                "v1",
-                "--no-preflight",
-            ]
-        )
-        == 0
-    )
+    out = printed(command, capsys, monkeypatch, output)
 
-    out = capsys.readouterr().out
-    assert "s3cr3t-pw" not in out and "<password of connection private_registry>" in out
+    assert "s3cr3t-pw" not in out and named in out
 
 
 def test_params_that_are_not_a_json_object_exit_2_naming_the_flag(capsys: pytest.CaptureFixture[str]) -> None:

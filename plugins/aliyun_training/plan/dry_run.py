@@ -7,13 +7,12 @@ The document is the same from the CLI (``python -m aliyun_training plan``) and f
 copy, whether the image exists; each ``{"skipped": reason}`` when not checked) and
 ``cost`` (every job the run may start, its tries and GPU-hours at most, from ``plan.cost``) with
 their sum, ``gpu_hour_ceiling``. Only reads reach a platform: listings, Describe and
-Get calls, the registry's manifest HEAD.
+Get calls, the registry's manifest HEAD. The document is for programs (plan.json, ``--format
+json``); ``plan.render_text`` and ``plan.render_html`` render it for the person deciding the spend.
 """
 
 from __future__ import annotations
 
-import html
-import json
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.plan.cost import cost_ceiling
@@ -79,43 +78,3 @@ def image_check(plan: RunPlan) -> dict[str, Any]:
     except RegistryAuthError as exc:
         return {"image": reference, "error": str(exc)}
     return {"image": reference, "exists": bool(digest), "digest": digest, "build": not digest}
-
-
-def render_html(document: dict[str, Any]) -> str:
-    """A readable page of the dry run: the checks, then each request with its body."""
-    escape = html.escape
-    rows = "".join(
-        f"<h3>{i}. {escape(r['task'])}: {escape(r['service'])} {escape(r['action'])}</h3>"
-        f"<pre>{escape(json.dumps(r['body'], indent=2, sort_keys=True, default=str))}</pre>"
-        for i, r in enumerate(document["requests"], 1)
-    )
-    cost = "".join(
-        f"<tr><td>{escape(job['task'])}</td><td>{job['nodes']} x {job['gpus_per_node']}</td>"
-        f"<td>{job['timeout_minutes']} min</td><td>{job['tries']}</td><td>{job['gpu_hours']}"
-        f"{' (max_gpu_hours)' if job.get('capped_by') else ''}</td></tr>"
-        for job in document["cost"]["jobs"]
-    )
-    checks = escape(json.dumps(document["checks"], indent=2, sort_keys=True, default=str))
-    plan = escape(json.dumps(document["plan"], indent=2, sort_keys=True, default=str))
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'>"
-        f"<title>Dry run: {escape(document['backend'])} {escape(document['dataset_version'])}</title>"
-        "<style>body{font-family:sans-serif;max-width:70em;margin:2em auto}"
-        "pre{background:#f6f8fa;padding:1em;overflow:auto}</style></head><body>"
-        f"<h1>Dry run on {escape(document['backend'])}: dataset version "
-        f"{escape(document['dataset_version'])}</h1>"
-        f"<p>{len(document['requests'])} requests; at most {document['gpu_hour_ceiling']} GPU-hours"
-        f"{_in_money(document['cost'])} (every job the run may start: nodes x GPUs x timeout x tries). "
-        "Nothing was created, copied, built or submitted.</p>"
-        "<h2>Cost ceiling</h2><table><tr><th>job</th><th>nodes x GPUs</th><th>timeout</th>"
-        f"<th>tries</th><th>GPU-hours at most</th></tr>{cost}</table>"
-        f"<h2>Checks</h2><pre>{checks}</pre><h2>Requests</h2>{rows}"
-        f"<h2>Plan</h2><pre>{plan}</pre></body></html>"
-    )
-
-
-def _in_money(cost: dict[str, Any]) -> str:
-    """The ceiling in money where the environment gives a price, as a parenthesis; else nothing."""
-    if "money" not in cost:
-        return ""
-    return f", {cost['money']} {html.escape(cost['currency'])} at {cost['price_per_gpu_hour']} per GPU-hour"
