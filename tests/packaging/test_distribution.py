@@ -6,7 +6,8 @@ from uv's cache) into a fresh virtual environment, and asks Airflow's ProvidersM
 process that has neither plugins/ nor this project's environment variables. The same process then
 runs the README guide's commands, ``airflow db migrate`` and ``airflow dags test``, through the
 function the ``airflow`` script calls: a fresh environment has no bytecode yet, so each further
-interpreter would import (and compile) Airflow again, for nothing the commands check.
+interpreter would import (and compile) Airflow again, for nothing the commands check. A shell then
+runs the README install section's copy of the example environment files out of the installed package.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from aliyun_training.provider_info import get_provider_info
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = PROJECT_DIR / "plugins" / "aliyun_training"
+#: The environment files with placeholder ids, which the package links to as environment_examples.
+EXAMPLES_DIR = PROJECT_DIR / "include" / "config" / "examples"
 UV = Path(sys.executable).parent / "uv"
 ENTRY_POINT = "provider_info = aliyun_training.provider_info:get_provider_info"
 PROVIDER = "aliyun-training-pipelines"
@@ -120,9 +123,16 @@ def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
         names = set(archive.namelist())
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
         assert f"[apache_airflow_provider]\n{ENTRY_POINT}\n" in archive.read(entry_points).decode()
+        examples = {
+            name.removeprefix("aliyun_training/environment_examples/"): archive.read(name)
+            for name in names
+            if name.startswith("aliyun_training/environment_examples/")
+        }
     packaged = {name for name in names if name.startswith("aliyun_training/")}
     assert "aliyun_training/provider_info.py" in packaged
     assert packaged == _package_files(), "every file of the package, and only those"
+    assert examples == {path.name: path.read_bytes() for path in EXAMPLES_DIR.glob("*.json")}
+    assert {"dlc.json", "arena.json"} <= set(examples)
 
     python = _install(wheel, tmp_path / "venv")
     work = tmp_path / "work"
@@ -151,6 +161,18 @@ def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
     )
     assert installed.returncode == 0, f"{installed.stdout[-3000:]}\n{installed.stderr[-3000:]}"
 
+    config = tmp_path / "config"
+    copied = subprocess.run(
+        ["bash", "-c", _readme_block("install:examples", "bash")],
+        cwd=work,
+        env=env | {"PATH": f"{python.parent}:{env['PATH']}", "ALIYUN_TRAINING_ENVIRONMENT_DIR": str(config)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert copied.returncode == 0, copied.stderr[-3000:]
+    assert {path.name: path.read_bytes() for path in (config / "examples").iterdir()} == examples
+
     (manifest_path,) = (guide / "artifacts" / "digits" / "v1").glob("*/manifest.json")
     manifest = json.loads(manifest_path.read_text())
     assert manifest["dataset"]["version"] == "v1", "an empty version is the newest in the source"
@@ -160,9 +182,8 @@ def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
 
 def _write_guide(root: Path) -> Path:
     """The README guide's declaration, script and a version, and a DAG file loading the folder."""
-    readme = (PROJECT_DIR / "README.md").read_text()
-    declaration = readme.split("<!-- guide:declaration -->\n```yaml\n", 1)[1].split("```", 1)[0]
-    script = readme.split("<!-- guide:train.py -->\n```python\n", 1)[1].split("```", 1)[0]
+    declaration = _readme_block("guide:declaration", "yaml")
+    script = _readme_block("guide:train.py", "python")
     (root / "pipelines" / "digits").mkdir(parents=True)
     (root / "pipelines" / "digits.yaml").write_text(declaration)
     (root / "pipelines" / "digits" / "train.py").write_text(script)
@@ -173,9 +194,17 @@ def _write_guide(root: Path) -> Path:
     return root
 
 
+def _readme_block(marker: str, language: str) -> str:
+    """The README's code block under ``<!-- marker -->``, as the reader copies it."""
+    readme = (PROJECT_DIR / "README.md").read_text()
+    return readme.split(f"<!-- {marker} -->\n```{language}\n", 1)[1].split("```", 1)[0]
+
+
 def _build_wheel(tmp_path: Path) -> Path:
     source = tmp_path / "source"
-    shutil.copytree(PACKAGE_DIR, source / "plugins" / "aliyun_training", ignore=_ignored)
+    # The package's link to the examples stays a link, as in the repository the README builds in.
+    shutil.copytree(PACKAGE_DIR, source / "plugins" / "aliyun_training", ignore=_ignored, symlinks=True)
+    shutil.copytree(EXAMPLES_DIR, source / EXAMPLES_DIR.relative_to(PROJECT_DIR))
     shutil.copy2(PROJECT_DIR / "pyproject.toml", source)
     dist = tmp_path / "dist"
     _run(UV, "build", "--wheel", "--python", sys.executable, "--out-dir", dist, source)
@@ -199,11 +228,13 @@ def _modules(subpackage: str, helpers: set[str]) -> set[str]:
 
 
 def _package_files() -> set[str]:
-    """The package's files as the wheel names them, less bytecode."""
+    """The package's files as the wheel names them, less bytecode; a linked folder's files too."""
     return {
-        f"aliyun_training/{path.relative_to(PACKAGE_DIR).as_posix()}"
-        for path in PACKAGE_DIR.rglob("*")
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".pyc"
+        f"aliyun_training/{(Path(folder) / name).relative_to(PACKAGE_DIR).as_posix()}"
+        for folder, _, files in os.walk(PACKAGE_DIR, followlinks=True)
+        if "__pycache__" not in Path(folder).parts
+        for name in files
+        if not name.endswith(".pyc")
     }
 
 
