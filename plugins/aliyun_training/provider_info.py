@@ -10,6 +10,10 @@ which is how Airflow 3.2+ reads a form: from the provider's metadata, with no ho
 wtforms (Airflow 3 installs neither wtforms nor Flask-AppBuilder unless the FAB provider is
 installed). A field's name is the extra the hook reads; the form writes it unprefixed, and writes
 ``null`` for a field left empty, which ``AlibabaCloudHook.load_extras`` treats as absent.
+
+``airflow providers get --full`` prints these texts through rich, which reads ``:name:`` as an emoji
+and ``[word]`` as a style tag: a role ARN example (``acs:ram::...``, a ram) or an Airflow option
+written ``[core] name`` would be printed changed, so the texts name neither that way.
 """
 
 from __future__ import annotations
@@ -42,8 +46,8 @@ CONNECTION_FIELDS: dict[str, dict[str, Any]] = {
     },
     "role_arn": {
         "label": "RAM role ARN",
-        "description": "Assume this role through STS (renewed during long waits), e.g. "
-        "acs:ram::<account-id>:role/<role>.",
+        "description": "Assume this role through STS (renewed during long waits): its ARN, as the role's "
+        "page in the RAM console shows it.",
         "schema": _TEXT,
     },
     "role_session_name": {
@@ -140,9 +144,10 @@ def get_provider_info() -> dict[str, Any]:
                             "or buckets act only on their own. Set the same value on every component "
                             "(scheduler, dag-processor, triggerer, workers); lower-case letters, digits "
                             "and '-', at most 40 characters. Empty: derived from the address of the "
-                            "deployment's API server ([core] execution_api_server_url, else [api] "
-                            "base_url), which every worker knows; deployments whose API servers share an "
-                            "address (two hosts both using http://localhost:8080) must set it."
+                            "deployment's API server (execution_api_server_url of the core section, else "
+                            "base_url of the api section), which every worker knows; deployments whose API "
+                            "servers share an address (two hosts both using http://localhost:8080) must "
+                            "set it."
                         ),
                         "version_added": "0.1.0",
                         "type": "string",

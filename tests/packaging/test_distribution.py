@@ -23,6 +23,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from aliyun_training.provider_info import get_provider_info
 
@@ -116,6 +117,16 @@ def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
     assert set(info["extra-links"]) == links
 
 
+def test_airflow_prints_every_text_of_the_provider_literally() -> None:
+    """``airflow providers get --full`` prints each value's ``str()`` in a rich table, which reads
+    ``:name:`` as an emoji (``acs:ram::`` printed a ram) and ``[word]`` as a style tag."""
+    info = get_provider_info()
+    console = Console()
+    texts = [str(value) for value in info.values()] + list(_strings(info))
+
+    assert [text for text in texts if console.render_str(text).plain != text] == []
+
+
 @pytest.mark.slow
 def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
     wheel = _build_wheel(tmp_path)
@@ -192,6 +203,17 @@ def _write_guide(root: Path) -> Path:
     (version / "samples.txt").write_text("1 2 3")
     (root / "dag.py").write_text(GUIDE_DAG_FILE)
     return root
+
+
+def _strings(value: object) -> list[str]:
+    """Every string inside ``value``, a provider info's nesting of dicts and lists."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [text for item in value.values() for text in _strings(item)]
+    if isinstance(value, list):
+        return [text for item in value for text in _strings(item)]
+    return []
 
 
 def _readme_block(marker: str, language: str) -> str:
