@@ -43,27 +43,69 @@ $(VENV)/.editable: $(VENV)/.installed pyproject.toml
 
 # `make demo PIPELINE=imagenet_resnet_retrain` runs the second example (shards, then a ResNet).
 # The run's logical date is now (so the UI shows its true duration); its dataset version is named.
+# The examples make a synthetic version first; any other declared pipeline trains on the newest
+# version already in the local object store, with its form's defaults.
 PIPELINE ?= cifar10_retrain
 ifeq ($(PIPELINE),imagenet_resnet_retrain)
 DEMO_DATA := python include/imagenet_resnet/make_synthetic_raw.py --out .demo/object-store/imagenet/$(DEMO_DATE)
 DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 2}
-DEMO_MODEL := resnet8
-else
+else ifeq ($(PIPELINE),cifar10_retrain)
 DEMO_DATA := python include/training/make_synthetic_cifar10.py --out .demo/object-store/cifar10/$(DEMO_DATE)
 DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 3}
-DEMO_MODEL := cifar10
+else
+DEMO_CONF := {}
 endif
+# The examples' summary reads their metrics (test accuracy); another pipeline's run prints the
+# path of its manifest.json, the summary's last line too.
+DEMO_SUMMARY := $(if $(DEMO_DATA),python include/demo_summary.py --artifacts .demo/artifacts/$$model \
+	--since .demo/.demo-started,find .demo/artifacts/$$model -mindepth 3 -maxdepth 3 -name manifest.json \
+	-newer .demo/.demo-started | grep .)
+
+# Prints the model name (its artifacts folder) of the pipeline whose dag_id is argv[1], declared in
+# the folder the DAG file reads, once its dataset has a version in the local object store; else
+# fails saying which pipelines are declared (and why others did not load), or where a version goes.
+define DEMO_PIPELINE
+import os, sys
+from pathlib import Path
+from aliyun_training.declaration import DeclarationError, declaration_files, load_declaration
+from aliyun_training.settings import local_paths
+
+folder = Path(os.environ.get("ALIYUN_TRAINING_PIPELINES_DIR") or "pipelines")
+declared, broken = {}, []
+for path in declaration_files(folder):
+    try:
+        declaration = load_declaration(path)
+        declared[declaration.dag_id] = declaration
+    except DeclarationError as exc:
+        broken.append(str(exc))
+if sys.argv[1] not in declared:
+    names = ", ".join(sorted(declared))
+    sys.exit("\n".join([f"PIPELINE={sys.argv[1]} is not declared in {folder}/ (declared: {names})", *broken]))
+declaration = declared[sys.argv[1]]
+store = Path(os.path.relpath(local_paths().object_store / declaration.dataset.name))
+if not any(path.is_dir() for path in store.glob("*")):
+    sys.exit(
+        f"{sys.argv[1]} trains on the newest version of {declaration.dataset.name} in {store}/, which "
+        f"has none (fix: put one there, e.g. {store}/v1/ holding the files your training script reads)"
+    )
+print(declaration.model_name)
+endef
+export DEMO_PIPELINE
+
+# `airflow dags test` and `make ui` share the SQLite database, and the UI's scheduler would run the
+# test's tasks too: a demo is refused while the UI runs (its pid is in $(UI_PID)).
+UI_PID := $(AIRFLOW_HOME)/standalone.pid
 
 demo: $(VENV)/.editable
+	@if test -f $(UI_PID) && kill -0 "$$(cat $(UI_PID))" 2>/dev/null; then \
+		echo "make ui is running on this project (pid $$(cat $(UI_PID))): trigger $(PIPELINE) there," \
+			"or stop it (Ctrl-C) before make demo" >&2; exit 1; fi
 	airflow db migrate > /dev/null
 	$(DEMO_DATA)
-	touch .demo/.demo-started
-	airflow dags test $(PIPELINE) -c '$(DEMO_CONF)' > .demo/dags-test.log 2>&1 \
-		|| { tail -n 60 .demo/dags-test.log; exit 1; }
-	python include/demo_summary.py --artifacts .demo/artifacts/$(DEMO_MODEL) --since .demo/.demo-started
-
-# standalone's pid, while `make ui` runs.
-UI_PID := $(AIRFLOW_HOME)/standalone.pid
+	model=$$(python -c "$$DEMO_PIPELINE" '$(PIPELINE)') && touch .demo/.demo-started && \
+	{ airflow dags test $(PIPELINE) -c '$(DEMO_CONF)' > .demo/dags-test.log 2>&1 \
+		|| { tail -n 60 .demo/dags-test.log; exit 1; }; } && \
+	$(DEMO_SUMMARY)
 
 # The UI on http://localhost:$(UI_PORT): `airflow standalone` with the project's settings. It prints
 # the admin password (also in .airflow/simple_auth_manager_passwords.json.generated). The tasks
