@@ -137,6 +137,26 @@ def test_a_dry_run_with_its_preflight_and_no_connection_fails_the_checks_naming_
         )
 
 
+def test_a_staging_dry_run_with_its_preflight_and_no_connection_exits_naming_it(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The version is looked up in the source before any check: with no connection to list it, the
+    dry run stops with the connection and how to define it, not a traceback."""
+    (command,) = [c for c in readme_dry_runs() if "examples/dlc-staging.json " in c]
+    monkeypatch.delenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", raising=False)
+    monkeypatch.chdir(PROJECT_DIR)
+    argv = shlex.split(
+        command.removeprefix(COMMAND_PREFIX.removesuffix("plan ")).removesuffix(" --no-preflight")
+    )
+
+    status = main(argv)
+
+    error = capsys.readouterr().err
+    assert status == 2
+    assert "alibaba_cloud_conn_id: cannot list the versions in oss://" in error
+    assert "AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT" in error and "Traceback" not in error
+
+
 def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -60,11 +60,19 @@ def versions_folder(template: str, dataset: str) -> str:
 
 
 def source_versions(template: str, dataset: str, alibaba_cloud_conn_id: str) -> list[str]:
-    """The dataset's versions in its source, oldest first (see :func:`version_order`)."""
+    """The dataset's versions in its source, oldest first (see :func:`version_order`).
+
+    A connection that is not defined (or unusable) is a setting to fix, not an error to retry: it
+    fails as a SpecError naming the connection and how to define it.
+    """
+    from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
     from aliyun_training.staging.opening import open_connected_source
 
     folder = versions_folder(template, dataset)
-    names = open_connected_source(folder, alibaba_cloud_conn_id).folders()
+    try:
+        names = open_connected_source(folder, alibaba_cloud_conn_id).folders()
+    except AlibabaCloudConnectionError as exc:
+        raise SpecError(f"alibaba_cloud_conn_id: cannot list the versions in {folder}: {exc}") from None
     return sorted((n for n in names if re.fullmatch(DATASET_VERSION_PATTERN, n)), key=version_order)
 
 
