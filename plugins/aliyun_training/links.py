@@ -1,11 +1,20 @@
-"""Links shown on the tasks in the Airflow UI: the job's console, the dry run's plan, the run report."""
+"""Links shown on the tasks in the Airflow UI: the job's console, the dry run's plan, the run report.
+
+The plan and the report are the provider's own pages (``aliyun_training.pages``), served over http
+by the API server behind Airflow's login; a task stores where the file it wrote lies, and the link
+appears once it has. When a task ends, Airflow's task runner stores each link's ``get_link`` under
+the link's ``xcom_key``, which is what the UI reads: from then on that XCom holds the page's address.
+"""
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
+
+from aliyun_training.pages.urls import plan_page, report_page
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -40,15 +49,34 @@ class TrainingJobConsoleLink(_StoredUrlLink):
     key = "training_job_console_url"
 
 
-class RunPlanLink(_StoredUrlLink):
-    """The dry run's readable plan (``plan.html``) that the show_plan task wrote."""
+class _RunPageLink(_StoredUrlLink):
+    """A link to the run's page of the provider's, drawn once the task stored what the page shows."""
+
+    def get_link(self, operator: BaseOperator, *, ti_key: TaskInstanceKey) -> str:
+        if not super().get_link(operator, ti_key=ti_key):
+            return ""
+        return self.page(ti_key.dag_id, ti_key.run_id)
+
+    @abstractmethod
+    def page(self, dag_id: str, run_id: str) -> str:
+        """The page's address for the run."""
+
+
+class RunPlanLink(_RunPageLink):
+    """The dry run's readable plan, rendered from the document the show_plan task returned."""
 
     name = "Run plan"
     key = "run_plan_url"
 
+    def page(self, dag_id: str, run_id: str) -> str:
+        return plan_page(dag_id, run_id)
 
-class RunReportLink(_StoredUrlLink):
-    """The published artifact set's run report (``report.html``)."""
+
+class RunReportLink(_RunPageLink):
+    """The published artifact set's run report, read from where it was published."""
 
     name = "Run report"
     key = "run_report_url"
+
+    def page(self, dag_id: str, run_id: str) -> str:
+        return report_page(dag_id, run_id)

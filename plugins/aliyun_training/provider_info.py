@@ -24,6 +24,8 @@ from typing import Any
 PACKAGE_NAME = "aliyun-training-pipelines"
 CONNECTION_TYPE = "alibaba_cloud"
 HOOK_CLASS = "aliyun_training.hooks.alibaba_cloud.AlibabaCloudHook"
+#: The plugin's name: Airflow registers a plugin once by name, however it was found.
+PLUGIN_NAME = "aliyun_training"
 
 _TEXT = {"type": ["string", "null"]}
 _SECRET = {"type": ["string", "null"], "format": "password"}
@@ -133,6 +135,9 @@ def get_provider_info() -> dict[str, Any]:
             "aliyun_training.links.RunPlanLink",
             "aliyun_training.links.RunReportLink",
         ],
+        # The links again, the pages (each run's report and plan, each pipeline's runs) and their
+        # entry under Browse: Airflow loads a provider's plugins from here, by path.
+        "plugins": [{"name": PLUGIN_NAME, "plugin-class": "aliyun_training.plugin.AliyunTrainingPlugin"}],
         "config": {
             CONFIG_SECTION: {
                 "description": "Settings every component of a deployment shares.",

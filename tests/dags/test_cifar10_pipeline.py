@@ -13,6 +13,8 @@ from airflow.dag_processing.dagbag import DagBag
 from airflow.sdk.definitions.param import ParamValidationError
 
 from aliyun_training.image.jobs import check_command
+from aliyun_training.pages.urls import pipeline_page, plan_page, report_page
+from aliyun_training.plan.render_html import render_html
 from fakes.cloud import (
     AK,
     BUCKET,
@@ -29,6 +31,7 @@ from fakes.environment_files import use_environments
 from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from fakes.oss import OssEmulator
+from tests.pages_client import pages_client
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -57,7 +60,7 @@ def dag(airflow_db: Path):
 
 @pytest.mark.slow
 def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event(
-    dag, local_root: Path, make_dataset: Callable[..., Path]
+    dag, local_root: Path, make_dataset: Callable[..., Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
     make_dataset(VERSION)
 
@@ -67,6 +70,8 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     )
 
     assert run.state == "success"
+    # Records of the branches a local run skips (image checks, staging) are never asked for.
+    assert "XCom not found" not in capfd.readouterr().out
     manifests = list((local_root / "artifacts" / "cifar10" / VERSION).glob("*/manifest.json"))
     assert len(manifests) == 1
     manifest = json.loads(manifests[0].read_text())
@@ -79,6 +84,14 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     assert [a["decision"] for a in manifest["attempts"]] == ["succeeded"]
     assert "<polyline" in (manifests[0].parent / "report.html").read_text()
     assert _asset_event_extras("cifar10_model")[-1]["manifest_uri"] == str(manifests[0])
+    # The provider's pages: the pipeline lists the run, whose report is the published file.
+    pages = pages_client()
+    listing = pages.get(pipeline_page("cifar10_retrain"))
+    assert listing.status_code == 200 and run.run_id in listing.text and f"<td>{VERSION}</td>" in listing.text
+    assert report_page("cifar10_retrain", run.run_id).replace("&", "&amp;") in listing.text
+    answer = pages.get(report_page("cifar10_retrain", run.run_id))
+    assert answer.status_code == 200
+    assert answer.text == (manifests[0].parent / "report.html").read_text()
 
 
 def _asset_event_extras(asset_name: str) -> list[dict]:
@@ -180,6 +193,9 @@ def test_checks_that_do_not_run_are_skipped_with_their_reason_and_the_run_goes_o
     ]
     assert bool(report["findings"]) is not skip_preflight, "the machine checks ran unless skipped"
     assert document["checks"]["preflight"] == report
+    # The "Run plan" page is the readable plan of the document show_plan returned.
+    page = pages_client().get(plan_page("cifar10_retrain", run.run_id))
+    assert page.status_code == 200 and page.text == render_html(document)
 
 
 def _dlc_settings(ids: Any) -> dict[str, Any]:
@@ -233,6 +249,11 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
         }
         manifest_key = f"models/cifar10/2026-11-15/{trained['display_name']}/manifest.json"
         manifest = json.loads(cloud.oss.get(BUCKET, manifest_key))
+        # The report on OSS, read by the page through the run's connection, never from the browser.
+        report_page_answer = pages_client().get(report_page("cifar10_retrain", run.run_id))
+        published_report = cloud.oss.get(BUCKET, manifest_key.replace("manifest.json", "report.html"))
+    assert report_page_answer.status_code == 200
+    assert report_page_answer.content == published_report and AK not in report_page_answer.text
     verify, check, create = (
         creates[f"cifar10-retrain-{task}"] for task in ("verify-image", "check-rdma", "train")
     )

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
+from aliyun_training.operators.upstream import Returned
 from aliyun_training.registry import BACKENDS
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
@@ -78,28 +79,30 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     # The image is built and verified side by side with staging, and both finish before training.
     assert dag.get_task("verify_image").upstream_task_ids == {"configure", "build_image"}
     assert dag.get_task("check_rdma").upstream_task_ids == {"configure", "verify_image"}
+    # The image reaches train through check_rdma, which waits for verify_image: its record is named
+    # (Returned) rather than an XComArg, which would also make verify_image a direct upstream.
     assert dag.get_task("train").upstream_task_ids == {
         "configure",
         "route",
         "stage_dataset",
         "training_runtime",
         "wait_for_capacity",
-        "verify_image",
         "check_rdma",
     }
     assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
-    # Publishing takes its records from whichever branches ran, and runs only after train succeeded.
+    # Publishing takes its records from whichever branches ran (all before train), once train succeeded.
     publish = dag.get_task("publish_artifacts")
-    assert publish.upstream_task_ids == {
-        "configure",
-        "route",
-        "train",
-        "stage_dataset",
-        "training_runtime",
-        "verify_image",
-        "check_rdma",
-    }
+    assert publish.upstream_task_ids == {"configure", "route", "train"}
     assert publish.trigger_rule == "none_failed_min_one_success"
+    assert {publish.dataset, publish.bandwidth, *publish.runtime} == {
+        Returned("stage_dataset"),
+        Returned("check_rdma"),
+        Returned("verify_image"),
+        Returned("training_runtime"),
+    }
+    # A named record's task must have finished: each is upstream of train, so of publishing too.
+    for record in ("stage_dataset", "check_rdma", "verify_image", "training_runtime"):
+        assert record in dag.get_task("train").get_flat_relative_ids(upstream=True), record
 
 
 def test_every_task_a_backend_routes_to_is_a_task_of_every_declared_pipeline(dagbag: DagBag) -> None:

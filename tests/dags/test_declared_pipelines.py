@@ -14,6 +14,7 @@ from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.declaration import load_declaration
 from aliyun_training.operators.prepare import DatasetPrepareOperator
+from aliyun_training.pages.urls import report_page
 from aliyun_training.pipelines import load_pipelines, training_pipeline
 from aliyun_training.pipelines.folder import INVALID_DECLARATIONS_DAG_ID
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
@@ -73,7 +74,7 @@ def test_the_imagenet_pipeline_prepares_shards_once_stages_them_trains_and_publi
     link = first.get_task_instance("publish_artifacts").xcom_pull(
         task_ids="publish_artifacts", key="run_report_url"
     )
-    assert link == (manifest_path.parent / "report.html").as_uri(), "the task's Run report link"
+    assert link == report_page(dag.dag_id, first.run_id), "the task's Run report link, as the UI reads it"
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
@@ -160,7 +161,9 @@ def test_the_form_types_the_declared_parameters_and_refuses_a_bad_one(tmp_path: 
     dag = training_pipeline(_write(folder, "p.yaml", MINIMAL.format(dag_id="p")))
     declaration_param = dag.params.get_param("epochs")
 
-    assert declaration_param.schema == {"type": "integer", "minimum": 1, "maximum": 50, "title": "Epochs"}
+    assert declaration_param.schema["type"] == "integer" and declaration_param.schema["title"] == "Epochs"
+    [bounds] = declaration_param.schema["allOf"]
+    assert (bounds["minimum"], bounds["maximum"]) == (1, 50), "where the UI's number input does not clamp"
     assert "framework" not in dag.params, "a pipeline offering one framework has no choice to make"
     with pytest.raises(Exception, match="50"):
         declaration_param.resolve(51)

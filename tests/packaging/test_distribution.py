@@ -106,7 +106,7 @@ def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
     assert set(hooks) == _modules("hooks", helpers={"paging", "retry", "credentials"})
     assert set(triggers) == _modules("triggers", helpers={"base"})  # base: the abstract PollingTrigger
     tree = ast.parse((PACKAGE_DIR / "links.py").read_text())
-    link_bases = {"BaseOperatorLink", "_StoredUrlLink"}
+    link_bases = {"BaseOperatorLink", "_StoredUrlLink", "_RunPageLink"}
     links = {
         f"aliyun_training.links.{node.name}"
         for node in tree.body

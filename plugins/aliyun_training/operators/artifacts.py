@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import quote
 
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.links import RunReportLink
+from aliyun_training.operators.upstream import ReturnedRecordsMixin
+from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from aliyun_training.staging.oss import OssClientConfig
 
 
-class ArtifactsOperator(BaseOperator):
+class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
     """Collect checkpoints, metrics and a run report into a versioned directory with a manifest.
 
     The first Asset in ``outlets`` receives an event whose extra names the manifest, the dataset
@@ -105,7 +106,7 @@ class ArtifactsOperator(BaseOperator):
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info("Published artifacts at %s (manifest %s)", artifacts.uri, artifacts.manifest_uri)
-        RunReportLink().persist(context, _browsable(artifacts.report_uri))
+        RunReportLink().persist(context, artifacts.report_uri)
         self.log.info(
             "Final metrics: %s", {k: v for k, v in artifacts.metrics.items() if k.startswith("final_")}
         )
@@ -122,8 +123,6 @@ class ArtifactsOperator(BaseOperator):
     def _run_info(self, context: Context) -> RunInfo:
         """This DAG run as the manifest records it; of its params only the trigger form's fields
         (the DAG's params), not whatever else a run's conf carried."""
-        from airflow.configuration import conf
-
         dag_run, params = context["dag_run"], context["params"]
         return RunInfo(
             dag_id=dag_run.dag_id,
@@ -131,7 +130,7 @@ class ArtifactsOperator(BaseOperator):
             logical_date=_iso(dag_run.logical_date),
             run_type=dag_run.run_type.value,
             params={name: params[name] for name in self.dag.params if name in params},
-            url=run_url(conf.get("api", "base_url", fallback=""), dag_run.dag_id, dag_run.run_id),
+            url=airflow_run_url(dag_run.dag_id, dag_run.run_id),
             started=_iso(dag_run.start_date),
         )
 
@@ -173,14 +172,6 @@ def check_collectable(job: JobResult, outputs_root: str | None) -> None:
         )
 
 
-def run_url(base_url: str, dag_id: str, run_id: str) -> str:
-    """The run's page in the Airflow UI; a path on the UI's own server when ``base_url`` is not set.
-
-    The ids are URL-quoted whole: a manual run's id holds ``:`` and ``+``.
-    """
-    return f"{base_url.rstrip('/')}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
-
-
 def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
@@ -198,8 +189,3 @@ def _first_present(candidates: Any) -> Any:
     if isinstance(candidates, list | tuple):
         return next((record for record in candidates if record), None)
     return candidates
-
-
-def _browsable(uri: str) -> str:
-    """A local report as a ``file://`` URL; an ``oss://`` one as it is (the OSS console opens it)."""
-    return uri if "://" in uri else Path(uri).as_uri()

@@ -45,7 +45,8 @@ class RunPlanOperator(BaseOperator):
         self.report_task_id = report_task_id
 
     def execute(self, context: Context) -> dict[str, Any]:
-        from aliyun_training.plan.dry_run import dry_run_document, render_html
+        from aliyun_training.plan.dry_run import dry_run_document
+        from aliyun_training.plan.render_html import render_html
         from aliyun_training.settings import local_paths
 
         plan = validate_record(RunPlan, self.plan)
@@ -66,7 +67,7 @@ class RunPlanOperator(BaseOperator):
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "plan.json").write_text(json.dumps(document, indent=2, sort_keys=True, default=str))
         (folder / "plan.html").write_text(render_html(document))
-        RunPlanLink().persist(context, (folder / "plan.html").as_uri())
+        RunPlanLink().persist(context, str(folder / "plan.html"))
         self.log.info(
             "Dry run: %d requests, at most %s GPU-hours; nothing was created, copied, built or submitted. "
             "Plan: %s",

@@ -40,6 +40,7 @@ from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
+from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
 from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset
 from aliyun_training.settings import local_paths
@@ -68,7 +69,7 @@ CHECKPOINT_KEY_FIELDS = frozenset(
 )
 
 
-class TrainingJobOperator(DeferralMixin, BaseOperator):
+class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
     """Run the plan's job on its backend; return a ``JobResult`` (as a dict) when the job succeeds.
 
     :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated): the

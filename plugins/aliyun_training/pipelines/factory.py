@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, TaskGroup, task
+from airflow.sdk import DAG, Asset, CronTriggerTimetable, TaskGroup, task
 
-from aliyun_training.declaration import PipelineDeclaration, declare, load_declaration
+from aliyun_training.declaration import PipelineBlock, PipelineDeclaration, declare, load_declaration
 from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
 from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator
@@ -28,6 +28,8 @@ from aliyun_training.operators.recovery import FailureClassRetryPolicy
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
+from aliyun_training.operators.upstream import Returned
+from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
 from aliyun_training.plan.backends import WatchedBackend
@@ -83,10 +85,12 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         description=settings.description
         or f"Retrain {declaration.model_name} on {declaration.dataset.name}.",
         doc_md=_doc(declaration),
-        schedule=settings.schedule,
+        schedule=_timetable(settings),
         start_date=pendulum.datetime(
             settings.start_date.year, settings.start_date.month, settings.start_date.day, tz="UTC"
-        ),
+        )
+        if settings.catchup
+        else None,
         catchup=settings.catchup,
         max_active_runs=settings.max_active_runs,
         dagrun_timeout=timedelta(hours=settings.dagrun_timeout_hours),
@@ -174,14 +178,15 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         train = TrainingJobOperator(
             task_id="train",
             job=run["job"],
-            dataset=stage.output,
+            dataset=Returned("stage_dataset"),
             planned_dataset=run["dataset"],
-            image=verify_image.output,
+            image=Returned("verify_image"),
             poll_interval=5,
             retries=declaration.recovery.retries,
             retry_policy=recovery,
             trigger_rule="none_failed_min_one_success",
         )
+        # Records of alternative branches are named (Returned), so only the branch that ran is asked.
         # Its records come from branches of which only the backend's ran: it runs once train succeeded
         # although the others were skipped; a failed train fails it upstream, a skipped one skips it.
         publish = ArtifactsOperator(
@@ -189,9 +194,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             artifacts=run["artifacts"],
             planned_dataset=run["dataset"],
             job_result=train.output,
-            dataset=stage.output,
-            runtime=[verify_image.output, runtime.output],
-            bandwidth=check_rdma.output,
+            dataset=Returned("stage_dataset"),
+            runtime=[Returned("verify_image"), Returned("training_runtime")],
+            bandwidth=Returned("check_rdma"),
             outlets=[model],
             trigger_rule="none_failed_min_one_success",
         )
@@ -201,7 +206,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             prepare = DatasetPrepareOperator(
                 task_id="prepare_dataset",
                 prepare=run["prepare"],
-                image=verify_image.output,
+                image=Returned("verify_image"),
                 poll_interval=5,
                 retry_policy=recovery,
                 trigger_rule="none_failed_min_one_success",
@@ -215,13 +220,29 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
     return dag
 
 
+def _timetable(settings: PipelineBlock) -> CronTriggerTimetable | str | None:
+    """The schedule; without catchup, turning the pipeline on waits for the next period's tick.
+
+    Airflow would otherwise create a run for the period that began before the pipeline was turned
+    on, at once: a run waiting (for hours) for a version that may never land, ahead of the run its
+    user triggered from the same form, which unpauses the DAG, or a second training of the version
+    that user chose. Without a start date (only a catchup needs one) a cron timetable's first run
+    is its next tick (``run_immediately``: none of the past period); later runs follow as usual.
+    """
+    schedule = settings.schedule
+    if schedule is None or schedule in ("@once", "@continuous") or settings.catchup:
+        return schedule
+    return CronTriggerTimetable(schedule, timezone="UTC", run_immediately=timedelta(0))
+
+
 def _doc(declaration: PipelineDeclaration) -> str:
     """The DAG's documentation: the declaration's own, then what every declared pipeline does."""
     source = f"Declared in `{declaration.source}`." if declaration.source else ""
     return f"""### {declaration.pipeline.description or declaration.dag_id}
 
 {source} Trains on `{declaration.dataset.name}` with `{declaration.training.framework.value}` and publishes
-the `{declaration.model_name}_model` Asset.
+the `{declaration.model_name}_model` Asset. Every run's dataset version, results, report and plan:
+[the pipeline's page]({pipeline_page(declaration.dag_id)}).
 
 1. **configure** — resolve the run (dataset version, job, backend settings); a bad value fails here.
 2. **wait_for_version** — a scheduled run waits (in the triggerer) for its version to land.

@@ -35,7 +35,7 @@ Trigger it with **dry_run** to see what it would stop; the task's return value l
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
         catchup=False,
         max_active_runs=1,
-        tags=["aliyun", "training", "maintenance"],
+        tags=["aliyun", "maintenance"],
         default_args={"owner": "ml-platform", "retries": 1, "retry_delay": timedelta(minutes=1)},
         params={
             "dry_run": Param(False, type="boolean", title="Dry run", description="Report, stop nothing."),

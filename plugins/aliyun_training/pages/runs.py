@@ -1,0 +1,178 @@
+"""What the pages show, read in the API server: a pipeline's runs and what their tasks returned.
+
+Everything comes from Airflow's metadata database (runs and XComs) and, for a report, from where
+the run's own ``publish_artifacts`` task said it published it: the pages never list a bucket or a
+folder, so they show nothing a run of this pipeline did not publish. A report on OSS is read through
+the alibaba_cloud connection the run's plan named; the browser never gets bucket credentials.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from sqlalchemy.orm import Session
+
+#: The tasks whose records the pages read; the DAG factory names its tasks with these.
+CONFIGURE_TASK = "configure"
+PLAN_TASK = "show_plan"
+PUBLISH_TASK = "publish_artifacts"
+#: The XCom every task's return value is stored under.
+RETURN_VALUE = "return_value"
+#: The tag every DAG built from a pipeline declaration carries, and no other DAG of the package.
+PIPELINE_TAG = "training"
+
+
+class PageNotFound(LookupError):
+    """The run has no such record (yet): the message says what is missing, for a 404 page."""
+
+
+@dataclass(frozen=True)
+class RunRow:
+    """One run as the pipeline page lists it."""
+
+    run_id: str
+    run_type: str
+    state: str
+    logical_date: datetime | None
+    started: datetime | None
+    ended: datetime | None
+    backend: str | None = None
+    dataset_version: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    has_report: bool = False
+    has_plan: bool = False
+
+
+def pipeline_dag_ids(session: Session) -> list[str]:
+    """The ids of the deployed DAGs built from a pipeline declaration."""
+    from airflow.models.dag import DagModel, DagTag
+    from sqlalchemy import select
+
+    return list(
+        session.scalars(
+            select(DagModel.dag_id)
+            .join(DagTag, DagTag.dag_id == DagModel.dag_id)
+            .where(DagTag.name == PIPELINE_TAG, DagModel.is_stale.is_(False))
+        ).all()
+    )
+
+
+def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRow]:
+    """The pipeline's newest ``limit`` runs with their backend, version, final metrics and pages."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    runs = session.scalars(
+        select(DagRun).where(DagRun.dag_id == dag_id).order_by(DagRun.run_after.desc()).limit(limit)
+    ).all()
+    run_ids = [run.run_id for run in runs]
+    values = _returned(session, dag_id, run_ids)
+    rows = []
+    for run in runs:
+        published = values.get((run.run_id, PUBLISH_TASK, RETURN_VALUE)) or {}
+        dataset = values.get((run.run_id, CONFIGURE_TASK, "dataset")) or {}
+        rows.append(
+            RunRow(
+                run_id=run.run_id,
+                run_type=str(run.run_type),
+                state=str(run.state),
+                logical_date=run.logical_date,
+                started=run.start_date,
+                ended=run.end_date,
+                backend=values.get((run.run_id, CONFIGURE_TASK, "backend")),
+                dataset_version=dataset.get("version"),
+                metrics={
+                    key: value
+                    for key, value in (published.get("metrics") or {}).items()
+                    if key.startswith("final_") and isinstance(value, int | float)
+                },
+                has_report=bool(published.get("report_uri")),
+                has_plan=(run.run_id, PLAN_TASK, RETURN_VALUE) in values,
+            )
+        )
+    return rows
+
+
+def task_record(session: Session, dag_id: str, run_id: str, task_id: str, key: str = RETURN_VALUE) -> Any:
+    """What ``task_id`` of the run returned (or pushed under ``key``); PageNotFound when nothing."""
+    found = _xcoms(session, dag_id, [run_id], [(task_id, key)])
+    if (run_id, task_id, key) not in found:
+        raise PageNotFound(f"{task_id} of run {run_id} of {dag_id} has returned nothing (yet)")
+    return found[(run_id, task_id, key)]
+
+
+def read_report(published: dict[str, Any], alibaba_cloud_conn_id: str | None) -> str:
+    """The run report of the artifact set ``publish_artifacts`` returned, from where it was published.
+
+    Only the set's own ``report.html`` is read: a local one must be a plain file directly in the
+    set's folder (no link followed), an OSS one is the object under the set's prefix.
+    """
+    from aliyun_training.artifacts.collect import REPORT_NAME
+
+    uri, report_uri = str(published.get("uri") or ""), str(published.get("report_uri") or "")
+    if uri.startswith("oss://"):
+        from aliyun_training.oss_location import parse_oss_uri
+        from aliyun_training.staging.oss import OssClientConfig
+
+        location = parse_oss_uri(uri, field="uri")
+        if report_uri != location.uri + REPORT_NAME:
+            raise PageNotFound(f"the artifact set at {uri} names no report of its own")
+        if not alibaba_cloud_conn_id:
+            raise PageNotFound("the run's plan names no alibaba_cloud connection to read its report with")
+        bucket = OssClientConfig.from_connection(alibaba_cloud_conn_id).bucket(
+            location.bucket_name, enable_crc=True
+        )
+        content: bytes = bucket.get_object(location.prefix + REPORT_NAME).read()
+        return content.decode("utf-8")
+    folder, report = Path(uri), Path(report_uri)
+    if report != folder / REPORT_NAME or report.is_symlink() or not report.is_file():
+        raise PageNotFound(f"no report at {report_uri}: it was moved or removed, or is not the set's own")
+    return report.read_text(encoding="utf-8")
+
+
+def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[str, str, str], Any]:
+    """The records the run list shows; of the plan only whether one exists (it can be large)."""
+    found = _xcoms(
+        session,
+        dag_id,
+        run_ids,
+        [(CONFIGURE_TASK, "backend"), (CONFIGURE_TASK, "dataset"), (PUBLISH_TASK, RETURN_VALUE)],
+    )
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    planned = session.execute(
+        select(XComModel.run_id).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id.in_(run_ids),
+            XComModel.task_id == PLAN_TASK,
+            XComModel.key == RETURN_VALUE,
+            XComModel.map_index == -1,
+        )
+    ).scalars()
+    return found | {(run_id, PLAN_TASK, RETURN_VALUE): True for run_id in planned}
+
+
+def _xcoms(
+    session: Session, dag_id: str, run_ids: list[str], wanted: list[tuple[str, str]]
+) -> dict[tuple[str, str, str], Any]:
+    """``(run_id, task_id, key) -> value`` of the unmapped XComs ``wanted`` of the runs."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import or_, select
+
+    if not run_ids:
+        return {}
+    rows = session.scalars(
+        select(XComModel).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id.in_(run_ids),
+            XComModel.map_index == -1,
+            or_(*((XComModel.task_id == task) & (XComModel.key == key) for task, key in wanted)),
+        )
+    ).all()
+    return {(row.run_id, row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}

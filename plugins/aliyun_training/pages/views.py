@@ -1,0 +1,95 @@
+"""The pages' HTML: the list of pipelines, a pipeline's runs, and a page for what is not there.
+
+Self-contained pages (inline CSS, no script), every value escaped: run ids, versions and metric
+names come from runs that anyone allowed to trigger the DAG could shape.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from aliyun_training.pages.urls import airflow_run_url, pipeline_page, plan_page, report_page
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from aliyun_training.pages.runs import RunRow
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:78em;padding:0 1em;color:#1b1f24}"
+    "table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35em .6em;"
+    "border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
+    ".state-success{color:#1a7f37}.state-failed{color:#cf222e}.state-running,.state-queued{color:#9a6700}"
+    "code{font-size:.9em}.muted{color:#57606a}"
+)
+
+
+def page(title: str, body: str) -> str:
+    """A whole page around ``body`` (already escaped HTML)."""
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{escape(title)}</title>"
+        f"<style>{_STYLE}</style></head><body>{body}</body></html>"
+    )
+
+
+def pipelines_index(dag_ids: list[str]) -> str:
+    """The training pipelines the user may read, each linking to its page."""
+    items = "".join(f"<li><a href='{escape(pipeline_page(d))}'>{escape(d)}</a></li>" for d in dag_ids)
+    listing = f"<ul>{items}</ul>" if items else "<p>No training pipeline you may read is deployed.</p>"
+    return page("Training pipelines", f"<h1>Training pipelines</h1>{listing}")
+
+
+def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
+    """A pipeline's runs, newest first: state, version, backend, final metrics and their pages."""
+    metric_names = sorted({name for row in rows for name in row.metrics})
+    head = "".join(
+        f"<th>{escape(h)}</th>"
+        for h in ["Run", "Type", "State", "Logical date", "Dataset version", "Backend", "Took"]
+        + [name.removeprefix("final_").replace("_", " ") for name in metric_names]
+        + ["Pages"]
+    )
+    body = "".join(_run_row(dag_id, row, metric_names) for row in rows)
+    table = (
+        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        if rows
+        else "<p>No runs yet: trigger one from the DAG's page.</p>"
+    )
+    return page(
+        f"{dag_id}: training runs",
+        f"<h1>{escape(dag_id)}</h1><p class='muted'>Training runs, newest first, with the dataset "
+        f"version each trained on and its final metrics.</p>{table}",
+    )
+
+
+def not_found_page(message: str) -> str:
+    return page("Not found", f"<h1>Not found</h1><p>{escape(message)}</p>")
+
+
+def _run_row(dag_id: str, row: RunRow, metric_names: list[str]) -> str:
+    links = [f"<a href='{escape(airflow_run_url(dag_id, row.run_id))}'>Airflow run</a>"]
+    if row.has_report:
+        links.append(f"<a href='{escape(report_page(dag_id, row.run_id))}'>Run report</a>")
+    if row.has_plan:
+        links.append(f"<a href='{escape(plan_page(dag_id, row.run_id))}'>Run plan</a>")
+    metrics = "".join(
+        f"<td>{row.metrics[name]:.4g}</td>" if name in row.metrics else "<td></td>" for name in metric_names
+    )
+    return (
+        f"<tr><td><code>{escape(row.run_id)}</code></td><td>{escape(row.run_type)}</td>"
+        f"<td class='state-{escape(row.state)}'>{escape(row.state)}</td>"
+        f"<td>{_when(row.logical_date)}</td><td>{escape(row.dataset_version or '')}</td>"
+        f"<td>{escape(row.backend or '')}</td><td>{_took(row.started, row.ended)}</td>{metrics}"
+        f"<td>{' · '.join(links)}</td></tr>"
+    )
+
+
+def _when(moment: datetime | None) -> str:
+    return escape(moment.strftime("%Y-%m-%d %H:%M UTC")) if moment else ""
+
+
+def _took(started: datetime | None, ended: datetime | None) -> str:
+    if not (started and ended):
+        return ""
+    seconds = int((ended - started).total_seconds())
+    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
