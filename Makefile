@@ -19,7 +19,7 @@ export PATH := $(BIN):$(PATH)
 # 6 GB): twice the cores, at least 4. A value set in the environment wins.
 export AIRFLOW__CORE__PARALLELISM ?= $(shell cores=$$(nproc); echo $$(( 2 * cores > 4 ? 2 * cores : 4 )))
 
-.PHONY: demo ui test lint style bench lock clean
+.PHONY: demo ui test browser lint style bench lock clean
 
 # pip only bootstraps uv (its pin in constraints.txt), which installs the locked set several times
 # faster and, like pip, compiles it to bytecode. torch stays with pip: pip's configuration (a local
@@ -61,37 +61,6 @@ DEMO_SUMMARY := $(if $(DEMO_DATA),python include/demo_summary.py --artifacts .de
 	--since .demo/.demo-started,find .demo/artifacts/$$model -mindepth 3 -maxdepth 3 -name manifest.json \
 	-newer .demo/.demo-started | grep .)
 
-# Prints the model name (its artifacts folder) of the pipeline whose dag_id is argv[1], declared in
-# the folder the DAG file reads, once its dataset has a version in the local object store; else
-# fails saying which pipelines are declared (and why others did not load), or where a version goes.
-define DEMO_PIPELINE
-import os, sys
-from pathlib import Path
-from aliyun_training.declaration import DeclarationError, declaration_files, load_declaration
-from aliyun_training.settings import local_paths
-
-folder = Path(os.environ.get("ALIYUN_TRAINING_PIPELINES_DIR") or "pipelines")
-declared, broken = {}, []
-for path in declaration_files(folder):
-    try:
-        declaration = load_declaration(path)
-        declared[declaration.dag_id] = declaration
-    except DeclarationError as exc:
-        broken.append(str(exc))
-if sys.argv[1] not in declared:
-    names = ", ".join(sorted(declared))
-    sys.exit("\n".join([f"PIPELINE={sys.argv[1]} is not declared in {folder}/ (declared: {names})", *broken]))
-declaration = declared[sys.argv[1]]
-store = Path(os.path.relpath(local_paths().object_store / declaration.dataset.name))
-if not any(path.is_dir() for path in store.glob("*")):
-    sys.exit(
-        f"{sys.argv[1]} trains on the newest version of {declaration.dataset.name} in {store}/, which "
-        f"has none (fix: put one there, e.g. {store}/v1/ holding the files your training script reads)"
-    )
-print(declaration.model_name)
-endef
-export DEMO_PIPELINE
-
 # `airflow dags test` and `make ui` share the SQLite database, and the UI's scheduler would run the
 # test's tasks too: a demo is refused while the UI runs (its pid is in $(UI_PID)).
 UI_PID := $(AIRFLOW_HOME)/standalone.pid
@@ -102,7 +71,7 @@ demo: $(VENV)/.editable
 			"or stop it (Ctrl-C) before make demo" >&2; exit 1; fi
 	airflow db migrate > /dev/null
 	$(DEMO_DATA)
-	model=$$(python -c "$$DEMO_PIPELINE" '$(PIPELINE)') && touch .demo/.demo-started && \
+	model=$$(python include/demo_pipeline.py '$(PIPELINE)') && touch .demo/.demo-started && \
 	{ airflow dags test $(PIPELINE) -c '$(DEMO_CONF)' > .demo/dags-test.log 2>&1 \
 		|| { tail -n 60 .demo/dags-test.log; exit 1; }; } && \
 	$(DEMO_SUMMARY)
@@ -137,11 +106,20 @@ TEST_WORKERS ?= 4
 # mypy's first run over the package and the Airflow it types against takes about a minute of one
 # core; make test runs it beside the tests (which leave a core idle while they wait) and fails when
 # either fails, printing mypy's report.
-test: $(VENV)/.installed style
+test: $(VENV)/.installed browser style
 	mypy > .mypy.log 2>&1 & typecheck=$$!; \
 	python -m pytest -n $(TEST_WORKERS); tests=$$?; \
 	wait $$typecheck; typed=$$?; cat .mypy.log; rm -f .mypy.log; \
 	test $$tests -eq 0 && test $$typed -eq 0
+
+# The end-to-end suite signs in and clicks through the UI in Debian's Chromium, headless, through
+# its ChromeDriver: installed with apt (as root, else through sudo) where they are missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+BROWSER_PACKAGES := chromium chromium-driver
+browser:
+	@test -x /usr/bin/chromium -a -x /usr/bin/chromedriver || { \
+		$(SUDO) apt-get install -y -q --no-install-recommends $(BROWSER_PACKAGES) \
+		|| { $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $(BROWSER_PACKAGES); }; }
 
 lint: style
 	mypy

@@ -7,9 +7,11 @@ workers (each module is one xdist_group) without sharing a DAG, a cloud or a ser
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import pytest
@@ -20,7 +22,6 @@ from fakes.environment_files import pipelines_folder
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
 
 DAG_ID = "cifar10_retrain"
 #: Shorter than production so failure detection fits a test: a dead worker's task is noticed after
@@ -47,6 +48,14 @@ def account(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Account]:
     with emulated_account(tmp_path_factory.mktemp("account")) as emulated:
         emulated.write_environments()
         yield emulated
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the browser's screenshots go: ``ALIYUN_TRAINING_E2E_SCREENSHOTS`` (docs/screenshots/ was
+    made so), else the test's temporary folder."""
+    chosen = os.environ.get("ALIYUN_TRAINING_E2E_SCREENSHOTS")
+    return Path(chosen).resolve() if chosen else tmp_path_factory.mktemp("screenshots")
 
 
 @pytest.fixture(scope="module")

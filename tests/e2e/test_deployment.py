@@ -20,9 +20,11 @@ import pytest
 
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL
 from aliyun_training.operators.ownership import derived_installation_id
+from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
-from fakes.deployment import Deployment, wait_until
+from fakes.deployment import ADMIN, Deployment, wait_until
+from tests.e2e.browser import browser
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
 from tests.e2e.runs import (
     RUN_TIMEOUT,
@@ -44,7 +46,8 @@ pytestmark = [pytest.mark.e2e, pytest.mark.xdist_group("e2e-runs")]
 
 @pytest.fixture(scope="module")
 def scheduled_runs() -> bool:
-    """This module checks the weekly run the scheduler starts once the DAG is turned on."""
+    """This module checks that the scheduler, running, starts no run for the week under way when the
+    DAG is turned on, although that week's version is there to train on."""
     return True
 
 
@@ -67,17 +70,44 @@ def test_a_bad_trigger_form_value_is_rejected_by_the_api_before_a_run_exists(air
     assert _manual_runs(airflow) == before
 
 
-def test_the_scheduled_run_of_the_latest_week_trains_on_the_local_backend(airflow: Deployment) -> None:
-    version = latest_weekly_date(datetime.now(UTC))
-    scheduled = _scheduled_runs(airflow)
-    assert [run["logical_date"][:10] for run in scheduled] == [version], "no catch-up of older weeks"
+def test_a_new_user_turns_the_pipeline_on_from_the_form_and_its_run_trains_alone_with_its_pages(
+    airflow: Deployment, shots: Path
+) -> None:
+    """In a browser, as the README's first hour goes: sign in, trigger cifar10_retrain with the
+    form's defaults (which also turns the DAG on), and follow the run's links. Turning a weekly
+    pipeline on schedules its next week, so the run does not queue behind a scheduled one waiting
+    for data, nor trains the same version twice."""
+    airflow.pause(DAG_ID)  # as deployed: paused at creation, for the form to turn on
+    with browser(airflow.url, shots) as user:
+        user.sign_in(ADMIN, airflow.password, f"/dags/{DAG_ID}")
+        user.trigger_with_the_forms_defaults(DAG_ID)
+        [run] = _wait_for_manual_runs(airflow, 1)
+        states = assert_succeeded(airflow, run["dag_run_id"])
+        report_link = user.extra_link(DAG_ID, run["dag_run_id"], "publish_artifacts", "Run report")
+        report = user.open(report_link, "run-report")
 
-    states = assert_succeeded(airflow, scheduled[0]["dag_run_id"])
+        dry_run = airflow.trigger(DAG_ID, {"dry_run": True}, logical("2026-11-29"))
+        assert airflow.wait_for_run(DAG_ID, dry_run, RUN_TIMEOUT) == "success"
+        plan_link = user.extra_link(DAG_ID, dry_run, "show_plan", "Run plan")
+        plan = user.open(plan_link, "run-plan")
+        pipeline = user.open(airflow.url + pipeline_page(DAG_ID), "pipeline-runs")
+        user.open(f"{airflow.url}/plugin/aliyun-training", "browse-training-pipelines")
 
     assert states["train"] == states["publish_artifacts"] == "success"
-    artifacts = airflow.xcom(DAG_ID, scheduled[0]["dag_run_id"], "publish_artifacts")
+    assert airflow.ok("GET", f"/dags/{DAG_ID}")["is_paused"] is False, "the form turned the DAG on"
+    assert [r["run_type"] for r in airflow.runs(DAG_ID)] == ["manual", "manual"], "no scheduled run"
+    next_run = datetime.fromisoformat(airflow.ok("GET", f"/dags/{DAG_ID}")["next_dagrun_run_after"])
+    assert next_run > datetime.now(UTC), "the first scheduled run is the next week's"
+    version = latest_weekly_date(datetime.now(UTC))
+    artifacts = airflow.xcom(DAG_ID, run["dag_run_id"], "publish_artifacts")
     manifest = json.loads(Path(artifacts["manifest_uri"]).read_text())
     assert manifest["dataset"]["version"] == version and manifest["job"]["backend"] == "local"
+    # The links are http pages of the deployment, behind its login, showing this run's files.
+    assert report_link.startswith(f"{airflow.url}/aliyun-training/runs/{DAG_ID}/")
+    assert manifest["job"]["job_id"] in report and "Open this run in Airflow" in report
+    assert plan_link.startswith(f"{airflow.url}/aliyun-training/runs/{DAG_ID}/")
+    assert "Dry run on local" in plan and "COST CEILING" in plan.upper()
+    assert run["dag_run_id"] in pipeline and dry_run in pipeline and version in pipeline
 
 
 def test_a_dlc_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(
@@ -260,15 +290,15 @@ def _manual_runs(airflow: Deployment) -> set[str]:
     return {run["dag_run_id"] for run in airflow.runs(DAG_ID) if run["run_type"] == "manual"}
 
 
-def _scheduled_runs(airflow: Deployment) -> list[dict]:
-    """The scheduled runs, once the scheduler has created the first after the DAG was turned on."""
+def _wait_for_manual_runs(airflow: Deployment, count: int) -> list[dict]:
+    """The manual runs, once the form's submission has created ``count`` of them."""
     found: dict[str, list[dict]] = {}
 
     def created() -> bool:
-        found["runs"] = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "scheduled"]
-        return bool(found["runs"])
+        found["runs"] = [run for run in airflow.runs(DAG_ID) if run["run_type"] == "manual"]
+        return len(found["runs"]) >= count
 
-    wait_until(created, 120, "the scheduler's first run after the DAG was turned on")
+    wait_until(created, 60, "the run the trigger form submitted")
     return found["runs"]
 
 
