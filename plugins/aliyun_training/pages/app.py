@@ -31,6 +31,7 @@ from aliyun_training.pages.runs import (
     read_report,
     task_record,
 )
+from aliyun_training.plan.render_html import render_html
 
 
 def create_app() -> FastAPI:
@@ -57,13 +58,11 @@ def create_app() -> FastAPI:
         """The run's report, read from where its publish_artifacts task published it."""
         published = task_record(session, dag_id, run_id, PUBLISH_TASK)
         planned = task_record(session, dag_id, run_id, CONFIGURE_TASK, "artifacts")
-        return read_report(published, (planned or {}).get("alibaba_cloud_conn_id"))
+        return read_report(published, planned.get("alibaba_cloud_conn_id"))
 
     @app.get("/runs/{dag_id}/{run_id}/plan", response_class=HTMLResponse, dependencies=read_records)
     def plan(dag_id: str, run_id: str, session: SessionDep) -> str:
         """The dry run's readable plan, rendered from the document its show_plan task returned."""
-        from aliyun_training.plan.render_html import render_html
-
         document: dict[str, Any] = task_record(session, dag_id, run_id, PLAN_TASK)
         return render_html(document)
 
