@@ -103,7 +103,8 @@ def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_s
     document = json.loads(done.stdout)
     checks = {f["check"]: f["verdict"] for f in document["checks"]["preflight"]["findings"]}
     assert checks["cpus"] == "PASS"
-    assert "Preflight machine:" in done.stderr, "the preflight's table is logged, on stderr"
+    assert done.stderr.count("Preflight machine:") == 1, "the preflight's table is printed once, on stderr"
+    assert "outside of the Task Runner" not in done.stderr, "no operator is executed outside a task"
 
 
 @pytest.mark.parametrize(

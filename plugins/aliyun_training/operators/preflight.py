@@ -89,8 +89,7 @@ class PreflightCheckOperator(BaseOperator):
                 context,
                 f"{self.group} checks apply to the {applies_to} backend; this run uses {spec.backend.value}",
             )
-        settings = validate_record(PreflightPlan, self.preflight).model_dump()
-        findings = self._checks(spec, job.backend_config, settings)
+        findings = group_findings(self.group, job, self.preflight)
         self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
         return [finding.model_dump(mode="json") for finding in findings]
 
@@ -100,27 +99,30 @@ class PreflightCheckOperator(BaseOperator):
         self.log.info("Not run: %s", reason)
         raise AirflowSkipException(reason)
 
-    def _checks(
-        self, spec: TrainingJobSpec, backend_config: dict[str, Any], settings: dict[str, Any]
-    ) -> list[Finding]:
-        if self.group == "machine":
-            return _machine(spec, backend_config, settings)
-        backend = get_backend(spec.backend, backend_config)
-        if self.group == "cluster":
-            from aliyun_training.preflight.ack import check_dataset_pvcs
 
-            # Only the ACK backend's record lists "cluster", only DLC's "quota".
-            return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
-        if self.group == "network":
-            return _network(backend, spec, settings)
-        if self.group == "quota":
-            from aliyun_training.hooks.alibaba_cloud import shared_hook
-            from aliyun_training.hooks.paistudio import PaiStudioHook
-            from aliyun_training.preflight.quota import check_quota
+def group_findings(group: str, job: JobPlan, preflight: PreflightPlan | dict[str, Any]) -> list[Finding]:
+    """The findings of one check group for the run's job: what the group's task returns, and what a
+    dry run from the command line reports without a task around it."""
+    spec, backend_config = job.spec, job.backend_config
+    settings = validate_record(PreflightPlan, preflight).model_dump()
+    if group == "machine":
+        return _machine(spec, backend_config, settings)
+    backend = get_backend(spec.backend, backend_config)
+    if group == "cluster":
+        from aliyun_training.preflight.ack import check_dataset_pvcs
 
-            studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
-            return _guard("quota", lambda: check_quota(studio, spec))
-        return _permissions(backend, settings)
+        # Only the ACK backend's record lists "cluster", only DLC's "quota".
+        return _guard("pvc", lambda: check_dataset_pvcs(backend, spec))  # type: ignore[arg-type]
+    if group == "network":
+        return _network(backend, spec, settings)
+    if group == "quota":
+        from aliyun_training.hooks.alibaba_cloud import shared_hook
+        from aliyun_training.hooks.paistudio import PaiStudioHook
+        from aliyun_training.preflight.quota import check_quota
+
+        studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
+        return _guard("quota", lambda: check_quota(studio, spec))
+    return _permissions(backend, settings)
 
 
 class PreflightReportOperator(BaseOperator):
