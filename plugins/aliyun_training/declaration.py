@@ -48,6 +48,7 @@ from pydantic import (
 from pydantic_core import SchemaError
 
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
+from aliyun_training.promotion import PromotionRule
 from aliyun_training.registry import Backend
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
@@ -451,6 +452,9 @@ class PipelineDeclaration(_Block):
     image: ImageBlock = Field(default_factory=ImageBlock)
     artifacts: ArtifactsBlock = Field(default_factory=ArtifactsBlock)
     recovery: RecoveryBlock = Field(default_factory=RecoveryBlock)
+    #: When a run's model becomes the champion (``promotion.PromotionRule``); None: never, every
+    #: published model is a candidate only.
+    promotion: PromotionRule | None = None
     parameters: dict[str, ParameterBlock] = Field(default_factory=dict)
     #: The folder relative paths are resolved against (the declaration file's); set by the loader.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)

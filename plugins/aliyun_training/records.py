@@ -138,6 +138,8 @@ class ArtifactSet(BaseModel):
     manifest_uri: str
     report_uri: str
     metrics: dict[str, Any]
+    #: The promotion gate's decision (``promotion.Decision``), when the pipeline declares one.
+    promotion: dict[str, Any] | None = None
 
 
 class ImageRef(BaseModel):

@@ -102,6 +102,10 @@ def test_a_new_user_turns_the_pipeline_on_from_the_form_and_its_run_trains_alone
     artifacts = airflow.xcom(DAG_ID, run["dag_run_id"], "publish_artifacts")
     manifest = json.loads(Path(artifacts["manifest_uri"]).read_text())
     assert manifest["dataset"]["version"] == version and manifest["job"]["backend"] == "local"
+    # The pipeline's first model became its champion, announced once.
+    assert manifest["promotion"]["promoted"] is True
+    champions = [e["extra"]["run_id"] for e in airflow.asset_events("cifar10_champion")]
+    assert champions == [run["dag_run_id"]]
     # The links are http pages of the deployment, behind its login, showing this run's files.
     assert report_link.startswith(f"{airflow.url}/aliyun-training/runs/{DAG_ID}/")
     assert manifest["job"]["job_id"] in report and "Open this run in Airflow" in report
@@ -136,6 +140,8 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
         account.put_dataset(week)
     creates = len(account.creates())
 
+    champions = len(airflow.asset_events("cifar10_champion"))
+
     account.write_environments(repository="train-weekly")
     # What is checked is staging, training, publishing and the one build: the preflight that the
     # DLC and throttled runs check is skipped, three runs' worth of task starts.
@@ -154,6 +160,11 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
     assert len(account.creates()) == creates + 3, "three training jobs"
     versions = {m["dataset"]["version"] for m in account.artifact_manifests()}
     assert set(weeks) <= versions, "three artifact sets"
+    # Three candidates, none promoted: a backfill retrains the past, it does not replace the champion.
+    decisions = [m["promotion"] for m in account.artifact_manifests() if m["dataset"]["version"] in weeks]
+    assert len(decisions) == 3 and not any(d["promoted"] for d in decisions)
+    assert all("backfill" in d["reason"] for d in decisions)
+    assert len(airflow.asset_events("cifar10_champion")) == champions
     assert account.builds("train-weekly") == 1, "the image was built once"
 
 

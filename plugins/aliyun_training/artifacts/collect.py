@@ -53,8 +53,9 @@ from aliyun_training.staging.publish import (
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
+    from aliyun_training.promotion import Decision
     from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
     from aliyun_training.staging.sources import ChunkSink, SourceObject
 
@@ -143,8 +144,13 @@ def publish_artifacts(
     bandwidth: BandwidthCheck | None = None,
     kept: KeptOutputs = DEFAULT_KEPT,
     run: RunInfo | None = None,
+    gate: Callable[[dict[str, Any]], Decision] | None = None,
 ) -> ArtifactSet:
     """Collect the job's outputs, write manifest.json and report.html, publish atomically.
+
+    ``gate``, given the set's metrics, decides whether the model is promoted; its decision is
+    recorded in the manifest, the report and the returned set (moving the champion is the caller's,
+    once the set is published).
 
     ``dataset`` is the staged version, or the fixed dataset the job mounted when nothing was staged.
     ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
@@ -153,7 +159,8 @@ def publish_artifacts(
     """
     started = datetime.now(UTC)
     with _job_outputs(job, oss, kept) as output:
-        manifest = {
+        metrics = _read_metrics(job, output, kept.report_metrics)
+        manifest: dict[str, Any] = {
             "model": model,
             "version": f"{dataset.version}/{job.display_name}",
             "created": started.isoformat(timespec="seconds"),
@@ -162,7 +169,7 @@ def publish_artifacts(
             "runtime": runtime.model_dump(mode="json"),
             "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
             "run": asdict(run) if run else None,
-            "metrics": _read_metrics(job, output, kept.report_metrics),
+            "metrics": metrics,
             "attempts": attempt_summary(job, _read_json(output / METRICS_NAME)),
             "timings": {
                 "staging_seconds": dataset.seconds if isinstance(dataset, StagedDataset) else None,
@@ -171,6 +178,7 @@ def publish_artifacts(
                 "gpu_hours": job.gpu_hours,
             },
             "stages": stage_timings(run, dataset, job),
+            "promotion": gate(metrics).model_dump(mode="json") if gate else None,
         }
         if not artifact_root.startswith("oss://"):
             return _publish_locally(Path(artifact_root), output, manifest, started, kept)
@@ -245,6 +253,7 @@ def _record(uri: str, manifest_uri: str, report_uri: str, manifest: dict[str, An
             metrics["series"][0]: metrics[metrics["series"][0]],
             **{f"final_{key}": metrics[f"final_{key}"] for key in metrics["series"]},
         },
+        promotion=manifest.get("promotion"),
     )
 
 

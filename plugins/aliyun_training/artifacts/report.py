@@ -219,6 +219,42 @@ def _bandwidth_row(check: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("RDMA bandwidth", escape(f"{check['verdict']}: {check['tool']}, {check['message']}"))]
 
 
+def _promotion_section(decision: dict[str, Any] | None) -> str:
+    """The promotion gate's decision beside the champion it was compared with, when declared."""
+    if not decision:
+        return ""
+    verdict = "Promoted to champion" if decision["promoted"] else "Not promoted"
+    number = "{:.6g}".format
+    rows = [
+        ("Decision", f"<strong>{escape(verdict)}</strong>: {escape(decision['reason'])}"),
+        (
+            decision["metric"],
+            escape(
+                f"this run {number(decision['candidate']) if decision['candidate'] is not None else '-'}; "
+                f"champion {number(decision['champion']) if decision['champion'] is not None else '-'}"
+                + (f" ({decision['champion_run_id']})" if decision["champion_run_id"] else " (none yet)")
+                + (
+                    f"; needed {'at least' if decision['direction'] == 'max' else 'at most'} "
+                    f"{number(decision['required'])}"
+                    if decision["required"] is not None
+                    else ""
+                )
+            ),
+        ),
+        *(
+            (
+                f"guard {guard['metric']}",
+                escape(
+                    f"{'-' if guard['value'] is None else number(guard['value'])}: "
+                    f"{'passed' if guard['passed'] else 'FAILED'}"
+                ),
+            )
+            for guard in decision["guards"]
+        ),
+    ]
+    return f"<h2>Promotion</h2>\n<table>\n{_rows(rows)}\n</table>"
+
+
 def _dataset_text(dataset: dict[str, Any]) -> str:
     """A staged version's size, or what a job mounted when the run staged nothing."""
     if "files" in dataset:
@@ -340,6 +376,7 @@ figcaption {{ font-weight: bold; margin-bottom: 4px; }}
 <table>
 {_rows(rows)}
 </table>
+{_promotion_section(manifest.get("promotion"))}
 {_run_section(run)}
 {_stages_table(manifest["stages"], run)}
 {_attempts_table(attempts)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, BaseOperator
+from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
@@ -13,15 +13,28 @@ from aliyun_training.links import RunReportLink
 from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
-from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.promotion import Champion, Decision, PromotionRule, decide
+from aliyun_training.records import (
+    ArtifactSet,
+    BandwidthCheck,
+    BuiltImage,
+    FixedDataset,
+    JobResult,
+    StagedDataset,
+)
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from airflow.sdk import Context
 
     from aliyun_training.staging.oss import OssClientConfig
+
+
+#: The key of the champion pointer in the champion Asset's state.
+CHAMPION_KEY = "champion"
 
 
 class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
@@ -50,6 +63,10 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
     :param runtime: the BuiltImage the job ran in, or a list of candidates of which the first present
         one is used.
     :param bandwidth: the RDMA bandwidth check's BandwidthCheck, if the run measured one.
+    :param promotion: the declaration's ``PromotionRule``; None: every published model is only a
+        candidate. With a rule, ``champion`` is the Asset whose state holds the champion pointer
+        (an inlet: the decision reads it) and whose event announces a promotion, emitted through an
+        AssetAlias outlet only when the pointer moves; one run of the DAG decides at a time.
     """
 
     template_fields = ("artifacts", "planned_dataset", "job_result", "dataset", "runtime", "bandwidth")
@@ -64,9 +81,20 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         planned_dataset: DatasetPlan | dict[str, Any] | None = None,
         dataset: Any = None,
         bandwidth: Any = None,
+        promotion: PromotionRule | None = None,
+        champion: Asset | None = None,
         **kwargs: Any,
     ) -> None:
+        if promotion is not None:
+            if champion is None:
+                raise ValueError("a promotion rule needs the champion Asset its pointer is kept on")
+            kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
+            kwargs["outlets"] = [*kwargs.get("outlets", []), AssetAlias(name=promotions_alias(champion))]
+            # Reading the pointer, deciding and moving it is one step: runs of the DAG take turns.
+            kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(**kwargs)
+        self.promotion = promotion
+        self.champion = champion
         self.artifacts = (
             artifacts.model_dump(mode="json") if isinstance(artifacts, ArtifactsPlan) else artifacts
         )
@@ -92,6 +120,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
             check_collectable(job, plan.outputs_root)
+            gate = self._gate(context)
             artifacts = publish_artifacts(
                 model=plan.model,
                 artifact_root=plan.artifact_root or "",
@@ -102,6 +131,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
                 kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
                 run=self._run_info(context),
+                gate=gate,
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -116,9 +146,48 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 "manifest_uri": artifacts.manifest_uri,
                 "dataset_version": dataset.version,
                 "job_id": job.job_id,
-                "final_train_loss": artifacts.metrics["final_train_loss"],
+                # Every final metric the job reported: a pipeline's series are its own.
+                **{key: value for key, value in artifacts.metrics.items() if key.startswith("final_")},
             }
+        if artifacts.promotion is not None:
+            self._conclude(context, Decision.model_validate(artifacts.promotion), artifacts, dataset.version)
         return artifacts.model_dump(mode="json")
+
+    def _gate(self, context: Context) -> Callable[[dict[str, Any]], Decision] | None:
+        """The decision on this run's metrics against the champion as it is now; None without a rule."""
+        rule, champion_asset = self.promotion, self.champion
+        if rule is None or champion_asset is None:
+            return None
+        stored = context["asset_state_store"][champion_asset].get(CHAMPION_KEY)
+        champion = Champion.model_validate(stored) if stored else None
+        run = context["dag_run"]
+        return lambda metrics: decide(rule, metrics, champion, run.run_id, str(run.run_type.value))
+
+    def _conclude(self, context: Context, decision: Decision, artifacts: ArtifactSet, version: str) -> None:
+        """Log the decision; on a promotion move the pointer and announce the champion."""
+        self.log.info(
+            "Promotion: %s: %s", "PROMOTED" if decision.promoted else "not promoted", decision.reason
+        )
+        if not decision.promoted or self.champion is None:
+            return
+        run_id = context["dag_run"].run_id
+        champion = Champion(
+            run_id=run_id,
+            dataset_version=version,
+            manifest_uri=artifacts.manifest_uri,
+            metrics=artifacts.metrics,
+        )
+        context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
+        context["outlet_events"][AssetAlias(name=promotions_alias(self.champion))].add(
+            self.champion,
+            extra={
+                "run_id": run_id,
+                "dataset_version": version,
+                "manifest_uri": artifacts.manifest_uri,
+                decision.metric: decision.candidate,
+                "replaced": decision.champion_run_id,
+            },
+        )
 
     def _run_info(self, context: Context) -> RunInfo:
         """This DAG run as the manifest records it; of its params only the trigger form's fields
@@ -170,6 +239,11 @@ def check_collectable(job: JobResult, outputs_root: str | None) -> None:
             "check that the job is this run's and writes to $OUTPUT_DIR, and that output_uri is the location "
             "mounted at output_root)"
         )
+
+
+def promotions_alias(champion: Asset) -> str:
+    """The AssetAlias a promotion emits the champion's event through (no event without one)."""
+    return f"{champion.name}_promotions"
 
 
 def _iso(moment: datetime | None) -> str | None:

@@ -46,6 +46,8 @@ class RunRow:
     metrics: dict[str, float] = field(default_factory=dict)
     has_report: bool = False
     has_plan: bool = False
+    #: The promotion gate's decision (``promotion.Decision`` as JSON), when the pipeline has one.
+    promotion: dict[str, Any] | None = None
 
 
 def pipeline_dag_ids(session: Session) -> list[str]:
@@ -92,6 +94,7 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
                     if key.startswith("final_") and isinstance(value, int | float)
                 },
                 has_report=bool(published.get("report_uri")),
+                promotion=published.get("promotion"),
                 has_plan=(run.run_id, PLAN_TASK, RETURN_VALUE) in values,
             )
         )

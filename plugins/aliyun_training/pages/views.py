@@ -7,7 +7,7 @@ names come from runs that anyone allowed to trigger the DAG could shape.
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.pages.urls import airflow_run_url, pipeline_page, plan_page, report_page
 
@@ -21,7 +21,7 @@ _STYLE = (
     "table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35em .6em;"
     "border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
     ".state-success{color:#1a7f37}.state-failed{color:#cf222e}.state-running,.state-queued{color:#9a6700}"
-    "code{font-size:.9em}.muted{color:#57606a}"
+    "code{font-size:.9em}.muted{color:#57606a}.promotion-champion{color:#1a7f37;font-weight:bold}"
 )
 
 
@@ -47,7 +47,7 @@ def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
         f"<th>{escape(h)}</th>"
         for h in ["Run", "Type", "State", "Logical date", "Dataset version", "Backend", "Took"]
         + [name.removeprefix("final_").replace("_", " ") for name in metric_names]
-        + ["Pages"]
+        + ["Promotion", "Pages"]
     )
     body = "".join(_run_row(dag_id, row, metric_names) for row in rows)
     table = (
@@ -80,8 +80,16 @@ def _run_row(dag_id: str, row: RunRow, metric_names: list[str]) -> str:
         f"<td class='state-{escape(row.state)}'>{escape(row.state)}</td>"
         f"<td>{_when(row.logical_date)}</td><td>{escape(row.dataset_version or '')}</td>"
         f"<td>{escape(row.backend or '')}</td><td>{_took(row.started, row.ended)}</td>{metrics}"
-        f"<td>{' · '.join(links)}</td></tr>"
+        f"<td>{_promotion(row.promotion)}</td><td>{' · '.join(links)}</td></tr>"
     )
+
+
+def _promotion(decision: dict[str, Any] | None) -> str:
+    """Champion or not, with the gate's reason on hover; empty where the pipeline has no gate."""
+    if not decision:
+        return ""
+    label = "champion" if decision.get("promoted") else "held"
+    return f"<span class='promotion-{label}' title='{escape(str(decision.get('reason', '')))}'>{label}</span>"
 
 
 def _when(moment: datetime | None) -> str:

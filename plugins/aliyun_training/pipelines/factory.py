@@ -198,6 +198,12 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             runtime=[Returned("verify_image"), Returned("training_runtime")],
             bandwidth=Returned("check_rdma"),
             outlets=[model],
+            promotion=declaration.promotion,
+            champion=Asset(
+                name=f"{declaration.model_name}_champion", uri=f"model://{declaration.model_name}/champion"
+            )
+            if declaration.promotion
+            else None,
             trigger_rule="none_failed_min_one_success",
         )
         branches = [show_plan, stage, runtime, build_image, wait_for_capacity, train, publish]

@@ -1,0 +1,184 @@
+"""The promotion gate: whether a run's model replaces the pipeline's champion, and why, as one record.
+
+A pipeline declares the rule (``promotion`` in its declaration): the metric that decides and its
+direction, the least improvement over the champion that counts, guards on other metrics, what a
+first model does with no champion yet, and whether a backfill may promote (by default it may not:
+a backfill retrains past versions, and its models are not newer than the champion). ``decide`` is
+pure: the same metrics, champion and run give the same decision, so a retried task decides again
+what its first try decided, and a run that already is the champion (a retry after the pointer
+moved) stays promoted rather than being compared with itself.
+
+The metrics are the training's final ones (``final_<series>`` of ``metrics.json``): the candidate's
+from this run, the champion's as recorded when it was promoted. Two runs on different dataset
+versions are then compared on different test data; an evaluation job scoring both on the same data
+is the stronger comparison, and not built yet.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from aliyun_training.validation import field_fix
+
+_METRIC = Annotated[
+    str,
+    Field(
+        pattern=r"^final_[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        json_schema_extra=field_fix("name a final metric of metrics.json, e.g. final_test_accuracy"),
+    ),
+]
+
+
+class Bounds(BaseModel):
+    """A guard: the metric must be at least ``min`` and at most ``max`` (each optional)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    min: float | None = None
+    max: float | None = None
+
+    @model_validator(mode="after")
+    def _a_bound(self) -> Bounds:
+        if self.min is None and self.max is None:
+            raise ValueError("a guard needs min, max or both (fix: e.g. {max: 2.0})")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"min {self.min} is above max {self.max} (fix: swap them)")
+        return self
+
+
+class PromotionRule(BaseModel):
+    """When a run's model becomes the champion (the declaration's ``promotion`` block)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: _METRIC
+    #: ``max``: higher is better (accuracy); ``min``: lower is better (loss).
+    direction: Literal["max", "min"] = "max"
+    #: How much better than the champion the candidate must be: in the metric's units, or a
+    #: fraction of the champion's value when ``relative``.
+    min_improvement: Annotated[float, Field(ge=0, json_schema_extra=field_fix("give 0 or more"))] = 0.0
+    relative: bool = False
+    #: Other final metrics the candidate must keep within bounds, e.g. ``final_test_loss: {max: 2}``.
+    guards: dict[_METRIC, Bounds] = Field(default_factory=dict)
+    #: With no champion yet: ``promote`` the first model that passes its guards, or ``hold``.
+    without_champion: Literal["promote", "hold"] = "promote"
+    #: Whether a backfill run's model may become the champion.
+    backfills_promote: bool = False
+
+
+class Champion(BaseModel):
+    """The pipeline's current champion, as the promoting run recorded it."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    run_id: str
+    dataset_version: str
+    manifest_uri: str
+    metrics: dict[str, Any]
+
+
+class GuardResult(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    value: float | None
+    min: float | None
+    max: float | None
+    passed: bool
+
+
+class Decision(BaseModel):
+    """The gate's decision with every number it used: logged, in the manifest and the report, and
+    the task's return value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    promoted: bool
+    reason: str
+    metric: str
+    direction: Literal["max", "min"]
+    candidate: float | None
+    champion: float | None
+    champion_run_id: str | None
+    #: The value the candidate had to reach (beat, with ``min_improvement``); None with no champion.
+    required: float | None
+    guards: list[GuardResult]
+
+
+def decide(
+    rule: PromotionRule, metrics: dict[str, Any], champion: Champion | None, run_id: str, run_type: str
+) -> Decision:
+    """Whether the run ``run_id`` (of ``run_type``) with final ``metrics`` replaces ``champion``."""
+    candidate = _number(metrics.get(rule.metric))
+    held = champion.metrics.get(rule.metric) if champion else None
+    guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
+    required = _required(rule, _number(held)) if champion else None
+
+    def decision(promoted: bool, reason: str) -> Decision:
+        return Decision(
+            promoted=promoted,
+            reason=reason,
+            metric=rule.metric,
+            direction=rule.direction,
+            candidate=candidate,
+            champion=_number(held),
+            champion_run_id=champion.run_id if champion else None,
+            required=required,
+            guards=guards,
+        )
+
+    if champion and champion.run_id == run_id:
+        return decision(True, "this run is already the champion (a retry after it was promoted)")
+    if run_type == "backfill" and not rule.backfills_promote:
+        return decision(False, "a backfill run's model is registered, never promoted (backfills_promote)")
+    if candidate is None:
+        return decision(False, f"the run reported no {rule.metric}")
+    if failed := [g for g in guards if not g.passed]:
+        return decision(False, "guard failed: " + "; ".join(_describe(g) for g in failed))
+    if champion is None:
+        if rule.without_champion == "hold":
+            return decision(False, "there is no champion yet and the rule holds the first model")
+        return decision(True, f"the first model: {rule.metric} {candidate:.6g}, every guard passed")
+    if required is None:
+        return decision(True, f"the champion ({champion.run_id}) has no {rule.metric}")
+    better = candidate >= required if rule.direction == "max" else candidate <= required
+    word = "at least" if rule.direction == "max" else "at most"
+    verdict = "reaches" if better else "misses"
+    return decision(
+        better,
+        f"{rule.metric} {candidate:.6g} {verdict} {word} {required:.6g} "
+        f"(champion {champion.run_id}: {_number(held):.6g})",
+    )
+
+
+def _required(rule: PromotionRule, held: float | None) -> float | None:
+    if held is None:
+        return None
+    step = abs(held) * rule.min_improvement if rule.relative else rule.min_improvement
+    return held + step if rule.direction == "max" else held - step
+
+
+def _guard(name: str, bounds: Bounds, value: float | None) -> GuardResult:
+    passed = (
+        value is not None
+        and (bounds.min is None or value >= bounds.min)
+        and (bounds.max is None or value <= bounds.max)
+    )
+    return GuardResult(metric=name, value=value, min=bounds.min, max=bounds.max, passed=passed)
+
+
+def _describe(guard: GuardResult) -> str:
+    if guard.value is None:
+        return f"{guard.metric} was not reported"
+    bounds = " and ".join(
+        f"{word} {bound:g}"
+        for word, bound in (("at least", guard.min), ("at most", guard.max))
+        if bound is not None
+    )
+    return f"{guard.metric} {guard.value:.6g} is not {bounds}"
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

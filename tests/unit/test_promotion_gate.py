@@ -1,0 +1,85 @@
+"""The promotion gate's decisions: the rule applied to a candidate's final metrics and the champion's."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from aliyun_training.promotion import Champion, PromotionRule, decide
+
+CHAMPION = Champion(
+    run_id="scheduled__2026-11-22",
+    dataset_version="2026-11-22",
+    manifest_uri="m",
+    metrics={"final_test_loss": 0.8},
+)
+
+
+def _decide(rule: PromotionRule, loss: float | None, champion: Champion | None = CHAMPION, **run: str):
+    metrics = {} if loss is None else {"final_test_loss": loss}
+    return decide(rule, metrics, champion, run.get("run_id", "manual__1"), run.get("run_type", "manual"))
+
+
+LOSS = PromotionRule(metric="final_test_loss", direction="min", min_improvement=0.1, relative=True)
+
+
+@pytest.mark.parametrize(
+    ("loss", "promoted"),
+    [(0.72, True), (0.7201, False), (0.5, True), (0.8, False), (0.9, False)],
+)
+def test_a_lower_is_better_metric_must_improve_by_a_fraction_of_the_champion(
+    loss: float, promoted: bool
+) -> None:
+    decision = _decide(LOSS, loss)
+
+    assert decision.promoted is promoted
+    assert decision.required == pytest.approx(0.72), "0.8 less 10 % of it"
+    assert decision.champion == 0.8 and decision.champion_run_id == CHAMPION.run_id
+
+
+def test_a_backfill_never_promotes_unless_the_rule_lets_it() -> None:
+    held = _decide(LOSS, 0.1, run_type="backfill")
+    allowed = _decide(LOSS.model_copy(update={"backfills_promote": True}), 0.1, run_type="backfill")
+
+    assert not held.promoted and "backfill" in held.reason
+    assert allowed.promoted
+
+
+def test_without_a_champion_the_first_model_is_promoted_or_held_as_declared() -> None:
+    first = _decide(LOSS, 1.5, champion=None)
+    held = _decide(LOSS.model_copy(update={"without_champion": "hold"}), 1.5, champion=None)
+
+    assert first.promoted and first.required is None and first.champion_run_id is None
+    assert not held.promoted and "no champion" in held.reason
+
+
+def test_a_retry_of_the_run_that_became_champion_stays_promoted() -> None:
+    """The pointer moved, then the task failed before it succeeded: its retry must not compare the
+    run with itself (it would be held, by less than min_improvement) but conclude again."""
+    again = _decide(LOSS, 0.8, run_id=CHAMPION.run_id)
+
+    assert again.promoted and "already the champion" in again.reason
+
+
+def test_a_candidate_that_did_not_report_the_metric_is_held_naming_it() -> None:
+    decision = _decide(LOSS, None)
+
+    assert not decision.promoted and decision.reason == "the run reported no final_test_loss"
+
+
+@pytest.mark.parametrize(
+    ("block", "field"),
+    [
+        ({"metric": "test_accuracy"}, "metric"),
+        ({"metric": "final_test_accuracy", "direction": "up"}, "direction"),
+        ({"metric": "final_test_accuracy", "min_improvement": -1}, "min_improvement"),
+        ({"metric": "final_test_accuracy", "guards": {"final_test_loss": {}}}, "guards"),
+        ({"metric": "final_test_accuracy", "guards": {"final_test_loss": {"min": 2, "max": 1}}}, "guards"),
+        ({"metric": "final_test_accuracy", "gate": "strict"}, "gate"),
+    ],
+)
+def test_a_malformed_rule_is_refused_naming_the_field(block: dict, field: str) -> None:
+    with pytest.raises(ValidationError) as refused:
+        PromotionRule.model_validate(block)
+
+    assert field in str(refused.value)
