@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aliyun_training.records import ArtifactSet
 from aliyun_training.validation import field_fix
 
 _METRIC = Annotated[
@@ -69,14 +70,13 @@ class PromotionRule(BaseModel):
 
 
 class Champion(BaseModel):
-    """The pipeline's current champion, as the promoting run recorded it."""
+    """The pipeline's current champion: the run that promoted it and the artifact set it published."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     run_id: str
     dataset_version: str
-    manifest_uri: str
-    metrics: dict[str, Any]
+    artifacts: ArtifactSet
 
 
 class GuardResult(BaseModel):
@@ -112,7 +112,7 @@ def decide(
 ) -> Decision:
     """Whether the run ``run_id`` (of ``run_type``) with final ``metrics`` replaces ``champion``."""
     candidate = _number(metrics.get(rule.metric))
-    held = champion.metrics.get(rule.metric) if champion else None
+    held = champion.artifacts.metrics.get(rule.metric) if champion else None
     guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
     required = _required(rule, _number(held)) if champion else None
 

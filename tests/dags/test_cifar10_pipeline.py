@@ -31,6 +31,7 @@ from fakes.environment_files import use_environments
 from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
 from fakes.oss import OssEmulator
+from tests.dags.asset_events import asset_event_extras
 from tests.pages_client import pages_client
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     assert {path.name for path in checkpoint.iterdir()} == {"state.pt", "COMPLETE"}
     assert [a["decision"] for a in manifest["attempts"]] == ["succeeded"]
     assert "<polyline" in (manifests[0].parent / "report.html").read_text()
-    assert _asset_event_extras("cifar10_model")[-1]["manifest_uri"] == str(manifests[0])
+    assert asset_event_extras("cifar10_model")[-1]["manifest_uri"] == str(manifests[0])
     # The provider's pages: the pipeline lists the run, whose report is the published file.
     pages = pages_client()
     listing = pages.get(pipeline_page("cifar10_retrain"))
@@ -92,21 +93,6 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     answer = pages.get(report_page("cifar10_retrain", run.run_id))
     assert answer.status_code == 200
     assert answer.text == (manifests[0].parent / "report.html").read_text()
-
-
-def _asset_event_extras(asset_name: str) -> list[dict]:
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        query = (
-            select(AssetEvent.extra)
-            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-            .where(AssetModel.name == asset_name)
-            .order_by(AssetEvent.id)
-        )
-        return list(session.scalars(query))
 
 
 @pytest.mark.parametrize(
@@ -316,7 +302,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     assert manifest["runtime"]["verified"] is True and manifest["runtime"]["nccl"] == "2.21.5"
     assert manifest["rdma_bandwidth"]["tool"] == "all_reduce_perf"
     assert {f["path"] for f in manifest["files"]} == {"metrics.json", "checkpoints/epoch-0001.pt"}
-    event = _asset_event_extras("cifar10_model")[-1]
+    event = asset_event_extras("cifar10_model")[-1]
     assert event["job_id"] == trained["job_id"]
     assert event["manifest_uri"] == f"oss://{BUCKET}/{manifest_key}"
 
@@ -410,7 +396,7 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
     assert manifest["dataset"]["version"] == "2026-11-08"
     assert manifest["dataset"]["uri"] == "pvc://cpfs-train"
     assert manifest["metrics"]["epochs"] == 2 and manifest["rdma_bandwidth"]["tool"] == "ib_write_bw"
-    assert _asset_event_extras("cifar10_model")[-1]["job_id"] == trained["job_id"]
+    assert asset_event_extras("cifar10_model")[-1]["job_id"] == trained["job_id"]
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.pages.urls import pipeline_page
+from tests.dags.asset_events import asset_event_extras
 from tests.pages_client import pages_client
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
@@ -82,26 +83,11 @@ def _run(dag: Any, accuracy: float, loss: float = 1.2, day: int = 1) -> dict[str
     return {"run_id": run.run_id, **published}
 
 
-def _champion_events() -> list[dict[str, Any]]:
-    from airflow.models.asset import AssetEvent, AssetModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import select
-
-    with create_session() as session:
-        query = (
-            select(AssetEvent.extra)
-            .join(AssetModel, AssetModel.id == AssetEvent.asset_id)
-            .where(AssetModel.name == CHAMPION)
-            .order_by(AssetEvent.id)
-        )
-        return list(session.scalars(query))
-
-
 @pytest.mark.slow
 def test_only_a_better_model_becomes_champion_and_only_then_is_announced(
     dag: Any, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    before = len(_champion_events())
+    before = len(asset_event_extras(CHAMPION))
 
     first = _run(dag, accuracy=0.60, day=1)
     worse = _run(dag, accuracy=0.605, day=2)  # better, by less than min_improvement
@@ -123,7 +109,7 @@ def test_only_a_better_model_becomes_champion_and_only_then_is_announced(
     assert decisions["unguarded"]["reason"] == "guard failed: final_test_loss 2.5 is not at most 2"
     assert decisions["better"]["champion_run_id"] == first["run_id"], "the others never moved it"
     # One event per promotion, naming the run that became champion and the one it replaced.
-    events = _champion_events()[before:]
+    events = asset_event_extras(CHAMPION)[before:]
     assert [(e["run_id"], e["replaced"]) for e in events] == [
         (first["run_id"], None),
         (better["run_id"], first["run_id"]),

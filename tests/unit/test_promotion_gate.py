@@ -6,12 +6,12 @@ import pytest
 from pydantic import ValidationError
 
 from aliyun_training.promotion import Champion, PromotionRule, decide
+from aliyun_training.records import ArtifactSet
 
 CHAMPION = Champion(
     run_id="scheduled__2026-11-22",
     dataset_version="2026-11-22",
-    manifest_uri="m",
-    metrics={"final_test_loss": 0.8},
+    artifacts=ArtifactSet(uri="a/", manifest_uri="a/m", report_uri="a/r", metrics={"final_test_loss": 0.8}),
 )
 
 

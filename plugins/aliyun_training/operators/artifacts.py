@@ -14,14 +14,7 @@ from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import Champion, Decision, PromotionRule, decide
-from aliyun_training.records import (
-    ArtifactSet,
-    BandwidthCheck,
-    BuiltImage,
-    FixedDataset,
-    JobResult,
-    StagedDataset,
-)
+from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -30,6 +23,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
+    from aliyun_training.records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
 
@@ -171,12 +165,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         if not decision.promoted or self.champion is None:
             return
         run_id = context["dag_run"].run_id
-        champion = Champion(
-            run_id=run_id,
-            dataset_version=version,
-            manifest_uri=artifacts.manifest_uri,
-            metrics=artifacts.metrics,
-        )
+        champion = Champion(run_id=run_id, dataset_version=version, artifacts=artifacts)
         context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
         context["outlet_events"][AssetAlias(name=promotions_alias(self.champion))].add(
             self.champion,
