@@ -36,6 +36,9 @@ def main() -> int:
     )
     print(f"train loss       {losses}")
     print(f"test accuracy    {metrics['final_test_accuracy']:.2%}")
+    if decision := manifest.get("promotion"):
+        verdict = "PROMOTED to champion" if decision["promoted"] else "not promoted"
+        print(f"promotion        {verdict}: {decision['reason']}")
     print(f"report           {path.with_name(manifest['report'])}")
     print(path)
     return 0
