@@ -166,3 +166,19 @@ def test_the_page_shows_the_text_escapes_what_users_typed_and_keeps_each_body_wh
     assert PROBE_LINE.replace('"', "&quot;") in page, "the probe, decoded"
     assert page.count("<details><summary>JSON body, as sent</summary>") == 3
     assert PROBE in page, "the body as sent, folded away"
+
+
+def test_the_dry_run_shows_the_promotion_gate_the_run_would_apply(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
+
+    text, document = text_and_document(command, capsys, monkeypatch)
+
+    assert document["plan"]["artifacts"]["promotion"]["metric"] == "final_test_accuracy"
+    summary = " ".join(text.split("\nSUMMARY\n")[1].split("\n\n")[0].split())
+    assert (
+        "promotion becomes the champion if final_test_accuracy is higher than the champion's by at least "
+        "0.005, with final_test_loss <= 3; with no champion yet, the first model is promoted; a backfill "
+        "never promotes"
+    ) in summary

@@ -140,7 +140,11 @@ class PlanRequest:
         """The artifacts part: where sets go (``settings``) and what the declaration keeps of a job."""
         declared = self.declaration.artifacts
         return ArtifactsPlan(
-            model=self.model, collect=declared.collect, report_metrics=declared.report_metrics, **settings
+            model=self.model,
+            collect=declared.collect,
+            report_metrics=declared.report_metrics,
+            promotion=self.declaration.promotion,
+            **settings,
         )
 
     @functools.cached_property

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.promotion import PromotionRule
 from aliyun_training.records import FixedDataset, StagedDataset, mount_staged
 from aliyun_training.registry import Backend
 from aliyun_training.spec import (
@@ -220,6 +221,8 @@ class ArtifactsPlan(PlanPart):
     unavailable: str | None = None
     #: The connection whose OSS endpoint and credentials read job outputs and write artifacts.
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+    #: The declaration's promotion gate, which publishing applies; None: every model is a candidate.
+    promotion: PromotionRule | None = None
 
 
 class GpuHourPrice(PlanPart):

@@ -18,12 +18,15 @@ import json
 import re
 import textwrap
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.findings import PreflightReport
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.plan.requests import planned_image
 from aliyun_training.registry import backend_record
+
+if TYPE_CHECKING:
+    from aliyun_training.promotion import PromotionRule
 
 #: The widest line a rendering writes, but for a single token longer than that (see ``wrap``).
 WIDTH = 100
@@ -151,7 +154,28 @@ def _summary(plan: RunPlan, requests: list[dict[str, Any]], ceiling: str) -> lis
         ("cost ceiling", f"{ceiling} (every try of every job below)"),
         ("requests", f"{len(requests)}: " + ", ".join(f"{len(list(g))} to {s}" for s, g in services)),
         ("outputs", plan.job.output_uri or plan.job.output_root or "the job's own output directory"),
+        ("promotion", _promotion_words(plan.artifacts.promotion)),
     ]
+
+
+def _promotion_words(rule: PromotionRule | None) -> str:
+    """The gate publishing will apply, in words: what decides, by how much, what must hold."""
+    if rule is None:
+        return "none: the model is published as a candidate and never becomes the champion"
+    better = "higher" if rule.direction == "max" else "lower"
+    margin = f"{rule.min_improvement:.0%} of it" if rule.relative else f"{rule.min_improvement:g}"
+    guards = "; ".join(
+        name
+        + "".join(f" {op} {bound:g}" for op, bound in ((">=", b.min), ("<=", b.max)) if bound is not None)
+        for name, b in rule.guards.items()
+    )
+    first = "promoted" if rule.without_champion == "promote" else "held"
+    return (
+        f"becomes the champion if {rule.metric} is {better} than the champion's by at least {margin}"
+        + (f", with {guards}" if guards else "")
+        + f"; with no champion yet, the first model is {first}"
+        + ("" if rule.backfills_promote else "; a backfill never promotes")
+    )
 
 
 def _backend_place(plan: RunPlan) -> str:
