@@ -122,6 +122,12 @@ def test_only_a_better_model_becomes_champion_and_only_then_is_announced(
     assert "Promotion: not promoted: final_test_accuracy 0.605 misses" in capfd.readouterr().out
     # The pipeline's page says which runs became champion.
     page = pages_client().get(pipeline_page("scores_retrain")).text
-    labels = {r["run_id"]: page.split(r["run_id"], 1)[1].split("</tr>", 1)[0] for r in (first, worse, better)}
+    table = page.split("<h2>Runs</h2>", 1)[1]
+    labels = {r["run_id"]: table.split(r["run_id"], 1)[1].split("</tr>")[0] for r in (first, worse, better)}
     assert ">champion</span>" in labels[first["run_id"]] and ">champion</span>" in labels[better["run_id"]]
     assert ">held</span>" in labels[worse["run_id"]]
+    # Above the runs, each final metric across them, oldest first: one point per published run.
+    history = page.split("<h2>Across runs</h2>", 1)[1].split("<h2>Runs</h2>", 1)[0]
+    accuracy = history.split('data-series="test_accuracy"', 1)[1].split("</svg>", 1)[0]
+    assert accuracy.count("<circle") == 4 and "test accuracy, run 4: 64.00%" in accuracy
+    assert history.count(" — champion</li>") == 2

@@ -39,8 +39,12 @@ ACCURACY_GAP = 0.10
 LOSS_GAP_RATIO = 1.5
 
 
-def metric_chart_svg(series: Mapping[str, Sequence[float | None]], *, percent: bool = False) -> str:
+def metric_chart_svg(
+    series: Mapping[str, Sequence[float | None]], *, percent: bool = False, x_label: str = "epoch"
+) -> str:
     """A line chart of per-epoch series on one y axis, with ticks, a legend and a tooltip per point.
+
+    ``x_label`` names what the x axis counts from 1: epochs of one run, or runs of a pipeline.
 
     ``None`` is an epoch without a point (its value was not a number); the epoch keeps its place on
     the x axis, so the other points stay above their epochs. The y axis runs from 0 (or below, for
@@ -72,10 +76,11 @@ def metric_chart_svg(series: Mapping[str, Sequence[float | None]], *, percent: b
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" role="img" '
-        f'aria-label="{escape(", ".join(_label(name) for name in series))} per epoch">',
+        f'aria-label="{escape(", ".join(_label(name) for name in series))} per {escape(x_label)}">',
         f'<line x1="{_PAD}" y1="{_HEIGHT - _PAD}" x2="{_WIDTH - _PAD}" y2="{_HEIGHT - _PAD}" stroke="#555"/>',
         f'<line x1="{_PAD}" y1="{_PAD}" x2="{_PAD}" y2="{_HEIGHT - _PAD}" stroke="#555"/>',
-        f'<text x="{_WIDTH / 2}" y="{_HEIGHT - 8}" text-anchor="middle" font-size="12">epoch</text>',
+        f'<text x="{_WIDTH / 2}" y="{_HEIGHT - 8}" text-anchor="middle" font-size="12">'
+        f"{escape(x_label)}</text>",
     ]
     step = math.ceil(epochs / _MAX_X_LABELS)
     for i in range(epochs):
@@ -102,7 +107,7 @@ def metric_chart_svg(series: Mapping[str, Sequence[float | None]], *, percent: b
             )
         parts += [
             f'<circle cx="{px:.1f}" cy="{py:.1f}" r="3" fill="{colour}">'
-            f"<title>{escape(_label(name))}, epoch {i + 1}: {point(v)}</title></circle>"
+            f"<title>{escape(_label(name))}, {escape(x_label)} {i + 1}: {point(v)}</title></circle>"
             for i, px, py, v in placed
         ]
         parts.append(
@@ -132,17 +137,19 @@ def _measure(key: str) -> str:
     return key
 
 
-def _charts(metrics: dict[str, Any]) -> str:
+def metric_charts(metrics: dict[str, Any], x_label: str = "epoch") -> str:
     """One chart per measure (losses together, accuracies together, each other series alone), so
-    series of different scales never share an axis."""
+    series of different scales never share an axis; ``metrics`` names its ``series`` and holds each
+    one's values, one per ``x_label``."""
     panels: dict[str, list[str]] = {}
     for key in metrics["series"]:
         panels.setdefault(_measure(key), []).append(key)
     return "\n".join(
-        f"<figure><figcaption>{escape(_label(measure).capitalize())} per epoch</figcaption>\n"
+        f"<figure><figcaption>{escape(_label(measure).capitalize())} per {escape(x_label)}</figcaption>\n"
         + metric_chart_svg(
             {key: [v if _is_number(v) else None for v in metrics[key]] for key in keys},
             percent="accuracy" in measure,
+            x_label=x_label,
         )
         + "</figure>"
         for measure, keys in panels.items()
@@ -382,7 +389,7 @@ figcaption {{ font-weight: bold; margin-bottom: 4px; }}
 {_attempts_table(attempts)}
 <h2>Metrics per epoch</h2>
 <div class="charts">
-{_charts(metrics)}
+{metric_charts(metrics)}
 </div>
 {note}
 <table>

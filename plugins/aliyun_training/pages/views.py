@@ -9,6 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.artifacts.report import metric_charts
 from aliyun_training.pages.urls import airflow_run_url, pipeline_page, plan_page, report_page
 
 if TYPE_CHECKING:
@@ -21,6 +22,7 @@ _STYLE = (
     "table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35em .6em;"
     "border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
     ".state-success{color:#1a7f37}.state-failed{color:#cf222e}.state-running,.state-queued{color:#9a6700}"
+    ".charts{display:flex;flex-wrap:wrap;gap:8px}ol.muted{list-style:none;padding:0}"
     "code{font-size:.9em}.muted{color:#57606a}.promotion-champion{color:#1a7f37;font-weight:bold}"
 )
 
@@ -57,8 +59,27 @@ def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
     )
     return page(
         f"{dag_id}: training runs",
-        f"<h1>{escape(dag_id)}</h1><p class='muted'>Training runs, newest first, with the dataset "
-        f"version each trained on and its final metrics.</p>{table}",
+        f"<h1>{escape(dag_id)}</h1>{_history(rows)}<h2>Runs</h2><p class='muted'>Newest first, with the "
+        f"dataset version each trained on and its final metrics.</p>{table}",
+    )
+
+
+def _history(rows: list[RunRow]) -> str:
+    """The final metrics of the runs that published a model, oldest first, charted run by run, with
+    which dataset version each was and which became champion."""
+    published = [row for row in reversed(rows) if row.metrics]
+    if len(published) < 2:
+        return ""
+    names = sorted({name.removeprefix("final_") for row in published for name in row.metrics})
+    series = {name: [row.metrics.get(f"final_{name}") for row in published] for name in names}
+    legend = "".join(
+        f"<li>run {i}: {escape(row.dataset_version or '')} <code>{escape(row.run_id)}</code>"
+        f"{' — champion' if (row.promotion or {}).get('promoted') else ''}</li>"
+        for i, row in enumerate(published, 1)
+    )
+    return (
+        f"<h2>Across runs</h2><div class='charts'>{metric_charts({'series': names, **series}, 'run')}</div>"
+        f"<ol class='muted'>{legend}</ol>"
     )
 
 
