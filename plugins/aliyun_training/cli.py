@@ -149,11 +149,11 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
 def run_preflight(plan: Any) -> dict[str, Any]:
     """Every preflight group of the plan's backend, as the DAG's preflight task group runs them."""
     from aliyun_training.findings import Finding, PreflightReport
-    from aliyun_training.operators.preflight import group_findings
+    from aliyun_training.operators.preflight import group_findings, group_table
 
     findings: list[Finding] = []
     for group in backend_record(plan.backend).preflight_groups:
         found = group_findings(group, plan.job, plan.preflight)
-        print(f"Preflight {group}:\n{PreflightReport(findings=found).render()}", file=sys.stderr)
+        print(group_table(group, found), file=sys.stderr)
         findings += found
     return PreflightReport(findings=findings).model_dump(mode="json")

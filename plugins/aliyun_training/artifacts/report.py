@@ -294,8 +294,8 @@ def _epoch_duration(seconds: Sequence[object]) -> str:
     if not timed:
         return "not recorded (the training script wrote no seconds per epoch)"
     return (
-        f"mean {_duration(sum(timed) / len(timed))}, shortest {_duration(min(timed))}, "
-        f"longest {_duration(max(timed))} ({len(timed)} of {len(seconds)} epochs timed)"
+        f"mean {duration(sum(timed) / len(timed))}, shortest {duration(min(timed))}, "
+        f"longest {duration(max(timed))} ({len(timed)} of {len(seconds)} epochs timed)"
     )
 
 
@@ -323,7 +323,7 @@ def render_report(manifest: dict[str, Any]) -> str:
         (
             "Wall time",
             escape(
-                f"{_duration(job['wall_seconds'])} ({job['wall_seconds']:.1f} s), "
+                f"{duration(job['wall_seconds'])} ({job['wall_seconds']:.1f} s), "
                 f"{job['node_hours']:.4f} node-hours"
             ),
         ),
@@ -465,7 +465,7 @@ def _stages_table(stages: list[dict[str, Any]], run: dict[str, Any] | None) -> s
     if started and published:
         total = (datetime.fromisoformat(published) - datetime.fromisoformat(started)).total_seconds()
         rows.append(
-            f"<tr><th>Run start to published</th><td></td><td></td><th>{_duration(total)}</th><td></td></tr>"
+            f"<tr><th>Run start to published</th><td></td><td></td><th>{duration(total)}</th><td></td></tr>"
         )
     body = "\n".join(rows)
     return f"""<h2>Stage timings</h2>
@@ -531,7 +531,7 @@ def _cell(key: str, value: object) -> str:
     return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
 
 
-def _duration(seconds: float) -> str:
+def duration(seconds: float) -> str:
     """Seconds as a person reads a duration: 12.5 s, 4 min 07 s, 2 h 05 min."""
     if seconds < 60:
         return f"{seconds:.1f} s"
@@ -545,7 +545,7 @@ def _seconds_cell(seconds: object) -> str:
     """A duration that may be missing (not recorded) or not a number (a script's own text)."""
     if seconds is None:
         return "-"
-    return _duration(seconds) if _is_number(seconds) else _cell("seconds", seconds)
+    return duration(seconds) if _is_number(seconds) else _cell("seconds", seconds)
 
 
 def _clock(moment: str | None) -> str:

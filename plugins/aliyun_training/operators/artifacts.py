@@ -79,16 +79,19 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         champion: Asset | None = None,
         **kwargs: Any,
     ) -> None:
+        # What a promotion emits the champion's event through: a plain outlet would fire every run.
+        promotions = AssetAlias(name=f"{champion.name}_promotions") if champion else None
         if promotion is not None:
             if champion is None:
                 raise ValueError("a promotion rule needs the champion Asset its pointer is kept on")
             kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
-            kwargs["outlets"] = [*kwargs.get("outlets", []), AssetAlias(name=promotions_alias(champion))]
+            kwargs["outlets"] = [*kwargs.get("outlets", []), promotions]
             # Reading the pointer, deciding and moving it is one step: runs of the DAG take turns.
             kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(**kwargs)
         self.promotion = promotion
         self.champion = champion
+        self.promotions = promotions
         self.artifacts = (
             artifacts.model_dump(mode="json") if isinstance(artifacts, ArtifactsPlan) else artifacts
         )
@@ -162,12 +165,12 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         self.log.info(
             "Promotion: %s: %s", "PROMOTED" if decision.promoted else "not promoted", decision.reason
         )
-        if not decision.promoted or self.champion is None:
+        if not decision.promoted or self.champion is None or self.promotions is None:
             return
         run_id = context["dag_run"].run_id
         champion = Champion(run_id=run_id, dataset_version=version, artifacts=artifacts)
         context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
-        context["outlet_events"][AssetAlias(name=promotions_alias(self.champion))].add(
+        context["outlet_events"][self.promotions].add(
             self.champion,
             extra={
                 "run_id": run_id,
@@ -228,11 +231,6 @@ def check_collectable(job: JobResult, outputs_root: str | None) -> None:
             "check that the job is this run's and writes to $OUTPUT_DIR, and that output_uri is the location "
             "mounted at output_root)"
         )
-
-
-def promotions_alias(champion: Asset) -> str:
-    """The AssetAlias a promotion emits the champion's event through (no event without one)."""
-    return f"{champion.name}_promotions"
 
 
 def _iso(moment: datetime | None) -> str | None:

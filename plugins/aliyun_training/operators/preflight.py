@@ -90,7 +90,7 @@ class PreflightCheckOperator(BaseOperator):
                 f"{self.group} checks apply to the {applies_to} backend; this run uses {spec.backend.value}",
             )
         findings = group_findings(self.group, job, self.preflight)
-        self.log.info("Preflight %s:\n%s", self.group, PreflightReport(findings=findings).render())
+        self.log.info("%s", group_table(self.group, findings))
         return [finding.model_dump(mode="json") for finding in findings]
 
     def _skip(self, context: Context, reason: str) -> NoReturn:
@@ -123,6 +123,11 @@ def group_findings(group: str, job: JobPlan, preflight: PreflightPlan | dict[str
         studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
         return _guard("quota", lambda: check_quota(studio, spec))
     return _permissions(backend, settings)
+
+
+def group_table(group: str, findings: list[Finding]) -> str:
+    """One group's findings as its task logs them and the command line prints them."""
+    return f"Preflight {group}:\n{PreflightReport(findings=findings).render()}"
 
 
 class PreflightReportOperator(BaseOperator):

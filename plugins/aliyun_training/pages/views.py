@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.artifacts.report import metric_charts
+from aliyun_training.artifacts.report import duration, metric_charts
 from aliyun_training.pages.urls import airflow_run_url, pipeline_page, plan_page, report_page
 
 if TYPE_CHECKING:
@@ -118,7 +118,4 @@ def _when(moment: datetime | None) -> str:
 
 
 def _took(started: datetime | None, ended: datetime | None) -> str:
-    if not (started and ended):
-        return ""
-    seconds = int((ended - started).total_seconds())
-    return f"{seconds // 60} min {seconds % 60} s" if seconds >= 60 else f"{seconds} s"
+    return duration((ended - started).total_seconds()) if started and ended else ""
