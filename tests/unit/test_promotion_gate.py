@@ -83,3 +83,16 @@ def test_a_malformed_rule_is_refused_naming_the_field(block: dict, field: str) -
         PromotionRule.model_validate(block)
 
     assert field in str(refused.value)
+
+
+def test_a_publish_task_with_a_rule_but_no_champion_asset_is_refused_when_the_dag_is_built() -> None:
+    from aliyun_training.operators.artifacts import ArtifactsOperator
+
+    with pytest.raises(ValueError, match="a promotion rule needs the champion Asset its pointer is kept on"):
+        ArtifactsOperator(
+            task_id="publish_artifacts",
+            artifacts={"model": "digits"},
+            job_result=None,
+            runtime=None,
+            promotion=LOSS,
+        )
