@@ -1,4 +1,4 @@
-"""AIWorkspace 2021-02-04 emulator: PAI datasets and their versions (ROA).
+"""AIWorkspace 2021-02-04 emulator: PAI datasets, models and their versions (ROA).
 
 Operations, paths and wire names are the SDK's (alibabacloud_aiworkspace20210204 8.3.5):
 
@@ -8,6 +8,13 @@ Operations, paths and wire names are the SDK's (alibabacloud_aiworkspace20210204
 - CreateDatasetVersion   POST /api/v1/datasets/{DatasetId}/versions              -> VersionName
 - GetDatasetVersion      GET  /api/v1/datasets/{DatasetId}/versions/{VersionName}
 - ListDatasetVersions    GET  /api/v1/datasets/{DatasetId}/versions              -> DatasetVersions, paging
+- CreateModel              POST   /api/v1/models                                   -> ModelId
+- ListModels               GET    /api/v1/models                                   -> Models, TotalCount
+- CreateModelVersion       POST   /api/v1/models/{ModelId}/versions                -> VersionName
+- ListModelVersions        GET    /api/v1/models/{ModelId}/versions                -> Versions, TotalCount
+- UpdateModelVersion       PUT    /api/v1/models/{ModelId}/versions/{VersionName}
+- CreateModelVersionLabels POST   /api/v1/models/{ModelId}/versions/{VersionName}/labels
+- DeleteModelVersionLabels DELETE /api/v1/models/{ModelId}/versions/{VersionName}/labels (LabelKeys)
 
 Facts from the SDK docstrings that shape the emulation:
 
@@ -27,6 +34,27 @@ Facts from the SDK docstrings that shape the emulation:
   without them (400 ``MissingParameter``) although their docstrings also name defaults, so a caller
   that relies on the defaults is caught here rather than in the cloud.
 - Times are ISO 8601 UTC with milliseconds (``YYYY-MM-DDTHH:mm:ss.sssZ``), as documented.
+
+Models, from the SDK's request and ``Model``/``ModelVersion`` docstrings and the API reference's
+ModelVersion page (help/en/pai/developer-reference/api-aiworkspace-2021-02-04-struct-modelversion):
+
+- CreateModel requires ModelName, "1 to 127 characters"; Accessibility is PRIVATE (default) or PUBLIC.
+- CreateModelVersion requires Uri: an ``http(s)://`` URL, or for OSS
+  "``oss://<bucket>.<endpoint>/object``" (the bucket's endpoint named; ``oss://bucket/path`` is
+  refused). VersionName is optional, "unique within the model", of the form
+  ``<major>.<minor>.<patch>[_<stage>]`` (numbers, and a stage of word characters); without it "the
+  first version defaults to 0.1.0" and the minor number grows by one for each next version (the
+  emulator: one more than the highest minor of the highest major so far, patch 0). ApprovalStatus
+  is Pending, Approved or Rejected (on UpdateModelVersion too); SourceType Custom (default), PAIFlow
+  or TrainingService, the last two with a SourceId ``region=<id>,workspaceId=<id>,kind=<kind>,id=<id>``
+  (the docstrings name kinds PipelineRun and ServiceJob; Pulumi's example sends TrainingJob, so the
+  kind is not checked). Metrics, serialized, "cannot exceed 8,192 bytes" (the emulator: compact JSON).
+- Labels (``Label``): keys and values "up to 128 bytes" without ``=`` or ``,``.
+- ListModels and ListModelVersions: PageNumber from 1 (default 1), PageSize default 10, TotalCount;
+  Order ASC (default) or DESC; SortBy "only GmtCreateTime". ListModels returns the workspace's
+  models; its ModelName is "used to filter", and the emulator matches it as a substring, as
+  ListDatasets' Name (whether the service matches exactly is not documented: callers compare).
+- Times are ISO 8601 UTC; the reference's examples have whole seconds (``2021-01-21T17:12:35Z``).
 
 Decisions where the service's behaviour is not documented:
 
@@ -49,6 +77,17 @@ Decisions where the service's behaviour is not documented:
   JSON object.
 - PageSize above 100 is refused (no limit is documented; 100 is the usual PAI maximum).
 - DryRun validates and answers without creating anything (no DatasetId / VersionName).
+- Model ids are ``model-`` and 18 lower-case letters and digits (their form is not documented). A
+  second model of one name in a workspace: 409 ``ModelNameAlreadyExists``; a VersionName the model
+  has: 409 ``ModelVersionAlreadyExists``; unknown model: 404 ``ModelNotFound``; unknown version:
+  404 ``ModelVersionNotFound`` (no codes are documented). Without WorkspaceId, CreateModel and
+  ListModels use the default workspace, as the dataset requests do. ApprovalStatus has no default
+  (an omitted one stays absent); a model's GmtModifiedTime is its creation time (no emulated
+  request changes a model).
+- CreateModelVersionLabels replaces the value of a key the version has (one label per key) and
+  requires Labels; DeleteModelVersionLabels requires LabelKeys and ignores keys the version lacks,
+  so both are safe to retry. Neither changes the version's GmtModifiedTime; UpdateModelVersion does,
+  and keeps every field its request leaves out.
 """
 
 from __future__ import annotations
@@ -63,11 +102,11 @@ from typing import TYPE_CHECKING, Any
 
 from alibabacloud_aiworkspace20210204 import models as ws_models
 
-from fakes.base import ApiError, ApiRequest, Handler, model_mismatches
+from fakes.base import ApiError, ApiRequest, Handler, iso_utc, model_mismatches
 from fakes.ram import RamAuthorizedEmulator
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterable, Mapping
 
 DEFAULT_WORKSPACE_ID = "ws-default"
 DEFAULT_PAGE_SIZE = 10
@@ -95,6 +134,14 @@ URI_SHAPES: dict[str, tuple[re.Pattern[str], str]] = {
         "bmcpfs://<mount target domain>/<path>/",
     ),
 }
+ACCESSIBILITIES = frozenset({"PRIVATE", "PUBLIC"})
+APPROVAL_STATUSES = frozenset({"Pending", "Approved", "Rejected"})
+MODEL_SOURCE_TYPES = frozenset({"Custom", "PAIFlow", "TrainingService"})
+MODEL_NAME_MAX = 127
+METRICS_MAX_BYTES = 8192
+MODEL_URI = re.compile(r"https?://\S+|oss://[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\.[a-z0-9.-]+/\S*")
+MODEL_SOURCE_ID = re.compile(r"region=[^,=]+,workspaceId=[^,=]+,kind=[^,=]+,id=[^,=]+")
+VERSION_NAME = re.compile(r"(\d+)\.(\d+)\.\d+(_\w+)?")
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9\u4e00-\u9fff][A-Za-z0-9_\-\u4e00-\u9fff]{0,126}$")
 LIST_DATASETS_FILTERS = frozenset(
     {
@@ -114,6 +161,8 @@ LIST_DATASETS_FILTERS = frozenset(
         "PageSize",
     }
 )
+LIST_MODELS_FILTERS = frozenset({"WorkspaceId", "ModelName", "Order", "SortBy", "PageNumber", "PageSize"})
+LIST_MODEL_VERSIONS_FILTERS = frozenset({"Order", "SortBy", "PageNumber", "PageSize"})
 LIST_VERSIONS_FILTERS = frozenset(
     {
         "LabelKeys",
@@ -178,8 +227,35 @@ class EmulatedDataset:
         return self.versions[0]
 
 
+@dataclass
+class EmulatedModelVersion:
+    """One model version; ``fields`` holds what its create and updates set (Uri, Metrics, ...) by
+    wire name, as its views answer them."""
+
+    version_name: str
+    created_at: float
+    modified_at: float
+    labels: list[dict[str, str]] = field(default_factory=list)
+    fields: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EmulatedModel:
+    """A model of a workspace; ``versions`` in creation order."""
+
+    model_id: str
+    workspace_id: str
+    name: str
+    created_at: float
+    owner_id: str
+    accessibility: str = "PRIVATE"
+    description: str | None = None
+    labels: list[dict[str, str]] = field(default_factory=list)
+    versions: list[EmulatedModelVersion] = field(default_factory=list)
+
+
 class AIWorkspaceEmulator(RamAuthorizedEmulator):
-    """AIWorkspace: datasets and dataset versions."""
+    """AIWorkspace: datasets, models and their versions."""
 
     api_version = "2021-02-04"
 
@@ -193,10 +269,14 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
         self.default_workspace_id = default_workspace_id
         self.owner_id = owner_id
         self.datasets: dict[str, EmulatedDataset] = {}
+        self.models: dict[str, EmulatedModel] = {}
         self._numbers = itertools.count(1)
         self._lost_answers: dict[str, int] = {}
         datasets = "/api/v1/datasets"
         dataset = f"{datasets}/{{DatasetId}}"
+        models = "/api/v1/models"
+        model_versions = f"{models}/{{ModelId}}/versions"
+        model_version = f"{model_versions}/{{VersionName}}"
         routes = (
             ("POST", datasets, "CreateDataset", self._create_dataset, ws_models.CreateDatasetResponseBody),
             ("GET", datasets, "ListDatasets", self._list_datasets, ws_models.ListDatasetsResponseBody),
@@ -222,6 +302,43 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
                 self._get_dataset_version,
                 ws_models.GetDatasetVersionResponseBody,
             ),
+            ("POST", models, "CreateModel", self._create_model, ws_models.CreateModelResponseBody),
+            ("GET", models, "ListModels", self._list_models, ws_models.ListModelsResponseBody),
+            (
+                "POST",
+                model_versions,
+                "CreateModelVersion",
+                self._create_model_version,
+                ws_models.CreateModelVersionResponseBody,
+            ),
+            (
+                "GET",
+                model_versions,
+                "ListModelVersions",
+                self._list_model_versions,
+                ws_models.ListModelVersionsResponseBody,
+            ),
+            (
+                "PUT",
+                model_version,
+                "UpdateModelVersion",
+                self._update_model_version,
+                ws_models.UpdateModelVersionResponseBody,
+            ),
+            (
+                "POST",
+                f"{model_version}/labels",
+                "CreateModelVersionLabels",
+                self._create_model_version_labels,
+                ws_models.CreateModelVersionLabelsResponseBody,
+            ),
+            (
+                "DELETE",
+                f"{model_version}/labels",
+                "DeleteModelVersionLabels",
+                self._delete_model_version_labels,
+                ws_models.DeleteModelVersionLabelsResponseBody,
+            ),
         )
         for method, path, action, handler, model in routes:
             self.add_roa_route(method, path, action, self._committing(handler), model)
@@ -231,19 +348,21 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
     def lose_answer_after_commit(self, action: str, times: int = 1) -> None:
         """Carry out the next ``times`` requests of ``action`` but answer them 503 ServiceUnavailable.
 
-        This is the failure idempotent callers must survive: the service made the dataset or
-        version, and the caller, seeing a retryable error, tries again.
+        This is the failure idempotent callers must survive: the service made the dataset, model
+        or version, and the caller, seeing a retryable error, tries again.
         """
         with self._lock:
             self._lost_answers[action] = self._lost_answers.get(action, 0) + times
 
     def dataset_named(self, name: str, workspace_id: str | None = None) -> EmulatedDataset | None:
         """The dataset called ``name`` in the workspace (the default one when None), if any."""
-        workspace = workspace_id or self.default_workspace_id
         with self._lock:
-            return next(
-                (d for d in self.datasets.values() if d.name == name and d.workspace_id == workspace), None
-            )
+            return _named(self.datasets.values(), name, workspace_id or self.default_workspace_id)
+
+    def model_named(self, name: str, workspace_id: str | None = None) -> EmulatedModel | None:
+        """The model called ``name`` in the workspace (the default one when None), if any."""
+        with self._lock:
+            return _named(self.models.values(), name, workspace_id or self.default_workspace_id)
 
     # ----------------------------------------------------------------------------- handlers
 
@@ -278,7 +397,7 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
             _one_of(body, "ProviderType", PROVIDER_TYPES)
         _check_labels(body.get("Labels") or [], "Labels")
         workspace = self._workspace(body.get("WorkspaceId"))
-        if any(d.name == name and d.workspace_id == workspace for d in self.datasets.values()):
+        if _named(self.datasets.values(), name, workspace):
             raise ApiError(
                 409,
                 "DatasetNameAlreadyExists",
@@ -288,7 +407,7 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
             return {}
         now = self.clock()
         dataset = EmulatedDataset(
-            dataset_id=self._new_dataset_id(workspace, name),
+            dataset_id=self._new_id("d-", workspace, name),
             workspace_id=workspace,
             name=name,
             data_source_type=source_type,
@@ -375,6 +494,107 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
             )
         return {**_version_view(version), "DatasetId": dataset.dataset_id}
 
+    def _create_model(self, request: ApiRequest) -> dict[str, Any]:
+        body = _checked_body(request, ws_models.CreateModelRequest)
+        _require(body, "ModelName")
+        name = body["ModelName"]
+        if len(name) > MODEL_NAME_MAX:
+            raise _invalid("ModelName", f"must be 1 to {MODEL_NAME_MAX} characters")
+        if "Accessibility" in body:
+            _one_of(body, "Accessibility", ACCESSIBILITIES)
+        _check_labels(body.get("Labels") or [], "Labels")
+        workspace = self._workspace(body.get("WorkspaceId"))
+        if _named(self.models.values(), name, workspace):
+            raise ApiError(
+                409,
+                "ModelNameAlreadyExists",
+                f"A model named {name} already exists in workspace {workspace}.",
+            )
+        model = EmulatedModel(
+            model_id=self._new_id("model-", workspace, name),
+            workspace_id=workspace,
+            name=name,
+            created_at=self.clock(),
+            owner_id=self.owner_id,
+            accessibility=body.get("Accessibility", "PRIVATE"),
+            description=body.get("ModelDescription"),
+            labels=list(body.get("Labels") or []),
+        )
+        self.models[model.model_id] = model
+        return {"ModelId": model.model_id}
+
+    def _list_models(self, request: ApiRequest) -> dict[str, Any]:
+        query = request.query
+        _check_query(query, ws_models.ListModelsShrinkRequest, LIST_MODELS_FILTERS, "ListModels")
+        workspace = self._workspace(query.get("WorkspaceId"))
+        wanted = query.get("ModelName", "")
+        matching = [m for m in self.models.values() if m.workspace_id == workspace and wanted in m.name]
+        page = _page(_sorted(matching, query, lambda m: m.created_at), query, required=False)
+        return {"Models": [self._model_view(m) for m in page], "TotalCount": len(matching)}
+
+    def _create_model_version(self, request: ApiRequest) -> dict[str, Any]:
+        model = self._model(request)
+        body = _checked_body(request, ws_models.CreateModelVersionRequest)
+        _require(body, "Uri")
+        if not MODEL_URI.fullmatch(body["Uri"]):
+            raise _invalid(
+                "Uri", f"{body['Uri']!r} is not http(s)://... or oss://<bucket>.<endpoint>/<object>"
+            )
+        _check_model_version_fields(body)
+        name = body.get("VersionName") or _next_version_name(model)
+        if not VERSION_NAME.fullmatch(name):
+            raise _invalid("VersionName", f"{name!r} is not <major>.<minor>.<patch>[_<stage>], e.g. 1.1.0")
+        if any(v.version_name == name for v in model.versions):
+            raise ApiError(
+                409, "ModelVersionAlreadyExists", f"Version {name} of model {model.model_id} already exists."
+            )
+        now = self.clock()
+        fields = {"SourceType": "Custom", **body}
+        labels = fields.pop("Labels", None) or []
+        fields.pop("VersionName", None)
+        model.versions.append(EmulatedModelVersion(name, now, now, list(labels), fields))
+        return {"VersionName": name}
+
+    def _list_model_versions(self, request: ApiRequest) -> dict[str, Any]:
+        model, query = self._model(request), request.query
+        _check_query(
+            query, ws_models.ListModelVersionsRequest, LIST_MODEL_VERSIONS_FILTERS, "ListModelVersions"
+        )
+        page = _page(_sorted(model.versions, query, lambda v: v.created_at), query, required=False)
+        return {"Versions": [_model_version_view(v, model) for v in page], "TotalCount": len(model.versions)}
+
+    def _update_model_version(self, request: ApiRequest) -> dict[str, Any]:
+        version = self._model_version(request)
+        body = _checked_body(request, ws_models.UpdateModelVersionRequest)
+        _check_model_version_fields(body)
+        version.fields.update(body)
+        version.modified_at = self.clock()
+        return {}
+
+    def _create_model_version_labels(self, request: ApiRequest) -> dict[str, Any]:
+        version = self._model_version(request)
+        body = _checked_body(request, ws_models.CreateModelVersionLabelsRequest)
+        if not body.get("Labels"):
+            raise ApiError(400, "MissingParameter", "The parameter Labels is required.")
+        _check_labels(body["Labels"], "Labels")
+        added = {label["Key"]: dict(label) for label in body["Labels"]}
+        version.labels = [lb for lb in version.labels if lb.get("Key") not in added] + list(added.values())
+        return {}
+
+    def _delete_model_version_labels(self, request: ApiRequest) -> dict[str, Any]:
+        version = self._model_version(request)
+        _check_query(
+            request.query,
+            ws_models.DeleteModelVersionLabelsRequest,
+            frozenset({"LabelKeys"}),
+            "DeleteModelVersionLabels",
+        )
+        keys = _listed(request.query, "LabelKeys")
+        if not keys:
+            raise ApiError(400, "MissingParameter", "The parameter LabelKeys is required.")
+        version.labels = [lb for lb in version.labels if lb.get("Key") not in keys]
+        return {}
+
     # ----------------------------------------------------------------------------- helpers
 
     def _workspace(self, workspace_id: str | None) -> str:
@@ -390,8 +610,24 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
             raise ApiError(404, "DatasetNotFound", f"Dataset {dataset_id} is not found.")
         return dataset
 
-    def _new_dataset_id(self, workspace: str, name: str) -> str:
-        """``d-`` and 18 lower-case letters and digits, like the service's ids; stable per run order."""
+    def _model(self, request: ApiRequest) -> EmulatedModel:
+        model_id = request.path_params["ModelId"]
+        model = self.models.get(model_id)
+        if model is None:
+            raise ApiError(404, "ModelNotFound", f"Model {model_id} is not found.")
+        return model
+
+    def _model_version(self, request: ApiRequest) -> EmulatedModelVersion:
+        model, wanted = self._model(request), request.path_params["VersionName"]
+        version = next((v for v in model.versions if v.version_name == wanted), None)
+        if version is None:
+            raise ApiError(
+                404, "ModelVersionNotFound", f"Version {wanted} of model {model.model_id} is not found."
+            )
+        return version
+
+    def _new_id(self, prefix: str, workspace: str, name: str) -> str:
+        """``prefix`` and 18 lower-case letters and digits, like the service's ids; stable per run order."""
         digest = hashlib.sha256(f"{next(self._numbers)}/{workspace}/{name}".encode()).hexdigest()
         alphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
         value = int(digest, 16)
@@ -399,7 +635,7 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
         for _ in range(18):
             value, index = divmod(value, len(alphabet))
             chars.append(alphabet[index])
-        return "d-" + "".join(chars)
+        return prefix + "".join(chars)
 
     def _dataset_view(self, dataset: EmulatedDataset) -> dict[str, Any]:
         """A Dataset / GetDatasetResponseBody: Uri, Property, Options, Source* are v1's."""
@@ -429,6 +665,25 @@ class AIWorkspaceEmulator(RamAuthorizedEmulator):
         view.update({k: v for k, v in optional.items() if v is not None})
         if first.import_info is not None:
             view["ImportInfo"] = first.import_info
+        return view
+
+    def _model_view(self, model: EmulatedModel) -> dict[str, Any]:
+        """A ``Model``: its latest version's view included, as ListModels answers it."""
+        view: dict[str, Any] = {
+            "ModelId": model.model_id,
+            "ModelName": model.name,
+            "WorkspaceId": model.workspace_id,
+            "Accessibility": model.accessibility,
+            "OwnerId": model.owner_id,
+            "UserId": model.owner_id,
+            "GmtCreateTime": iso_utc(model.created_at),
+            "GmtModifiedTime": iso_utc(model.created_at),
+            "Labels": [dict(label) for label in model.labels],
+        }
+        if model.description is not None:
+            view["ModelDescription"] = model.description
+        if model.versions:
+            view["LatestVersion"] = _model_version_view(model.versions[-1], model)
         return view
 
 
@@ -474,6 +729,48 @@ def _version_view(version: EmulatedVersion) -> dict[str, Any]:
     }
     view.update({k: v for k, v in optional.items() if v is not None})
     return view
+
+
+def _model_version_view(version: EmulatedModelVersion, model: EmulatedModel) -> dict[str, Any]:
+    """A ``ModelVersion``: what its requests set, its name, labels and times."""
+    return {
+        **version.fields,
+        "VersionName": version.version_name,
+        "Labels": [dict(label) for label in version.labels],
+        "OwnerId": model.owner_id,
+        "UserId": model.owner_id,
+        "GmtCreateTime": iso_utc(version.created_at),
+        "GmtModifiedTime": iso_utc(version.modified_at),
+    }
+
+
+def _next_version_name(model: EmulatedModel) -> str:
+    """0.1.0 first, then one more minor than the highest major's highest minor, patch 0."""
+    numbers = [
+        (int(match[1]), int(match[2]))
+        for v in model.versions
+        if (match := VERSION_NAME.fullmatch(v.version_name))
+    ]
+    major, minor = max(numbers, default=(0, 0))
+    return f"{major}.{minor + 1}.0"
+
+
+def _check_model_version_fields(body: dict[str, Any]) -> None:
+    """ApprovalStatus, SourceType and its SourceId, the size of Metrics and the Labels of a version."""
+    if "ApprovalStatus" in body:
+        _one_of(body, "ApprovalStatus", APPROVAL_STATUSES)
+    custom = "SourceType" not in body or _one_of(body, "SourceType", MODEL_SOURCE_TYPES) == "Custom"
+    if not custom and not MODEL_SOURCE_ID.fullmatch(str(body.get("SourceId", ""))):
+        raise _invalid("SourceId", "must be region=<id>,workspaceId=<id>,kind=<kind>,id=<id>")
+    metrics = body.get("Metrics")
+    if metrics is not None and len(json.dumps(metrics, separators=(",", ":")).encode()) > METRICS_MAX_BYTES:
+        raise _invalid("Metrics", f"serialized, it exceeds {METRICS_MAX_BYTES} bytes")
+    _check_labels(body.get("Labels") or [], "Labels")
+
+
+def _named(items: Iterable[Any], name: str, workspace: str | None) -> Any | None:
+    """The dataset or model of ``items`` called ``name`` in ``workspace``, if any."""
+    return next((i for i in items if i.name == name and i.workspace_id == workspace), None)
 
 
 def _checked_body(request: ApiRequest, model: type) -> dict[str, Any]:
@@ -584,11 +881,13 @@ def _version_matches(version: EmulatedVersion, query: Mapping[str, str]) -> bool
     return not values or any(values in lb.get("Value", "") for lb in version.labels)
 
 
-def _sorted(items: list[Any], query: Mapping[str, str], created: Any, modified: Any) -> list[Any]:
+def _sorted(items: list[Any], query: Mapping[str, str], created: Any, modified: Any = None) -> list[Any]:
+    """``items`` in the query's Order by its SortBy: GmtCreateTime, or GmtModifiedTime where ``modified``
+    reads it (the model lists document GmtCreateTime only)."""
     sort_by = query.get("SortBy") or "GmtCreateTime"
-    keys = {"GmtCreateTime": created, "GmtModifiedTime": modified}
+    keys = {"GmtCreateTime": created} | ({"GmtModifiedTime": modified} if modified else {})
     if sort_by not in keys:
-        raise _invalid("SortBy", f"{sort_by!r} is not emulated (use GmtCreateTime or GmtModifiedTime)")
+        raise _invalid("SortBy", f"{sort_by!r} is not emulated (use {' or '.join(keys)})")
     order = (query.get("Order") or "ASC").upper()
     if order not in ("ASC", "DESC"):
         raise _invalid("Order", f"{order!r} is not ASC or DESC")

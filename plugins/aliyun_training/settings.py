@@ -43,6 +43,11 @@ class LocalPaths:
         return self.root / "outputs"
 
     @property
+    def mlflow(self) -> Path:
+        """The embedded MLflow model registry's folder (a SQLite store), when none is configured."""
+        return self.root / "mlflow"
+
+    @property
     def artifacts(self) -> Path:
         """The versioned artifact store (stand-in for the OSS model bucket)."""
         return self.root / "artifacts"

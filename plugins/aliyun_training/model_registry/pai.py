@@ -1,0 +1,248 @@
+"""PAI's model registry (AIWorkspace models): one model per pipeline, a version per candidate, labels.
+
+The registered model is the workspace's model named ``settings.model`` (created on first use). Each
+candidate is a model version (``CreateModelVersion``) whose Uri is its published artifact set, whose
+Metrics are its metrics and whose labels are its lineage; the service names it (0.1.0, 0.2.0, ...).
+A retried task finds its run's version by the ``run_id`` label instead of registering again. The
+champion is the version carrying the label ``champion=true``; a promotion moves that label and
+approves the version (ApprovalStatus ``Approved``; candidates are registered ``Pending``).
+
+Label keys and values are at most 128 bytes and hold no ``=`` or ``,`` (the SDK's ``Label``
+model): a lineage value that does not fit is shortened by :func:`label_value`, and ExtraInfo keeps
+the lineage whole. A version's address (:attr:`RegisteredVersion.uri`) is
+``pai://<region>/<workspace id>/models/<model id>/versions/<version>``: the ids GetModelVersion
+takes, with the region and workspace that locate them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from typing import TYPE_CHECKING, Any
+
+from aliyun_training.hooks.aiworkspace import AIWorkspaceHook, label_pairs
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
+from aliyun_training.hooks.retry import AlibabaCloudApiError
+from aliyun_training.model_registry.records import (
+    Candidate,
+    RegisteredVersion,
+    RegistryError,
+    RegistrySettings,
+)
+from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
+from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+CHAMPION_KEY, CHAMPION_VALUE = "champion", "true"
+CHAMPION_LABEL = (CHAMPION_KEY, CHAMPION_VALUE)
+RUN_ID_KEY = "run_id"
+APPROVED, PENDING = "Approved", "Pending"
+#: The most bytes a label key or value may have (``Label``: "up to 128 bytes").
+LABEL_MAX_BYTES = 128
+_DIGEST_CHARS = 16
+_NOT_IN_LABELS = re.compile("[=,]")
+#: The RAM actions every call here needs, as PAI's roles-and-permissions appendix spells them.
+RAM_ACTIONS = tuple(
+    f"paiworkspace:{action}"
+    for action in (
+        "ListModels",
+        "CreateModel",
+        "ListModelVersions",
+        "CreateModelVersion",
+        "CreateModelVersionLabels",
+        "DeleteModelVersionLabels",
+        "UpdateModelVersion",
+    )
+)
+
+
+def label_value(text: str) -> str:
+    """``text`` as a label value PAI accepts: unchanged when it fits; otherwise its first bytes (``=``
+    and ``,`` made ``_``), ``~`` and 16 hex digits of its SHA-256, 128 bytes in all.
+
+    The digest keeps two long values apart, so a shortened ``run_id`` label still names one run.
+    """
+    if len(text.encode()) <= LABEL_MAX_BYTES and not _NOT_IN_LABELS.search(text):
+        return text
+    room = LABEL_MAX_BYTES - _DIGEST_CHARS - 1
+    prefix = _NOT_IN_LABELS.sub("_", text).encode()[:room].decode(errors="ignore")
+    return f"{prefix}~{hashlib.sha256(text.encode()).hexdigest()[:_DIGEST_CHARS]}"
+
+
+def model_version_uri(artifacts_uri: str, region: str) -> str:
+    """The CreateModelVersion Uri of an artifact set: ``oss://<bucket>.<endpoint>/<prefix>/``, the
+    form the SDK documents; a URI naming no endpoint gets the region's public one."""
+    try:
+        location = parse_oss_uri(artifacts_uri, "artifacts_uri")
+    except SpecError as exc:
+        raise RegistryError(
+            f"registry: the PAI model registry stores OSS locations only, and {exc} (fix: publish the "
+            "artifact sets to an oss:// artifact root, or use registry kind mlflow)"
+        ) from None
+    endpoint = location.endpoint or oss_endpoint(region)
+    return f"oss://{location.bucket_name}.{endpoint}/{location.prefix}"
+
+
+class PaiRegistry:
+    """The ``ModelRegistry`` of a PAI workspace, through :class:`AIWorkspaceHook`."""
+
+    def __init__(self, settings: RegistrySettings) -> None:
+        if not settings.workspace_id:
+            raise RegistryError(
+                f"registry: the PAI model registry of model {settings.model!r} names no workspace (fix: "
+                "set workspace_id in the backend's environment file)"
+            )
+        self.settings = settings
+        self.model = settings.model
+        self.workspace_id = settings.workspace_id
+        self._hook = AIWorkspaceHook(
+            alibaba_cloud_conn_id=settings.alibaba_cloud_conn_id, region=settings.region
+        )
+        self._model_id: str | None = None
+
+    def register(self, candidate: Candidate) -> RegisteredVersion:
+        def register() -> RegisteredVersion:
+            request = self._version_request(candidate)  # first: a Uri PAI cannot take costs no call
+            model_id = self._model()
+            found = self._hook.find_model_version(model_id, {RUN_ID_KEY: label_value(candidate.run_id)})
+            if found is not None:
+                return self._registered(model_id, found)
+            version = self._hook.create_model_version(model_id, request)
+            return RegisteredVersion(
+                registry="pai",
+                model=self.model,
+                version=version,
+                uri=self._address(model_id, version),
+                run_id=candidate.run_id,
+                metrics=candidate.metrics,
+            )
+
+        return self._call("register a candidate", register)
+
+    def champion(self) -> RegisteredVersion | None:
+        """The version labelled ``champion=true``; the newest, when an interrupted promotion (see
+        :meth:`promote`) left two: the next promotion leaves one again."""
+
+        def champion() -> RegisteredVersion | None:
+            model_id = self._existing_model()
+            if model_id is None:
+                return None
+            carriers = [v for v in self._hook.model_versions(model_id) if CHAMPION_LABEL in label_pairs(v)]
+            return self._registered(model_id, carriers[-1]) if carriers else None
+
+        return self._call("read the champion", champion)
+
+    def promote(self, version: RegisteredVersion) -> None:
+        """Label ``version`` champion, unlabel every other version, then approve ``version``.
+
+        Each step is made only when the versions as read need it, so a version that already is the
+        one approved champion costs one listing and no write. The order keeps a champion at every
+        moment, and approves a version only once it is the champion alone: an interruption leaves
+        either two versions labelled (after the first step) or the champion still Pending (after
+        the second), and a retry of this promotion completes it from there.
+        """
+
+        def promote() -> None:
+            model_id = self._existing_model()
+            versions = self._hook.model_versions(model_id) if model_id else []
+            target = next((v for v in versions if v.version_name == version.version), None)
+            if model_id is None or target is None:
+                raise RegistryError(
+                    f"registry: version {version.version} of model {self.model!r} is not in "
+                    f"PAI workspace {self.workspace_id} (fix: promote a version this registry registered)"
+                )
+            others = [v for v in versions if v is not target and CHAMPION_LABEL in label_pairs(v)]
+            if CHAMPION_LABEL not in label_pairs(target):
+                self._hook.add_model_version_labels(
+                    model_id, target.version_name, {CHAMPION_KEY: CHAMPION_VALUE}
+                )
+            for other in others:
+                self._hook.delete_model_version_labels(model_id, other.version_name, [CHAMPION_KEY])
+            if target.approval_status != APPROVED:
+                self._hook.set_model_version_approval(model_id, target.version_name, APPROVED)
+
+        self._call("move the champion label", promote)
+
+    def _existing_model(self) -> str | None:
+        """The registered model's id, or None before its first candidate."""
+        if self._model_id is None:
+            self._model_id = self._hook.find_model(self.workspace_id, self.model)
+        return self._model_id
+
+    def _model(self) -> str:
+        """The registered model's id, the model created when missing."""
+        from alibabacloud_aiworkspace20210204 import models
+
+        if self._existing_model() is None:
+            self._model_id = self._hook.create_model(
+                models.CreateModelRequest(
+                    workspace_id=self.workspace_id,
+                    model_name=self.model,
+                    model_description="Candidates registered by an aliyun_training pipeline",
+                )
+            )
+        assert self._model_id is not None, "found or created"
+        return self._model_id
+
+    def _version_request(self, candidate: Candidate) -> Any:
+        """The CreateModelVersionRequest of ``candidate``: Pending, its lineage as labels and whole."""
+        from alibabacloud_aiworkspace20210204 import models
+
+        lineage = candidate.lineage()
+        return models.CreateModelVersionRequest(
+            uri=model_version_uri(candidate.artifacts_uri, self._hook.region),
+            approval_status=PENDING,
+            metrics=dict(candidate.metrics),
+            labels=[models.Label(key=key, value=label_value(value)) for key, value in lineage.items()],
+            extra_info={"lineage": lineage},
+            source_type="Custom",
+            source_id=f"{candidate.dag_id}/{candidate.run_id}",
+            version_description=(
+                f"Trained on {candidate.dataset_version} by {candidate.dag_id} {candidate.run_id}"
+            ),
+        )
+
+    def _registered(self, model_id: str, version: Any) -> RegisteredVersion:
+        """A listed ``ModelVersion`` as the registry answers it; the run id from ExtraInfo's whole
+        lineage, else from the label (shortened only past 128 bytes)."""
+        lineage = (version.extra_info or {}).get("lineage") or {}
+        labels = dict(label_pairs(version))
+        metrics = version.metrics or {}
+        return RegisteredVersion(
+            registry="pai",
+            model=self.model,
+            version=version.version_name,
+            uri=self._address(model_id, version.version_name),
+            run_id=lineage.get(RUN_ID_KEY) or labels.get(RUN_ID_KEY, ""),
+            metrics={k: float(v) for k, v in metrics.items() if isinstance(v, int | float)},
+        )
+
+    def _address(self, model_id: str, version: str) -> str:
+        return f"pai://{self._hook.region}/{self.workspace_id}/models/{model_id}/versions/{version}"
+
+    def _call(self, what: str, call: Callable[[], Any]) -> Any:
+        """``call``; the hook's errors name the workspace, the model and the fix."""
+        try:
+            return call()
+        except AlibabaCloudConnectionError as exc:
+            raise RegistryError(f"registry: could not {what} for PAI model {self.model!r}: {exc}") from None
+        except AlibabaCloudApiError as exc:
+            raise RegistryError(
+                f"registry: could not {what} for PAI model {self.model!r} in workspace {self.workspace_id}: "
+                f"{exc} (fix: {self._fix(exc)})"
+            ) from None
+
+    def _fix(self, error: AlibabaCloudApiError) -> str:
+        conn = self.settings.alibaba_cloud_conn_id
+        if error.code.startswith(("Forbidden", "NoPermission")):
+            return (
+                f"grant the RAM identity of connection {conn} paiworkspace:{error.action} in workspace "
+                f"{self.workspace_id} (all the registry needs: {', '.join(RAM_ACTIONS)}; or "
+                "AliyunPAIFullAccess), and make it a workspace member allowed to manage models"
+            )
+        return (
+            f"check that workspace {self.workspace_id} exists in the connection's region and that "
+            f"connection {conn} reaches AIWorkspace"
+        )

@@ -1,0 +1,255 @@
+"""PAI's model registry (model_registry/pai.py) through AIWorkspaceHook and the real SDK, against the
+AIWorkspace emulator."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import pytest
+
+from aliyun_training.model_registry import open_registry
+from aliyun_training.model_registry.pai import LABEL_MAX_BYTES, PaiRegistry, label_value
+from aliyun_training.model_registry.records import (
+    Candidate,
+    RegisteredVersion,
+    RegistryError,
+    RegistrySettings,
+)
+from fakes.aiworkspace import AIWorkspaceEmulator, EmulatedModel, EmulatedModelVersion
+from fakes.base import ManualClock
+from fakes.cloud import BUCKET, REGION, use_alibaba_connection
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+AK, SK = "LTAI-registry-test", "registry-secret-value"
+WS = "ws-train"
+MODEL = "cifar10-resnet"
+SETTINGS = RegistrySettings(kind="pai", model=MODEL, workspace_id=WS)
+WRITES = (
+    "CreateModel",
+    "CreateModelVersion",
+    "CreateModelVersionLabels",
+    "DeleteModelVersionLabels",
+    "UpdateModelVersion",
+)
+
+
+@pytest.fixture
+def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
+    with AIWorkspaceEmulator({AK: SK}) as emulator:
+        emulator.clock = ManualClock(1_800_000_000.0)
+        use_alibaba_connection(monkeypatch, {"aiworkspace": emulator.endpoint}, AK, SK)
+        yield emulator
+        assert emulator.internal_errors == []
+
+
+def candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
+    folder = f"oss://{BUCKET}/artifacts/cifar10/2026-11-22/{run_id}/"
+    return Candidate(
+        run_id=run_id,
+        dag_id="train_cifar10",
+        dataset_version="2026-11-22",
+        metrics={"final_test_accuracy": accuracy},
+        artifacts_uri=folder,
+        manifest_uri=f"{folder}manifest.json",
+        job_id="dlc1a2b3c4d5e6",
+        image="registry.example.com/train/pytorch:2.13-rdma",
+        code_digest="sha256:0123abcd",
+        declaration="pipelines/cifar10.yaml",
+    )
+
+
+def registry() -> PaiRegistry:
+    """A registry as a (retried) task opens it: nothing carried over from an earlier one."""
+    opened = open_registry(SETTINGS)
+    assert isinstance(opened, PaiRegistry)
+    return opened
+
+
+def the_model(workspace: AIWorkspaceEmulator) -> EmulatedModel:
+    model = workspace.model_named(MODEL, WS)
+    assert model is not None
+    return model
+
+
+def champions(workspace: AIWorkspaceEmulator) -> list[str]:
+    return [
+        v.version_name
+        for v in the_model(workspace).versions
+        if {"Key": "champion", "Value": "true"} in v.labels
+    ]
+
+
+def writes(workspace: AIWorkspaceEmulator) -> int:
+    return sum(workspace.count(action) for action in WRITES)
+
+
+def test_a_candidate_becomes_a_pending_version_labelled_with_its_lineage(workspace):
+    run = candidate("manual__2026-11-22T00:00:00+00:00")
+    registered = registry().register(run)
+
+    model = the_model(workspace)
+    assert registered == RegisteredVersion(
+        registry="pai",
+        model=MODEL,
+        version="0.1.0",
+        uri=f"pai://{REGION}/{WS}/models/{model.model_id}/versions/0.1.0",
+        run_id=run.run_id,
+        metrics={"final_test_accuracy": 0.9},
+    )
+    (version,) = model.versions
+    assert version.fields["Uri"] == (
+        f"oss://{BUCKET}.oss-{REGION}.aliyuncs.com/artifacts/cifar10/2026-11-22/{run.run_id}/"
+    )
+    assert version.fields["ApprovalStatus"] == "Pending"
+    assert version.fields["Metrics"] == {"final_test_accuracy": 0.9}
+    assert version.fields["ExtraInfo"] == {"lineage": run.lineage()}
+    assert version.labels == [{"Key": key, "Value": value} for key, value in run.lineage().items()]
+
+
+def test_registering_a_run_again_gives_its_version_and_creates_nothing(workspace):
+    run = candidate("scheduled__2026-11-22T00:00:00+00:00")
+    first = registry().register(run)
+    before = writes(workspace)
+
+    assert registry().register(run) == first
+    assert writes(workspace) == before == 2  # CreateModel, CreateModelVersion
+    assert len(the_model(workspace).versions) == 1
+
+
+def test_two_candidates_are_two_versions_of_one_model(workspace):
+    first = registry().register(candidate("run-a"))
+    second = registry().register(candidate("run-b", accuracy=0.95))
+
+    assert (first.version, second.version) == ("0.1.0", "0.2.0")
+    assert (second.run_id, second.metrics) == ("run-b", {"final_test_accuracy": 0.95})
+    assert workspace.count("CreateModel") == 1 and len(workspace.models) == 1
+
+
+def test_the_model_is_found_by_its_exact_name_although_listmodels_filters_fuzzily(workspace):
+    longer = RegistrySettings(kind="pai", model=f"{MODEL}-v2", workspace_id=WS)
+    PaiRegistry(longer).register(candidate("run-a"))
+    registry().register(candidate("run-a"))
+
+    assert sorted(m.name for m in workspace.models.values()) == [MODEL, f"{MODEL}-v2"]
+
+
+def test_there_is_no_champion_at_first(workspace):
+    assert registry().champion() is None  # no model yet: nothing is created to answer
+    registry().register(candidate("run-a"))
+    assert registry().champion() is None
+    assert workspace.count("CreateModel") == 1
+
+
+def test_promotion_moves_the_champion_label_and_approves(workspace):
+    first = registry().register(candidate("run-a"))
+    second = registry().register(candidate("run-b", accuracy=0.95))
+
+    registry().promote(first)
+    assert registry().champion() == first
+    registry().promote(second)
+
+    assert registry().champion() == second
+    assert champions(workspace) == ["0.2.0"]
+    assert [v.fields["ApprovalStatus"] for v in the_model(workspace).versions] == ["Approved", "Approved"]
+
+
+def test_promoting_the_champion_again_writes_nothing(workspace):
+    version = registry().register(candidate("run-a"))
+    registry().promote(version)
+    before = writes(workspace)
+
+    registry().promote(version)
+
+    assert writes(workspace) == before
+    assert champions(workspace) == ["0.1.0"]
+
+
+def test_an_interrupted_promotion_is_completed_by_its_retry(workspace):
+    """Labelled, the old champion not yet unlabelled: the newest is answered, the retry finishes."""
+    first = registry().register(candidate("run-a"))
+    second = registry().register(candidate("run-b"))
+    registry().promote(first)
+    workspace.deny("DeleteModelVersionLabels")
+
+    with pytest.raises(RegistryError):
+        registry().promote(second)
+    assert champions(workspace) == ["0.1.0", "0.2.0"]
+    assert registry().champion() == second
+
+    workspace.allow("DeleteModelVersionLabels")
+    registry().promote(second)
+    assert champions(workspace) == ["0.2.0"]
+    assert the_model(workspace).versions[1].fields["ApprovalStatus"] == "Approved"
+
+
+def test_a_run_version_and_the_champion_are_found_beyond_the_first_page(workspace):
+    registry().register(candidate("run-0"))
+    model = the_model(workspace)
+    start = model.versions[0].created_at
+    for n in range(1, 130):
+        labels = [{"Key": "run_id", "Value": f"run-{n}"}]
+        fields = {"Uri": f"oss://{BUCKET}.oss-{REGION}.aliyuncs.com/m/{n}/", "ApprovalStatus": "Pending"}
+        model.versions.append(EmulatedModelVersion(f"0.{n + 1}.0", start + n, start + n, labels, fields))
+    before = writes(workspace)
+    pages_before = workspace.count("ListModelVersions")
+
+    found = registry().register(candidate("run-120"))
+    assert found.version == "0.121.0" and found.run_id == "run-120"
+    assert workspace.count("ListModelVersions") - pages_before == 2  # 100 + 30: every page was read
+    registry().promote(found)
+    assert registry().champion() == found
+    assert writes(workspace) == before + 2  # the label and the approval; no version created
+
+
+def test_lost_answers_to_the_creates_do_not_make_a_second_model_or_version(workspace):
+    workspace.lose_answer_after_commit("CreateModel")
+    workspace.lose_answer_after_commit("CreateModelVersion", times=2)
+
+    registered = registry().register(candidate("run-a"))
+
+    assert registered.version == "0.1.0"
+    assert (workspace.count("CreateModel"), workspace.count("CreateModelVersion")) == (1, 1)
+    assert len(workspace.models) == 1 and len(the_model(workspace).versions) == 1
+
+
+def test_a_long_run_id_is_shortened_in_its_label_and_kept_whole(workspace):
+    run_id = "manual__" + "x" * 150 + ",retry=1"
+    label = label_value(run_id)
+    assert len(label.encode()) == LABEL_MAX_BYTES and "=" not in label and "," not in label
+    assert label != label_value(run_id + "2")
+
+    first = registry().register(candidate(run_id))
+    assert registry().register(candidate(run_id)) == first
+    registry().promote(first)
+    champion = registry().champion()
+    assert champion is not None and champion.run_id == run_id
+    assert workspace.count("CreateModelVersion") == 1
+
+
+def test_a_refused_call_names_the_workspace_the_model_and_the_permission(workspace):
+    workspace.deny("CreateModelVersion")
+
+    with pytest.raises(RegistryError) as caught:
+        registry().register(candidate("run-a"))
+
+    message = str(caught.value)
+    assert f"PAI model {MODEL!r} in workspace {WS}" in message and "Forbidden.RAM" in message
+    assert (
+        "(fix: grant the RAM identity of connection alibaba_cloud_default paiworkspace:CreateModelVersion"
+        in (message)
+    )
+
+
+def test_artifacts_outside_oss_are_refused_before_any_call(workspace):
+    local = candidate("run-a").model_copy(update={"artifacts_uri": "/srv/artifacts/cifar10/run-a/"})
+
+    with pytest.raises(RegistryError, match=r"OSS locations only.*\(fix: publish the artifact sets"):
+        registry().register(local)
+    assert workspace.requests == []
+
+
+def test_a_registry_without_a_workspace_says_where_to_set_it():
+    with pytest.raises(RegistryError, match=r"names no workspace \(fix: set workspace_id"):
+        PaiRegistry(RegistrySettings(kind="pai", model=MODEL))
