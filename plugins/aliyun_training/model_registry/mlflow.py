@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
     from mlflow.entities.model_registry import ModelVersion
+    from mlflow.tracking import MlflowClient
 
 CHAMPION_ALIAS = "champion"
 CHALLENGER_ALIAS = "challenger"
@@ -48,12 +49,10 @@ class MlflowRegistry:
     """The ``ModelRegistry`` of an MLflow tracking URI (a server, or a database MLflow opens itself)."""
 
     def __init__(self, settings: RegistrySettings) -> None:
-        from mlflow.tracking import MlflowClient
-
         assert settings.tracking_uri, "the plan resolves the embedded store's URI"
         self.settings = settings
         self.model = settings.model
-        self._client = MlflowClient(tracking_uri=settings.tracking_uri, registry_uri=settings.tracking_uri)
+        self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None
 
@@ -140,6 +139,13 @@ class MlflowRegistry:
 
         try:
             with self._locked():
+                if self._opened is None:
+                    # Opening a SQL store creates or migrates its tables: under the lock too.
+                    from mlflow.tracking import MlflowClient
+
+                    uri = self.settings.tracking_uri
+                    self._opened = MlflowClient(tracking_uri=uri, registry_uri=uri)
+                    self._opened.search_registered_models(max_results=1)
                 return call()
         except MlflowException as exc:
             raise RegistryError(
@@ -147,6 +153,11 @@ class MlflowRegistry:
                 f"{exc.error_code}: {exc.message} (fix: check that the tracking server is reachable and "
                 "the worker's MLflow credentials may write to the model registry)"
             ) from None
+
+    @property
+    def _client(self) -> MlflowClient:
+        assert self._opened is not None, "opened by _call"
+        return self._opened
 
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:

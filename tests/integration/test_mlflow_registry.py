@@ -1,0 +1,99 @@
+"""MLflow's model registry as the pipelines use it: the embedded SQLite store, through MLflow's client."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+import pytest
+
+from aliyun_training.model_registry import open_registry
+from aliyun_training.model_registry.mlflow import embedded_tracking_uri
+from aliyun_training.model_registry.records import Candidate, RegistryError, RegistrySettings
+
+
+def _settings(folder: Path, model: str = "digits") -> RegistrySettings:
+    return RegistrySettings(kind="mlflow", model=model, tracking_uri=embedded_tracking_uri(folder))
+
+
+def _candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
+    return Candidate(
+        run_id=run_id,
+        dag_id="digits_retrain",
+        dataset_version="2026-11-22",
+        metrics={"test_accuracy": accuracy},
+        artifacts_uri=f"/artifacts/digits/{run_id}",
+        manifest_uri=f"/artifacts/digits/{run_id}/manifest.json",
+        job_id=f"job-{run_id}",
+        image="local",
+        code_digest="0123456789ab",
+    )
+
+
+def test_a_candidate_is_registered_once_per_run_whatever_its_run_id_holds(tmp_path: Path) -> None:
+    registry = open_registry(_settings(tmp_path))
+    odd = "manual__2026-11-22T00:00:00+00:00 it's \"quoted\" and tags.x = 'y'"
+
+    first = registry.register(_candidate(odd))
+    again = registry.register(_candidate(odd, accuracy=0.1))  # a retry of the same run
+    other = registry.register(_candidate("scheduled__2026-11-29"))
+
+    assert again == first and first.run_id == odd and first.metrics == {"test_accuracy": 0.9}
+    assert (first.version, other.version) == ("1", "2")
+    assert first.uri == f"models:/digits/1 at {embedded_tracking_uri(tmp_path)}"
+
+
+def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_nothing(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    registry = open_registry(_settings(tmp_path))
+    assert registry.champion() is None, "no model yet"
+    first = registry.register(_candidate("manual__1"))
+    assert registry.champion() is None, "registered is not promoted"
+    second = registry.register(_candidate("manual__2"))
+
+    registry.promote(first)
+    registry.promote(first)
+    assert registry.champion() == first
+    registry.promote(second)
+
+    client = MlflowClient(tracking_uri=registry.settings.tracking_uri)  # type: ignore[attr-defined]
+    assert int(client.get_model_version_by_alias("digits", "champion").version) == 2
+    assert int(client.get_model_version_by_alias("digits", "challenger").version) == 2, "the newest"
+    tags = client.get_model_version("digits", "1").tags
+    assert tags["lineage.dataset_version"] == "2026-11-22" and tags["metric.test_accuracy"] == "0.9"
+
+
+def _register_many(folder: str, prefix: str, count: int) -> None:
+    registry = open_registry(_settings(Path(folder)))
+    for number in range(count):
+        registry.register(_candidate(f"{prefix}{number}"))
+
+
+def test_two_deployments_registering_at_once_into_one_embedded_store_lose_nothing(tmp_path: Path) -> None:
+    """Both create the store's tables on first use and write in turn: every candidate is there once."""
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_register_many, args=(str(tmp_path), name, 5)) for name in ("a", "b")]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=120)
+        assert worker.exitcode == 0
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=embedded_tracking_uri(tmp_path))
+    versions = client.search_model_versions("name = 'digits'")
+    assert sorted(v.tags["lineage.run_id"] for v in versions) == [f"{p}{n}" for p in "ab" for n in range(5)]
+    assert sorted(int(v.version) for v in versions) == list(range(1, 11))
+
+
+def test_an_unreachable_tracking_server_fails_naming_the_registry_and_the_fix(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # MLflow's client retries a refused connection with backoff for minutes by default.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    settings = RegistrySettings(kind="mlflow", model="digits", tracking_uri="http://127.0.0.1:9")
+
+    with pytest.raises(RegistryError, match=r"MLflow model registry at http://127\.0\.0\.1:9.*fix:"):
+        open_registry(settings).champion()
