@@ -58,7 +58,7 @@ endif
 # The examples' summary reads their metrics (test accuracy); another pipeline's run prints the
 # path of its manifest.json, the summary's last line too.
 DEMO_SUMMARY := $(if $(DEMO_DATA),python include/demo_summary.py --artifacts .demo/artifacts/$$model \
-	--since .demo/.demo-started,find .demo/artifacts/$$model -mindepth 3 -maxdepth 3 -name manifest.json \
+	--since .demo/.demo-started --registry .demo/mlflow/mlflow.db,find .demo/artifacts/$$model -mindepth 3 -maxdepth 3 -name manifest.json \
 	-newer .demo/.demo-started | grep .)
 
 # `airflow dags test` and `make ui` share the SQLite database, and the UI's scheduler would run the

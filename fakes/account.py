@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from fakes.acr import AcrEmulator, EmulatedRepository, EmulatedTag
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import FaultPlan
-from fakes.cloud import POLICY_FILE, QUOTA, ROLE, write_job_outputs
+from fakes.cloud import POLICY_FILE, QUOTA, ROLE, job_env, write_evaluation, write_job_outputs
 from fakes.dlc import DlcEmulator, EmulatedJob, JobScript
 from fakes.environment_files import write_environment
 from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
@@ -51,6 +51,7 @@ ARTIFACT_ROOT = f"oss://{BUCKET}/artifacts/"
 #: Secrets that must never appear in any log the deployment writes.
 SECRETS = (SK, REGISTRY_PASSWORD)
 TRAIN_PREFIX = "cifar10-retrain-train"
+EVALUATE_PREFIX = "cifar10-retrain-evaluate"
 GOOD_PROBE = (DATA / "probe" / "verify_pod.log").read_text().splitlines()
 ALL_REDUCE_2X8 = (DATA / "rdma" / "all_reduce_perf_2x8.txt").read_text().splitlines()
 IB_WRITE_BW_SERVER = (DATA / "rdma" / "ib_write_bw_server.txt").read_text().splitlines()
@@ -215,14 +216,16 @@ class Account:
         self.registry.put_manifest(f"{repo.namespace}/{repo.name}", tag.tag, f"sha256:{tag.digest}")
 
     def dlc_job_created(self, body: dict[str, Any]) -> None:
-        self._job_created(body["DisplayName"])
+        self._job_created(body["DisplayName"], body)
 
     def kube_job_created(self, body: dict[str, Any]) -> None:
-        self._job_created(body["metadata"]["name"])
+        self._job_created(body["metadata"]["name"], body)
 
-    def _job_created(self, name: str) -> None:
+    def _job_created(self, name: str, job: dict[str, Any]) -> None:
         if name.startswith(TRAIN_PREFIX):
             write_job_outputs(self.oss, OUTPUT_URI, name)
+        elif name.startswith(EVALUATE_PREFIX):
+            write_evaluation(self.oss, OUTPUT_URI, name, job_env(job))
         if self.hold is not None:
             self.hold.wait_here(name)
 

@@ -197,6 +197,29 @@ def write_job_outputs(oss: OssEmulator, output_uri: str, name: str, epochs: int 
                     raise
 
 
+def write_evaluation(oss: OssEmulator, output_uri: str, name: str, env: dict[str, str]) -> None:
+    """Write what a finished evaluation job leaves: ``<output_uri>/<name>/evaluation.json``.
+
+    Played like :func:`write_job_outputs` (no code runs in the emulators): the schema
+    include/training/evaluate_cifar10.py writes, the champion scored only when the job was given a
+    ``CHAMPION_DIR``, both models scoring alike on the same data.
+    """
+    scores = {"test_loss": 1.05, "test_accuracy": 0.6}
+    body = {"candidate": scores, "champion": scores if env.get("CHAMPION_DIR") else None}
+    location = parse_oss_uri(output_uri, field="output_uri")
+    oss.put(location.bucket, f"{location.prefix}{name}/evaluation.json", json.dumps(body).encode())
+
+
+def job_env(job: dict[str, Any]) -> dict[str, str]:
+    """The environment a created job gives its nodes: a DLC CreateJob body's ``Envs``, or the first
+    container's ``env`` of a PyTorchJob's first replica."""
+    if "Envs" in job or "DisplayName" in job:
+        return dict(job.get("Envs") or {})
+    replica = next(iter(job["spec"]["pytorchReplicaSpecs"].values()))
+    container = replica["template"]["spec"]["containers"][0]
+    return {item["name"]: item.get("value", "") for item in container.get("env") or []}
+
+
 @dataclass
 class JobOutputs:
     """``on_create`` hooks that write outputs (:func:`write_job_outputs`) for jobs named ``name_prefix*``.
@@ -212,15 +235,17 @@ class JobOutputs:
     written: list[str] = field(default_factory=list)
 
     def on_dlc_create(self, body: dict[str, Any]) -> None:
-        self._created(body["DisplayName"])
+        self._created(body["DisplayName"], body)
 
     def on_cr_create(self, job: dict[str, Any]) -> None:
-        self._created(job["metadata"]["name"])
+        self._created(job["metadata"]["name"], job)
 
-    def _created(self, name: str) -> None:
+    def _created(self, name: str, job: dict[str, Any]) -> None:
         if name.startswith(self.name_prefix):
             write_job_outputs(self.oss, self.output_uri, name, self.epochs)
             self.written.append(name)
+        elif name.startswith(self.name_prefix.replace("-train", "-evaluate")):
+            write_evaluation(self.oss, self.output_uri, name, job_env(job))
 
 
 # -- preflight against the emulated cloud ------------------------------------------------------------

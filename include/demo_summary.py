@@ -1,6 +1,6 @@
 """Print what the demo run produced; the last line is the path of the run's manifest.json.
 
-Usage: python include/demo_summary.py --artifacts DIR --since STAMP_FILE
+Usage: python include/demo_summary.py --artifacts DIR --since STAMP_FILE [--registry MLFLOW_DB]
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--artifacts", type=Path, required=True, help="the model's artifact directory")
     parser.add_argument("--since", type=Path, required=True, help="only manifests newer than this file count")
+    parser.add_argument("--registry", type=Path, help="the embedded MLflow registry's SQLite file")
     args = parser.parse_args()
     since = args.since.stat().st_mtime
     manifests = sorted(
@@ -38,10 +39,27 @@ def main() -> int:
     print(f"test accuracy    {metrics['final_test_accuracy']:.2%}")
     if decision := manifest.get("promotion"):
         verdict = "PROMOTED to champion" if decision["promoted"] else "not promoted"
-        print(f"promotion        {verdict}: {decision['reason']}")
+        print(f"promotion        {verdict} ({decision.get('basis', 'final metrics')}): {decision['reason']}")
+    if args.registry and args.registry.is_file():
+        print(f"registry         {registry_line(args.registry, manifest['model'])}")
     print(f"report           {path.with_name(manifest['report'])}")
     print(path)
     return 0
+
+
+def registry_line(database: Path, model: str) -> str:
+    """How many candidates the embedded MLflow registry holds and which version is the champion."""
+    from mlflow.exceptions import MlflowException
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{database.resolve()}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    versions = client.search_model_versions(f"name = '{model}'")
+    try:
+        champion = f"version {client.get_model_version_by_alias(model, 'champion').version}"
+    except MlflowException:
+        champion = "none"
+    return f"{len(versions)} candidate(s) of {model} in MLflow ({database}); champion: {champion}"
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ Plain pydantic, YAML and the standard library, so a DAG file parses fifty of the
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import keyword
 import re
@@ -128,6 +129,20 @@ class PipelineBlock(_Block):
     max_active_runs: Annotated[int, Field(ge=1, le=16)] = 1
     dagrun_timeout_hours: Annotated[float, Field(gt=0, le=24 * 30)] = 12
     retries: Annotated[int, Field(ge=0, le=10)] = 2
+    #: Start a run when a new complete version of the dataset lands (besides ``schedule``, if any).
+    on_new_version: NewVersionBlock | None = None
+
+
+class NewVersionBlock(_Block):
+    """Retrain when data lands: a watcher lists the dataset's source every ``poll_seconds``.
+
+    A version counts once its completion marker (``dataset.version.marker``) is there; each new one
+    starts exactly one run, which trains on it.
+    """
+
+    poll_seconds: Annotated[
+        int, Field(ge=5, le=86400, json_schema_extra=field_fix("poll every 5 s to 1 day, e.g. 300"))
+    ] = 300
 
 
 class VersionBlock(_Block):
@@ -328,6 +343,65 @@ def _default_backends() -> dict[Backend, BackendBlock]:
     return {backend: BackendBlock(environment=f"{backend.value}.json") for backend in Backend}
 
 
+class EvaluationBlock(_Block):
+    """A job that scores the candidate and the champion in one run, on the same data.
+
+    ``command`` runs in ``training.code_dir`` on the run's backend (locally a process; on DLC or ACK
+    one node in the verified training image) with ``CANDIDATE_DIR`` (this run's job outputs),
+    ``CHAMPION_DIR`` (the champion's, or empty when there is none), ``EVAL_DATA_DIR`` (the dataset
+    version) and ``OUTPUT_DIR``, and writes ``$OUTPUT_DIR/evaluation.json``:
+    ``{"candidate": {metric: value}, "champion": {metric: value} | null}``. The promotion rule's
+    metric and guards then name these metrics.
+    """
+
+    command: Annotated[
+        str,
+        Field(
+            min_length=1, json_schema_extra=field_fix("the command that writes $OUTPUT_DIR/evaluation.json")
+        ),
+    ]
+    #: The version both models are scored on: a fixed one, the same for every run (its source, read
+    #: as it is), or None: the version the run trained on (staged for the run).
+    dataset_version: Annotated[
+        str | None,
+        Field(
+            pattern=DATASET_VERSION_PATTERN, json_schema_extra=field_fix("name a version, e.g. 2026-01-04")
+        ),
+    ] = None
+    cpu: Annotated[int, Field(ge=1, le=512)] = 4
+    memory_gib: Annotated[int, Field(ge=1, le=4096)] = 16
+    gpus: GpusPerNode = 0
+    timeout_minutes: TimeoutMinutes = 60
+
+
+class RegistryBlock(_Block):
+    """The model registry every candidate is registered in and whose champion alias a promotion moves.
+
+    ``mlflow`` (the default): MLflow's model registry at ``tracking_uri``, or, when it is None, an
+    embedded one in SQLite under the local root, which needs nothing running. ``pai``: PAI's model
+    registry (AIWorkspace models and versions) in the backend environment's workspace, through its
+    alibaba_cloud connection.
+    """
+
+    kind: Literal["mlflow", "pai"] = "mlflow"
+    tracking_uri: Annotated[
+        str | None,
+        Field(
+            pattern=r"^(https?|sqlite|postgresql|mysql|databricks)[a-z+]*:[^@\s]*$",
+            json_schema_extra=field_fix(
+                "an http(s) or database URI without credentials (MLflow reads MLFLOW_TRACKING_USERNAME/"
+                "PASSWORD or MLFLOW_TRACKING_TOKEN from the worker's environment)"
+            ),
+        ),
+    ] = None
+
+    @model_validator(mode="after")
+    def _uri_only_for_mlflow(self) -> RegistryBlock:
+        if self.kind != "mlflow" and self.tracking_uri:
+            raise ValueError("tracking_uri is an MLflow setting (fix: remove it, or use kind: mlflow)")
+        return self
+
+
 class ImageBlock(_Block):
     """The image build context (a Dockerfile) for cloud runs; the training code is copied into it."""
 
@@ -455,6 +529,10 @@ class PipelineDeclaration(_Block):
     #: When a run's model becomes the champion (``promotion.PromotionRule``); None: never, every
     #: published model is a candidate only.
     promotion: PromotionRule | None = None
+    #: The job that scores candidate and champion on the same data; None: the gate compares the
+    #: training's own final metrics, each measured on its run's dataset version.
+    evaluation: EvaluationBlock | None = None
+    registry: RegistryBlock = Field(default_factory=RegistryBlock)
     parameters: dict[str, ParameterBlock] = Field(default_factory=dict)
     #: The folder relative paths are resolved against (the declaration file's); set by the loader.
     base_dir: Path = Field(default_factory=Path.cwd, exclude=True)
@@ -503,6 +581,26 @@ class PipelineDeclaration(_Block):
                 "the shards depend on a run's form (fix: the command must be the same for every run of a "
                 "raw version: read $RAW_DIR, write $OUTPUT_DIR, and write a literal brace as {{ or }})"
             )
+        if self.evaluation and placeholders(self.evaluation.command):
+            raise ValueError(
+                f"evaluation.command: placeholders {sorted(placeholders(self.evaluation.command))} (fix: the "
+                "command is the same for every run: read $CANDIDATE_DIR, $CHAMPION_DIR and $EVAL_DATA_DIR, "
+                "write $OUTPUT_DIR/evaluation.json, and write a literal brace as {{ or }})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _gate_names_measured_metrics(self) -> PipelineDeclaration:
+        """Without an evaluation job the gate can only read the training's final metrics."""
+        rule = self.promotion
+        if rule is None or self.evaluation is not None:
+            return self
+        unmeasured = [name for name in (rule.metric, *rule.guards) if not name.startswith("final_")]
+        if unmeasured:
+            raise ValueError(
+                f"promotion: {unmeasured} are not final metrics of metrics.json, and no evaluation job "
+                "measures them (fix: name final_<series>, e.g. final_test_accuracy, or declare evaluation)"
+            )
         return self
 
     @property
@@ -549,6 +647,25 @@ class PipelineDeclaration(_Block):
         return self.training.command_for(framework).format(
             torchrun=launcher, procs=procs, nodes=nodes, processes=procs * nodes, **quoted
         )
+
+    def code_digest(self, command: str) -> str:
+        """Twelve hex digits of ``command`` and every file of the code directory: what a derived
+        dataset version is named by and a registered model's lineage records."""
+        digest = hashlib.sha256(command.encode())
+        root = self.code_dir
+        if not root.is_dir():
+            raise SpecError(
+                f"training.code_dir: {root} is not a folder (fix: point it at the training code, relative "
+                "to the declaration file)"
+            )
+        for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+            digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+        return digest.hexdigest()[:12]
+
+    def render_evaluation(self) -> str:
+        """The evaluation job's command, the same for every run (it has no placeholders)."""
+        assert self.evaluation is not None, "only a declaration with an evaluation has one"
+        return self.evaluation.command.format()
 
     def render_prepare(self) -> str:
         """The prepare stage's command, the same for every run (it has no placeholders)."""

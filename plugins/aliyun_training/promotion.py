@@ -8,10 +8,11 @@ pure: the same metrics, champion and run give the same decision, so a retried ta
 what its first try decided, and a run that already is the champion (a retry after the pointer
 moved) stays promoted rather than being compared with itself.
 
-The metrics are the training's final ones (``final_<series>`` of ``metrics.json``): the candidate's
-from this run, the champion's as recorded when it was promoted. Two runs on different dataset
-versions are then compared on different test data; an evaluation job scoring both on the same data
-is the stronger comparison, and not built yet.
+The numbers compared (``Comparison``) come from the declaration's evaluation job, which scores the
+candidate and the champion in one job on the same data (``basis`` "evaluation"); a pipeline without
+one compares the training's final metrics (``final_<series>`` of ``metrics.json``), the candidate's
+from this run and the champion's as recorded when it was promoted (``basis`` "final metrics"): two
+runs on different dataset versions are then compared on different test data, which is weaker.
 """
 
 from __future__ import annotations
@@ -20,14 +21,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from aliyun_training.model_registry.records import RegisteredVersion
 from aliyun_training.records import ArtifactSet
 from aliyun_training.validation import field_fix
+
+#: The key of the champion pointer in the champion Asset's state.
+CHAMPION_KEY = "champion"
 
 _METRIC = Annotated[
     str,
     Field(
-        pattern=r"^final_[A-Za-z_][A-Za-z0-9_]{0,62}$",
-        json_schema_extra=field_fix("name a final metric of metrics.json, e.g. final_test_accuracy"),
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,62}$",
+        json_schema_extra=field_fix(
+            "name a metric of evaluation.json, or a final metric of metrics.json (final_test_accuracy)"
+        ),
     ),
 ]
 
@@ -49,6 +56,17 @@ class Bounds(BaseModel):
         return self
 
 
+class Approval(BaseModel):
+    """A person approves each promotion before the pointer moves (Airflow's human-in-the-loop)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: How long the approval waits; unanswered, the model is not promoted and the run goes on.
+    timeout_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 72
+    #: Airflow user ids who may answer; empty: anyone allowed to answer the DAG's approvals.
+    approvers: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+
+
 class PromotionRule(BaseModel):
     """When a run's model becomes the champion (the declaration's ``promotion`` block)."""
 
@@ -67,16 +85,47 @@ class PromotionRule(BaseModel):
     without_champion: Literal["promote", "hold"] = "promote"
     #: Whether a backfill run's model may become the champion.
     backfills_promote: bool = False
+    #: A person must approve each promotion; None: a pass promotes at once.
+    approval: Approval | None = None
 
 
 class Champion(BaseModel):
-    """The pipeline's current champion: the run that promoted it and the artifact set it published."""
+    """The pipeline's current champion: the run that promoted it, the artifact set it published,
+    where its job wrote (the evaluation job scores it from there) and its registry version."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     run_id: str
     dataset_version: str
     artifacts: ArtifactSet
+    #: The decision that promoted it: its metrics are the champion's for a gate without evaluation.
+    metrics: dict[str, Any] = Field(default_factory=dict)
+    outputs_uri: str | None = None
+    registered: RegisteredVersion | None = None
+
+
+class Comparison(BaseModel):
+    """The numbers a gate compares: the candidate's and the champion's, and how they were measured."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    candidate: dict[str, Any]
+    #: None: there is no champion yet.
+    champion: dict[str, Any] | None = None
+    champion_run_id: str | None = None
+    #: "evaluation": one job scored both on the same data; "recorded scores": it could not read the
+    #: champion, whose scores from its own promotion stand in; "final metrics": no evaluation job.
+    basis: Literal["evaluation", "recorded scores", "final metrics"] = "final metrics"
+
+    @classmethod
+    def of_final_metrics(cls, metrics: dict[str, Any], champion: Champion | None) -> Comparison:
+        """The training's final metrics against those the champion was promoted with."""
+        final = {key: value for key, value in metrics.items() if key.startswith("final_")}
+        return cls(
+            candidate=final,
+            champion=(champion.metrics or champion.artifacts.metrics) if champion else None,
+            champion_run_id=champion.run_id if champion else None,
+        )
 
 
 class GuardResult(BaseModel):
@@ -105,14 +154,19 @@ class Decision(BaseModel):
     #: The value the candidate had to reach (beat, with ``min_improvement``); None with no champion.
     required: float | None
     guards: list[GuardResult]
+    #: How the numbers were measured: one evaluation job on the same data, or each run's own.
+    basis: str = "final metrics"
+    #: Whether a person must approve before the pointer moves (only a promotion needs it).
+    needs_approval: bool = False
+    #: The candidate's metrics the gate read, recorded as the champion's should it be promoted.
+    metrics: dict[str, Any] = Field(default_factory=dict)
 
 
-def decide(
-    rule: PromotionRule, metrics: dict[str, Any], champion: Champion | None, run_id: str, run_type: str
-) -> Decision:
-    """Whether the run ``run_id`` (of ``run_type``) with final ``metrics`` replaces ``champion``."""
+def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: str) -> Decision:
+    """Whether the run ``run_id`` (of ``run_type``) replaces the champion, on ``comparison``."""
+    metrics, champion = comparison.candidate, comparison.champion_run_id
     candidate = _number(metrics.get(rule.metric))
-    held = champion.artifacts.metrics.get(rule.metric) if champion else None
+    held = comparison.champion.get(rule.metric) if comparison.champion is not None else None
     guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
     required = _required(rule, _number(held)) if champion else None
 
@@ -124,12 +178,15 @@ def decide(
             direction=rule.direction,
             candidate=candidate,
             champion=_number(held),
-            champion_run_id=champion.run_id if champion else None,
+            champion_run_id=champion,
             required=required,
             guards=guards,
+            basis=comparison.basis,
+            needs_approval=promoted and rule.approval is not None and champion != run_id,
+            metrics=metrics,
         )
 
-    if champion and champion.run_id == run_id:
+    if champion == run_id:
         return decision(True, "this run is already the champion (a retry after it was promoted)")
     if run_type == "backfill" and not rule.backfills_promote:
         return decision(False, "a backfill run's model is registered, never promoted (backfills_promote)")
@@ -142,14 +199,14 @@ def decide(
             return decision(False, "there is no champion yet and the rule holds the first model")
         return decision(True, f"the first model: {rule.metric} {candidate:.6g}, every guard passed")
     if required is None:
-        return decision(True, f"the champion ({champion.run_id}) has no {rule.metric}")
+        return decision(True, f"the champion ({champion}) has no {rule.metric}")
     better = candidate >= required if rule.direction == "max" else candidate <= required
     word = "at least" if rule.direction == "max" else "at most"
     verdict = "reaches" if better else "misses"
     return decision(
         better,
         f"{rule.metric} {candidate:.6g} {verdict} {word} {required:.6g} "
-        f"(champion {champion.run_id}: {_number(held):.6g})",
+        f"(champion {champion}: {_number(held):.6g}; {comparison.basis})",
     )
 
 

@@ -140,6 +140,10 @@ class ArtifactSet(BaseModel):
     metrics: dict[str, Any]
     #: The promotion gate's decision (``promotion.Decision``), when the pipeline declares one.
     promotion: dict[str, Any] | None = None
+    #: The model registry's version of this candidate (``model_registry.RegisteredVersion``).
+    registered: dict[str, Any] | None = None
+    #: The dataset version the model was trained on.
+    dataset_version: str = ""
 
 
 class ImageRef(BaseModel):

@@ -261,7 +261,9 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
         "stage_dataset": "skipped",
         "training_runtime": "skipped",
         "show_plan": "skipped",
+        "evaluate": "success",
         "publish_artifacts": "success",
+        "promote": "success",
     }
     assert {f["check"] for f in report["findings"]} >= {"vpc", "snat_entry", "quota_capacity", "ram_role"}
     assert all(f["verdict"] == "PASS" for f in report["findings"])
@@ -421,6 +423,7 @@ def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_
         states = {ti.task_id: ti.state for ti in run.get_task_instances()}
         uploaded = cloud.oss.keys(BUCKET)
     assert states["train"] == "success" and states["publish_artifacts"] == "skipped"
+    assert states["evaluate"] == states["promote"] == "skipped", "nothing kept to score or promote"
     assert uploaded == []
 
 
@@ -513,7 +516,16 @@ def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_call
         }
         oss_calls = {r.operation for r in cloud.oss.records()}
     assert states["show_plan"] == states["preflight.report"] == "success"
-    skipped = ("wait_for_capacity", "build_image", "verify_image", "check_rdma", "train", "publish_artifacts")
+    skipped = (
+        "wait_for_capacity",
+        "build_image",
+        "verify_image",
+        "check_rdma",
+        "train",
+        "evaluate",
+        "publish_artifacts",
+        "promote",
+    )
     assert {task: states[task] for task in skipped} == dict.fromkeys(skipped, "skipped")
     assert calls["paistudio"] and calls["vpc"] and calls["ram"], "preflight asked every service"
     writes = {
@@ -521,10 +533,16 @@ def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_call
     }
     assert writes == {name: [] for name in calls}, "a dry run only reads"
     assert oss_calls <= OSS_READS, oss_calls
-    assert [r["action"] for r in document["requests"]] == ["CreateJob"] * 3
+    assert [r["action"] for r in document["requests"] if r["service"] == "dlc"] == ["CreateJob"] * 4
+    assert {r["service"] for r in document["requests"]} == {"dlc", "mlflow"}, "and the model registry's calls"
     findings = {f["check"]: f["verdict"] for f in document["checks"]["preflight"]["findings"]}
     assert findings["quota_capacity"] == "PASS"
-    assert [j["task"] for j in document["cost"]["jobs"]] == ["verify_image", "check_rdma", "train"]
+    assert [j["task"] for j in document["cost"]["jobs"]] == [
+        "verify_image",
+        "check_rdma",
+        "train",
+        "evaluate",
+    ]
     assert document["gpu_hour_ceiling"] == sum(j["gpu_hours"] for j in document["cost"]["jobs"]) == 65.5
 
 

@@ -90,9 +90,13 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
         "check_rdma",
     }
     assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
-    # Publishing takes its records from whichever branches ran (all before train), once train succeeded.
+    # The evaluation scores the trained model; publishing takes its records from whichever branches
+    # ran (all before train) and the evaluation's scores, once both succeeded; promoting follows.
+    assert dag.get_task("evaluate").upstream_task_ids == {"configure", "train"}
     publish = dag.get_task("publish_artifacts")
-    assert publish.upstream_task_ids == {"configure", "route", "train"}
+    assert publish.upstream_task_ids == {"configure", "route", "train", "evaluate"}
+    assert dag.get_task("promote").upstream_task_ids == {"configure", "publish_artifacts", "train"}
+    assert dag.get_task("promote").max_active_tis_per_dag == 1, "one run moves the pointer at a time"
     assert publish.trigger_rule == "none_failed_min_one_success"
     assert {publish.dataset, publish.bandwidth, *publish.runtime} == {
         Returned("stage_dataset"),

@@ -18,7 +18,6 @@ from aliyun_training.pages.urls import report_page
 from aliyun_training.pipelines import load_pipelines, training_pipeline
 from aliyun_training.pipelines.folder import INVALID_DECLARATIONS_DAG_ID
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
-from aliyun_training.plan.prepare import code_digest
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DAG_FILE = PROJECT_DIR / "dags" / "training_pipelines.py"
@@ -56,7 +55,9 @@ def test_the_imagenet_pipeline_prepares_shards_once_stages_them_trains_and_publi
     assert states["prepare_dataset"] == states["stage_dataset"] == states["train"] == "success"
     (derived,) = (local_root / "object-store" / "imagenet-shards").iterdir()
     declaration = load_declaration(PROJECT_DIR / "pipelines" / "imagenet_resnet.yaml")
-    assert derived.name == f"{RAW}.{code_digest(declaration)}", "named after the raw version and the code"
+    assert derived.name == f"{RAW}.{declaration.code_digest(declaration.render_prepare())}", (
+        "named after the raw version and the code"
+    )
     assert sorted(p.name for p in derived.glob("*.tar"))[0] == "train-000000.tar"
     assert (derived / "_prepared.json").is_file(), "the marker is written once the shards are complete"
     prepared = first.get_task_instance("prepare_dataset").xcom_pull(task_ids="prepare_dataset")

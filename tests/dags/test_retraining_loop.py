@@ -1,5 +1,6 @@
-"""The promotion gate in real DAG runs: the champion pointer in the champion Asset's state, its event
-only when the pointer moves, one decision recorded in the log, manifest, report and return value."""
+"""The retraining loop in real DAG runs: evaluate both models on the same data, register every
+candidate in MLflow's registry, promote only a better one (after approval, when declared), and
+announce the champion only when the pointer moves."""
 
 from __future__ import annotations
 
@@ -13,121 +14,245 @@ import pytest
 from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.pages.urls import pipeline_page
+from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
 from tests.pages_client import pages_client
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 CHAMPION = "scores_champion"
-#: A pipeline whose job reports the accuracy and loss its form asks for, gated on accuracy.
+#: A pipeline whose job "trains" a model of the skill and loss its form asks for; its evaluation
+#: scores a model on a version as skill less the version's difficulty: both models on the same data.
 DECLARATION = """\
 pipeline:
-  dag_id: scores_retrain
+  dag_id: {dag_id}
 dataset:
   name: scores
-  version: {from: newest}
+  version: {{from: newest}}
 training:
   code_dir: code
-  command: "python train.py --accuracy {accuracy} --loss {loss}"
-resources: {max_nodes: 1}
+  command: "python train.py --skill {{skill}} --loss {{loss}}"
+resources: {{max_nodes: 1}}
 artifacts:
-  collect: []
+  model: {model}
+  collect: [model.json]
   report_metrics: [test_loss, test_accuracy]
 parameters:
-  accuracy: {type: number, default: 0.5, minimum: 0, maximum: 1}
-  loss: {type: number, default: 1.0, minimum: 0, maximum: 10}
+  skill: {{type: number, default: 0.5, minimum: 0, maximum: 1}}
+  loss: {{type: number, default: 1.0, minimum: 0, maximum: 10}}
+evaluation:
+  command: python evaluate.py
+  cpu: 1
+  memory_gib: 1
 promotion:
-  metric: final_test_accuracy
+  metric: test_accuracy
   min_improvement: 0.01
-  guards: {final_test_loss: {max: 2.0}}
+  guards: {{test_loss: {{max: 2.0}}}}
+  {approval}
 """
-SCRIPT = """\
+TRAIN = """\
 import argparse, json, os
 from pathlib import Path
 
 parser = argparse.ArgumentParser()
-parser.add_argument("--accuracy", type=float)
+parser.add_argument("--skill", type=float)
 parser.add_argument("--loss", type=float)
 args = parser.parse_args()
 out = Path(os.environ["OUTPUT_DIR"])
 out.mkdir(parents=True, exist_ok=True)
-epochs = [{"test_loss": args.loss, "test_accuracy": args.accuracy}]
+(out / "model.json").write_text(json.dumps({"skill": args.skill, "loss": args.loss}))
+epochs = [{"test_loss": args.loss, "test_accuracy": args.skill}]
 (out / "metrics.json").write_text(json.dumps({"epochs": epochs}))
+"""
+EVALUATE = """\
+import json, os
+from pathlib import Path
+
+difficulty = float((Path(os.environ["EVAL_DATA_DIR"]) / "difficulty.txt").read_text())
+
+def score(folder):
+    model = json.loads((Path(folder) / "model.json").read_text())
+    return {"test_accuracy": round(model["skill"] - difficulty, 6), "test_loss": model["loss"]}
+
+champion = os.environ["CHAMPION_DIR"]
+scores = {"candidate": score(os.environ["CANDIDATE_DIR"]), "champion": score(champion) if champion else None}
+out = Path(os.environ["OUTPUT_DIR"])
+out.mkdir(parents=True, exist_ok=True)
+(out / "evaluation.json").write_text(json.dumps(scores))
 """
 
 
-@pytest.fixture
-def dag(airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+def _pipeline(tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch, approval: str = "") -> Any:
+    dag_id = "scores_approved" if approval else "scores_retrain"
     folder = tmp_path / "pipelines"
     (folder / "code").mkdir(parents=True)
-    (folder / "scores.yaml").write_text(DECLARATION)
-    (folder / "code" / "train.py").write_text(textwrap.dedent(SCRIPT))
-    version = local_root / "object-store" / "scores" / "v1"
-    version.mkdir(parents=True)
-    (version / "data.txt").write_text("1 2 3")
+    model = "approved" if approval else "scores"
+    (folder / "scores.yaml").write_text(DECLARATION.format(dag_id=dag_id, model=model, approval=approval))
+    (folder / "code" / "train.py").write_text(textwrap.dedent(TRAIN))
+    (folder / "code" / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
     monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))
-    dag = DagBag(dag_folder=str(DAG_FILE)).get_dag("scores_retrain")
+    dag = DagBag(dag_folder=str(DAG_FILE)).get_dag(dag_id)
     for task in dag.tasks:
         if hasattr(task, "poll_interval"):
             task.poll_interval = 0.1
     return dag
 
 
-def _run(dag: Any, accuracy: float, loss: float = 1.2, day: int = 1) -> dict[str, Any]:
-    """One run whose job reports ``accuracy`` and ``loss``: its publish task's record."""
+def _version(local_root: Path, name: str, difficulty: float) -> None:
+    """A dataset version whose evaluation subtracts ``difficulty`` from every model's skill."""
+    version = local_root / "object-store" / "scores" / name
+    version.mkdir(parents=True)
+    (version / "difficulty.txt").write_text(str(difficulty))
+
+
+@pytest.fixture
+def dag(airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    return _pipeline(tmp_path, local_root, monkeypatch)
+
+
+def _run(
+    dag: Any, skill: float, loss: float = 1.2, day: int = 1, version: str = "v1", answer: Any = None
+) -> dict[str, Any]:
+    """One run whose model has ``skill`` and ``loss``: its publish and promote records. The run id
+    follows from ``day``: running a day again clears and reruns every task of that run."""
+    moment = pendulum.datetime(2026, 11, day, tz="UTC")
     run = dag.test(
-        logical_date=pendulum.datetime(2026, 11, day, tz="UTC"),
-        run_conf={"nodes": 1, "gpus_per_node": 0, "accuracy": accuracy, "loss": loss},
+        logical_date=moment,
+        run_after=moment,
+        run_conf={"nodes": 1, "gpus_per_node": 0, "skill": skill, "loss": loss, "dataset_version": version},
     )
-    assert run.state == "success", "a decision not to promote is not a failure"
+    assert run.state == "success", f"a decision not to promote is not a failure; the approver: {answer}"
     published = run.get_task_instance("publish_artifacts").xcom_pull(task_ids="publish_artifacts")
-    return {"run_id": run.run_id, **published}
+    promoted = run.get_task_instance("promote").xcom_pull(task_ids="promote")
+    return {"run_id": run.run_id, **published, "promote": promoted}
+
+
+def _row(table: str, run_id: str) -> str:
+    """The row of the run in the pipeline page's table of runs (its tooltips name other runs)."""
+    return table.split(f"<tr><td><code>{run_id}</code>", 1)[1].split("</tr>", 1)[0]
+
+
+def _registry(local_root: Path) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{local_root / 'mlflow' / 'mlflow.db'}"
+    return MlflowClient(tracking_uri=uri, registry_uri=uri)
 
 
 @pytest.mark.slow
-def test_only_a_better_model_becomes_champion_and_only_then_is_announced(
-    dag: Any, capfd: pytest.CaptureFixture[str]
+def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registered_once(
+    dag: Any, local_root: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
+    _version(local_root, "v1", difficulty=0.0)
+    _version(local_root, "v2", difficulty=0.3)
     before = len(asset_event_extras(CHAMPION))
 
-    first = _run(dag, accuracy=0.60, day=1)
-    worse = _run(dag, accuracy=0.605, day=2)  # better, by less than min_improvement
-    unguarded = _run(dag, accuracy=0.90, loss=2.5, day=3)
-    better = _run(dag, accuracy=0.64, day=4)
+    first = _run(dag, skill=0.60, day=1)
+    # On the harder v2 the champion scores 0.30, the candidate 0.305: better, by less than 0.01.
+    worse = _run(dag, skill=0.605, day=2, version="v2")
+    unguarded = _run(dag, skill=0.90, loss=2.5, day=3, version="v2")
+    # 0.32 on v2 beats the champion's 0.30 there, although its own run recorded 0.60 on v1.
+    better = _run(dag, skill=0.62, day=4, version="v2")
 
-    names = ("first", "worse", "unguarded", "better")
-    decisions = {n: r["promotion"] for n, r in zip(names, (first, worse, unguarded, better), strict=True)}
+    runs = {"first": first, "worse": worse, "unguarded": unguarded, "better": better}
+    decisions = {name: r["promotion"] for name, r in runs.items()}
     assert {name: d["promoted"] for name, d in decisions.items()} == {
         "first": True,
         "worse": False,
         "unguarded": False,
         "better": True,
     }
-    assert decisions["first"]["reason"].startswith("the first model")
-    assert decisions["worse"]["champion_run_id"] == first["run_id"]
-    assert decisions["worse"]["required"] == pytest.approx(0.61)
-    assert "misses at least 0.61" in decisions["worse"]["reason"]
-    assert decisions["unguarded"]["reason"] == "guard failed: final_test_loss 2.5 is not at most 2"
+    assert {d["basis"] for d in decisions.values()} == {"evaluation"}
+    assert decisions["worse"]["champion"] == pytest.approx(0.30), "the champion scored on v2, not its 0.60"
+    assert decisions["worse"]["required"] == pytest.approx(0.31)
+    assert "0.305 misses at least 0.31" in decisions["worse"]["reason"]
+    assert decisions["unguarded"]["reason"] == "guard failed: test_loss 2.5 is not at most 2"
     assert decisions["better"]["champion_run_id"] == first["run_id"], "the others never moved it"
-    # One event per promotion, naming the run that became champion and the one it replaced.
+    assert [r["promote"]["promoted"] for r in runs.values()] == [True, False, False, True]
+
+    # Every candidate is one MLflow model version with its lineage; the alias marks the champion.
+    registry = _registry(local_root)
+    versions = sorted(registry.search_model_versions("name = 'scores'"), key=lambda v: int(v.version))
+    assert [v.tags["lineage.run_id"] for v in versions] == [r["run_id"] for r in runs.values()]
+    assert [v.tags["lineage.dataset_version"] for v in versions] == ["v1", "v2", "v2", "v2"]
+    assert versions[1].tags["metric.test_accuracy"] == "0.305"
+    assert len(versions[0].tags["lineage.code_digest"]) == 12 and versions[0].source == first["uri"]
+    assert registry.get_model_version_by_alias("scores", "champion").version == versions[3].version
+    assert better["registered"]["version"] == str(versions[3].version)
+
+    # One champion event per promotion, with the model version, its metrics and the registry URI.
     events = asset_event_extras(CHAMPION)[before:]
     assert [(e["run_id"], e["replaced"]) for e in events] == [
         (first["run_id"], None),
         (better["run_id"], first["run_id"]),
     ]
-    assert events[1]["final_test_accuracy"] == pytest.approx(0.64)
-    # The same record in the manifest, the report and the task log.
+    assert events[1]["model_version"] == str(versions[3].version)
+    assert events[1]["metrics"]["test_accuracy"] == pytest.approx(0.32)
+    assert events[1]["registry_uri"].startswith("models:/scores/")
+
+    # The same decision in the manifest, the report and the task log.
     manifest = json.loads(Path(worse["manifest_uri"]).read_text())
     assert manifest["promotion"] == decisions["worse"]
     assert "Not promoted</strong>" in Path(worse["report_uri"]).read_text()
-    assert "Promotion: not promoted: final_test_accuracy 0.605 misses" in capfd.readouterr().out
+    log = capfd.readouterr().out
+    assert "Promotion gate (evaluation): not promoted: test_accuracy 0.305 misses" in log
+
     # The pipeline's page says which runs became champion.
     page = pages_client().get(pipeline_page("scores_retrain")).text
     table = page.split("<h2>Runs</h2>", 1)[1]
-    labels = {r["run_id"]: table.split(r["run_id"], 1)[1].split("</tr>")[0] for r in (first, worse, better)}
+    labels = {r["run_id"]: _row(table, r["run_id"]) for r in runs.values()}
     assert ">champion</span>" in labels[first["run_id"]] and ">champion</span>" in labels[better["run_id"]]
     assert ">held</span>" in labels[worse["run_id"]]
-    # Above the runs, each final metric across them, oldest first: one point per published run.
-    history = page.split("<h2>Across runs</h2>", 1)[1].split("<h2>Runs</h2>", 1)[0]
-    accuracy = history.split('data-series="test_accuracy"', 1)[1].split("</svg>", 1)[0]
-    assert accuracy.count("<circle") == 4 and "test accuracy, run 4: 64.00%" in accuracy
-    assert history.count(" — champion</li>") == 2
+    assert "title='guard failed: test_loss 2.5 is not at most 2'>held</span>" in labels[unguarded["run_id"]]
+    for r in runs.values():
+        version = f"<span title='{r['registered']['uri']}'>v{r['registered']['version']}</span>"
+        assert version in labels[r["run_id"]] and ">on evaluation</small>" in labels[r["run_id"]]
+    # Every run and dataset version, oldest first, with the champion after each from promote's records.
+    assert table.count("<tr><td><code>") == 4
+    assert (table.count("<td>v1</td>"), table.count("<td>v2</td>")) == (1, 3)
+    legend = page.split("<h2>Across runs</h2>", 1)[1].split("</ol>", 1)[0]
+    assert [line.endswith("— champion") for line in legend.split("</li>")[:4]] == [True, False, False, True]
+    timeline = page.split("<h2>Champion after each run</h2>", 1)[1].split("<h2>Runs</h2>", 1)[0]
+    steps = timeline.split("<tbody>", 1)[1].split("</tr>")[:4]
+    champions_after = [step.rsplit("<td>", 1)[1] for step in steps]
+    assert [r["run_id"] in step for r, step in zip(runs.values(), steps, strict=True)] == [True] * 4
+    assert [first["run_id"] in c for c in champions_after] == [True, True, True, False]
+    latest = champions_after[3]
+    assert better["run_id"] in latest and f">v{better['registered']['version']}<" in latest
+    assert "dataset v1" in champions_after[0] and "dataset v2" in champions_after[3]
+    assert [step.startswith("<tr class='moved'>") for step in steps] == [True, False, False, True]
+
+    # The champion's whole run again (every task retried, the same run id): registered once, not
+    # moved, not announced again.
+    again = _run(dag, skill=0.62, day=4, version="v2")
+    assert again["run_id"] == better["run_id"]
+    assert again["promote"]["reason"] == "already the champion"
+    assert len(registry.search_model_versions("name = 'scores'")) == 4
+    assert len(asset_event_extras(CHAMPION)) == before + 2
+
+
+@pytest.mark.slow
+def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approved(
+    airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dag = _pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
+    _version(local_root, "v1", difficulty=0.0)
+    before = len(asset_event_extras("approved_champion"))
+
+    approved = answer_when_asked("scores_approved", "approve_promotion", "Approve")
+    first = _run(dag, skill=0.6, answer=approved)
+    rejected = answer_when_asked("scores_approved", "approve_promotion", "Reject")
+    second = _run(dag, skill=0.7, day=2, answer=rejected)
+
+    assert approved["response"] == 200 and rejected["response"] == 200
+    assert "| test_accuracy | 0.6 | - |" in approved["body"], "the approver sees the comparison"
+    assert first["promotion"]["needs_approval"] and first["promote"]["promoted"]
+    assert second["promotion"]["promoted"] and second["promote"] is None, "rejected: promote skipped"
+    events = asset_event_extras("approved_champion")[before:]
+    assert [e["run_id"] for e in events] == [first["run_id"]]
+    assert int(_registry(local_root).get_model_version_by_alias("approved", "champion").version) == 1
+    page = pages_client().get(pipeline_page("scores_approved")).text
+    table = page.split("<h2>Runs</h2>", 1)[1]
+    assert ">not approved</span>" in _row(table, second["run_id"])
+    assert ">champion</span>" in _row(table, first["run_id"])
+    timeline = page.split("<h2>Champion after each run</h2>", 1)[1].split("<tbody>", 1)[1].split("</tr>")
+    assert [first["run_id"] in step.rsplit("<td>", 1)[1] for step in timeline[:2]] == [True, True]

@@ -12,18 +12,20 @@ from __future__ import annotations
 
 import json
 import signal
+import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
+import yaml
 
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL
 from aliyun_training.operators.ownership import derived_installation_id
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
-from fakes.deployment import ADMIN, Deployment, wait_until
+from fakes.deployment import ADMIN, PROJECT_DIR, Deployment, wait_until
 from tests.e2e.browser import browser
 from tests.e2e.conftest import DAG_ID, latest_weekly_date
 from tests.e2e.runs import (
@@ -290,6 +292,96 @@ def reconcile(deployment: Deployment, conf: dict[str, object], day: str) -> list
     run_id = deployment.trigger(RECONCILER_DAG_ID, conf, logical(day))
     assert deployment.wait_for_run(RECONCILER_DAG_ID, run_id, RUN_TIMEOUT) == "success"
     return deployment.xcom(RECONCILER_DAG_ID, run_id, "stop_orphaned_jobs")
+
+
+#: A pipeline that retrains when a version lands: CIFAR-10's dataset and code, on DLC (its form's
+#: default backend, so its runs list the emulated OSS), a watcher polling every 5 s.
+LANDING_DAG_ID = "cifar10_on_landing"
+LANDING_POLL_SECONDS = 5
+LANDING_DECLARATION = {
+    "pipeline": {"dag_id": LANDING_DAG_ID, "on_new_version": {"poll_seconds": LANDING_POLL_SECONDS}},
+    "dataset": {"name": "cifar10"},
+    "training": {
+        "code_dir": str(PROJECT_DIR / "include" / "training"),
+        "command": "{torchrun} cifar10_ddp.py",
+    },
+    "resources": {"nodes": 2, "gpus_per_node": 8},
+    "image": {"context_dir": str(PROJECT_DIR / "include" / "docker")},
+    "backends": {"dlc": {"environment": "dlc.json"}},
+}
+
+
+def test_a_version_landing_in_oss_starts_one_run_that_takes_it_and_no_second_one(
+    airflow: Deployment, account: Account
+) -> None:
+    """The pipeline is declared and turned on; a watcher takes the versions already in OSS as its
+    baseline; a version lands with its marker: one run starts within a poll and configures that
+    version, and no other run follows. The run is stopped once configured, before it trains."""
+    declaration = Path(airflow.env["ALIYUN_TRAINING_PIPELINES_DIR"]) / f"{LANDING_DAG_ID}.yaml"
+    account.put_dataset("2026-12-06")
+    jobs, builds = len(account.creates(prefix="")), len(account.acr.builds)
+    declaration.write_text(yaml.safe_dump(LANDING_DECLARATION))
+    try:
+        _reparse(airflow, DAG_ID)  # the declarations folder is read when the DAG file is parsed
+        airflow.wait_for_dag(LANDING_DAG_ID)
+        airflow.unpause(LANDING_DAG_ID)
+        _reparse(airflow, LANDING_DAG_ID)  # Airflow starts the watchers of DAGs on when it parses them
+        watermark = _wait_for_state(airflow, f"{LANDING_DAG_ID}_versions", "new_versions")
+        account.put_dataset("2026-12-13")
+        landed = time.monotonic()
+        [run] = _wait_for_asset_runs(airflow, 1, LANDING_POLL_SECONDS + 25)
+        started_after = time.monotonic() - landed
+        airflow.wait_for_task(LANDING_DAG_ID, run["dag_run_id"], "configure", {"success"}, RUN_TIMEOUT)
+        airflow.mark_run_failed(LANDING_DAG_ID, run["dag_run_id"])
+        dataset = airflow.xcom(LANDING_DAG_ID, run["dag_run_id"], "configure", key="dataset")
+        taken = _wait_for_state(airflow, f"{LANDING_DAG_ID}_versions", "taken_version")
+        time.sleep(3 * LANDING_POLL_SECONDS)
+        runs = [r for r in airflow.runs(LANDING_DAG_ID) if r["run_type"] == "asset_triggered"]
+        events = airflow.asset_events(f"{LANDING_DAG_ID}_versions")
+    finally:
+        airflow.pause(LANDING_DAG_ID)
+        declaration.unlink()
+        _reparse(airflow, DAG_ID)  # its DAG and its watcher go
+
+    assert "2026-12-06" in watermark["versions"] and "2026-12-13" not in watermark["versions"], "the baseline"
+    assert started_after < LANDING_POLL_SECONDS + 25
+    assert (dataset["version"], taken) == ("2026-12-13", "2026-12-13"), "the run trains on the version"
+    assert dataset["source_uri"].endswith("/datasets/cifar10/2026-12-13/")
+    assert [r["dag_run_id"] for r in runs] == [run["dag_run_id"]], "one run, none after a few more polls"
+    assert [e["extra"]["payload"]["version"] for e in events] == ["2026-12-13"], "announced once"
+    assert (len(account.creates(prefix="")), len(account.acr.builds)) == (jobs, builds), "nothing trained"
+
+
+def _reparse(airflow: Deployment, dag_id: str) -> None:
+    """Have the DAG processor parse ``dag_id``'s file now (the module parses it once an hour)."""
+    token = airflow.ok("GET", f"/dags/{dag_id}/details")["file_token"]
+    airflow.ok("PUT", f"/parseDagFile/{token}")
+
+
+def _wait_for_state(airflow: Deployment, asset_name: str, key: str) -> Any:
+    """The value under ``key`` in the Asset's state store, once there is one."""
+    found: dict[str, Any] = {}
+
+    def stored() -> bool:
+        [asset] = airflow.ok("GET", "/assets", params={"name_pattern": asset_name})["assets"]
+        answer = airflow.api("GET", f"/assets/{asset['id']}/state-store/{key}")
+        found["value"] = answer.json()["value"] if answer.status_code == 200 else None
+        return answer.status_code == 200
+
+    wait_until(stored, 120, f"{key} in the state store of {asset_name}")
+    return found["value"]
+
+
+def _wait_for_asset_runs(airflow: Deployment, count: int, timeout: float) -> list[dict]:
+    found: dict[str, list[dict]] = {}
+
+    def started() -> bool:
+        runs = airflow.runs(LANDING_DAG_ID)
+        found["runs"] = [r for r in runs if r["run_type"] == "asset_triggered"]
+        return len(found["runs"]) >= count
+
+    wait_until(started, timeout, f"{count} asset-triggered run(s) of {LANDING_DAG_ID}", lambda: found)
+    return found["runs"]
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

@@ -50,8 +50,18 @@ def dry_run(
     return json.loads(printed(command, capsys, monkeypatch, "json"))
 
 
+#: The tasks after training (the evaluation job, the model registry's calls): their own tests
+#: (test_dry_run_rendering.py) check them; these tests check the stages up to the training job.
+AFTER_TRAINING = frozenset({"evaluate", "publish_artifacts", "promote"})
+
+
+def up_to_training(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The document's requests up to the training job's."""
+    return [r for r in document["requests"] if r["task"] not in AFTER_TRAINING]
+
+
 def actions(document: dict[str, Any]) -> list[tuple[str, str, str]]:
-    return [(r["task"], r["service"], r["action"]) for r in document["requests"]]
+    return [(r["task"], r["service"], r["action"]) for r in up_to_training(document)]
 
 
 def test_the_readme_shows_a_dry_run_for_every_backend_and_one_that_stages_and_builds() -> None:
@@ -78,7 +88,7 @@ def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: P
         ("stage_dataset", "worker", "copy and publish"),
         ("train", "local", "start processes"),
     ]
-    (train,) = [r["body"] for r in document["requests"] if r["task"] == "train"]
+    (train,) = [r["body"] for r in up_to_training(document) if r["task"] == "train"]
     assert train["env"]["DATA_DIR"] == f"{tmp_path}/cpfs/datasets/cifar10/2026-11-22"
     assert not (tmp_path / "cpfs").exists(), "a dry run copies nothing"
     assert document["checks"]["preflight"] == {"skipped": "not checked: the dry run ran without preflight"}
@@ -167,9 +177,14 @@ def test_an_arena_dry_run_renders_the_job_arena_would_create_and_nothing_else(
 
     assert [a for _, _, a in actions(document)] == ["create PyTorchJob", "create ConfigMap"] * 3
     assert [t for t, _, _ in actions(document)][::2] == ["verify_image", "check_rdma", "train"]
-    job = document["requests"][-2]["body"]
+    job = up_to_training(document)[-2]["body"]
     assert job["metadata"]["namespace"] == "training"
-    assert [job["task"] for job in document["cost"]["jobs"]] == ["verify_image", "check_rdma", "train"]
+    assert [job["task"] for job in document["cost"]["jobs"]] == [
+        "verify_image",
+        "check_rdma",
+        "train",
+        "evaluate",
+    ]
     assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 65.5
 
 
@@ -187,8 +202,8 @@ def test_an_arena_dry_run_with_staging_renders_the_pod_the_volumes_and_the_kanik
         ("build_image", "kubernetes", "create ConfigMap"),
         ("build_image", "kubernetes", "create Pod"),
     ]
-    claim = document["requests"][2]["body"]["metadata"]["name"]
-    train = document["requests"][-2]["body"]
+    claim = up_to_training(document)[2]["body"]["metadata"]["name"]
+    train = up_to_training(document)[-2]["body"]
     volumes = train["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["volumes"]
     assert {"name": claim, "persistentVolumeClaim": {"claimName": claim}} in volumes
     image = document["plan"]["image"]
@@ -209,7 +224,7 @@ def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
     with kubernetes_fake(tmp_path, monkeypatch) as fake:
         api = core()
         custom = client.CustomObjectsApi(api.api_client)
-        for request in document["requests"]:
+        for request in up_to_training(document):
             body, kind = request["body"], request["action"].removeprefix("create ")
             namespace = body["metadata"].get("namespace", "training")
             if kind == "PyTorchJob":
@@ -225,7 +240,7 @@ def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
                 assert kind == "PersistentVolumeClaim", kind
                 api.create_namespaced_persistent_volume_claim(namespace, body)
         created = [r for r in fake.requests if r.method == "POST"]
-    assert len(created) == len(document["requests"])
+    assert len(created) == len(up_to_training(document))
     assert all(200 <= r.status < 300 for r in created), [(r.path, r.status) for r in created]
 
 
@@ -261,9 +276,9 @@ def test_a_dlc_dry_run_shows_createjob_bodies_the_sdk_reads_back_whole(
         ("check_rdma", "dlc", "CreateJob"),
         ("train", "dlc", "CreateJob"),
     ]
-    for request in document["requests"]:
+    for request in up_to_training(document):
         assert round_trips("CreateJob", request["body"]), request["task"]
-    verify, check, train = (r["body"] for r in document["requests"])
+    verify, check, train = (r["body"] for r in up_to_training(document))
     assert [(s["Type"], s["PodCount"]) for s in verify["JobSpecs"]] == [("Master", 1)]
     assert check["JobType"] == "MPIJob" and "all_reduce_perf" in check["UserCommand"]
     assert (
@@ -286,11 +301,17 @@ def test_the_cost_ceiling_of_a_2x8_gpu_dlc_run_is_the_sum_of_every_try_of_every_
     sizes = {
         task: (j["nodes"], j["gpus_per_node"], j["timeout_minutes"], j["tries"]) for task, j in jobs.items()
     }
-    assert sizes == {"verify_image": (1, 1, 30, 3), "check_rdma": (2, 8, 20, 3), "train": (2, 8, 60, 3)}
+    assert sizes == {
+        "verify_image": (1, 1, 30, 3),
+        "check_rdma": (2, 8, 20, 3),
+        "train": (2, 8, 60, 3),
+        "evaluate": (1, 0, 60, 3),
+    }
     assert {task: j["gpu_hours"] for task, j in jobs.items()} == {
         "verify_image": 1 * 1 * 0.5 * 3,
         "check_rdma": 2 * 8 * 20 / 60 * 3,
         "train": 2 * 8 * 1 * 3,
+        "evaluate": 0.0,
     }
     assert document["gpu_hour_ceiling"] == document["cost"]["gpu_hours"] == 1.5 + 16 + 48
 
@@ -338,7 +359,7 @@ def test_the_runs_gpu_hour_budget_caps_the_training_jobs_share_of_the_ceiling(
         monkeypatch,
     )
 
-    train = document["cost"]["jobs"][-1]
+    (train,) = [job for job in document["cost"]["jobs"] if job["task"] == "train"]
     assert (train["task"], train["gpu_hours"], train["capped_by"]) == ("train", 20, "max_gpu_hours")
     assert document["gpu_hour_ceiling"] == 1.5 + 16 + 20
 
@@ -360,15 +381,15 @@ def test_a_dlc_dry_run_with_staging_and_a_build_shows_each_request_the_sdks_read
         "CreateJob",
         "CreateJob",
     ]
-    for request in document["requests"]:
+    for request in up_to_training(document):
         assert round_trips(request["action"], request["body"]), request["action"]
     image = document["plan"]["image"]
-    train = document["requests"][-1]["body"]
+    train = up_to_training(document)[-1]["body"]
     assert {s["Image"] for s in train["JobSpecs"]} == {f"{image['repository']}:{image['tag']}"}
     assert train["Envs"]["DATA_DIR"] == "/mnt/data/cifar10", (
         "the staged version is mounted as its own dataset"
     )
-    assert document["requests"][1]["body"]["Uri"].startswith("bmcpfs://cpfs-example0001-vpc-example.")
+    assert up_to_training(document)[1]["body"]["Uri"].startswith("bmcpfs://cpfs-example0001-vpc-example.")
 
 
 @pytest.mark.parametrize(
@@ -436,12 +457,14 @@ def test_the_imagenet_dry_run_on_ack_shows_the_prepare_job_then_the_mpijob(
 
     tasks = [task for task, _, _ in actions(document)]
     assert tasks.index("prepare_dataset") < tasks.index("stage_dataset") < tasks.index("train")
-    (prepare,) = [r for r in document["requests"] if r["task"] == "prepare_dataset" and "Job" in r["action"]]
+    (prepare,) = [
+        r for r in up_to_training(document) if r["task"] == "prepare_dataset" and "Job" in r["action"]
+    ]
     assert prepare["action"] == "create PyTorchJob" and "skipped when" in prepare["note"]
     master = prepare["body"]["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
     assert {"name": "RAW_DIR", "value": "/mnt/raw/2026-11-01"} in master["env"], "on the dataset claim"
     assert "prepare_shards.py" in " ".join(master["command"] + master.get("args", []))
-    (train,) = [r for r in document["requests"] if r["task"] == "train" and "Job" in r["action"]]
+    (train,) = [r for r in up_to_training(document) if r["task"] == "train" and "Job" in r["action"]]
     assert train["action"] == "create MPIJob"
     launcher = train["body"]["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     assert "mpirun --allow-run-as-root -np 16 -npernode 8" in " ".join(
@@ -458,12 +481,12 @@ def test_the_imagenet_dry_run_on_dlc_mounts_the_raw_version_and_submits_an_mpijo
 
     document = _imagenet_dry_run("dlc", environment, capsys, monkeypatch)
 
-    jobs = {r["task"]: r["body"] for r in document["requests"] if r["action"] == "CreateJob"}
+    jobs = {r["task"]: r["body"] for r in up_to_training(document) if r["action"] == "CreateJob"}
     assert jobs["train"]["JobType"] == "MPIJob" and jobs["prepare_dataset"]["JobType"] == "PyTorchJob"
     (raw,) = [s for s in jobs["prepare_dataset"]["DataSources"] if s["MountPath"] == "/mnt/raw"]
     assert raw["Uri"].endswith("/raw/imagenet/2026-11-01/") and raw["MountAccess"] == "RO"
     assert jobs["prepare_dataset"]["Envs"]["RAW_DIR"] == "/mnt/raw"
-    for request in document["requests"]:
+    for request in up_to_training(document):
         assert round_trips(request["action"], request["body"]), request["action"]
 
 
@@ -474,7 +497,7 @@ def test_the_train_task_names_its_checkpoints_by_the_version_the_dry_run_shows_f
     task reads the run plan's version, as the dry run does, not "unversioned"."""
     (command,) = [c for c in readme_dry_runs() if "examples/dlc.json" in c]
     document = dry_run(command, capsys, monkeypatch)
-    [train] = [r["body"] for r in document["requests"] if r["task"] == "train"]
+    [train] = [r["body"] for r in up_to_training(document) if r["task"] == "train"]
     op = TrainingJobOperator(
         task_id="train", job=document["plan"]["job"], planned_dataset=document["plan"]["dataset"]
     )

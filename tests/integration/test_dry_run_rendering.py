@@ -164,21 +164,36 @@ def test_the_page_shows_the_text_escapes_what_users_typed_and_keeps_each_body_wh
     assert "registry.example.com/ml/train:1&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert "<td>check_rdma</td>" in page and "at most 65.5 GPU-hours" in page
     assert PROBE_LINE.replace('"', "&quot;") in page, "the probe, decoded"
-    assert page.count("<details><summary>JSON body, as sent</summary>") == 3
+    # One body each: the three jobs up to training, the evaluation job, the four registry calls.
+    assert page.count("<details><summary>JSON body, as sent</summary>") == 7
     assert PROBE in page, "the body as sent, folded away"
 
 
-def test_the_dry_run_shows_the_promotion_gate_the_run_would_apply(
+def test_the_dry_run_shows_the_evaluation_job_the_registry_calls_and_the_gate(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
 
     text, document = text_and_document(command, capsys, monkeypatch)
 
-    assert document["plan"]["artifacts"]["promotion"]["metric"] == "final_test_accuracy"
+    assert document["plan"]["artifacts"]["promotion"]["metric"] == "test_accuracy"
     summary = " ".join(text.split("\nSUMMARY\n")[1].split("\n\n")[0].split())
     assert (
-        "promotion becomes the champion if final_test_accuracy is higher than the champion's by at least "
-        "0.005, with final_test_loss <= 3; with no champion yet, the first model is promoted; a backfill "
+        "promotion becomes the champion if test_accuracy is higher than the champion's by at least "
+        "0.005, with test_loss <= 3; with no champion yet, the first model is promoted; a backfill "
         "never promotes"
     ) in summary
+    assert "evaluation one job (2 CPU, 4 GiB) scores the new model and the champion on the version" in summary
+    assert "registry MLflow model registry at sqlite:///" in summary
+    # The evaluation job's request as its task sends it, then what publishing and promoting ask
+    # of the registry, in order.
+    tail = [(r["task"], r["action"]) for r in document["requests"]][-4:]
+    assert tail == [
+        ("evaluate", "start processes"),
+        ("publish_artifacts", "create_model_version"),
+        ("publish_artifacts", "set_registered_model_alias"),
+        ("promote", "set_registered_model_alias"),
+    ]
+    (evaluate,) = [r for r in document["requests"] if r["task"] == "evaluate"]
+    assert "python evaluate_cifar10.py" in json.dumps(evaluate["body"])
+    assert "CANDIDATE_DIR" in evaluate["note"]

@@ -1,11 +1,14 @@
-"""The promotion gate's decisions: the rule applied to a candidate's final metrics and the champion's."""
+"""The promotion gate's decisions: the rule applied to the candidate's numbers and the champion's."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
-from aliyun_training.promotion import Champion, PromotionRule, decide
+from aliyun_training.declaration import DeclarationError, declare
+from aliyun_training.promotion import Champion, Comparison, PromotionRule, decide
 from aliyun_training.records import ArtifactSet
 
 CHAMPION = Champion(
@@ -17,7 +20,8 @@ CHAMPION = Champion(
 
 def _decide(rule: PromotionRule, loss: float | None, champion: Champion | None = CHAMPION, **run: str):
     metrics = {} if loss is None else {"final_test_loss": loss}
-    return decide(rule, metrics, champion, run.get("run_id", "manual__1"), run.get("run_type", "manual"))
+    comparison = Comparison.of_final_metrics(metrics, champion)
+    return decide(rule, comparison, run.get("run_id", "manual__1"), run.get("run_type", "manual"))
 
 
 LOSS = PromotionRule(metric="final_test_loss", direction="min", min_improvement=0.1, relative=True)
@@ -67,10 +71,52 @@ def test_a_candidate_that_did_not_report_the_metric_is_held_naming_it() -> None:
     assert not decision.promoted and decision.reason == "the run reported no final_test_loss"
 
 
+def test_an_evaluation_compares_both_models_as_scored_on_the_same_data_not_their_records() -> None:
+    """The champion scored 0.8 when it was promoted; on this run's data it scores 0.6, and the
+    candidate 0.65: the candidate is better on the same data, by the rule's 0.04."""
+    rule = PromotionRule(metric="test_accuracy", min_improvement=0.04)
+    comparison = Comparison(
+        candidate={"test_accuracy": 0.65},
+        champion={"test_accuracy": 0.6},
+        champion_run_id=CHAMPION.run_id,
+        basis="evaluation",
+    )
+
+    decision = decide(rule, comparison, "manual__2", "manual")
+
+    assert decision.promoted and decision.basis == "evaluation"
+    assert decision.required == pytest.approx(0.64) and "evaluation" in decision.reason
+    assert decision.metrics == {"test_accuracy": 0.65}, "recorded as the champion's, if promoted"
+
+
+def test_a_pass_needs_approval_when_the_rule_asks_for_it_and_a_hold_never_does() -> None:
+    rule = LOSS.model_copy(update={"approval": {"timeout_hours": 1}})
+
+    assert _decide(rule, 0.5).needs_approval
+    assert not _decide(rule, 0.9).needs_approval, "nothing to approve"
+    assert not _decide(rule, 0.8, run_id=CHAMPION.run_id).needs_approval, "approved already"
+
+
+def test_without_evaluation_a_rule_on_unmeasured_metrics_is_refused_naming_the_fix() -> None:
+    declared = {
+        "pipeline": {"dag_id": "d"},
+        "dataset": {"name": "d"},
+        "training": {"code_dir": ".", "command": "python t.py"},
+        "promotion": {"metric": "test_accuracy"},
+    }
+
+    with pytest.raises(DeclarationError, match=r"no evaluation job measures them \(fix: name final_"):
+        declare(declared, Path.cwd())
+    declared["evaluation"] = {"command": "python e.py"}
+    assert declare(declared, Path.cwd()).promotion is not None
+    with pytest.raises(DeclarationError, match=r"evaluation\.command: placeholders"):
+        declare({**declared, "evaluation": {"command": "python e.py --n {epochs}"}}, Path.cwd())
+
+
 @pytest.mark.parametrize(
     ("block", "field"),
     [
-        ({"metric": "test_accuracy"}, "metric"),
+        ({"metric": "final test accuracy"}, "metric"),
         ({"metric": "final_test_accuracy", "direction": "up"}, "direction"),
         ({"metric": "final_test_accuracy", "min_improvement": -1}, "min_improvement"),
         ({"metric": "final_test_accuracy", "guards": {"final_test_loss": {}}}, "guards"),

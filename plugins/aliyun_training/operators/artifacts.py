@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
@@ -13,7 +13,7 @@ from aliyun_training.links import RunReportLink
 from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
-from aliyun_training.promotion import Champion, Decision, PromotionRule, decide
+from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison, Decision, PromotionRule, decide
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
 
@@ -23,12 +23,9 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
+    from aliyun_training.model_registry.records import RegisteredVersion
     from aliyun_training.records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
-
-
-#: The key of the champion pointer in the champion Asset's state.
-CHAMPION_KEY = "champion"
 
 
 class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
@@ -59,11 +56,23 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
     :param bandwidth: the RDMA bandwidth check's BandwidthCheck, if the run measured one.
     :param promotion: the declaration's ``PromotionRule``; None: every published model is only a
         candidate. With a rule, ``champion`` is the Asset whose state holds the champion pointer
-        (an inlet: the decision reads it) and whose event announces a promotion, emitted through an
-        AssetAlias outlet only when the pointer moves; one run of the DAG decides at a time.
+        (an inlet: the decision reads it); the ``promote`` task moves it.
+    :param evaluation: the evaluation task's record (a ``Comparison``: candidate and champion scored
+        on the same data), or None: the gate compares final metrics.
+
+    Every published model is registered in the plan's model registry as a candidate, with its
+    metrics and lineage; the registered version is in the returned record and the model's event.
     """
 
-    template_fields = ("artifacts", "planned_dataset", "job_result", "dataset", "runtime", "bandwidth")
+    template_fields = (
+        "artifacts",
+        "planned_dataset",
+        "job_result",
+        "dataset",
+        "runtime",
+        "bandwidth",
+        "evaluation",
+    )
     operator_extra_links = (RunReportLink(),)
 
     def __init__(
@@ -77,21 +86,17 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         bandwidth: Any = None,
         promotion: PromotionRule | None = None,
         champion: Asset | None = None,
+        evaluation: Any = None,
         **kwargs: Any,
     ) -> None:
-        # What a promotion emits the champion's event through: a plain outlet would fire every run.
-        promotions = AssetAlias(name=f"{champion.name}_promotions") if champion else None
         if promotion is not None:
             if champion is None:
                 raise ValueError("a promotion rule needs the champion Asset its pointer is kept on")
             kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
-            kwargs["outlets"] = [*kwargs.get("outlets", []), promotions]
-            # Reading the pointer, deciding and moving it is one step: runs of the DAG take turns.
-            kwargs.setdefault("max_active_tis_per_dag", 1)
         super().__init__(**kwargs)
         self.promotion = promotion
         self.champion = champion
-        self.promotions = promotions
+        self.evaluation = evaluation
         self.artifacts = (
             artifacts.model_dump(mode="json") if isinstance(artifacts, ArtifactsPlan) else artifacts
         )
@@ -130,8 +135,15 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 run=self._run_info(context),
                 gate=gate,
             )
+            registered = self._register(context, plan, artifacts, dataset.version, job, runtime)
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
+        artifacts = artifacts.model_copy(
+            update={
+                "dataset_version": dataset.version,
+                "registered": registered.model_dump(mode="json") if registered else None,
+            }
+        )
         self.log.info("Published artifacts at %s (manifest %s)", artifacts.uri, artifacts.manifest_uri)
         RunReportLink().persist(context, artifacts.report_uri)
         self.log.info(
@@ -145,41 +157,97 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 "job_id": job.job_id,
                 # Every final metric the job reported: a pipeline's series are its own.
                 **{key: value for key, value in artifacts.metrics.items() if key.startswith("final_")},
+                **(
+                    {"model_version": registered.version, "registry_uri": registered.uri}
+                    if registered
+                    else {}
+                ),
             }
         if artifacts.promotion is not None:
-            self._conclude(context, Decision.model_validate(artifacts.promotion), artifacts, dataset.version)
+            decision = Decision.model_validate(artifacts.promotion)
+            self.log.info(
+                "Promotion gate (%s): %s: %s",
+                decision.basis,
+                ("PASSED, awaiting approval" if decision.needs_approval else "PASSED")
+                if decision.promoted
+                else "not promoted",
+                decision.reason,
+            )
         return artifacts.model_dump(mode="json")
 
     def _gate(self, context: Context) -> Callable[[dict[str, Any]], Decision] | None:
-        """The decision on this run's metrics against the champion as it is now; None without a rule."""
+        """The decision on this run's numbers against the champion as it is now; None without a rule.
+
+        With an evaluation record the numbers are its scores of both models on the same data; when
+        that job could not read the champion's outputs, the champion's recorded numbers stand in.
+        """
         rule, champion_asset = self.promotion, self.champion
         if rule is None or champion_asset is None:
             return None
         stored = context["asset_state_store"][champion_asset].get(CHAMPION_KEY)
         champion = Champion.model_validate(stored) if stored else None
         run = context["dag_run"]
-        return lambda metrics: decide(rule, metrics, champion, run.run_id, str(run.run_type.value))
+        evaluated = Comparison.model_validate(self.evaluation["comparison"]) if self.evaluation else None
+        if evaluated is not None and champion is not None and evaluated.champion_run_id != champion.run_id:
+            evaluated = evaluated.model_copy(
+                update={
+                    "champion": champion.metrics or None,
+                    "champion_run_id": champion.run_id,
+                    "basis": "recorded scores",
+                }
+            )
 
-    def _conclude(self, context: Context, decision: Decision, artifacts: ArtifactSet, version: str) -> None:
-        """Log the decision; on a promotion move the pointer and announce the champion."""
-        self.log.info(
-            "Promotion: %s: %s", "PROMOTED" if decision.promoted else "not promoted", decision.reason
-        )
-        if not decision.promoted or self.champion is None or self.promotions is None:
-            return
-        run_id = context["dag_run"].run_id
-        champion = Champion(run_id=run_id, dataset_version=version, artifacts=artifacts)
-        context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
-        context["outlet_events"][self.promotions].add(
-            self.champion,
-            extra={
-                "run_id": run_id,
-                "dataset_version": version,
-                "manifest_uri": artifacts.manifest_uri,
-                decision.metric: decision.candidate,
-                "replaced": decision.champion_run_id,
+        def gate(metrics: dict[str, Any]) -> Decision:
+            comparison = evaluated or Comparison.of_final_metrics(metrics, champion)
+            return decide(rule, comparison, run.run_id, str(run.run_type.value))
+
+        return gate
+
+    def _register(
+        self,
+        context: Context,
+        plan: ArtifactsPlan,
+        artifacts: ArtifactSet,
+        version: str,
+        job: JobResult,
+        runtime: BuiltImage,
+    ) -> RegisteredVersion | None:
+        """Register the published model as a candidate (once per DAG run, whatever the tries)."""
+        if plan.registry is None:
+            return None
+        from aliyun_training.model_registry import open_registry
+        from aliyun_training.model_registry.records import Candidate
+
+        decision = Decision.model_validate(artifacts.promotion) if artifacts.promotion else None
+        measured = decision.metrics if decision else artifacts.metrics
+        run = context["dag_run"]
+        candidate = Candidate(
+            run_id=run.run_id,
+            dag_id=run.dag_id,
+            dataset_version=version,
+            metrics={
+                k: float(v)
+                for k, v in measured.items()
+                if isinstance(v, int | float)
+                and not isinstance(v, bool)
+                and (decision or k.startswith("final_"))
             },
+            artifacts_uri=artifacts.uri,
+            manifest_uri=artifacts.manifest_uri,
+            job_id=job.job_id,
+            image=runtime.uri,
+            code_digest=plan.code_digest,
+            declaration=plan.declaration,
         )
+        # A RegistryError fails the try: the next one finds what this one may have registered.
+        registered = open_registry(plan.registry).register(candidate)
+        self.log.info(
+            "Registered the candidate as %s version %s (%s)",
+            registered.model,
+            registered.version,
+            registered.uri,
+        )
+        return registered
 
     def _run_info(self, context: Context) -> RunInfo:
         """This DAG run as the manifest records it; of its params only the trigger form's fields

@@ -186,7 +186,7 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
 
     def _spec(self) -> TrainingJobSpec:
         staged = validate_record(StagedDataset, self.dataset) if self.dataset else None
-        return self.plan.shaped(staged, _image_reference(self.image) if self.image else None)
+        return self.plan.shaped(staged, image_reference(self.image) if self.image else None)
 
     def _prepare(
         self, context: Context, announce: bool = True
@@ -652,7 +652,7 @@ def _gpu_hours(spec: TrainingJobSpec, status: JobStatus | None) -> float:
     return round(spec.nodes * spec.gpus_per_node * seconds / 3600, 6)
 
 
-def _image_reference(image: str | dict[str, Any]) -> str:
+def image_reference(image: str | dict[str, Any]) -> str:
     """The image to run, by digest when the image stage knows it: a tag can be pushed again (a forced
     rebuild) between verifying the image and running it; a digest cannot."""
     if isinstance(image, str):

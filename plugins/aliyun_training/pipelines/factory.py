@@ -19,10 +19,12 @@ from airflow.sdk import DAG, Asset, CronTriggerTimetable, TaskGroup, task
 from aliyun_training.declaration import PipelineBlock, PipelineDeclaration, declare, load_declaration
 from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
+from aliyun_training.operators.evaluation import EvaluationOperator
 from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator
 from aliyun_training.operators.plan import RunPlanOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.prepare import DatasetPrepareOperator
+from aliyun_training.operators.promotion import PromoteOperator
 from aliyun_training.operators.reconcile import StopRunJobs
 from aliyun_training.operators.recovery import FailureClassRetryPolicy
 from aliyun_training.operators.runtime import LocalRuntimeOperator
@@ -32,6 +34,7 @@ from aliyun_training.operators.upstream import Returned
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
+from aliyun_training.pipelines.watch import pipeline_schedule, take_landed_version, version_inlets
 from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.registry import backend_record
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
@@ -80,12 +83,16 @@ def _environment_dir(declaration: PipelineDeclaration, environment_dir: str | Pa
 def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
     settings = declaration.pipeline
     model = Asset(name=f"{declaration.model_name}_model", uri=f"model://{declaration.model_name}")
+    # Its state holds the champion pointer; its events announce promotions (operators.promotion).
+    champion = Asset(
+        name=f"{declaration.model_name}_champion", uri=f"model://{declaration.model_name}/champion"
+    )
     with DAG(
         dag_id=settings.dag_id,
         description=settings.description
         or f"Retrain {declaration.model_name} on {declaration.dataset.name}.",
         doc_md=_doc(declaration),
-        schedule=_timetable(settings),
+        schedule=pipeline_schedule(declaration, _timetable(settings), environment_dir),
         start_date=pendulum.datetime(
             settings.start_date.year, settings.start_date.month, settings.start_date.day, tz="UTC"
         )
@@ -106,9 +113,13 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         on_failure_callback=StopRunJobs(watched_backends(declaration, environment_dir)),
     ) as dag:
 
-        @task(multiple_outputs=True)
+        @task(multiple_outputs=True, inlets=version_inlets(declaration))
         def configure(
-            params: dict[str, Any], logical_date: Any = None, dag_run: Any = None
+            params: dict[str, Any],
+            logical_date: Any = None,
+            dag_run: Any = None,
+            triggering_asset_events: Any = None,
+            asset_state_store: Any = None,
         ) -> dict[str, Any]:
             """Plan and validate the whole run once; a bad value fails here, naming the field."""
             from aliyun_training.operators.plan import plan_for_task
@@ -116,6 +127,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             run_date: datetime = logical_date or dag_run.run_after
             # The scheduler's and a backfill's runs are the logical date's; a run_type enum equals its value.
             scheduled = getattr(dag_run, "run_type", None) in ("scheduled", "backfill")
+            if getattr(dag_run, "run_type", None) == "asset_triggered":
+                # A run its versions watcher started trains on the version that landed.
+                params = take_landed_version(params, declaration, triggering_asset_events, asset_state_store)
             return plan_for_task(params, run_date, scheduled, declaration, environment_dir)
 
         @task.branch
@@ -199,14 +213,29 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             bandwidth=Returned("check_rdma"),
             outlets=[model],
             promotion=declaration.promotion,
-            champion=Asset(
-                name=f"{declaration.model_name}_champion", uri=f"model://{declaration.model_name}/champion"
-            )
-            if declaration.promotion
-            else None,
+            champion=champion if declaration.promotion else None,
+            evaluation=Returned("evaluate") if declaration.evaluation else None,
             trigger_rule="none_failed_min_one_success",
         )
         branches = [show_plan, stage, runtime, build_image, wait_for_capacity, train, publish]
+        if declaration.evaluation:
+            # Scores the candidate and the champion on the same data, in the run's image.
+            (
+                train
+                >> EvaluationOperator(
+                    task_id="evaluate",
+                    evaluation=run["evaluation"],
+                    job_result=train.output,
+                    champion=champion,
+                    dataset=Returned("stage_dataset"),
+                    image=Returned("verify_image"),
+                    poll_interval=5,
+                    retry_policy=recovery,
+                )
+                >> publish
+            )
+        if declaration.promotion:
+            _promotion_steps(declaration, publish, train, run["artifacts"], champion)
         if declaration.dataset.prepare:
             # On a cloud backend the prepare job runs in the verified training image.
             prepare = DatasetPrepareOperator(
@@ -224,6 +253,40 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         build_image >> verify_image >> check_rdma
         [stage, runtime, wait_for_capacity, check_rdma] >> train
     return dag
+
+
+def _promotion_steps(
+    declaration: PipelineDeclaration,
+    publish: ArtifactsOperator,
+    train: TrainingJobOperator,
+    artifacts: Any,
+    champion: Asset,
+) -> None:
+    """publish >> [approve_promotion] >> promote: the pointer moves after the gate (and a person) passed."""
+    promote = PromoteOperator(
+        task_id="promote",
+        published=publish.output,
+        job_result=train.output,
+        artifacts=artifacts,
+        champion=champion,
+    )
+    rule = declaration.promotion
+    assert rule is not None
+    if rule.approval is None:
+        publish >> promote
+        return
+    from aliyun_training.operators.approval import PromotionApprovalOperator
+
+    (
+        publish
+        >> PromotionApprovalOperator(
+            task_id="approve_promotion",
+            published=publish.output,
+            approval=rule.approval,
+            model=declaration.model_name,
+        )
+        >> promote
+    )
 
 
 def _timetable(settings: PipelineBlock) -> CronTriggerTimetable | str | None:
@@ -258,5 +321,9 @@ the `{declaration.model_name}_model` Asset. Every run's dataset version, results
 6. **stage_dataset** — copy the version onto CPFS (or the local disk), verified, published atomically.
 7. **build_image / verify_image / check_rdma** (cloud) or **training_runtime** (local).
 8. **train** — the distributed job, monitored while deferred; stopped when the task is killed.
-9. **publish_artifacts** — checkpoints, metrics and a run report with a manifest, announced as an Asset.
+9. **evaluate** (when declared) — one job scores the candidate and the champion on the same data.
+10. **publish_artifacts** — checkpoints, metrics and a run report with a manifest, announced as an
+    Asset; the model is registered as a candidate and the promotion gate decides.
+11. **approve_promotion** (when declared) — a person approves the promotion in the UI.
+12. **promote** — the champion pointer (registry alias, champion Asset) moves to a model that passed.
 """

@@ -68,7 +68,12 @@ def plan_run(request: PlanRequest) -> RunPlan:
         fixed=fixed,
         kaniko_home=kaniko_home,
         preflight=PreflightPlan(),
-        raw=_raw_on_claim(request, env),
+        raw=_on_claim(env, request.raw.version, "the prepare stage reads raw versions")
+        if request.raw
+        else None,
+        evaluation_data=_on_claim(env, evaluated, "the evaluation reads its fixed version")
+        if (evaluated := _fixed_evaluation_version(request))
+        else None,
     )
 
 
@@ -94,17 +99,21 @@ def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
     return backend_config
 
 
-def _raw_on_claim(request: PlanRequest, env: AckEnvironment) -> tuple[DatasetMount | None, str] | None:
-    """A prepare job reads the raw version on the dataset claim, as the bare-metal guide keeps it."""
-    if request.raw is None:
-        return None
+def _on_claim(env: AckEnvironment, version: str, who: str) -> tuple[DatasetMount | None, str]:
+    """A prepare or evaluation job reads a version on the dataset claim, as the bare-metal guide
+    keeps raw ImageNet there: ``who`` says which, for the error."""
     if not env.data_pvc:
         raise SpecError(
-            "data_pvc: on ACK the prepare stage reads raw versions from the dataset claim "
-            "(fix: set data_pvc to the claim holding <mount_path>/<version>)"
+            f"data_pvc: on ACK {who} from the dataset claim (fix: set data_pvc to the claim holding "
+            "<mount_path>/<version>)"
         )
     mount = DatasetMount(uri=f"pvc://{env.data_pvc}", mount_path=env.mount_path)
-    return mount, f"{env.mount_path.rstrip('/')}/{request.raw.version}"
+    return mount, f"{env.mount_path.rstrip('/')}/{version}"
+
+
+def _fixed_evaluation_version(request: PlanRequest) -> str | None:
+    evaluation = request.declaration.evaluation
+    return evaluation.dataset_version if evaluation else None
 
 
 def _check_output_pvc(env: AckEnvironment) -> None:

@@ -16,6 +16,7 @@ from aliyun_training.environments import (
     require_settings,
 )
 from aliyun_training.form import TriggerFormError
+from aliyun_training.plan.evaluation import evaluation_plan
 from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
     ArtifactsPlan,
@@ -233,6 +234,7 @@ def artifacts_plan(request: PlanRequest, environment: CloudEnvironment) -> Artif
         outputs_root=output_bucket_uri(environment),
         unavailable=unavailable,
         alibaba_cloud_conn_id=environment.alibaba_cloud_conn_id,
+        registry=None if unavailable else request.registry_settings(environment),
     )
 
 
@@ -254,10 +256,12 @@ def cloud_run_plan(
     kaniko_home: dict[str, Any],
     preflight: PreflightPlan,
     raw: tuple[DatasetMount | None, str] | None = None,
+    evaluation_data: tuple[DatasetMount | None, str] | None = None,
 ) -> RunPlan:
     """A cloud run's plan from the parts its backend decided; the rest both backends plan alike.
 
-    ``raw`` is where a prepare job reads the raw version (its mount, if the job needs one, and path).
+    ``raw`` is where a prepare job reads the raw version (its mount, if the job needs one, and path);
+    ``evaluation_data`` where an evaluation job reads a fixed version, when one is declared.
     """
 
     prepare = cloud_prepare_plan(request, job, raw, environment.alibaba_cloud_conn_id) if raw else None
@@ -266,6 +270,7 @@ def cloud_run_plan(
         fixed=fixed,
         staging=staging,
         prepare=prepare,
+        evaluation=evaluation_plan(request, job, evaluation_data, environment.alibaba_cloud_conn_id),
         image=image_plan(request, environment, kaniko_home),
         rdma_check=rdma_check_plan(request.form, environment),
         preflight=preflight,

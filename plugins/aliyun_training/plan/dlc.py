@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
+from aliyun_training.plan.evaluation import mounted_evaluation_source
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.prepare import RAW_MOUNT_PATH
 from aliyun_training.plan.staging import no_source, staged_source, versions_directory
@@ -74,6 +75,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
         staging=staging,
         fixed=fixed,
         kaniko_home={},
+        evaluation_data=mounted_evaluation_source(request),
         preflight=PreflightPlan(
             lingjun_regions=env.lingjun_regions,
             zone_id=env.zone_id,

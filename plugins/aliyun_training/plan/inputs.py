@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.model_registry.records import RegistrySettings
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, JobPlan, RunPlan
 from aliyun_training.validation import SpecError
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from aliyun_training.declaration import PipelineDeclaration
+    from aliyun_training.environments import CloudEnvironment
     from aliyun_training.form import RunForm
     from aliyun_training.records import FixedDataset
     from aliyun_training.settings import LocalPaths
@@ -144,7 +146,33 @@ class PlanRequest:
             collect=declared.collect,
             report_metrics=declared.report_metrics,
             promotion=self.declaration.promotion,
+            code_digest=self.declaration.code_digest(self.declaration.training.command),
+            declaration=self.declaration.source,
             **settings,
+        )
+
+    def registry_settings(self, environment: CloudEnvironment | None = None) -> RegistrySettings:
+        """The declaration's model registry, resolved: the embedded MLflow store's URI under the local
+        root when none is named; PAI's in the cloud ``environment``'s workspace and region."""
+        from aliyun_training.model_registry.mlflow import embedded_tracking_uri
+
+        declared = self.declaration.registry
+        if declared.kind == "mlflow":
+            uri = declared.tracking_uri or embedded_tracking_uri(self.paths.mlflow)
+            return RegistrySettings(kind="mlflow", model=self.model, tracking_uri=uri)
+        workspace = getattr(environment, "workspace_id", None)
+        if environment is None or not workspace:
+            raise SpecError(
+                "registry.kind: PAI's model registry lives in a PAI workspace, which "
+                f"{self.form.backend.value} runs of {self.environment.name} do not name (fix: use kind: "
+                "mlflow for this backend, or set workspace_id in the environment file)"
+            )
+        return RegistrySettings(
+            kind="pai",
+            model=self.model,
+            workspace_id=workspace,
+            region=getattr(environment, "region", None),
+            alibaba_cloud_conn_id=environment.alibaba_cloud_conn_id,
         )
 
     @functools.cached_property
@@ -185,5 +213,6 @@ def job_tries(declaration: PipelineDeclaration) -> dict[str, int]:
         "verify_image": others,
         "check_rdma": others,
         "prepare_dataset": others,
+        "evaluate": others,
         "train": declaration.recovery.retries + 1,
     }

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import LocalEnvironment, load_local_environment
+from aliyun_training.plan.evaluation import evaluation_plan, fixed_evaluation_source
 from aliyun_training.plan.inputs import DatasetSources
 from aliyun_training.plan.models import (
     PreflightPlan,
@@ -38,15 +39,24 @@ def plan_run(request: PlanRequest) -> RunPlan:
     # DATA_DIR is set when the staged version is mounted (``spec.mount_staged``): where it was staged.
     spec = TrainingJobSpec.parse({**request.job, "working_dir": str(request.declaration.code_dir)})
     backend_config = local_backend_config(environment)
+    job = request.job_plan(spec, backend_config, output_root=str(paths.outputs))
+    fixed_source = fixed_evaluation_source(request)
     return request.run_plan(
-        job=request.job_plan(spec, backend_config, output_root=str(paths.outputs)),
+        job=job,
+        evaluation=evaluation_plan(
+            request, job, (None, fixed_source.removeprefix("file://")) if fixed_source else None, "local"
+        ),
         staging=StagingPlan(mode="direct", source_uri=source_uri, target_root=staging_root, version=version),
         prepare=prepare_plan(request, backend_config, lambda uri: uri.removeprefix("file://")),
         # A version still to be prepared is about as large as the raw one it is made of.
         preflight=PreflightPlan(
             source_uri=(request.raw or request.chosen).source_uri, target_root=staging_root
         ),
-        artifacts=request.artifacts_plan(artifact_root=str(paths.artifacts), outputs_root=str(paths.outputs)),
+        artifacts=request.artifacts_plan(
+            artifact_root=str(paths.artifacts),
+            outputs_root=str(paths.outputs),
+            registry=request.registry_settings(),
+        ),
     )
 
 

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.model_registry.records import RegistrySettings
 from aliyun_training.promotion import PromotionRule
 from aliyun_training.records import FixedDataset, StagedDataset, mount_staged
 from aliyun_training.registry import Backend
@@ -205,6 +206,20 @@ class PreparePlan(PlanPart):
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
 
 
+class EvaluationPlan(PlanPart):
+    """The job that scores the candidate and the champion in one run on the same data."""
+
+    #: One node running the declaration's evaluation command, writing where the training job writes.
+    job: JobPlan
+    #: The version both are scored on.
+    dataset_version: str
+    #: True: the version the run trained on, mounted as the training job mounts it (``EVAL_DATA_DIR``
+    #: is its ``DATA_DIR``); False: a fixed version, already in the job's ``EVAL_DATA_DIR``.
+    own_version: bool
+    #: The connection an ``oss://`` evaluation.json is read through.
+    alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+
+
 class ArtifactsPlan(PlanPart):
     """Where the run's artifact set is published, or why it cannot be."""
 
@@ -223,6 +238,12 @@ class ArtifactsPlan(PlanPart):
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
     #: The declaration's promotion gate, which publishing applies; None: every model is a candidate.
     promotion: PromotionRule | None = None
+    #: The model registry every candidate is registered in; None: this run publishes nothing.
+    registry: RegistrySettings | None = None
+    #: The lineage a registered candidate carries besides its run: the training code's digest and
+    #: the declaration file.
+    code_digest: str = ""
+    declaration: str | None = None
 
 
 class GpuHourPrice(PlanPart):
@@ -243,6 +264,7 @@ class RunPlan(PlanPart):
     job: JobPlan
     staging: StagingPlan | None = None
     prepare: PreparePlan | None = None
+    evaluation: EvaluationPlan | None = None
     #: None on the local backend, which trains in the worker's own runtime.
     image: ImagePlan | None = None
     rdma_check: RdmaCheckPlan | None = None

@@ -15,7 +15,6 @@ change of code prepares anew. Where the job reads and writes:
 
 from __future__ import annotations
 
-import hashlib
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.plan.inputs import DatasetChoice, PlanRequest
@@ -39,21 +38,9 @@ def derived_dataset(declaration: PipelineDeclaration, raw: DatasetChoice, templa
     prepare = declaration.dataset.prepare
     assert prepare is not None, "only a declaration with a prepare stage has a derived dataset"
     name = f"{raw.name}-{prepare.suffix}"
-    return DatasetChoice(name, f"{raw.version}.{code_digest(declaration)}", template)
-
-
-def code_digest(declaration: PipelineDeclaration) -> str:
-    """Twelve hex digits of the prepare command and every file of the code directory."""
-    digest = hashlib.sha256(declaration.render_prepare().encode())
-    root = declaration.code_dir
-    if not root.is_dir():
-        raise SpecError(
-            f"training.code_dir: {root} is not a folder (fix: point it at the training code, relative "
-            "to the declaration file)"
-        )
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
-        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
+    return DatasetChoice(
+        name, f"{raw.version}.{declaration.code_digest(declaration.render_prepare())}", template
+    )
 
 
 def prepare_plan(

@@ -38,6 +38,9 @@ PURPOSES = {
     "check_rdma": "measure the RDMA bandwidth between two nodes before the multi-node job",
     "prepare_dataset": "convert the raw version into the training version's shards",
     "train": "the training job",
+    "evaluate": "score the new model and the champion on the same data",
+    "publish_artifacts": "register the new model as a candidate in the model registry",
+    "promote": "move the registry's champion pointer to the new model",
 }
 #: Where a request acts, as its body says: the label and the path of each field that names a place.
 PLACES = (
@@ -154,8 +157,30 @@ def _summary(plan: RunPlan, requests: list[dict[str, Any]], ceiling: str) -> lis
         ("cost ceiling", f"{ceiling} (every try of every job below)"),
         ("requests", f"{len(requests)}: " + ", ".join(f"{len(list(g))} to {s}" for s, g in services)),
         ("outputs", plan.job.output_uri or plan.job.output_root or "the job's own output directory"),
+        ("evaluation", _evaluation_words(plan)),
+        (
+            "registry",
+            plan.artifacts.registry.where if plan.artifacts.registry else "none: nothing is published",
+        ),
         ("promotion", _promotion_words(plan.artifacts.promotion)),
     ]
+
+
+def _evaluation_words(plan: RunPlan) -> str:
+    """What the gate's numbers are measured by."""
+    evaluation = plan.evaluation
+    if evaluation is None:
+        return (
+            "none: the gate compares the training's final metrics, each run's on its own data "
+            "(weaker than scoring both models on the same data)"
+        )
+    spec = evaluation.job.spec
+    data = (
+        "the version the run trains on" if evaluation.own_version else f"version {evaluation.dataset_version}"
+    )
+    gpus = f", {spec.gpus_per_node} GPU" if spec.gpus_per_node else ""
+    size = f"{spec.cpu} CPU, {spec.memory_gib} GiB{gpus}"
+    return f"one job ({size}) scores the new model and the champion on {data}"
 
 
 def _promotion_words(rule: PromotionRule | None) -> str:

@@ -68,7 +68,8 @@ class PlannedJob:
 
 def planned_jobs(plan: RunPlan) -> list[PlannedJob]:
     """Every job the run may start, in order: the image's checks (a cloud run building or using a
-    fixed image), the prepare job (a declared prepare stage), then the training job."""
+    fixed image), the prepare job (a declared prepare stage), the training job, then the
+    evaluation job (a declared evaluation)."""
     image = planned_image(plan.image)
     tries = plan.job_tries
     checks: list[PlannedJob] = []
@@ -97,7 +98,93 @@ def planned_jobs(plan: RunPlan) -> list[PlannedJob]:
         checkpointed=plan.dataset.version,
         note=RESUME_NOTE,
     )
-    return [*checks, *prepare, train]
+    return [*checks, *prepare, train, *_evaluation_job(plan, image)]
+
+
+#: What the evaluation job is told only when it runs, where the dry run shows placeholders.
+EVALUATION_NOTE = (
+    "CANDIDATE_DIR is the training job's output directory and CHAMPION_DIR the champion's (empty "
+    "without one), as the job's nodes see them: both are known once the training job has run"
+)
+
+
+def _evaluation_job(plan: RunPlan, image: str | None) -> list[PlannedJob]:
+    if plan.evaluation is None:
+        return []
+    job = plan.evaluation.job
+    env = {"CANDIDATE_DIR": "<train's output directory>", "CHAMPION_DIR": "<the champion's, or empty>"}
+    if plan.evaluation.own_version:
+        env["EVAL_DATA_DIR"] = "<DATA_DIR: the version the run trained on>"
+    spec = job.spec.model_copy(update={"image": image or job.spec.image, "env": {**job.spec.env, **env}})
+    return [PlannedJob("evaluate", job, spec, plan.job_tries.get("evaluate", 1), note=EVALUATION_NOTE)]
+
+
+def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
+    """What publishing and promoting ask of the model registry: register the candidate (every run
+    that publishes), then move the champion pointer (only when the gate, and an approver, pass it)."""
+    registry = plan.artifacts.registry
+    if registry is None:
+        return []
+    model, gate = registry.model, plan.artifacts.promotion
+    lineage = "run_id, dag_id, dataset_version, manifest_uri, job_id, image, code_digest, declaration"
+    promote_note = "only when the gate passes the candidate" + (
+        " and a person approves it" if gate and gate.approval else ""
+    )
+    if registry.kind == "mlflow":
+        registered = [
+            PlannedRequest(
+                "mlflow",
+                "create_model_version",
+                {
+                    "name": model,
+                    "source": "<the published artifact set>",
+                    "tags": f"lineage.* ({lineage}), metric.*",
+                },
+                "publish_artifacts",
+                note=f"at {registry.tracking_uri}; skipped when the run's version exists (a retry)",
+            ),
+            PlannedRequest(
+                "mlflow",
+                "set_registered_model_alias",
+                {"name": model, "alias": "challenger"},
+                "publish_artifacts",
+            ),
+        ]
+        moved = [
+            PlannedRequest(
+                "mlflow",
+                "set_registered_model_alias",
+                {"name": model, "alias": "champion"},
+                "promote",
+                note=promote_note,
+            )
+        ]
+    else:
+        workspace = {"WorkspaceId": registry.workspace_id, "ModelName": model}
+        registered = [
+            PlannedRequest(
+                "aiworkspace",
+                "CreateModelVersion",
+                {
+                    **workspace,
+                    "Uri": "<the published artifact set>",
+                    "Labels": lineage,
+                    "ApprovalStatus": "Pending",
+                },
+                "publish_artifacts",
+                note="skipped when a version labelled with the run's id exists (a retry)",
+            )
+        ]
+        moved = [
+            PlannedRequest(
+                "aiworkspace",
+                "CreateModelVersionLabels / UpdateModelVersion",
+                {**workspace, "Labels": "champion=true", "ApprovalStatus": "Approved"},
+                "promote",
+                note=promote_note + "; the label leaves the previous champion",
+            )
+        ]
+    return [*registered, *(moved if gate else [])]
 
 
 def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]:
@@ -116,7 +203,7 @@ def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]
     }
     images = [*builds, *jobs.pop("verify_image", []), *jobs.pop("check_rdma", [])]
     staging = staging_requests(plan.staging) if plan.staging else []
-    train = jobs.pop("train")
+    train = [*jobs.pop("train"), *jobs.pop("evaluate", []), *registry_requests(plan)]
     if plan.prepare is None:
         return [*staging, *images, *train]
     return [*images, *jobs.pop("prepare_dataset"), *staging, *train]

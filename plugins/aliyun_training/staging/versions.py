@@ -264,3 +264,29 @@ def mark_prepared(output_uri: str, alibaba_cloud_conn_id: str, record: dict[str,
         return
     bucket, prefix = _oss_folder(output_uri, alibaba_cloud_conn_id, field="output_uri", enable_crc=True)
     bucket.put_object(f"{prefix}{PREPARED_MARKER}", body)
+
+
+def read_json_object(folder: str, name: str, alibaba_cloud_conn_id: str, *, field: str) -> Any:
+    """The JSON document ``name`` in ``folder`` (a local folder or an ``oss://`` one), or None when
+    it is not there; a document that is not JSON raises SpecError naming it."""
+    where = folder.rstrip("/") + "/" + name
+    if not folder.startswith("oss://"):
+        path = _local_folder(folder) / name
+        body = path.read_bytes() if path.is_file() else None
+    else:
+        bucket, prefix = _oss_folder(folder.rstrip("/") + "/", alibaba_cloud_conn_id, field=field)
+        import oss2
+
+        from aliyun_training.staging.oss import oss_errors
+
+        with oss_errors(folder, field, f"reading {name} in", "oss:GetObject"):
+            try:
+                body = bucket.get_object(prefix + name).read()
+            except oss2.exceptions.NoSuchKey:
+                body = None
+    if body is None:
+        return None
+    try:
+        return json.loads(body)
+    except ValueError as exc:
+        raise SpecError(f"{field}: {where} is not JSON ({exc})") from None

@@ -1,0 +1,79 @@
+"""A person approves a promotion before the pointer moves (Airflow's human-in-the-loop approval).
+
+Imported only by pipelines whose promotion rule asks for approval: the HITL operators live in the
+standard provider, which a pipeline without approval never needs.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from aliyun_training.promotion import Approval, Decision
+from aliyun_training.records import ArtifactSet
+from aliyun_training.validation import validate_record
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class PromotionApprovalOperator(ApprovalOperator):
+    """Ask for approval of a candidate the gate passed, showing the comparison; skip otherwise.
+
+    The task waits in Airflow's ``awaiting_input`` state, holding no worker slot. Approve lets the
+    ``promote`` task move the pointer; Reject, or no answer within ``approval.timeout_hours`` (the
+    default answer is Reject), skips it: the run still succeeds, with its candidate registered.
+
+    :param published: the publish task's ArtifactSet record (an XComArg).
+    :param approval: the promotion rule's ``Approval``.
+    """
+
+    template_fields = (*ApprovalOperator.template_fields, "published")
+
+    def __init__(self, *, published: Any, approval: Approval, model: str, **kwargs: Any) -> None:
+        super().__init__(
+            subject=f"Promote the new {model} model to champion?",
+            defaults=ApprovalOperator.REJECT,
+            response_timeout=timedelta(hours=approval.timeout_hours),
+            assigned_users=[{"id": user, "name": user} for user in approval.approvers] or None,
+            **kwargs,
+        )
+        self.published = published
+
+    def execute(self, context: Context) -> Any:
+        record = validate_record(ArtifactSet, self.published) if self.published else None
+        decision = Decision.model_validate(record.promotion) if record and record.promotion else None
+        if decision is None or not decision.needs_approval:
+            raise AirflowSkipException(
+                decision.reason if decision else "nothing was published: there is nothing to approve"
+            )
+        self.body = approval_body(decision, record)
+        return super().execute(context)
+
+
+def approval_body(decision: Decision, record: ArtifactSet | None) -> str:
+    """The comparison in Markdown, as the approver reads it in the UI."""
+    rows = [
+        f"| {decision.metric} | {_value(decision.candidate)} | {_value(decision.champion)} |",
+        *(f"| {g.metric} (guard) | {_value(g.value)} | |" for g in decision.guards),
+    ]
+    registered = (record.registered or {}).get("uri") if record else None
+    return "\n".join(
+        [
+            f"**Gate passed** ({decision.basis}): {decision.reason}.",
+            "",
+            f"| metric | candidate | champion ({decision.champion_run_id or 'none'}) |",
+            "|---|---|---|",
+            *rows,
+            "",
+            f"Dataset version: {record.dataset_version if record else '?'}; "
+            f"registered as {registered or '-'}; report: {record.report_uri if record else '-'}",
+        ]
+    )
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.6g}"

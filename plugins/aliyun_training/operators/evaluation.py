@@ -1,0 +1,222 @@
+"""Score the candidate and the champion in one job, on the same data, before the gate compares them."""
+
+from __future__ import annotations
+
+from pathlib import PurePosixPath
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from aliyun_training.operators.training import TrainingJobOperator, image_reference
+from aliyun_training.plan.models import EvaluationPlan, JobPlan
+from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison
+from aliyun_training.records import JobResult, StagedDataset
+from aliyun_training.registry import backend_record
+from aliyun_training.validation import SpecError, validate_record
+
+if TYPE_CHECKING:
+    from airflow.sdk import Asset, Context
+
+    from aliyun_training.backends.base import TrainingBackend
+    from aliyun_training.monitor import JobOutcome
+    from aliyun_training.spec import TrainingJobSpec
+
+#: What the evaluation command writes into its OUTPUT_DIR.
+EVALUATION_FILE = "evaluation.json"
+#: The task state key of what the first try chose to score (a retry scores the same models).
+INPUTS_KEY = "evaluation_inputs"
+
+
+class EvaluationInputs(BaseModel):
+    """Where the job reads the candidate and the champion, as its nodes see them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    candidate_dir: str
+    champion_dir: str = ""
+    champion_run_id: str | None = None
+
+
+class EvaluationOperator(TrainingJobOperator):
+    """Run the declaration's evaluation job; return its scores (``comparison``: a ``Comparison``),
+    the version they were measured on and the job's id.
+
+    The job runs on the run's backend like the prepare job (deferred while it runs, stopped when
+    the task is killed) with ``CANDIDATE_DIR`` (the training job's outputs), ``CHAMPION_DIR`` (the
+    champion's job outputs, read from the champion Asset's state; empty without a champion, or when
+    they are not under this environment's outputs any more) and ``EVAL_DATA_DIR``. The champion is
+    chosen once, at the first try, and kept in the task's state: a retry scores the same two models.
+
+    :param evaluation: the run plan's ``EvaluationPlan`` (templated); None skips the task.
+    :param job_result: the training task's JobResult (an XComArg): the candidate.
+    :param champion: the Asset whose state holds the champion pointer (an inlet).
+    """
+
+    template_fields = (*TrainingJobOperator.template_fields, "evaluation", "job_result")
+    ui_color = "#b39ddb"
+    resumable = False
+
+    def __init__(
+        self,
+        *,
+        evaluation: EvaluationPlan | dict[str, Any] | None,
+        job_result: Any,
+        champion: Asset,
+        **kwargs: Any,
+    ) -> None:
+        kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
+        super().__init__(job={}, **kwargs)
+        self.evaluation = (
+            evaluation.model_dump(mode="json") if isinstance(evaluation, EvaluationPlan) else evaluation
+        )
+        self.job_result = job_result
+        self.champion = champion
+        self._inputs: EvaluationInputs | None = None
+
+    @property
+    def evaluated(self) -> EvaluationPlan:
+        assert self.evaluation is not None, "execute skips a run planned without an evaluation"
+        return validate_record(EvaluationPlan, self.evaluation)
+
+    @property
+    def plan(self) -> JobPlan:
+        return self.evaluated.job
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.evaluation:
+            raise AirflowSkipException("the pipeline declares no evaluation: the gate reads final metrics")
+        if not self.job_result:
+            raise AirflowSkipException("the training task did not run: there is nothing to evaluate")
+        plan = self.plan
+        if backend_record(plan.spec.backend).cloud and not plan.output_uri:
+            # The job's nodes, and what they wrote, are gone: publishing skips for the same reason.
+            raise AirflowSkipException(
+                "the training job's outputs are not kept (output_uri is blank in the environment file): "
+                "there is nothing to evaluate"
+            )
+        return super().execute(context)
+
+    def _prepare(
+        self, context: Context, announce: bool = True
+    ) -> tuple[TrainingJobSpec, TrainingBackend, str]:
+        self._inputs = self._chosen_inputs(context)
+        return super()._prepare(context, announce)
+
+    def _spec(self) -> TrainingJobSpec:
+        plan, inputs = self.evaluated, self._inputs
+        assert inputs is not None, "_prepare chooses the inputs first"
+        staged = validate_record(StagedDataset, self.dataset) if self.dataset and plan.own_version else None
+        spec = plan.job.shaped(staged, image_reference(self.image) if self.image else None)
+        env = {"CANDIDATE_DIR": inputs.candidate_dir, "CHAMPION_DIR": inputs.champion_dir}
+        if plan.own_version:
+            env["EVAL_DATA_DIR"] = spec.env.get("DATA_DIR", "")
+        return spec.model_copy(update={"env": {**spec.env, **env}})
+
+    def _chosen_inputs(self, context: Context) -> EvaluationInputs:
+        """The models this task scores: the first try's choice, else the candidate and the
+        champion as they are now."""
+        store = context["task_state_store"]
+        kept = store.get(INPUTS_KEY)
+        if kept:
+            return EvaluationInputs.model_validate(kept)
+        candidate = validate_record(JobResult, self.job_result)
+        stored = context["asset_state_store"][self.champion].get(CHAMPION_KEY)
+        champion = Champion.model_validate(stored) if stored else None
+        champion_dir = self._node_path(champion.outputs_uri) if champion and champion.outputs_uri else None
+        if champion and champion_dir is None:
+            self.log.warning(
+                "The champion (%s) wrote to %s, which this run's jobs do not mount: only the candidate is "
+                "scored, and the gate compares with the champion's recorded metrics",
+                champion.run_id,
+                champion.outputs_uri,
+            )
+        inputs = EvaluationInputs(
+            candidate_dir=self._node_path(candidate.output_uri) or "",
+            champion_dir=champion_dir or "",
+            champion_run_id=champion.run_id if champion_dir and champion else None,
+        )
+        if not inputs.candidate_dir:
+            raise AirflowFailException(
+                f"output_uri: the training job {candidate.job_id} wrote to {candidate.output_uri}, which the "
+                "evaluation job does not mount (fix: jobs must write under the environment's output_uri)"
+            )
+        store.set(INPUTS_KEY, inputs.model_dump())
+        return inputs
+
+    def _node_path(self, uri: str | None) -> str | None:
+        """``uri`` (an ``oss://`` location under the mounted output_uri, or a local path) as the
+        evaluation job's node sees it; None when it is not under this run's outputs."""
+        plan = self.plan
+        if not uri:
+            return None
+        if plan.output_uri and plan.output_root:
+            root = plan.output_uri.rstrip("/") + "/"
+            if not uri.startswith(root):
+                return None
+            return str(PurePosixPath(plan.output_root) / uri.removeprefix(root).rstrip("/"))
+        if uri.startswith("oss://"):
+            return None
+        inside = plan.output_root is None or PurePosixPath(uri).is_relative_to(plan.output_root)
+        return uri.rstrip("/") if inside else None
+
+    def _finish(
+        self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
+    ) -> dict[str, Any]:
+        from aliyun_training.staging.versions import read_json_object
+
+        result = super()._finish(context, spec, backend, outcome)
+        inputs, plan = self._inputs, self.evaluated
+        assert inputs is not None
+        folder = result.get("output_uri") or spec.output_dir or ""
+        try:
+            document = read_json_object(
+                folder, EVALUATION_FILE, plan.alibaba_cloud_conn_id, field="output_uri"
+            )
+            comparison = _comparison(document, inputs, folder)
+        except SpecError as exc:
+            raise AirflowFailException(str(exc)) from None
+        self.log.info(
+            "Evaluated on %s: candidate %s; champion %s %s",
+            plan.dataset_version,
+            comparison.candidate,
+            comparison.champion_run_id or "(none)",
+            comparison.champion if comparison.champion is not None else "",
+        )
+        return {
+            "comparison": comparison.model_dump(mode="json"),
+            "dataset_version": plan.dataset_version,
+            "job_id": result["job_id"],
+        }
+
+
+def _comparison(document: Any, inputs: EvaluationInputs, folder: str) -> Comparison:
+    """evaluation.json as the gate reads it; a missing or malformed one names what to write."""
+    where = f"{folder.rstrip('/')}/{EVALUATION_FILE}"
+    shape = '{"candidate": {"<metric>": <number>}, "champion": {"<metric>": <number>} or null}'
+    if not isinstance(document, dict):
+        raise SpecError(f"evaluation.command: it wrote no {where} (fix: write {shape})")
+    champion = document.get("champion") if inputs.champion_run_id else None
+    if inputs.champion_run_id and not isinstance(champion, dict):
+        raise SpecError(
+            f"evaluation.command: {where} has no champion scores although CHAMPION_DIR was given (fix: "
+            f"score $CHAMPION_DIR too and write {shape})"
+        )
+    try:
+        return Comparison(
+            candidate=_numbers(document.get("candidate")),
+            champion=_numbers(champion) if champion is not None else None,
+            champion_run_id=inputs.champion_run_id,
+            basis="evaluation",
+        )
+    except (ValidationError, ValueError) as exc:
+        raise SpecError(f"evaluation.command: {where} is not {shape} ({exc})") from None
+
+
+def _numbers(scores: Any) -> dict[str, float]:
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError("each model's scores are a non-empty object of numbers")
+    bad = [k for k, v in scores.items() if isinstance(v, bool) or not isinstance(v, int | float)]
+    if bad:
+        raise ValueError(f"{bad} are not numbers")
+    return {key: float(value) for key, value in scores.items()}

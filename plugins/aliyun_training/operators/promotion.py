@@ -1,0 +1,129 @@
+"""Move the champion pointer to a run's model once the gate (and, if declared, a person) passed it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from airflow.sdk import Asset, AssetAlias, BaseOperator
+from airflow.sdk.exceptions import AirflowSkipException
+
+from aliyun_training.model_registry.records import RegisteredVersion
+from aliyun_training.plan.models import ArtifactsPlan
+from aliyun_training.promotion import CHAMPION_KEY, Champion, Decision
+from aliyun_training.records import ArtifactSet, JobResult
+from aliyun_training.validation import validate_record
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+
+class PromoteOperator(BaseOperator):
+    """Make the published candidate the champion when its gate decided so: compare and set.
+
+    The pointer lives in the champion Asset's state and in the model registry (MLflow's
+    ``champion`` alias, PAI's ``champion`` label). This task moves both only if the champion is
+    still the one the gate compared with: a run that waited (for an approval, say) while another
+    run promoted its model is not promoted over a champion it was never compared with. One
+    task of the DAG runs at a time, so reading and moving the pointer is one step.
+
+    Idempotent: the registry is moved first and is a no-op when already there; a retry after the
+    state was set finds this run the champion and neither moves nor announces anything again. The
+    champion Asset gets an event, through an AssetAlias, only when the pointer moves, carrying the
+    model version, its metrics and the registry URI, so a deployment DAG scheduled on it runs on
+    real promotions only.
+
+    :param published: the publish task's ArtifactSet record (an XComArg); None skips.
+    :param job_result: the training task's JobResult: where the new champion's job wrote.
+    :param artifacts: the run plan's ``ArtifactsPlan`` (its registry).
+    :param champion: the champion Asset.
+    """
+
+    template_fields = ("published", "job_result", "artifacts")
+    ui_color = "#ffe082"
+
+    def __init__(
+        self, *, published: Any, job_result: Any, artifacts: Any, champion: Asset, **kwargs: Any
+    ) -> None:
+        self.promotions = AssetAlias(name=f"{champion.name}_promotions")
+        kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
+        kwargs["outlets"] = [*kwargs.get("outlets", []), self.promotions]
+        kwargs.setdefault("max_active_tis_per_dag", 1)
+        super().__init__(**kwargs)
+        self.published = published
+        self.job_result = job_result
+        self.artifacts = artifacts
+        self.champion = champion
+
+    def execute(self, context: Context) -> dict[str, Any]:
+        if not self.published:
+            raise AirflowSkipException("nothing was published: there is no candidate to promote")
+        published = validate_record(ArtifactSet, self.published)
+        if published.promotion is None:
+            raise AirflowSkipException("the pipeline declares no promotion rule")
+        decision = Decision.model_validate(published.promotion)
+        run_id = context["dag_run"].run_id
+        if not decision.promoted:
+            self.log.info("Not promoted: %s", decision.reason)
+            return {"promoted": False, "run_id": run_id, "reason": decision.reason}
+        state = context["asset_state_store"][self.champion]
+        stored = state.get(CHAMPION_KEY)
+        current = Champion.model_validate(stored) if stored else None
+        if current is not None and current.run_id == run_id:
+            self.log.info("This run's model is the champion already (a retry): nothing to move")
+            return self._record(run_id, "already the champion", current.registered, decision.champion_run_id)
+        if (current.run_id if current else None) != decision.champion_run_id:
+            reason = (
+                f"the champion changed to {current.run_id if current else 'none'} after the gate compared "
+                f"with {decision.champion_run_id or 'none'}: not promoted (clear evaluate to compare again)"
+            )
+            self.log.warning("Not promoted: %s", reason)
+            return {"promoted": False, "run_id": run_id, "reason": reason}
+        registered = RegisteredVersion.model_validate(published.registered) if published.registered else None
+        if registered is not None:
+            plan = validate_record(ArtifactsPlan, self.artifacts)
+            assert plan.registry is not None, "a registered candidate has a registry"
+            from aliyun_training.model_registry import open_registry
+
+            open_registry(plan.registry).promote(registered)
+        job = validate_record(JobResult, self.job_result) if self.job_result else None
+        champion = Champion(
+            run_id=run_id,
+            dataset_version=published.dataset_version,
+            artifacts=published,
+            metrics=decision.metrics,
+            outputs_uri=job.output_uri if job else None,
+            registered=registered,
+        )
+        state.set(CHAMPION_KEY, champion.model_dump(mode="json"))
+        context["outlet_events"][self.promotions].add(
+            self.champion,
+            extra={
+                "run_id": run_id,
+                "dataset_version": champion.dataset_version,
+                "manifest_uri": published.manifest_uri,
+                "model_version": registered.version if registered else None,
+                "registry_uri": registered.uri if registered else None,
+                "metrics": decision.metrics,
+                "replaced": decision.champion_run_id,
+            },
+        )
+        self.log.info(
+            "PROMOTED: %s is the champion (%s), replacing %s",
+            run_id,
+            registered.uri if registered else published.uri,
+            decision.champion_run_id or "nothing",
+        )
+        return self._record(run_id, decision.reason, registered, decision.champion_run_id)
+
+    @staticmethod
+    def _record(
+        run_id: str, reason: str, registered: RegisteredVersion | None, replaced: str | None
+    ) -> dict[str, Any]:
+        return {
+            "promoted": True,
+            "run_id": run_id,
+            "reason": reason,
+            "model_version": registered.version if registered else None,
+            "registry_uri": registered.uri if registered else None,
+            "replaced": replaced,
+        }
