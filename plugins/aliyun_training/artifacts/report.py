@@ -226,6 +226,20 @@ def _bandwidth_row(check: dict[str, Any] | None) -> list[tuple[str, str]]:
     return [("RDMA bandwidth", escape(f"{check['verdict']}: {check['tool']}, {check['message']}"))]
 
 
+#: How a promotion gate's numbers were measured (``Decision.basis``), as a person reads it.
+BASIS_TEXT = {
+    "evaluation": "scored on the same data by the evaluation job",
+    "recorded scores": "the champion's recorded scores (the evaluation job could not read it)",
+    "final metrics": "each run's own final metrics",
+}
+
+
+def comparison_basis(decision: dict[str, Any]) -> str:
+    """What the gate compared, in words (a decision from before ``basis`` compared final metrics)."""
+    basis = str(decision.get("basis") or "final metrics")
+    return BASIS_TEXT.get(basis, basis)
+
+
 def _promotion_section(decision: dict[str, Any] | None) -> str:
     """The promotion gate's decision beside the champion it was compared with, when declared."""
     if not decision:
@@ -248,6 +262,7 @@ def _promotion_section(decision: dict[str, Any] | None) -> str:
                 )
             ),
         ),
+        ("Compared on", escape(comparison_basis(decision))),
         *(
             (
                 f"guard {guard['metric']}",

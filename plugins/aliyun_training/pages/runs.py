@@ -21,10 +21,26 @@ if TYPE_CHECKING:
 CONFIGURE_TASK = "configure"
 PLAN_TASK = "show_plan"
 PUBLISH_TASK = "publish_artifacts"
+PROMOTE_TASK = "promote"
+APPROVE_TASK = "approve_promotion"
 #: The XCom every task's return value is stored under.
 RETURN_VALUE = "return_value"
 #: The tag every DAG built from a pipeline declaration carries, and no other DAG of the package.
 PIPELINE_TAG = "training"
+#: The tasks whose records count only once they succeeded: a cleared one still holds its old XCom.
+_SUCCEEDED_ONLY = (PUBLISH_TASK, PROMOTE_TASK)
+#: The states of a task that has not finished (yet): an approval waits in the last three.
+_UNFINISHED = {"none", "scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting"}
+_AWAITING = {"awaiting_input", "deferred", "running"}
+
+#: What a run did to the champion, as the pipeline page labels it.
+CHAMPION, HELD, NOT_APPROVED, AWAITING_APPROVAL, PENDING = (
+    "champion",
+    "held",
+    "not approved",
+    "awaiting approval",
+    "pending",
+)
 
 
 class PageNotFound(LookupError):
@@ -48,6 +64,67 @@ class RunRow:
     has_plan: bool = False
     #: The promotion gate's decision (``promotion.Decision`` as JSON), when the pipeline has one.
     promotion: dict[str, Any] | None = None
+    #: The model registry's version of the run's model (``RegisteredVersion`` as JSON).
+    registered: dict[str, Any] | None = None
+    #: What the ``promote`` task returned: ``promoted`` true only where the pointer moved to this run.
+    promoted: dict[str, Any] | None = None
+    #: The states of the ``promote`` and ``approve_promotion`` tasks (None: the run has no such task).
+    promote_state: str | None = None
+    approval_state: str | None = None
+
+
+@dataclass(frozen=True)
+class ChampionAfter:
+    """Which run's model was the champion once ``run`` had run (``champion`` its row, when listed)."""
+
+    run: RunRow
+    champion_run_id: str | None
+    champion: RunRow | None
+    #: Whether this run moved the pointer.
+    changed: bool
+
+
+def promotion_status(row: RunRow) -> tuple[str, str] | None:
+    """What the run did to the champion and why (the gate's reason); None where there is no gate.
+
+    Only ``promote``'s record moves the pointer: a gate that passed a model leaves it a candidate
+    until a person approves it (where the rule asks) and ``promote`` succeeds. A run from before
+    the promote task existed (it has none, and is over) was promoted by its gate's decision alone.
+    """
+    decision = row.promotion
+    if not decision:
+        return None
+    reason = str(decision.get("reason", ""))
+    if row.promoted is not None:
+        return (CHAMPION if row.promoted.get("promoted") else HELD), str(row.promoted.get("reason", reason))
+    if not decision.get("promoted"):
+        return HELD, reason
+    if row.approval_state in _AWAITING:
+        return AWAITING_APPROVAL, f"the gate passed it ({reason}); it waits for a person to approve"
+    if decision.get("needs_approval") and row.promote_state == "skipped":
+        return NOT_APPROVED, f"the gate passed it ({reason}), but it was rejected or not answered in time"
+    if row.promote_state is None and row.state not in ("queued", "running"):
+        return CHAMPION, reason
+    if row.promote_state is None or row.promote_state in _UNFINISHED:
+        return PENDING, f"the gate passed it ({reason}); promote has not run yet"
+    return HELD, f"the gate passed it ({reason}), but promote ended {row.promote_state}"
+
+
+def champions_after(rows: list[RunRow]) -> list[ChampionAfter]:
+    """Oldest first, the champion after each run the gate decided on (``rows`` newest first): a
+    promotion makes the run the champion, any other outcome leaves the one before it. Before the
+    first promotion listed, the champion is the one the oldest run's gate compared with."""
+    decided = [row for row in reversed(rows) if row.promotion]
+    by_id = {row.run_id: row for row in decided}
+    current: str | None = (decided[0].promotion or {}).get("champion_run_id") if decided else None
+    timeline = []
+    for row in decided:
+        status = promotion_status(row)
+        changed = status is not None and status[0] == CHAMPION and current != row.run_id
+        if status is not None and status[0] == CHAMPION:
+            current = row.run_id
+        timeline.append(ChampionAfter(row, current, by_id.get(current) if current else None, changed))
+    return timeline
 
 
 def pipeline_dag_ids(session: Session) -> list[str]:
@@ -74,6 +151,10 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
     ).all()
     run_ids = [run.run_id for run in runs]
     values = _returned(session, dag_id, run_ids)
+    states = _states(session, dag_id, run_ids, [*_SUCCEEDED_ONLY, APPROVE_TASK])
+    for run_id, task_id, key in list(values):
+        if task_id in _SUCCEEDED_ONLY and states.get((run_id, task_id)) != "success":
+            del values[(run_id, task_id, key)]
     rows = []
     for run in runs:
         published = values.get((run.run_id, PUBLISH_TASK, RETURN_VALUE)) or {}
@@ -95,6 +176,10 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
                 },
                 has_report=bool(published.get("report_uri")),
                 promotion=published.get("promotion"),
+                registered=published.get("registered"),
+                promoted=values.get((run.run_id, PROMOTE_TASK, RETURN_VALUE)),
+                promote_state=states.get((run.run_id, PROMOTE_TASK)),
+                approval_state=states.get((run.run_id, APPROVE_TASK)),
                 has_plan=(run.run_id, PLAN_TASK, RETURN_VALUE) in values,
             )
         )
@@ -144,7 +229,12 @@ def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[s
         session,
         dag_id,
         run_ids,
-        [(CONFIGURE_TASK, "backend"), (CONFIGURE_TASK, "dataset"), (PUBLISH_TASK, RETURN_VALUE)],
+        [
+            (CONFIGURE_TASK, "backend"),
+            (CONFIGURE_TASK, "dataset"),
+            (PUBLISH_TASK, RETURN_VALUE),
+            (PROMOTE_TASK, RETURN_VALUE),
+        ],
     )
     from airflow.models.xcom import XComModel
     from sqlalchemy import select
@@ -159,6 +249,27 @@ def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[s
         )
     ).scalars()
     return found | {(run_id, PLAN_TASK, RETURN_VALUE): True for run_id in planned}
+
+
+def _states(
+    session: Session, dag_id: str, run_ids: list[str], task_ids: list[str]
+) -> dict[tuple[str, str], str]:
+    """``(run_id, task_id) -> state`` ("none" before it was scheduled) of the runs' unmapped
+    instances of ``task_ids``; a run without such a task has no entry."""
+    from airflow.models.taskinstance import TaskInstance
+    from sqlalchemy import select
+
+    if not run_ids:
+        return {}
+    rows = session.execute(
+        select(TaskInstance.run_id, TaskInstance.task_id, TaskInstance.state).where(
+            TaskInstance.dag_id == dag_id,
+            TaskInstance.run_id.in_(run_ids),
+            TaskInstance.task_id.in_(task_ids),
+            TaskInstance.map_index == -1,
+        )
+    ).all()
+    return {(run_id, task_id): str(state or "none") for run_id, task_id, state in rows}
 
 
 def _xcoms(
