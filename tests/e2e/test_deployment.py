@@ -167,6 +167,14 @@ def test_a_backfill_over_three_weeks_stages_trains_and_publishes_each_with_one_i
     assert len(decisions) == 3 and not any(d["promoted"] for d in decisions)
     assert all("backfill" in d["reason"] for d in decisions)
     assert len(airflow.asset_events("cifar10_champion")) == champions
+    # Each is a version in the (embedded) MLflow registry, with its week, and none is the champion.
+    from mlflow.tracking import MlflowClient
+
+    store = f"sqlite:///{airflow.home.parent / 'local' / 'mlflow' / 'mlflow.db'}"
+    registered = MlflowClient(tracking_uri=store).search_model_versions("name = 'cifar10'")
+    backfilled = [v for v in registered if v.tags["lineage.dataset_version"] in weeks]
+    assert sorted(v.tags["lineage.dataset_version"] for v in backfilled) == weeks
+    assert not any("champion" in v.aliases for v in backfilled)
     assert account.builds("train-weekly") == 1, "the image was built once"
 
 

@@ -16,8 +16,9 @@ def _settings(folder: Path, model: str = "digits") -> RegistrySettings:
     return RegistrySettings(kind="mlflow", model=model, tracking_uri=embedded_tracking_uri(folder))
 
 
-def _candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
+def _candidate(run_id: str, accuracy: float = 0.9, installation: str = "team-a") -> Candidate:
     return Candidate(
+        installation=installation,
         run_id=run_id,
         dag_id="digits_retrain",
         dataset_version="2026-11-22",
@@ -30,7 +31,9 @@ def _candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
     )
 
 
-def test_a_candidate_is_registered_once_per_run_whatever_its_run_id_holds(tmp_path: Path) -> None:
+def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_run_id_holds(
+    tmp_path: Path,
+) -> None:
     registry = open_registry(_settings(tmp_path))
     odd = "manual__2026-11-22T00:00:00+00:00 it's \"quoted\" and tags.x = 'y'"
 
@@ -38,8 +41,10 @@ def test_a_candidate_is_registered_once_per_run_whatever_its_run_id_holds(tmp_pa
     again = registry.register(_candidate(odd, accuracy=0.1))  # a retry of the same run
     other = registry.register(_candidate("scheduled__2026-11-29"))
 
+    elsewhere = registry.register(_candidate(odd, installation="team-b"))  # another deployment's run
+
     assert again == first and first.run_id == odd and first.metrics == {"test_accuracy": 0.9}
-    assert (first.version, other.version) == ("1", "2")
+    assert (first.version, other.version, elsewhere.version) == ("1", "2", "3"), "never adopts another's"
     assert first.uri == f"models:/digits/1 at {embedded_tracking_uri(tmp_path)}"
 
 

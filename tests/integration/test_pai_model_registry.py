@@ -47,6 +47,7 @@ def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
 def candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
     folder = f"oss://{BUCKET}/artifacts/cifar10/2026-11-22/{run_id}/"
     return Candidate(
+        installation="test-deployment",
         run_id=run_id,
         dag_id="train_cifar10",
         dataset_version="2026-11-22",
@@ -127,6 +128,16 @@ def test_two_candidates_are_two_versions_of_one_model(workspace):
     assert workspace.count("CreateModel") == 1 and len(workspace.models) == 1
 
 
+def test_another_deployments_run_of_the_same_id_gets_its_own_version(workspace):
+    """Deployments share the workspace; the same DAG and run ids elsewhere are not this run's."""
+    ours = registry().register(candidate("scheduled__2026-11-22"))
+    theirs = registry().register(
+        candidate("scheduled__2026-11-22").model_copy(update={"installation": "team-b"})
+    )
+
+    assert (ours.version, theirs.version) == ("0.1.0", "0.2.0")
+
+
 def test_the_model_is_found_by_its_exact_name_although_listmodels_filters_fuzzily(workspace):
     longer = RegistrySettings(kind="pai", model=f"{MODEL}-v2", workspace_id=WS)
     PaiRegistry(longer).register(candidate("run-a"))
@@ -189,7 +200,8 @@ def test_a_run_version_and_the_champion_are_found_beyond_the_first_page(workspac
     model = the_model(workspace)
     start = model.versions[0].created_at
     for n in range(1, 130):
-        labels = [{"Key": "run_id", "Value": f"run-{n}"}]
+        identity = {"installation": "test-deployment", "dag_id": "train_cifar10", "run_id": f"run-{n}"}
+        labels = [{"Key": key, "Value": value} for key, value in identity.items()]
         fields = {"Uri": f"oss://{BUCKET}.oss-{REGION}.aliyuncs.com/m/{n}/", "ApprovalStatus": "Pending"}
         model.versions.append(EmulatedModelVersion(f"0.{n + 1}.0", start + n, start + n, labels, fields))
     before = writes(workspace)

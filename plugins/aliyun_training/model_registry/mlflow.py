@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import hashlib
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,8 +36,8 @@ if TYPE_CHECKING:
 CHAMPION_ALIAS = "champion"
 CHALLENGER_ALIAS = "challenger"
 _RUN_TAG = "lineage.run_id"
-#: A hex digest of the run id, the tag a retry searches by: a run id may hold any character,
-#: MLflow's filter grammar quotes only some.
+#: A hex digest of the run's identity (installation, DAG, run), the tag a retry searches by: a run
+#: id may hold any character, MLflow's filter grammar quotes only some.
 _RUN_KEY_TAG = "run_key"
 
 
@@ -58,12 +59,12 @@ class MlflowRegistry:
 
     def register(self, candidate: Candidate) -> RegisteredVersion:
         def register() -> RegisteredVersion:
-            found = self._version_of(candidate.run_id)
+            found = self._version_of(candidate)
             if found is not None:
                 return found
             self._ensure_model()
             tags = {f"lineage.{key}": value for key, value in candidate.lineage().items()}
-            tags[_RUN_KEY_TAG] = _run_key(candidate.run_id)
+            tags[_RUN_KEY_TAG] = _run_key(candidate)
             tags |= {f"metric.{name}": repr(value) for name, value in candidate.metrics.items()}
             version = self._client.create_model_version(
                 self.model,
@@ -98,10 +99,10 @@ class MlflowRegistry:
                 return None  # no such model yet, or no version carries the alias
             raise
 
-    def _version_of(self, run_id: str) -> RegisteredVersion | None:
-        """The version registered for the DAG run ``run_id``, if one was (a retry's first try)."""
+    def _version_of(self, candidate: Candidate) -> RegisteredVersion | None:
+        """The version registered for the candidate's run, if one was (a retry's first try)."""
         for version in self._client.search_model_versions(
-            f"name = '{self.model}' and tags.{_RUN_KEY_TAG} = '{_run_key(run_id)}'"
+            f"name = '{self.model}' and tags.{_RUN_KEY_TAG} = '{_run_key(candidate)}'"
         ):
             return self._registered(version)
         return None
@@ -173,5 +174,6 @@ class MlflowRegistry:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _run_key(run_id: str) -> str:
-    return hashlib.sha256(run_id.encode()).hexdigest()[:32]
+def _run_key(candidate: Candidate) -> str:
+    identity = json.dumps(candidate.identity(), sort_keys=True)
+    return hashlib.sha256(identity.encode()).hexdigest()[:32]

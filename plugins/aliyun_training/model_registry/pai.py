@@ -3,7 +3,8 @@
 The registered model is the workspace's model named ``settings.model`` (created on first use). Each
 candidate is a model version (``CreateModelVersion``) whose Uri is its published artifact set, whose
 Metrics are its metrics and whose labels are its lineage; the service names it (0.1.0, 0.2.0, ...).
-A retried task finds its run's version by the ``run_id`` label instead of registering again. The
+A retried task finds its run's version by its ``installation``, ``dag_id`` and ``run_id`` labels
+instead of registering again. The
 champion is the version carrying the label ``champion=true``; a promotion moves that label and
 approves the version (ApprovalStatus ``Approved``; candidates are registered ``Pending``).
 
@@ -106,7 +107,8 @@ class PaiRegistry:
         def register() -> RegisteredVersion:
             request = self._version_request(candidate)  # first: a Uri PAI cannot take costs no call
             model_id = self._model()
-            found = self._hook.find_model_version(model_id, {RUN_ID_KEY: label_value(candidate.run_id)})
+            identity = {key: label_value(value) for key, value in candidate.identity().items()}
+            found = self._hook.find_model_version(model_id, identity)
             if found is not None:
                 return self._registered(model_id, found)
             version = self._hook.create_model_version(model_id, request)

@@ -48,6 +48,9 @@ class Candidate(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    #: The Airflow deployment that made it (``[aliyun_training] installation_id``): two deployments
+    #: sharing a registry may run DAGs of one id with one run id, and must not adopt each other's.
+    installation: str
     run_id: str
     dag_id: str
     dataset_version: str
@@ -62,9 +65,14 @@ class Candidate(BaseModel):
     #: The declaration file the pipeline was declared in.
     declaration: str | None = None
 
+    def identity(self) -> dict[str, str]:
+        """What makes a candidate one run's: a retry finds its first try's version by these."""
+        return {"installation": self.installation, "dag_id": self.dag_id, "run_id": self.run_id}
+
     def lineage(self) -> dict[str, str]:
         """The lineage as flat string pairs: MLflow tags and PAI labels hold strings only."""
         fields: dict[str, Any] = {
+            "installation": self.installation,
             "run_id": self.run_id,
             "dag_id": self.dag_id,
             "dataset_version": self.dataset_version,

@@ -221,7 +221,10 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         decision = Decision.model_validate(artifacts.promotion) if artifacts.promotion else None
         measured = decision.metrics if decision else artifacts.metrics
         run = context["dag_run"]
+        from aliyun_training.operators.ownership import installation_id
+
         candidate = Candidate(
+            installation=installation_id(),
             run_id=run.run_id,
             dag_id=run.dag_id,
             dataset_version=version,
