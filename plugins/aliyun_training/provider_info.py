@@ -111,6 +111,7 @@ def get_provider_info() -> dict[str, Any]:
                 "integration-name": _INTEGRATION,
                 "python-modules": [
                     "aliyun_training.triggers.dataset_version",
+                    "aliyun_training.triggers.new_version",
                     "aliyun_training.triggers.quota",
                     "aliyun_training.triggers.remote_run",
                     "aliyun_training.triggers.training",

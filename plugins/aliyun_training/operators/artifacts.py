@@ -57,8 +57,8 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
     :param promotion: the declaration's ``PromotionRule``; None: every published model is only a
         candidate. With a rule, ``champion`` is the Asset whose state holds the champion pointer
         (an inlet: the decision reads it); the ``promote`` task moves it.
-    :param evaluation: the evaluation task's record (a ``Comparison``: candidate and champion scored
-        on the same data), or None: the gate compares final metrics.
+    :param evaluation: the evaluation task's record (its ``comparison``: candidate and champion
+        scored on the same data), or None: the gate compares final metrics.
 
     Every published model is registered in the plan's model registry as a candidate, with its
     metrics and lineage; the registered version is in the returned record and the model's event.
