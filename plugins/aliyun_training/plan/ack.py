@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import AckEnvironment
 from aliyun_training.plan import cloud
+from aliyun_training.plan.evaluation import fixed_evaluation_version
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.staging import staged_source, versions_directory
 from aliyun_training.records import FixedDataset
@@ -72,7 +73,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
         if request.raw
         else None,
         evaluation_data=_on_claim(env, evaluated, "the evaluation reads its fixed version")
-        if (evaluated := _fixed_evaluation_version(request))
+        if (evaluated := fixed_evaluation_version(request))
         else None,
     )
 
@@ -109,11 +110,6 @@ def _on_claim(env: AckEnvironment, version: str, who: str) -> tuple[DatasetMount
         )
     mount = DatasetMount(uri=f"pvc://{env.data_pvc}", mount_path=env.mount_path)
     return mount, f"{env.mount_path.rstrip('/')}/{version}"
-
-
-def _fixed_evaluation_version(request: PlanRequest) -> str | None:
-    evaluation = request.declaration.evaluation
-    return evaluation.dataset_version if evaluation else None
 
 
 def _check_output_pvc(env: AckEnvironment) -> None:

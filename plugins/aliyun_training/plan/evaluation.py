@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 
 from aliyun_training.plan.inputs import DatasetChoice
 from aliyun_training.plan.models import EvaluationPlan, JobPlan
-from aliyun_training.spec import DatasetMount, Framework, TrainingJobSpec
+from aliyun_training.plan.side_jobs import side_job_spec
+from aliyun_training.spec import DatasetMount
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -44,24 +45,20 @@ def evaluation_plan(
         )
     mount, path = data if data and fixed else (None, "")
     like = job.spec
-    spec = TrainingJobSpec.parse(
-        {
-            **like.model_dump(exclude={"min_nodes", "max_nodes", "output_dir"}),
-            "framework": Framework.PYTORCH,
-            "nodes": 1,
-            "gpus_per_node": evaluation.gpus,
-            "cpu": evaluation.cpu,
-            "memory_gib": evaluation.memory_gib,
-            "shared_memory_gib": 0,
-            "rdma": False,
-            "command": request.declaration.render_evaluation(),
-            "timeout_minutes": evaluation.timeout_minutes,
-            "datasets": [
-                *like.datasets,
-                *([mount] if mount and mount.mount_path not in {m.mount_path for m in like.datasets} else []),
-            ],
-            "env": {**like.env, **({"EVAL_DATA_DIR": path} if fixed else {})},
-        }
+    spec = side_job_spec(
+        like,
+        like.backend,
+        command=request.declaration.render_evaluation(),
+        cpu=evaluation.cpu,
+        memory_gib=evaluation.memory_gib,
+        timeout_minutes=evaluation.timeout_minutes,
+        # The training job's environment: a fixed dataset's DATA_DIR is where it reads its version.
+        env={**like.env, **({"EVAL_DATA_DIR": path} if fixed else {})},
+        gpus=evaluation.gpus,
+        datasets=[
+            *like.datasets,
+            *([mount] if mount and mount.mount_path not in {m.mount_path for m in like.datasets} else []),
+        ],
     )
     return EvaluationPlan(
         # The GPU-hour budget bounds the training job's tries, not the evaluation's.
@@ -78,10 +75,14 @@ def mounted_evaluation_source(request: PlanRequest) -> tuple[DatasetMount | None
     return (DatasetMount(uri=source, mount_path=EVAL_MOUNT_PATH), EVAL_MOUNT_PATH) if source else None
 
 
+def fixed_evaluation_version(request: PlanRequest) -> str | None:
+    """The fixed version the declaration evaluates on, if it names one."""
+    evaluation = request.declaration.evaluation
+    return evaluation.dataset_version if evaluation else None
+
+
 def fixed_evaluation_source(request: PlanRequest) -> str | None:
     """Where the fixed version the declaration evaluates on is read from (the source of the
     versions the run trains on), if it names one and the backend has such a source."""
-    evaluation = request.declaration.evaluation
-    if evaluation is None or evaluation.dataset_version is None:
-        return None
-    return DatasetChoice(request.dataset, evaluation.dataset_version, request.chosen.template).source_uri
+    version = fixed_evaluation_version(request)
+    return DatasetChoice(request.dataset, version, request.chosen.template).source_uri if version else None

@@ -19,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.plan.inputs import DatasetChoice, PlanRequest
 from aliyun_training.plan.models import JobPlan, PreparePlan
-from aliyun_training.spec import DatasetMount, Framework, TrainingJobSpec
+from aliyun_training.plan.side_jobs import side_job_spec
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from aliyun_training.declaration import PipelineDeclaration
+    from aliyun_training.spec import DatasetMount, TrainingJobSpec
 
 #: Where a cloud prepare job mounts the raw version's OSS folder.
 RAW_MOUNT_PATH = "/mnt/raw"
@@ -104,25 +105,17 @@ def cloud_prepare_plan(
 def _prepare_spec(
     request: PlanRequest, settings: dict[str, Any], env: dict[str, str], like: TrainingJobSpec | None = None
 ) -> TrainingJobSpec:
-    """One CPU node running the prepare command; on a cloud backend ``like`` the training job
-    (its image, quota or ECS spec, priority), as one PyTorch replica without RDMA."""
+    """One CPU node running the prepare command (``side_job_spec``), with the declaration's
+    environment and ``env``."""
     prepare = request.declaration.dataset.prepare
     assert prepare is not None
-    base = (
-        like.model_dump(exclude={"min_nodes", "max_nodes"}) if like else {"backend": request.job["backend"]}
-    )
-    fields = {
-        **base,
+    return side_job_spec(
+        like,
+        request.job["backend"],
+        command=request.declaration.render_prepare(),
+        cpu=prepare.cpu,
+        memory_gib=prepare.memory_gib,
+        timeout_minutes=prepare.timeout_minutes,
+        env={**request.declaration.training.env, **env},
         **settings,
-        "framework": Framework.PYTORCH,
-        "nodes": 1,
-        "gpus_per_node": 0,
-        "cpu": prepare.cpu,
-        "memory_gib": prepare.memory_gib,
-        "shared_memory_gib": 0,
-        "rdma": False,
-        "command": request.declaration.render_prepare(),
-        "timeout_minutes": prepare.timeout_minutes,
-        "env": {**request.declaration.training.env, **env},
-    }
-    return TrainingJobSpec.parse(fields)
+    )
