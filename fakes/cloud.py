@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.oss_location import parse_oss_uri
+from fakes.aiworkspace import AIWorkspaceEmulator
+from fakes.base import ManualClock
 from fakes.dlc import DlcEmulator
 from fakes.network import NetworkEmulator, StandardNetwork
 from fakes.oss import OssEmulator
@@ -81,6 +83,19 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
             monkeypatch, endpoints, AK, SK, retry={"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
         )
         yield Cloud(network, studio, ram, dlc, oss, ids)
+
+
+@contextlib.contextmanager
+def emulated_workspace(
+    monkeypatch: pytest.MonkeyPatch, access_key_id: str = AK, secret: str = SK
+) -> Iterator[AIWorkspaceEmulator]:
+    """An AIWorkspace emulator on a manual clock, reached through ``alibaba_cloud_default``; it must
+    end without an error of its own."""
+    with AIWorkspaceEmulator({access_key_id: secret}) as emulator:
+        emulator.clock = ManualClock(1_800_000_000.0)
+        use_alibaba_connection(monkeypatch, {"aiworkspace": emulator.endpoint}, access_key_id, secret)
+        yield emulator
+        assert emulator.internal_errors == []
 
 
 @contextlib.contextmanager

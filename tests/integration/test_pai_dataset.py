@@ -17,12 +17,13 @@ from aliyun_training.staging.pai_dataset import (
     register_dataset_version,
 )
 from aliyun_training.validation import SpecError
-from fakes.aiworkspace import AIWorkspaceEmulator
-from fakes.base import FaultPlan, ManualClock
-from fakes.cloud import use_alibaba_connection
+from fakes.base import FaultPlan
+from fakes.cloud import emulated_workspace
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from fakes.aiworkspace import AIWorkspaceEmulator
 
 AK, SK = "LTAI-dataset-test", "dataset-secret-value"
 WS = "ws-train"
@@ -34,11 +35,8 @@ CREATES = ("CreateDataset", "CreateDatasetVersion")
 
 @pytest.fixture
 def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
-    with AIWorkspaceEmulator({AK: SK}) as emulator:
-        emulator.clock = ManualClock(1_800_000_000.0)
-        use_alibaba_connection(monkeypatch, {"aiworkspace": emulator.endpoint}, AK, SK)
+    with emulated_workspace(monkeypatch, AK, SK) as emulator:
         yield emulator
-        assert emulator.internal_errors == []
 
 
 def register(uri: str, name: str = "cifar10", **extra: object) -> tuple[str, str]:

@@ -16,8 +16,7 @@ from aliyun_training.model_registry.records import (
     RegistrySettings,
 )
 from fakes.aiworkspace import AIWorkspaceEmulator, EmulatedModel, EmulatedModelVersion
-from fakes.base import ManualClock
-from fakes.cloud import BUCKET, REGION, use_alibaba_connection
+from fakes.cloud import BUCKET, REGION, emulated_workspace
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -37,11 +36,8 @@ WRITES = (
 
 @pytest.fixture
 def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
-    with AIWorkspaceEmulator({AK: SK}) as emulator:
-        emulator.clock = ManualClock(1_800_000_000.0)
-        use_alibaba_connection(monkeypatch, {"aiworkspace": emulator.endpoint}, AK, SK)
+    with emulated_workspace(monkeypatch, AK, SK) as emulator:
         yield emulator
-        assert emulator.internal_errors == []
 
 
 def candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
