@@ -336,3 +336,20 @@ def mounted_output_uri(output_dir: str | None, output_root: str | None, output_u
     if not path.is_relative_to(root):
         return output_dir
     return "/".join([output_uri.rstrip("/"), *path.relative_to(root).parts]) + "/"
+
+
+def node_output_path(uri: str | None, output_root: str | None, output_uri: str | None) -> str | None:
+    """Where a job's nodes see ``uri`` (what :func:`mounted_output_uri` recorded): an ``oss://``
+    location under ``output_uri`` as its path under ``output_root``, a local path as it is. None
+    when ``uri`` is not under the outputs those nodes mount."""
+    if not uri:
+        return None
+    if output_uri and output_root:
+        root = output_uri.rstrip("/") + "/"
+        if not uri.startswith(root):
+            return None
+        return str(PurePosixPath(output_root) / uri.removeprefix(root).rstrip("/"))
+    if uri.startswith("oss://"):
+        return None
+    inside = output_root is None or PurePosixPath(uri).is_relative_to(output_root)
+    return uri.rstrip("/") if inside else None

@@ -10,7 +10,7 @@ import pytest
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.records import BuiltImage, JobResult, StagedDataset, mount_staged
 from aliyun_training.registry import Backend
-from aliyun_training.spec import Framework, TrainingJobSpec, mounted_output_uri
+from aliyun_training.spec import Framework, TrainingJobSpec, mounted_output_uri, node_output_path
 from aliyun_training.validation import SpecError, validate_record
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
@@ -380,3 +380,30 @@ def test_a_registered_version_is_mounted_beside_the_output_volume():
         ("pvc://cifar10-v1", True),
     ]
     assert mounted.env["DATA_DIR"] == "/mnt/data/cifar10"
+
+
+@pytest.mark.parametrize(
+    "output_dir",
+    ["/mnt/output/cifar10/job-1a2b", "/mnt/output/cifar10/team/job-1a2b"],
+)
+def test_a_recorded_output_location_maps_back_to_where_a_node_of_the_same_mount_sees_it(output_dir):
+    recorded = mounted_output_uri(output_dir, "/mnt/output/cifar10", "oss://bkt/outputs/")
+
+    assert node_output_path(recorded, "/mnt/output/cifar10", "oss://bkt/outputs/") == output_dir
+
+
+@pytest.mark.parametrize(
+    ("uri", "output_root", "output_uri"),
+    [
+        ("oss://bkt/elsewhere/job/", "/mnt/output", "oss://bkt/outputs/"),  # another mount's
+        ("oss://bkt/outputs/job/", "/srv/outputs", None),  # no OSS mount on these nodes
+        ("/srv/other/job", "/srv/outputs", None),  # a local path outside the outputs
+        (None, "/srv/outputs", None),
+    ],
+)
+def test_an_output_location_the_nodes_do_not_mount_has_no_node_path(uri, output_root, output_uri):
+    assert node_output_path(uri, output_root, output_uri) is None
+
+
+def test_a_local_output_directory_is_its_own_node_path():
+    assert node_output_path("/srv/outputs/job/", "/srv/outputs", None) == "/srv/outputs/job"

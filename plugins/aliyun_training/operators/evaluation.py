@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
@@ -13,6 +12,7 @@ from aliyun_training.plan.models import EvaluationPlan, JobPlan
 from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison
 from aliyun_training.records import JobResult, StagedDataset
 from aliyun_training.registry import backend_record
+from aliyun_training.spec import node_output_path
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -145,20 +145,8 @@ class EvaluationOperator(TrainingJobOperator):
         return inputs
 
     def _node_path(self, uri: str | None) -> str | None:
-        """``uri`` (an ``oss://`` location under the mounted output_uri, or a local path) as the
-        evaluation job's node sees it; None when it is not under this run's outputs."""
-        plan = self.plan
-        if not uri:
-            return None
-        if plan.output_uri and plan.output_root:
-            root = plan.output_uri.rstrip("/") + "/"
-            if not uri.startswith(root):
-                return None
-            return str(PurePosixPath(plan.output_root) / uri.removeprefix(root).rstrip("/"))
-        if uri.startswith("oss://"):
-            return None
-        inside = plan.output_root is None or PurePosixPath(uri).is_relative_to(plan.output_root)
-        return uri.rstrip("/") if inside else None
+        """``uri`` as the evaluation job's node sees it (``spec.node_output_path``)."""
+        return node_output_path(uri, self.plan.output_root, self.plan.output_uri)
 
     def _finish(
         self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
