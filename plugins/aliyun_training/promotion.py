@@ -17,6 +17,8 @@ runs on different dataset versions are then compared on different test data, whi
 
 from __future__ import annotations
 
+import json
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -163,12 +165,23 @@ class Decision(BaseModel):
 
 
 def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: str) -> Decision:
-    """Whether the run ``run_id`` (of ``run_type``) replaces the champion, on ``comparison``."""
+    """Whether the run ``run_id`` (of ``run_type``) replaces the champion, on ``comparison``.
+
+    Only finite numbers are compared. The readers of metrics.json and evaluation.json refuse NaN and
+    Infinity; this is the second line, for numbers that reach the gate another way (a champion
+    recorded before those readers checked). A candidate's non-finite score is no score: it is never
+    promoted, and a guard on one fails. A champion whose recorded score is not finite has no score to
+    beat, as a champion without the metric has none: a candidate that passes its guards replaces it.
+    Keeping it would keep it for ever (NaN loses every comparison, so it is never beaten by a rule
+    that asks for "at least"; Infinity beats every finite score), and a score that was never measured
+    is no evidence that the champion is better.
+    """
     metrics, champion = comparison.candidate, comparison.champion_run_id
     candidate = _number(metrics.get(rule.metric))
-    held = comparison.champion.get(rule.metric) if comparison.champion is not None else None
+    recorded = comparison.champion.get(rule.metric) if comparison.champion is not None else None
+    held = _number(recorded)
     guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
-    required = _required(rule, _number(held)) if champion else None
+    required = _required(rule, held) if champion else None
 
     def decision(promoted: bool, reason: str) -> Decision:
         return Decision(
@@ -177,7 +190,7 @@ def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: s
             metric=rule.metric,
             direction=rule.direction,
             candidate=candidate,
-            champion=_number(held),
+            champion=held,
             champion_run_id=champion,
             required=required,
             guards=guards,
@@ -191,22 +204,26 @@ def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: s
     if run_type == "backfill" and not rule.backfills_promote:
         return decision(False, "a backfill run's model is registered, never promoted (backfills_promote)")
     if candidate is None:
-        return decision(False, f"the run reported no {rule.metric}")
+        return decision(False, f"the run's {rule.metric} {_unusable(metrics.get(rule.metric))}")
     if failed := [g for g in guards if not g.passed]:
-        return decision(False, "guard failed: " + "; ".join(_describe(g) for g in failed))
+        return decision(
+            False, "guard failed: " + "; ".join(_describe(g, metrics.get(g.metric)) for g in failed)
+        )
     if champion is None:
         if rule.without_champion == "hold":
             return decision(False, "there is no champion yet and the rule holds the first model")
         return decision(True, f"the first model: {rule.metric} {candidate:.6g}, every guard passed")
     if required is None:
-        return decision(True, f"the champion ({champion}) has no {rule.metric}")
+        return decision(
+            True, f"the champion ({champion}) has no score to beat: its {rule.metric} {_unusable(recorded)}"
+        )
     better = candidate >= required if rule.direction == "max" else candidate <= required
     word = "at least" if rule.direction == "max" else "at most"
     verdict = "reaches" if better else "misses"
     return decision(
         better,
         f"{rule.metric} {candidate:.6g} {verdict} {word} {required:.6g} "
-        f"(champion {champion}: {_number(held):.6g}; {comparison.basis})",
+        f"(champion {champion}: {held:.6g}; {comparison.basis})",
     )
 
 
@@ -226,9 +243,10 @@ def _guard(name: str, bounds: Bounds, value: float | None) -> GuardResult:
     return GuardResult(metric=name, value=value, min=bounds.min, max=bounds.max, passed=passed)
 
 
-def _describe(guard: GuardResult) -> str:
+def _describe(guard: GuardResult, reported: Any) -> str:
+    """A failed guard in words; ``reported`` is the value the run reported for its metric."""
     if guard.value is None:
-        return f"{guard.metric} was not reported"
+        return f"{guard.metric} {_unusable(reported)}"
     bounds = " and ".join(
         f"{word} {bound:g}"
         for word, bound in (("at least", guard.min), ("at most", guard.max))
@@ -238,4 +256,21 @@ def _describe(guard: GuardResult) -> str:
 
 
 def _number(value: Any) -> float | None:
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+    """``value`` as a score the gate compares: a finite int or float; None for anything else."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an int no float holds
+        return None
+    return number if math.isfinite(number) else None
+
+
+def _unusable(value: Any) -> str:
+    """Why a reported value is no score, completing "the run's <metric> ..."."""
+    if value is None:
+        return "was not reported"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        shown = json.dumps(float(value)) if isinstance(value, float) else "beyond a float's range"
+        return f"is {shown}, not a finite number: no comparison can use it"
+    return f"is {json.dumps(value)[:40]}, not a number"

@@ -234,7 +234,7 @@ def test_unparseable_metrics_file_is_an_error(tmp_path):
     output = _job_output(tmp_path)
     (output / "metrics.json").write_text('{"epochs": [')
 
-    with pytest.raises(ArtifactError, match=r"cannot read metrics\.json"):
+    with pytest.raises(ArtifactError, match=r"metrics\.json of job local-1234 in .* is not JSON"):
         _publish(tmp_path, _job(output))
 
 

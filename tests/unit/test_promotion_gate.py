@@ -68,7 +68,7 @@ def test_a_retry_of_the_run_that_became_champion_stays_promoted() -> None:
 def test_a_candidate_that_did_not_report_the_metric_is_held_naming_it() -> None:
     decision = _decide(LOSS, None)
 
-    assert not decision.promoted and decision.reason == "the run reported no final_test_loss"
+    assert not decision.promoted and decision.reason == "the run's final_test_loss was not reported"
 
 
 def test_an_evaluation_compares_both_models_as_scored_on_the_same_data_not_their_records() -> None:
@@ -142,3 +142,45 @@ def test_a_publish_task_with_a_rule_but_no_champion_asset_is_refused_when_the_da
             runtime=None,
             promotion=LOSS,
         )
+
+
+NON_FINITE = [float("nan"), float("inf"), float("-inf"), 10**400]
+ACCURACY = PromotionRule(metric="final_test_accuracy")
+
+
+@pytest.mark.parametrize("score", NON_FINITE, ids=["nan", "inf", "-inf", "huge-int"])
+def test_a_non_finite_candidate_is_never_promoted_even_with_no_champion(score: float) -> None:
+    """The readers refuse such numbers; the gate is the second line, for a number that got past them."""
+    first = decide(ACCURACY, Comparison(candidate={"final_test_accuracy": score}), "manual__1", "manual")
+
+    assert not first.promoted
+    assert first.candidate is None, "no non-finite number is recorded as the candidate's score"
+    assert "final_test_accuracy is " in first.reason and "not a finite number" in first.reason
+
+
+@pytest.mark.parametrize("score", NON_FINITE, ids=["nan", "inf", "-inf", "huge-int"])
+def test_a_champion_recorded_with_a_non_finite_score_is_replaced_by_a_finite_candidate(score: float) -> None:
+    """NaN would lose every comparison and Infinity win every one: the champion would stay for ever."""
+    comparison = Comparison(
+        candidate={"final_test_accuracy": 0.5},
+        champion={"final_test_accuracy": score},
+        champion_run_id="scheduled__2026-11-15",
+    )
+
+    decision = decide(ACCURACY, comparison, "manual__1", "manual")
+
+    assert decision.promoted and decision.champion is None and decision.required is None
+    assert decision.reason.startswith("the champion (scheduled__2026-11-15) has no score to beat: its ")
+
+
+def test_a_guard_on_a_non_finite_metric_fails_whatever_its_bound() -> None:
+    """Infinity is above any min and -Infinity below any max: a guard with one bound would pass them."""
+    rule = PromotionRule(metric="final_test_accuracy", guards={"final_test_loss": {"min": 0.0}})
+    comparison = Comparison(candidate={"final_test_accuracy": 0.9, "final_test_loss": float("inf")})
+
+    decision = decide(rule, comparison, "manual__1", "manual")
+
+    assert not decision.promoted
+    assert decision.reason == (
+        "guard failed: final_test_loss is Infinity, not a finite number: no comparison can use it"
+    )

@@ -19,10 +19,11 @@ NUMERIC: list[dict[str, Any]] = [
     {"epoch": 2, "train_loss": 1.64, "test_loss": 1.52, "test_accuracy": 0.47},
     {"epoch": 3, "train_loss": 1.12, "test_loss": 1.20, "test_accuracy": 0.63},
 ]
-#: The same run with odd values where a script might write them; the largest loss (2.31) is kept,
-#: so both charts share their y scale.
+#: The same run with odd values where a script might write them (a NaN number is refused when
+#: metrics.json is read, tests/unit/test_outputs_finite.py; the text "NaN" is text); the largest loss
+#: (2.31) is kept, so both charts share their y scale.
 MIXED: list[dict[str, Any]] = [
-    {"epoch": 1, "train_loss": 2.31, "test_loss": float("nan"), "test_accuracy": "n/a"},
+    {"epoch": 1, "train_loss": 2.31, "test_loss": "NaN", "test_accuracy": "n/a"},
     {"epoch": 2, "train_loss": 1.64, "test_loss": None, "test_accuracy": {"top1": 0.47, "top5": 0.9}},
     {"epoch": 3, "train_loss": "<script>alert(1)</script>", "test_loss": 1.20, "test_accuracy": 0.63},
 ]

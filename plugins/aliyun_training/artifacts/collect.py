@@ -159,7 +159,8 @@ def publish_artifacts(
     """
     started = datetime.now(UTC)
     with _job_outputs(job, oss, kept) as output:
-        metrics = _read_metrics(job, output, kept.report_metrics)
+        written = read_metrics(job, output)
+        metrics = summarize_metrics(written, kept.report_metrics)
         manifest: dict[str, Any] = {
             "model": model,
             "version": f"{dataset.version}/{job.display_name}",
@@ -170,7 +171,7 @@ def publish_artifacts(
             "rdma_bandwidth": bandwidth.model_dump(mode="json") if bandwidth else None,
             "run": asdict(run) if run else None,
             "metrics": metrics,
-            "attempts": attempt_summary(job, _read_json(output / METRICS_NAME)),
+            "attempts": attempt_summary(job, written),
             "timings": {
                 "staging_seconds": dataset.seconds if isinstance(dataset, StagedDataset) else None,
                 "training_wall_seconds": job.wall_seconds,
@@ -411,21 +412,85 @@ def attempt_summary(job: JobResult, metrics: dict[str, Any]) -> list[dict[str, A
     return summary
 
 
-def _read_json(path: Path) -> dict[str, Any]:
+def read_metrics(job: JobResult, output: Path) -> dict[str, Any]:
+    """The job's metrics.json in ``output``, checked as the publisher reads it (ArtifactError naming
+    the file, the key and the shape it must have, rather than a crash or a NaN published).
+
+    It is data a job wrote (docs/security.md, boundary 6): every number must be finite
+    (``staging.versions.parse_job_json``), and each field the publisher reads must have the shape it
+    reads: ``epochs`` a list of objects whose ``attempt`` is a try number, ``resumes`` a list of
+    objects with an ``attempt`` and the ``from_epoch`` it resumed after. A metric's own value may be
+    anything else (text, null): the report shows it as text and the gate finds no number in it.
+    """
+    from aliyun_training.staging.versions import parse_job_json
+
+    # Named by the job's output_uri: a downloaded copy's scratch path would mean nothing.
+    where = f"{METRICS_NAME} of job {job.job_id} in {job.output_uri}"
     try:
-        return json.loads(path.read_text())
-    except (FileNotFoundError, json.JSONDecodeError):
-        return {}
+        document = parse_job_json((output / METRICS_NAME).read_bytes(), where)
+    except OSError as exc:
+        raise ArtifactError(f"cannot read {where}: {exc}") from None
+    except SpecError as exc:
+        raise ArtifactError(str(exc)) from None
+    _check_shape(document, where)
+    return document
 
 
-def _read_metrics(job: JobResult, output: Path, series: tuple[str, ...]) -> dict[str, Any]:
-    try:
-        return summarize_metrics(json.loads((output / METRICS_NAME).read_text()), series)
-    except (FileNotFoundError, json.JSONDecodeError, KeyError) as exc:
-        # Named by the job's output_uri: a downloaded copy's scratch path would mean nothing.
-        raise ArtifactError(
-            f"cannot read metrics.json of job {job.job_id} in {job.output_uri}: {exc}"
-        ) from None
+#: What a field of metrics.json that the publisher reads must be: its JSON type, and the words that
+#: say so in an error.
+_OBJECT = (dict, "an object")
+_LIST = (list, "a list")
+_INTEGER = (int, "an integer")
+
+
+def _check_shape(document: Any, where: str) -> None:
+    """Raise ArtifactError for the first field of metrics.json the publisher cannot read."""
+    try_number = "the try number the job ran as (TRAINING_ATTEMPT)"
+    # (key, value, shape, what it holds, whether it may be absent or null)
+    fields: list[tuple[str, Any, tuple[type, str], str, bool]] = [
+        ("the document", document, _OBJECT, 'such as {"epochs": [{"train_loss": 0.9}]}', False)
+    ]
+    if isinstance(document, dict):
+        epochs, resumes = document.get("epochs"), document.get("resumes")
+        fields.append(("epochs", epochs, _LIST, "of one object per finished epoch", True))
+        for i, epoch in enumerate(epochs if isinstance(epochs, list) else []):
+            fields.append((f"epochs[{i}]", epoch, _OBJECT, "of the epoch's metrics", False))
+            if isinstance(epoch, dict):
+                fields.append((f"epochs[{i}].attempt", epoch.get("attempt"), _INTEGER, try_number, True))
+        fields.append(("resumes", resumes, _LIST, "of one object per resume", True))
+        for i, resume in enumerate(resumes if isinstance(resumes, list) else []):
+            fields.append(
+                (f"resumes[{i}]", resume, _OBJECT, 'such as {"attempt": 2, "from_epoch": 3}', False)
+            )
+            if isinstance(resume, dict):
+                fields += [
+                    (f"resumes[{i}].attempt", resume.get("attempt"), _INTEGER, try_number, False),
+                    (
+                        f"resumes[{i}].from_epoch",
+                        resume.get("from_epoch"),
+                        _INTEGER,
+                        "the epoch resumed after",
+                        True,
+                    ),
+                ]
+    for key, value, (kind, shape), holds, optional in fields:
+        if value is None and optional:
+            continue
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise ArtifactError(
+                f"{where}: {key} is {_json_kind(value)}, expected {shape} {holds} (fix: write that, as "
+                "include/training/checkpoints.py does)"
+            )
+
+
+def _json_kind(value: Any) -> str:
+    """What a JSON value is, in an error's words."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    kinds = ((dict, "an object"), (list, "a list"), (str, "a string"), (int | float, "a number"))
+    return next(words for kind, words in kinds if isinstance(value, kind))
 
 
 def _describe_files(root: Path) -> list[dict[str, Any]]:

@@ -7,7 +7,8 @@ learned (a chart per kind of metric, and a warning when the model does much bett
 data than on its test data). Ids and digests are shown readably, the full ones on a smaller line.
 
 Metrics come from the training script's metrics.json, which any job writes as it likes: a value may
-be a string ("n/a"), null, NaN or an object as well as a number. Numbers are charted and formatted;
+be a string ("n/a"), null or an object as well as a number (a NaN or infinite number is refused when
+the file is read, ``artifacts.collect.read_metrics``). Numbers are charted and formatted;
 anything else is shown as (escaped) text in the tables, left out of the chart, and named in a note,
 so one odd value neither breaks the report nor passes silently for a number. Everything that comes
 from outside (form values typed by a person, metric names, ids) is HTML-escaped.

@@ -23,8 +23,10 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -286,7 +288,51 @@ def read_json_object(folder: str, name: str, alibaba_cloud_conn_id: str, *, fiel
                 body = None
     if body is None:
         return None
+    return parse_job_json(body, f"{field}: {where}")
+
+
+def parse_job_json(body: bytes | str, where: str) -> Any:
+    """The JSON document a job wrote (``where`` names it in errors), every number in it finite.
+
+    A job's numbers are compared and charted: the promotion gate compares scores, and NaN is neither
+    above nor below anything (a NaN champion could never be beaten), while Infinity beats everything.
+    Python's json module reads the bare tokens ``NaN``, ``Infinity`` and ``-Infinity``, which JSON
+    does not have, and ``1e999`` as infinity; an integer too large for a float reads as itself but
+    fails where it is converted. So the document is refused as it is read, naming the first such key
+    (``epochs[2].test_loss``), before anything is published or compared. A document nested deeper
+    than Python's parser recurses is refused too, rather than failing with a RecursionError.
+    """
     try:
-        return json.loads(body)
+        document = json.loads(body)
+    except RecursionError:
+        raise SpecError(
+            f"{where} nests too deep for Python's JSON parser (fix: write a flatter document)"
+        ) from None
     except ValueError as exc:
-        raise SpecError(f"{field}: {where} is not JSON ({exc})") from None
+        raise SpecError(f"{where} is not JSON ({exc})") from None
+    found = _non_finite(document)
+    if found is not None:
+        path, shown = found
+        raise SpecError(
+            f"{where}: {path} is {shown}, not a finite number (fix: write a finite number; leave out, or "
+            "write null for, a value that could not be computed)"
+        )
+    return document
+
+
+def _non_finite(document: Any) -> tuple[str, str] | None:
+    """The first number of ``document`` (in its order) that is not finite, as its key path and how
+    it reads; None when every number is finite. Walked without recursion: the parser's depth is the
+    only limit."""
+    pending: list[tuple[str, Any]] = [("", document)]
+    while pending:
+        path, value = pending.pop()
+        if isinstance(value, dict):
+            pending.extend(reversed([(f"{path}.{key}" if path else str(key), v) for key, v in value.items()]))
+        elif isinstance(value, list):
+            pending.extend(reversed([(f"{path}[{i}]", item) for i, item in enumerate(value)]))
+        elif isinstance(value, float) and not math.isfinite(value):
+            return path or "the document", json.dumps(value)
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max:
+            return path or "the document", "an integer beyond a float's range"
+    return None
