@@ -127,6 +127,19 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
         raise SpecError(f"--params: not JSON ({exc}) ({fix})") from None
     if not isinstance(given, dict):
         raise SpecError(f"--params: a JSON {type(given).__name__}, not an object ({fix})")
+    # The command's own arguments say these; a value in --params would be silently replaced.
+    own = {
+        "backend": "--backend",
+        "dataset_version": "--dataset-version",
+        "dry_run": "plan (always a dry run)",
+    }
+    given_twice = sorted(set(own) & set(given))
+    if given_twice:
+        raise SpecError(
+            f"--params: {', '.join(given_twice)} are set by the command line, not --params (fix: give "
+            + ", ".join(f"{name} as {own[name]}" for name in given_twice)
+            + ")"
+        )
     declaration = load_declaration(args.pipeline)
     params = {
         **param_defaults(declaration),

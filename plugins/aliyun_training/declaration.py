@@ -33,11 +33,12 @@ import keyword
 import re
 import shlex
 import string
-from datetime import date
-from pathlib import Path
+from datetime import UTC, date, datetime
+from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -49,6 +50,7 @@ from pydantic import (
 from pydantic_core import SchemaError
 
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
+from aliyun_training.model_registry.records import TRACKING_URI_FIX, check_tracking_uri
 from aliyun_training.promotion import PromotionRule
 from aliyun_training.registry import Backend
 from aliyun_training.spec import (
@@ -60,7 +62,18 @@ from aliyun_training.spec import (
     TimeoutMinutes,
     invalid_env_names,
 )
-from aliyun_training.validation import SpecError, check_pattern, field_fix, validate_record
+from aliyun_training.validation import (
+    HIJACKING_FIX,
+    MAX_NESTING,
+    DuplicateKeyError,
+    SpecError,
+    check_pattern,
+    field_fix,
+    hijacking_variables,
+    nesting_error,
+    read_settings_file,
+    validate_record,
+)
 
 #: The suffixes a declarations folder is searched for.
 DECLARATION_SUFFIXES = (".yaml", ".yml")
@@ -106,6 +119,18 @@ class _Block(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class NewVersionBlock(_Block):
+    """Retrain when data lands: a watcher lists the dataset's source every ``poll_seconds``.
+
+    A version counts once its completion marker (``dataset.version.marker``) is there; each new one
+    starts exactly one run, which trains on it.
+    """
+
+    poll_seconds: Annotated[
+        int, Field(ge=5, le=86400, json_schema_extra=field_fix("poll every 5 s to 1 day, e.g. 300"))
+    ] = 300
+
+
 class PipelineBlock(_Block):
     """The DAG: its id, schedule and the settings a shared deployment relies on."""
 
@@ -118,7 +143,15 @@ class PipelineBlock(_Block):
     ]
     description: str | None = None
     #: A cron expression or preset such as ``@weekly``; None: runs only when triggered.
-    schedule: str | None = None
+    schedule: Annotated[
+        str | None,
+        Field(
+            json_schema_extra=field_fix(
+                "five cron fields (minute hour day-of-month month day-of-week), e.g. '0 3 * * 1', "
+                "or a preset: @hourly, @daily, @weekly, @monthly, @quarterly, @yearly, @once, @continuous"
+            )
+        ),
+    ] = None
     start_date: date = date(2026, 1, 1)
     owner: Annotated[
         str, Field(min_length=1, json_schema_extra=field_fix("name the team that owns the model"))
@@ -132,17 +165,27 @@ class PipelineBlock(_Block):
     #: Start a run when a new complete version of the dataset lands (besides ``schedule``, if any).
     on_new_version: NewVersionBlock | None = None
 
+    @field_validator("schedule")
+    @classmethod
+    def _is_a_schedule(cls, schedule: str | None) -> str | None:
+        """A cron expression Airflow's timetable accepts, and one that ever fires.
 
-class NewVersionBlock(_Block):
-    """Retrain when data lands: a watcher lists the dataset's source every ``poll_seconds``.
+        Airflow reads the cron only when it serializes the DAG, and its error then names neither
+        the declaration nor a fix; croniter is the parser Airflow's cron timetables use.
+        """
+        if schedule is None or schedule in ("@once", "@continuous"):
+            return schedule
+        from airflow.utils.dates import cron_presets
+        from croniter import CroniterError, croniter
 
-    A version counts once its completion marker (``dataset.version.marker``) is there; each new one
-    starts exactly one run, which trains on it.
-    """
-
-    poll_seconds: Annotated[
-        int, Field(ge=5, le=86400, json_schema_extra=field_fix("poll every 5 s to 1 day, e.g. 300"))
-    ] = 300
+        expression = cron_presets.get(schedule, schedule)
+        if len(expression.split()) != 5 and not expression.startswith("@"):
+            raise ValueError(f"{schedule!r} has {len(expression.split())} fields, not five")
+        try:
+            croniter(expression, datetime(2026, 1, 1, tzinfo=UTC)).get_next(datetime)
+        except (CroniterError, ValueError) as exc:
+            raise ValueError(f"{schedule!r} is not a cron schedule ({exc})") from None
+        return schedule
 
 
 class VersionBlock(_Block):
@@ -305,6 +348,9 @@ class TrainingBlock(_Block):
         clash = sorted(INJECTED_ENV_VARS.intersection(env))
         if clash:
             raise ValueError(f"{clash} are set by the platform on every node (fix: remove them from env)")
+        hijacking = hijacking_variables(env)
+        if hijacking:
+            raise ValueError(f"{hijacking} change what every process of a node runs (fix: {HIJACKING_FIX})")
         return env
 
     @model_validator(mode="after")
@@ -386,13 +432,8 @@ class RegistryBlock(_Block):
     kind: Literal["mlflow", "pai"] = "mlflow"
     tracking_uri: Annotated[
         str | None,
-        Field(
-            pattern=r"^(https?|sqlite|postgresql|mysql|databricks)[a-z+]*:[^@\s]*$",
-            json_schema_extra=field_fix(
-                "an http(s) or database URI without credentials (MLflow reads MLFLOW_TRACKING_USERNAME/"
-                "PASSWORD or MLFLOW_TRACKING_TOKEN from the worker's environment)"
-            ),
-        ),
+        AfterValidator(check_tracking_uri),
+        Field(json_schema_extra=field_fix(TRACKING_URI_FIX)),
     ] = None
 
     @model_validator(mode="after")
@@ -425,9 +466,15 @@ class ArtifactsBlock(_Block):
     @field_validator("collect")
     @classmethod
     def _stays_in_the_output(cls, paths: list[str]) -> list[str]:
-        bad = [path for path in paths if ".." in Path(path).parts]
+        bad = [path for path in paths if ".." in PurePosixPath(path).parts]
         if bad:
             raise ValueError(f"{bad} leave the job's output directory (fix: name paths inside it)")
+        whole = [path for path in paths if str(PurePosixPath(path)) == "."]
+        if whole:
+            raise ValueError(
+                f"{whole} name the whole output directory, which holds the set's own files "
+                "(fix: name the files and folders to keep inside it, e.g. checkpoints, model.pt)"
+            )
         return paths
 
 
@@ -569,11 +616,7 @@ class PipelineDeclaration(_Block):
                 )
             unsafe = unsafe_placeholders(template)
             if unsafe:
-                raise ValueError(
-                    f"{where}: {'; '.join(unsafe)}. A value is shell-quoted where its placeholder stands, "
-                    "which protects it only outside quotes (fix: write the placeholder bare, e.g. "
-                    '--run-name {run_name}, not --run-name "{run_name}")'
-                )
+                raise ValueError(f"{where}: {'; '.join(unsafe)}")
         prepare = self.dataset.prepare
         if prepare and placeholders(prepare.command):
             raise ValueError(
@@ -706,13 +749,17 @@ def unsafe_placeholders(template: str) -> list[str]:
     word only where the shell reads it unquoted. Inside double quotes or backticks the quotes are
     literal and ``$(...)`` runs; after a backslash the opening quote is escaped; after ``$`` bash
     reads ``$'...'`` escapes; in a here-document the body is expanded whatever it holds. A format
-    spec or conversion (``{x!r}``, ``{x:>9}``) rewrites the quoted text. Each is refused, naming the
-    placeholder.
+    spec or conversion (``{x!r}``, ``{x:>9}``) rewrites the quoted text. And where the shell reads a
+    word as code (:func:`_code_context`), a quoted value is code all the same. Each is refused,
+    naming the placeholder.
     """
     problems = []
     quote: str | None = None
     escaped = False
     previous = ""
+    # The template as the shell parses it: quoted text masked, each placeholder one MARK.
+    masked = ""
+    marks: list[tuple[str, int]] = []
     for literal, name, spec, conversion in string.Formatter().parse(template):
         for char in literal:
             if escaped:
@@ -725,6 +772,7 @@ def unsafe_placeholders(template: str) -> list[str]:
                 quote = None if char == quote else quote
             elif char in "'\"`":
                 quote = char
+            masked += "q" if quote and char != quote else char
             previous = char
         if name is None:
             continue
@@ -739,12 +787,106 @@ def unsafe_placeholders(template: str) -> list[str]:
             where = "in a here-document"
         if spec or conversion:
             problems.append(
-                f"{{{name}}} carries a format spec or conversion, which would rewrite its quoting"
+                f"{{{name}}} carries a format spec or conversion, which would rewrite its quoting (fix: "
+                f"write {{{name}}} alone and let the script format the value)"
             )
         elif where:
-            problems.append(f"{{{name}}} is {where}")
+            problems.append(
+                f"{{{name}}} is {where}, where its shell quoting does not protect it (fix: write the "
+                'placeholder bare, e.g. --run-name {run_name}, not --run-name "{run_name}")'
+            )
+        elif name not in COMMAND_PLACEHOLDERS:
+            marks.append((name, len(masked)))
+        masked += _MARK
         escaped, previous = False, "}"
+    for name, at in marks:
+        context = _code_context(masked[:at], masked[at + 1 :])
+        if context:
+            problems.append(
+                f"{{{name}}} is {context[0]}, where bash reads a value as code (fix: {context[1]})"
+            )
     return problems
+
+
+#: A placeholder in :func:`unsafe_placeholders`' masked template.
+_MARK = "\x00"
+#: What separates one simple command from the next, as far as a placeholder's context goes.
+_COMMAND_BREAK = re.compile(r"\|\||&&|[;&|\n()`]|\b(?:if|then|else|elif|do|while|until)\s")
+#: Words that run the command after them: the command a placeholder is an argument of comes next.
+_WRAPPERS = frozenset({"sudo", "env", "exec", "nohup", "command", "builtin", "time", "!", "xargs"})
+#: Programs whose ``-c`` (shells) or ``-e`` (interpreters) argument, or standard input, is code.
+_SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
+_INTERPRETERS = frozenset({"python", "python3", "perl", "ruby", "node"})
+_ARITHMETIC_FIX = (
+    "compare it with test, which refuses a value that is not a number instead of evaluating it, "
+    "e.g. [ {x} -eq 1 ], or pass it to the training script as an argument"
+)
+_NAME_FIX = "use a fixed variable name and give the value as its value, e.g. printf -v name %s {x}"
+_SCRIPT_FIX = (
+    "pass it as an argument of a fixed script, e.g. sh -c 'echo \"$1\"' sh {x}, or to the training script"
+)
+
+
+def _code_context(before: str, after: str) -> tuple[str, str] | None:
+    """Where a placeholder stands when bash reads its (quoted) value as code, and the fix; or None.
+
+    ``before`` and ``after`` are the masked template around it. Bash evaluates the operands of
+    ``[[ ... -eq ... ]]``, ``(( ))``, ``$(( ))`` and ``let`` as arithmetic, and arithmetic runs
+    ``$(...)`` in an array subscript (``a[$(cmd)]``), as does a variable name given to ``printf -v``,
+    ``declare``, ``read``, ``unset`` or ``test -v``; ``eval``, ``sh -c``, ``python -c`` and a shell
+    reading a pipe run their text. Quoting protects none of them.
+    """
+    if before.count("((") > before.count("))") or before.rfind("$[") > before.rfind("]"):
+        return "inside an arithmetic expression", _ARITHMETIC_FIX
+    if before.rfind("[[") > before.rfind("]]"):
+        return "inside [[ ]], whose -eq, -lt and -v read operands as arithmetic", _ARITHMETIC_FIX
+    if re.search(r"[A-Za-z_][A-Za-z0-9_]*\[[^\]\s]*$", before):
+        return "in an array subscript, which is arithmetic", _ARITHMETIC_FIX
+    words = _command_words(_COMMAND_BREAK.split(before)[-1])
+    command = words[0] if words else ""
+    if command in ("eval", "let"):
+        return f"an argument of {command}", _ARITHMETIC_FIX if command == "let" else _SCRIPT_FIX
+    if command in ("read", "readarray", "mapfile", "unset"):
+        return f"an argument of {command}, which names a variable", _NAME_FIX
+    if command in ("declare", "typeset", "local", "export", "readonly"):
+        # NAME={x} assigns the value as text, unless -i makes it arithmetic or -n a variable's name.
+        assigned = re.search(r"(?:^|\s)[A-Za-z_][A-Za-z0-9_]*=$", before)
+        attributes = "".join(word for word in words[1:] if re.fullmatch(r"[-+][A-Za-z]+", word))
+        if assigned and "i" in attributes:
+            return f"assigned to an integer variable of {command}, which is arithmetic", _ARITHMETIC_FIX
+        if not assigned or "n" in attributes:
+            return f"an argument of {command}, which names a variable", _NAME_FIX
+    if (command == "printf" and words[-1] == "-v") or (command in ("[", "test") and "-v" in words):
+        return f"the variable name of {command} -v", _NAME_FIX
+    option = words[-1] if len(words) > 1 else ""
+    code_option = re.fullmatch(r"-[a-z]*c" if command in _SHELLS else r"-[a-z]*[ce]|--eval", option)
+    if command in _SHELLS | _INTERPRETERS and (code_option or option == "<<<"):
+        return f"the code {command} {option} runs", _SCRIPT_FIX
+    if command == "ssh":
+        return "an argument of ssh, which the remote shell parses again", _SCRIPT_FIX
+    pipeline = re.split(r"\|\||&&|[;\n]", after)[0].split("|")[1:]
+    if any(_reads_code(_command_words(stage)) for stage in pipeline):
+        return "piped into a shell, which runs what it reads", _SCRIPT_FIX
+    return None
+
+
+def _command_words(text: str) -> list[str]:
+    """The words of a simple command from its program on: assignments and wrappers skipped."""
+    words = text.split()
+    while words and (words[0] in _WRAPPERS or re.match(r"[A-Za-z_][A-Za-z0-9_]*=", words[0])):
+        words.pop(0)
+    if words:
+        words[0] = words[0].rsplit("/", 1)[-1]
+    return words
+
+
+def _reads_code(words: list[str]) -> bool:
+    """Whether a pipeline stage runs its standard input: a shell or interpreter given no script."""
+    if not words:
+        return False
+    if words[0] in ("source", ".", "eval"):
+        return True
+    return words[0] in _SHELLS | _INTERPRETERS and all(word.startswith("-") for word in words[1:])
 
 
 def _text(value: Any) -> str:
@@ -755,21 +897,45 @@ def load_declaration(path: Path) -> PipelineDeclaration:
     """Read and validate one declaration file; DeclarationError names the file, the key and the fix."""
     import yaml
 
+    title = f"pipeline declaration {path}"
+    # libyaml's loader when PyYAML has it: a folder of declarations is parsed on every DAG parse.
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)(read_settings_file(path, title, DeclarationError))
     try:
-        # libyaml's loader when PyYAML has it: a folder of declarations is parsed on every DAG parse.
-        data = yaml.load(
-            path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-        )
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeclarationError(f"pipeline declaration {path}: cannot be read ({exc})") from None
+        node = loader.get_single_node()
+        _check_nodes(node, title)
+        data = loader.construct_document(node) if node is not None else None
     except yaml.YAMLError as exc:
-        raise DeclarationError(f"pipeline declaration {path}: not valid YAML ({exc})") from None
+        raise DeclarationError(f"{title}: not valid YAML ({exc}) (fix: correct it at that line)") from None
+    finally:
+        loader.dispose()
     if not isinstance(data, dict):
         raise DeclarationError(
-            f"pipeline declaration {path}: holds a YAML {type(data).__name__}, not a mapping "
+            f"{title}: holds a YAML {type(data).__name__}, not a mapping "
             "(fix: write the pipeline, dataset and training sections as in the README)"
         )
     return declare(data, base_dir=path.resolve().parent, source=str(path))
+
+
+def _check_nodes(root: Any, title: str) -> None:
+    """Refuse a key written twice in one mapping, or nesting deeper than ``MAX_NESTING``, before the
+    document is built (PyYAML keeps a duplicate's last value, and builds nested values recursively)."""
+    import yaml
+
+    stack = [(root, 1)] if root is not None else []
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_NESTING:
+            raise nesting_error(title, DeclarationError)
+        if isinstance(node, yaml.MappingNode):
+            keys = [key for key, _ in node.value if key.tag != "tag:yaml.org,2002:merge"]
+            seen = [(key.tag, key.value) for key in keys]
+            twice = next((key for index, key in enumerate(keys) if seen[index] in seen[:index]), None)
+            if twice is not None:
+                line = twice.start_mark.line + 1
+                raise DeclarationError(f"{title}: line {line}: {DuplicateKeyError(twice.value)}")
+            stack += [(child, depth + 1) for pair in node.value for child in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            stack += [(child, depth + 1) for child in node.value]
 
 
 def declare(data: dict[str, Any], base_dir: Path, source: str | None = None) -> PipelineDeclaration:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
-import json
+import os
 import string
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
@@ -38,7 +38,16 @@ from aliyun_training.backends.arena_manifests import (
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.registry import backend_record
-from aliyun_training.validation import SpecError, field_fix, validate_record
+from aliyun_training.validation import (
+    HIJACKING_FIX,
+    IMAGE_REFERENCE_PATTERN,
+    SpecError,
+    field_fix,
+    hijacking_variables,
+    parse_json_settings,
+    read_settings_file,
+    validate_record,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -103,6 +112,13 @@ def source_template(value: str) -> str:
     return value
 
 
+def _no_hijacking(env: dict[str, str]) -> dict[str, str]:
+    hijacking = hijacking_variables(env)
+    if hijacking:
+        raise ValueError(f"{hijacking} change what every process of a node runs (fix: {HIJACKING_FIX})")
+    return env
+
+
 def _cidr(value: str) -> str:
     try:
         return str(ipaddress.ip_network(value, strict=True))
@@ -151,6 +167,17 @@ DnsSubdomain = Annotated[
     Field(json_schema_extra=json_schema("subdomain")),
 ]
 Region = Annotated[str, Field(pattern=r"^[a-z]{2}(-[a-z0-9]+)+$")]
+#: An image: reaches job requests and pod specs as it is, so one line of a reference's characters.
+ImageReference = Annotated[
+    str,
+    Field(
+        pattern=IMAGE_REFERENCE_PATTERN,
+        json_schema_extra=field_fix(
+            "registry/namespace/repository with a tag or a digest (sha256: and 64 lower-case hex "
+            "digits), e.g. registry.example.com/ml/train:1.0"
+        ),
+    ),
+]
 
 
 class _Settings(BaseModel):
@@ -250,7 +277,7 @@ class AckStagingSettings(StagingSettings):
         Field(json_schema_extra=field_fix("use direct or pod (data flows stage for DLC), or leave it empty")),
     ] = None
     staging_pvc: DnsSubdomain | None = None
-    image: str | None = None
+    image: ImageReference | None = None
     credentials_secret: DnsSubdomain | None = None
     region: Region | None = None
     oss_endpoint: str | None = None
@@ -268,7 +295,7 @@ class AcrBuildBlock(_Settings):
 
 class KanikoBuildBlock(_Settings):
     registry_secret: DnsSubdomain | None = None
-    builder_image: str | None = None
+    builder_image: ImageReference | None = None
 
 
 class ImageBuildSettings(_Settings):
@@ -279,7 +306,7 @@ class ImageBuildSettings(_Settings):
     ] = None
     repository: str | None = None
     registry_conn_id: str | None = None
-    base_image: str | None = None
+    base_image: ImageReference | None = None
     acr: AcrBuildBlock = Field(default_factory=AcrBuildBlock)
 
 
@@ -346,7 +373,7 @@ class CloudEnvironment(UsePolicy):
 
     #: The alibaba_cloud connection the PAI APIs, OSS and ACR are reached through.
     alibaba_cloud_conn_id: PlainId = ALIBABA_CLOUD_DEFAULT_CONN_ID
-    image: str | None = None
+    image: ImageReference | None = None
     #: Repositories the trigger form may pin an image from, besides the build's and ``image``'s.
     allowed_image_repositories: list[str] = Field(default_factory=list)
     cpu_per_node: Annotated[
@@ -436,7 +463,7 @@ class AckEnvironment(CloudEnvironment):
     max_gpus_per_node: MaxGpusPerNode = 8
     rdma_resource: RdmaResource = DEFAULT_RDMA_RESOURCE
     host_network: bool = False
-    nccl_env: NcclEnv = Field(default_factory=dict)
+    nccl_env: Annotated[NcclEnv, AfterValidator(_no_hijacking)] = Field(default_factory=dict)
     mpi_api_version: MpiApiVersion = DEFAULT_MPI_API_VERSION
     data_pvc: Annotated[
         DnsSubdomain | None, Field(json_schema_extra=field_fix("the dataset claim's name"))
@@ -508,26 +535,16 @@ def load_environment(path: Path, backend: str) -> Environment:
 
 
 def _read_environment(path: Path, model: type[_Model]) -> _Model:
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except FileNotFoundError:
-        raise EnvironmentFileError(
-            f"environment file {path} does not exist (fix: create it from the example in the README)"
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise EnvironmentFileError(
-            f"environment file {path} is not UTF-8 text ({exc}; fix: save it as UTF-8)"
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise EnvironmentFileError(f"environment file {path} is not valid JSON: {exc}") from None
+    title = f"environment file {path}"
+    data = parse_json_settings(
+        read_settings_file(path, title, EnvironmentFileError), title, EnvironmentFileError
+    )
     if not isinstance(data, dict):
         raise EnvironmentFileError(
             f"environment file {path} holds a JSON {type(data).__name__ if data is not None else 'null'}, "
             "not an object of settings (fix: write the settings as one JSON object, as in the README)"
         )
-    return validate_record(model, data, title=f"environment file {path}", error=EnvironmentFileError)
+    return validate_record(model, data, title=title, error=EnvironmentFileError)
 
 
 def check_use(environment: Environment, path: Path, dag_id: str, owner: str) -> None:
@@ -543,7 +560,8 @@ def check_use(environment: Environment, path: Path, dag_id: str, owner: str) -> 
 
 def load_local_environment(path: Path) -> LocalEnvironment:
     """``local.json``, or its defaults where the deployment has none (the file is optional)."""
-    return _read_environment(path, LocalEnvironment) if path.is_file() else LocalEnvironment()
+    # Only a path that is not there at all means "no file": a folder, pipe or device is refused.
+    return _read_environment(path, LocalEnvironment) if os.path.lexists(path) else LocalEnvironment()
 
 
 def blank_required_settings(environment: Environment) -> list[str]:

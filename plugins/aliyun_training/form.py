@@ -27,13 +27,19 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Annotated, Any, cast
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 from pydantic.fields import FieldInfo
 
 from aliyun_training.environments import environment_model, overridable_settings
-from aliyun_training.registry import BACKENDS, Backend
+from aliyun_training.registry import BACKENDS, Backend, backend_record
 from aliyun_training.spec import DATASET_VERSION_PATTERN, Framework, GpusPerNode, Nodes, TimeoutMinutes
-from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
+from aliyun_training.validation import (
+    PINNED_IMAGE_PATTERN,
+    SpecError,
+    field_fix,
+    validate_record,
+    whole_string_pattern,
+)
 
 if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
@@ -44,8 +50,6 @@ class TriggerFormError(SpecError):
     triggered the run (the form may change only what it offers, within its bounds)."""
 
 
-#: What an image reference pinned on the form may look like: a tag or a digest, never a bare name.
-PINNED_IMAGE_PATTERN = r"^[a-z0-9][a-z0-9.:/_-]*[:@][A-Za-z0-9_.:-]+$"
 #: The largest GPU-hour budget a run may ask for when its pipeline sets none.
 MAX_GPU_HOURS = 1_000_000
 
@@ -111,7 +115,10 @@ class RunForm(BaseModel):
         str | None,
         Field(
             pattern=PINNED_IMAGE_PATTERN,
-            json_schema_extra=field_fix("give a tag or digest, e.g. registry.example.com/team/train:v3"),
+            json_schema_extra=field_fix(
+                "give a tag or digest (a digest is sha256: and 64 lower-case hex digits), "
+                "e.g. registry.example.com/team/train:v3"
+            ),
         ),
     ] = None
     force_rebuild: bool = False
@@ -120,6 +127,16 @@ class RunForm(BaseModel):
     dry_run: bool = False
     # RunOverrides is built by create_model from the environment models: a value mypy cannot use as a type.
     backend_overrides: RunOverrides = Field(default_factory=RunOverrides)  # type: ignore[valid-type]
+
+    @model_validator(mode="after")
+    def _image_only_for_cloud_backends(self) -> RunForm:
+        """The local backend runs the worker's own Python, so an image would be silently ignored."""
+        if self.image and not backend_record(self.backend).cloud:
+            raise ValueError(
+                f"image: the {self.backend.value} backend runs no image, so {self.image!r} would be "
+                "ignored (fix: leave image empty, or choose a cloud backend)"
+            )
+        return self
 
     def overrides(self) -> dict[str, Any]:
         """The overrides this run set, refused when one does not apply to its backend."""

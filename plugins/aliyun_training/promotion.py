@@ -46,8 +46,12 @@ class Bounds(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    min: float | None = None
-    max: float | None = None
+    min: Annotated[
+        float | None, Field(allow_inf_nan=False, json_schema_extra=field_fix("give a finite number"))
+    ] = None
+    max: Annotated[
+        float | None, Field(allow_inf_nan=False, json_schema_extra=field_fix("give a finite number"))
+    ] = None
 
     @model_validator(mode="after")
     def _a_bound(self) -> Bounds:
@@ -65,8 +69,19 @@ class Approval(BaseModel):
 
     #: How long the approval waits; unanswered, the model is not promoted and the run goes on.
     timeout_hours: Annotated[float, Field(gt=0, le=24 * 14)] = 72
-    #: Airflow user ids who may answer; empty: anyone allowed to answer the DAG's approvals.
-    approvers: list[Annotated[str, Field(min_length=1)]] = Field(default_factory=list)
+    #: Airflow user ids who may answer; empty: anyone allowed to answer the DAG's approvals. An id is
+    #: compared as it is written, so one with stray spaces would match no one.
+    approvers: list[
+        Annotated[
+            str,
+            Field(
+                pattern=r"^\S(.*\S)?$",
+                json_schema_extra=field_fix(
+                    "write each user id exactly as Airflow shows it, without spaces around it"
+                ),
+            ),
+        ]
+    ] = Field(default_factory=list)
 
 
 class PromotionRule(BaseModel):
@@ -79,7 +94,10 @@ class PromotionRule(BaseModel):
     direction: Literal["max", "min"] = "max"
     #: How much better than the champion the candidate must be: in the metric's units, or a
     #: fraction of the champion's value when ``relative``.
-    min_improvement: Annotated[float, Field(ge=0, json_schema_extra=field_fix("give 0 or more"))] = 0.0
+    min_improvement: Annotated[
+        float,
+        Field(ge=0, allow_inf_nan=False, json_schema_extra=field_fix("give a finite number, 0 or more")),
+    ] = 0.0
     relative: bool = False
     #: Other final metrics the candidate must keep within bounds, e.g. ``final_test_loss: {max: 2}``.
     guards: dict[_METRIC, Bounds] = Field(default_factory=dict)

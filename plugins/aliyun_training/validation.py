@@ -7,10 +7,17 @@ same one-line-per-field message.
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from typing import Any, TypeVar, get_args
+import stat
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from pydantic import BaseModel, ValidationError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from pathlib import Path
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -92,6 +99,11 @@ _CONSTRAINT_FIXES = {
     "dict_type": "use an object of keys and values",
     "model_type": "use an object of keys and values",
     "model_attributes_type": "use an object of keys and values",
+    "finite_number": "use a finite number",
+    "date_parsing": "use a date as YYYY-MM-DD, e.g. 2026-01-01",
+    "date_from_datetime_parsing": "use a date as YYYY-MM-DD, e.g. 2026-01-01",
+    "date_from_datetime_inexact": "use a date as YYYY-MM-DD, e.g. 2026-01-01",
+    "date_type": "use a date as YYYY-MM-DD, e.g. 2026-01-01",
 }
 
 
@@ -135,6 +147,151 @@ def _nested_model(annotation: Any) -> Any:
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return next((m for arg in get_args(annotation) if (m := _nested_model(arg)) is not None), None)
+
+
+# -- image references -------------------------------------------------------------------------------
+
+# A registry host (with its port) and the repository's path, lower-case as registries require; a tag;
+# a digest, which is exactly 64 lower-case hex digits. Each repetition starts with a character the
+# one before cannot consume, so jsonschema's backtracking regex engine reads a value in linear time.
+_IMAGE_NAME = r"[a-z0-9][a-z0-9._-]*(:[0-9]{1,5})?(/[a-z0-9._-]+)*"
+_IMAGE_TAG = r":[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+_IMAGE_DIGEST = r"@sha256:[a-f0-9]{64}"
+#: An image an administrator names: a repository, with a tag, a digest, both or neither.
+IMAGE_REFERENCE_PATTERN = rf"^{_IMAGE_NAME}({_IMAGE_TAG})?({_IMAGE_DIGEST})?$"
+#: An image pinned for one run: a tag or a digest, never a bare name (which means whatever is latest).
+PINNED_IMAGE_PATTERN = rf"^{_IMAGE_NAME}({_IMAGE_TAG}({_IMAGE_DIGEST})?|{_IMAGE_DIGEST})$"
+
+
+# -- files an administrator writes ------------------------------------------------------------------
+
+#: The most a declaration or an environment file may hold: each is a page of settings, and a file
+#: read on every DAG parse must not be able to fill the parser's memory.
+MAX_FILE_BYTES = 1 << 20
+#: The deepest a file's values may nest: the models' own nesting is at most five levels, and a
+#: parser or validator recursing through thousands of levels would raise RecursionError.
+MAX_NESTING = 24
+
+
+def read_settings_file(path: Path, title: str, error: type[SpecError]) -> str:
+    """The text of an administrator's file, or ``error`` naming ``title`` and the fix.
+
+    Only a regular file is read (opened without blocking, so a FIFO named by mistake is refused
+    instead of hanging the DAG parse or the command line; ``/dev/zero`` is a device), at most
+    :data:`MAX_FILE_BYTES` of it. UTF-8 with or without the byte-order mark some Windows editors
+    write: the mark says nothing but the encoding, so it is accepted.
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        raise error(f"{title} does not exist (fix: create it from the example in the README)") from None
+    except OSError as exc:
+        raise error(
+            f"{title} cannot be read ({exc.strerror}) (fix: make it a file the worker can read)"
+        ) from None
+    with os.fdopen(descriptor, "rb") as file:
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise error(f"{title} is not a regular file (fix: name a file, not a folder, pipe or device)")
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:
+        raise error(
+            f"{title} is larger than {MAX_FILE_BYTES // 1024} KiB (fix: a file of settings is a page or "
+            "two; name the right file)"
+        )
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise error(
+            f"{title} is not UTF-8 text (byte {data[exc.start]:#04x} at offset {exc.start}; "
+            "fix: save it as UTF-8)"
+        ) from None
+
+
+class DuplicateKeyError(ValueError):
+    """A key written twice in one object of a file: JSON and YAML parsers keep the last silently.
+
+    (JSON leaves duplicates to the parser, and YAML forbids them, yet PyYAML keeps the last.)
+    """
+
+    def __init__(self, key: object) -> None:
+        super().__init__(
+            f"the key {key!r} is written twice in one block, and only the last would count "
+            "(fix: keep one of them)"
+        )
+
+
+def parse_json_settings(text: str, title: str, error: type[SpecError]) -> Any:
+    """The JSON value of an administrator's file: no key twice in an object, nested at most
+    :data:`MAX_NESTING` deep, else ``error`` naming ``title`` and the fix."""
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_keys)
+    except DuplicateKeyError as exc:
+        raise error(f"{title}: {exc}") from None
+    except json.JSONDecodeError as exc:
+        raise error(f"{title} is not valid JSON: {exc} (fix: correct it at that line and column)") from None
+    except RecursionError:
+        raise nesting_error(title, error) from None
+    if _depth(data) > MAX_NESTING:
+        raise nesting_error(title, error)
+    return data
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    duplicate = next((key for index, key in enumerate(keys) if key in keys[:index]), None)
+    if duplicate is not None:
+        raise DuplicateKeyError(duplicate)
+    return dict(pairs)
+
+
+def _depth(data: Any) -> int:
+    """How deep ``data``'s dicts and lists nest, up to one past :data:`MAX_NESTING` (no recursion)."""
+    deepest, stack = 0, [(data, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack += [(child, depth + 1) for child in children if depth <= MAX_NESTING]
+    return deepest
+
+
+def nesting_error(title: str, error: type[SpecError]) -> SpecError:
+    """The refusal of a file nested deeper than :data:`MAX_NESTING`."""
+    return error(
+        f"{title} nests its values more than {MAX_NESTING} levels deep (fix: write the settings as "
+        "the README shows them; no setting nests that deep)"
+    )
+
+
+#: Variables that make the dynamic loader, a shell or an interpreter run code before or around a
+#: job's command, in every process of the node (the platform's launchers and the shells that run
+#: the command included), where the dry run's command does not show it.
+_HIJACKING_VARIABLES = frozenset(
+    {
+        "BASH_ENV",
+        "ENV",
+        "SHELLOPTS",
+        "BASHOPTS",
+        "PS4",
+        "PYTHONSTARTUP",
+        "PYTHONHOME",
+        "PERL5OPT",
+        "NODE_OPTIONS",
+    }
+)
+_HIJACKING_PREFIXES = ("LD_", "DYLD_", "BASH_FUNC_")
+#: The fix for a declared environment naming one of them.
+HIJACKING_FIX = (
+    "remove them; install a library or a startup hook in the image, or set the variable in the "
+    "command itself (env LD_LIBRARY_PATH=... python train.py), where the dry run shows it"
+)
+
+
+def hijacking_variables(names: Iterable[str]) -> list[str]:
+    """The names of ``names`` that hijack the loader, a shell or an interpreter (``LD_PRELOAD``...)."""
+    return sorted(
+        name for name in names if name in _HIJACKING_VARIABLES or name.startswith(_HIJACKING_PREFIXES)
+    )
 
 
 # -- patterns an administrator declares -----------------------------------------------------------

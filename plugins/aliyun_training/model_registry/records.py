@@ -9,11 +9,57 @@ the run id the version carries) and a pointer already on that version is left as
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal, Protocol
+from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+
+#: The schemes MLflow's tracking and registry stores are reached by: its REST server, a Databricks
+#: workspace, a local folder, and the SQLAlchemy databases (``<dialect>[+<driver>]``).
+TRACKING_URI_SCHEMES = ("http", "https", "databricks", "file", "sqlite", "postgresql", "mysql", "mssql")
+TRACKING_URI_FIX = (
+    "an http(s), databricks, file or database URI of an absolute location, without credentials "
+    "(MLflow reads MLFLOW_TRACKING_USERNAME/PASSWORD or MLFLOW_TRACKING_TOKEN, and a database's "
+    "driver its own variables, from the worker's environment)"
+)
+#: Query parameter names that carry a secret (``token``, ``password``, ``access_key``, ``sig``...).
+_CREDENTIAL_NAME = re.compile(r"token|pass|pwd|secret|key|auth|cred|sig|session|bearer|jwt", re.IGNORECASE)
+
+
+def check_tracking_uri(uri: str | None) -> str | None:
+    """Refuse a tracking URI with a secret in it, or one MLflow would not reach alike from every worker.
+
+    A URI is shown by the dry run, the XComs and the pipeline's page, so a password in its userinfo
+    or a token in its query would be too; the messages never repeat it. A relative location
+    (``mlruns``, ``sqlite:///mlflow.db``) is relative to each worker's own directory, and MLflow
+    serves no other scheme.
+    """
+    if uri is None or uri == "databricks":  # the default Databricks profile, as MLflow spells it
+        return uri
+    parts = urlsplit(uri)
+    if "@" in parts.netloc:
+        raise ValueError("the URI carries credentials before its host")
+    secrets = [
+        name for name, _ in parse_qsl(parts.query, keep_blank_values=True) if _CREDENTIAL_NAME.search(name)
+    ]
+    if secrets:
+        raise ValueError(f"the URI carries credentials in its query parameters {secrets}")
+    if parts.fragment or any(char.isspace() or not char.isprintable() for char in uri):
+        raise ValueError("the URI has a fragment, whitespace or control characters")
+    scheme = parts.scheme.lower()
+    if scheme.split("+", 1)[0] not in TRACKING_URI_SCHEMES:
+        found = f"the scheme {parts.scheme!r}" if scheme else "no scheme (a relative path)"
+        raise ValueError(f"the URI has {found}; MLflow is reached by {', '.join(TRACKING_URI_SCHEMES)}")
+    # sqlite:////abs/mlflow.db is absolute (sqlite:///x.db is relative); file:///abs; others name a host.
+    absolute = {"file": parts.path.startswith("/"), "sqlite": parts.path.startswith("//")}
+    if not absolute.get(scheme.split("+", 1)[0], bool(parts.hostname)):
+        raise ValueError(
+            f"the {scheme} URI names no host or absolute path, so each worker would read its own"
+        )
+    return uri
 
 
 class RegistryError(Exception):
