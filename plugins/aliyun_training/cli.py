@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from aliyun_training.registry import BACKENDS, backend_record
-from aliyun_training.validation import SpecError
+from aliyun_training.validation import SpecError, parse_json_settings
 
 #: The run a dry run's job names are derived from, as if it were a run of the pipeline's DAG.
 DRY_RUN_ID = "dry_run"
@@ -121,10 +121,7 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     from aliyun_training.settings import local_paths
 
     fix = "fix: give the trigger-form values as a JSON object, e.g. '{\"nodes\": 4}'"
-    try:
-        given = json.loads(args.params)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"--params: not JSON ({exc}) ({fix})") from None
+    given = parse_json_settings(args.params, "--params", SpecError)
     if not isinstance(given, dict):
         raise SpecError(f"--params: a JSON {type(given).__name__}, not an object ({fix})")
     # The command's own arguments say these; a value in --params would be silently replaced.

@@ -65,9 +65,9 @@ from aliyun_training.spec import (
 from aliyun_training.validation import (
     HIJACKING_FIX,
     MAX_NESTING,
-    DuplicateKeyError,
     SpecError,
     check_pattern,
+    duplicate_key,
     field_fix,
     hijacking_variables,
     nesting_error,
@@ -176,7 +176,9 @@ class PipelineBlock(_Block):
         if schedule is None or schedule in ("@once", "@continuous"):
             return schedule
         from airflow.utils.dates import cron_presets
-        from croniter import CroniterError, croniter
+
+        # Airflow's own cron parser, which ships neither inline types nor stubs.
+        from croniter import CroniterError, croniter  # type: ignore[import-untyped]
 
         expression = cron_presets.get(schedule, schedule)
         if len(expression.split()) != 5 and not expression.startswith("@"):
@@ -932,7 +934,7 @@ def _check_nodes(root: Any, title: str) -> None:
             twice = next((key for index, key in enumerate(keys) if seen[index] in seen[:index]), None)
             if twice is not None:
                 line = twice.start_mark.line + 1
-                raise DeclarationError(f"{title}: line {line}: {DuplicateKeyError(twice.value)}")
+                raise DeclarationError(f"{title}: line {line}: {duplicate_key(twice.value)}")
             stack += [(child, depth + 1) for pair in node.value for child in pair]
         elif isinstance(node, yaml.SequenceNode):
             stack += [(child, depth + 1) for child in node.value]

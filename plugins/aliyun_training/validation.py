@@ -11,7 +11,7 @@ import json
 import os
 import re
 import stat
-from typing import TYPE_CHECKING, Any, TypeVar, get_args
+from typing import TYPE_CHECKING, Any, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
@@ -117,11 +117,7 @@ def _error_fix(kind: str, ctx: dict[str, Any]) -> str | None:
 
 def _unknown_key_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
     """For a key the model does not know: the keys it does know at that level."""
-    container: Any = model
-    for part in loc[:-1]:
-        if isinstance(part, str):
-            info = container.model_fields.get(part) if container is not None else None
-            container = _nested_model(info.annotation) if info is not None else None
+    container, _ = _walk(model, loc[:-1])
     if container is None:
         return None
     return f"remove it; the keys here are {', '.join(container.model_fields)}"
@@ -129,17 +125,34 @@ def _unknown_key_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str 
 
 def _field_fix(model: type[BaseModel], loc: tuple[int | str, ...]) -> str | None:
     """The ``fix`` of the field at ``loc``, walking into nested models (``vpc.switch_id``)."""
-    info = None
-    for part in loc:
-        if model is None or isinstance(part, int):
-            continue
-        info = model.model_fields.get(str(part))
-        if info is None:
-            return None
-        model = _nested_model(info.annotation)
+    _, info = _walk(model, loc)
     extra = info.json_schema_extra if info is not None else None
     fix = extra.get("fix") if isinstance(extra, dict) else None
     return fix if isinstance(fix, str) else None
+
+
+def _walk(model: Any, loc: tuple[int | str, ...]) -> tuple[Any, Any]:
+    """The model at ``loc`` (None past a plain value) and the last field on the way to it.
+
+    A list's index and a mapping's key (``parameters.<name>``) stay in the model of their values.
+    """
+    info = None
+    keyed = False
+    for part in loc:
+        if isinstance(part, int) or keyed or model is None:
+            keyed = False
+            continue
+        info = model.model_fields.get(str(part))
+        if info is None:
+            return None, None
+        keyed = _is_mapping(info.annotation)
+        model = _nested_model(info.annotation)
+    return model, info
+
+
+def _is_mapping(annotation: Any) -> bool:
+    """Whether ``annotation`` is a dict (or an optional one), whose keys a validation error's loc names."""
+    return get_origin(annotation) is dict or any(_is_mapping(arg) for arg in get_args(annotation))
 
 
 def _nested_model(annotation: Any) -> Any:
@@ -189,10 +202,13 @@ def read_settings_file(path: Path, title: str, error: type[SpecError]) -> str:
         raise error(
             f"{title} cannot be read ({exc.strerror}) (fix: make it a file the worker can read)"
         ) from None
-    with os.fdopen(descriptor, "rb") as file:
-        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
             raise error(f"{title} is not a regular file (fix: name a file, not a folder, pipe or device)")
-        data = file.read(MAX_FILE_BYTES + 1)
+        with open(descriptor, "rb", closefd=False) as file:
+            data = file.read(MAX_FILE_BYTES + 1)
+    finally:
+        os.close(descriptor)
     if len(data) > MAX_FILE_BYTES:
         raise error(
             f"{title} is larger than {MAX_FILE_BYTES // 1024} KiB (fix: a file of settings is a page or "
@@ -207,25 +223,26 @@ def read_settings_file(path: Path, title: str, error: type[SpecError]) -> str:
         ) from None
 
 
-class DuplicateKeyError(ValueError):
-    """A key written twice in one object of a file: JSON and YAML parsers keep the last silently.
+class MisreadValueError(ValueError):
+    """Text a parser reads other than as written: a key twice in one object, of which JSON and
+    PyYAML keep the last silently (YAML forbids it), or ``NaN``/``Infinity``, which JSON does not have
+    and Python's json reads, and which compare false with every bound."""
 
-    (JSON leaves duplicates to the parser, and YAML forbids them, yet PyYAML keeps the last.)
-    """
 
-    def __init__(self, key: object) -> None:
-        super().__init__(
-            f"the key {key!r} is written twice in one block, and only the last would count "
-            "(fix: keep one of them)"
-        )
+def duplicate_key(key: object) -> MisreadValueError:
+    """The refusal of ``key`` written twice in one object."""
+    return MisreadValueError(
+        f"the key {key!r} is written twice in one block, and only the last would count "
+        "(fix: keep one of them)"
+    )
 
 
 def parse_json_settings(text: str, title: str, error: type[SpecError]) -> Any:
     """The JSON value of an administrator's file: no key twice in an object, nested at most
     :data:`MAX_NESTING` deep, else ``error`` naming ``title`` and the fix."""
     try:
-        data = json.loads(text, object_pairs_hook=_unique_keys)
-    except DuplicateKeyError as exc:
+        data = json.loads(text, object_pairs_hook=_unique_keys, parse_constant=_not_a_number)
+    except MisreadValueError as exc:
         raise error(f"{title}: {exc}") from None
     except json.JSONDecodeError as exc:
         raise error(f"{title} is not valid JSON: {exc} (fix: correct it at that line and column)") from None
@@ -236,11 +253,17 @@ def parse_json_settings(text: str, title: str, error: type[SpecError]) -> Any:
     return data
 
 
+def _not_a_number(constant: str) -> float:
+    """Python's json reads ``NaN`` and ``Infinity``, which JSON does not have: a bound or price of
+    either would compare false with everything."""
+    raise MisreadValueError(f"{constant} is not a JSON number (fix: write a finite number)")
+
+
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [key for key, _ in pairs]
     duplicate = next((key for index, key in enumerate(keys) if key in keys[:index]), None)
     if duplicate is not None:
-        raise DuplicateKeyError(duplicate)
+        raise duplicate_key(duplicate)
     return dict(pairs)
 
 

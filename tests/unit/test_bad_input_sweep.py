@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +18,7 @@ import pytest
 from airflow.sdk import Param
 
 from aliyun_training.cli import main
-from aliyun_training.declaration import DeclarationError, declare
+from aliyun_training.declaration import DeclarationError, declare, load_declaration
 from aliyun_training.environments import load_environment
 from aliyun_training.params import run_params
 from aliyun_training.validation import SpecError
@@ -81,6 +82,24 @@ FORM: list[tuple[str, str, Any, bool]] = [
         for v in ({"priority": 9}, {"quota_id": "quota9zz9"}, {"rdma": False}, {"cpu_per_node": 64})
     ],
     *[("dlc", "framework", v, False) for v in ("mpi", "tensorflow", "horovod")],
+    *[
+        ("dlc", "image", v, False)
+        for v in (
+            "registry.example.com/train@sha256:" + "g" * 64,
+            "registry.example.com/train@sha256:" + "a" * 63,
+            "registry.example.com/train@sha256:" + "A" * 64,
+            "registry.example.com/train:2\nRUN curl evil",
+            "registry.example.com/train:2 ",
+            "registry.example.com/train:",
+        )
+    ],
+    ("dlc", "image", "registry.example.com/train@sha256:" + "a" * 64, True),
+    ("local", "image", "registry.example.com/train:2", False),  # the local backend runs no image
+    *[("local", "nodes", v, False) for v in (float("nan"), float("inf"), 1e300)],
+    *[("local", "epochs", v, False) for v in (float("nan"), float("-inf"))],
+    *[("local", "max_gpu_hours", v, False) for v in (float("nan"), float("inf"))],
+    *[("local", "timeout_minutes", v, False) for v in (float("inf"), float("nan"))],
+    *[("local", "dataset_version", v, False) for v in ("v1\r", "v1\t", "..", "v1 ")],
 ]
 
 
@@ -113,8 +132,12 @@ def test_the_form(tmp_path: Path, backend: str, field: str, value: Any, valid: b
     assert not (tmp_path / "cpfs").exists() and not (tmp_path / "runs").exists(), "nothing was done"
     if _param_accepts(field, value):
         # Only what the schema cannot say is left to configure: unknown keys, the quotas the
-        # environment offers and the backend a framework needs.
-        assert field in ("backend_overrides", "framework"), f"the UI's form let {field}={value!r} through"
+        # environment offers, the backend a framework needs, whether the backend runs an image, and
+        # NaN, which JSON Schema's bounds cannot refuse (every comparison with it is false) and JSON
+        # cannot carry: only a Python caller such as dags test's run_conf can send it.
+        assert field in ("backend_overrides", "framework", "image") or value != value, (
+            f"the UI's form let {field}={value!r} through"
+        )
 
 
 # -- a pipeline declaration: (key path, value, valid) ----------------------------------------------
@@ -193,6 +216,152 @@ DECLARATIONS: list[tuple[str, Any, bool]] = [
         ("parameters.Epochs", {"type": "integer", "default": 1}, False),
         ("parameters.nodes", {"type": "integer", "default": 1}, False),
     ],
+    *[
+        ("parameters.rate", v, False)
+        for v in (
+            {"type": "number", "default": 1, "minimum": 5},
+            {"type": "string", "default": "a", "enum": ["b"]},
+            {"type": "boolean", "default": "yes"},
+            {"type": "number", "default": 1, "colour": "red"},
+        )
+    ],
+    *[
+        ("pipeline.schedule", v, False)
+        for v in ("61 * * * *", "* * * *", "0 0 31 2 *", "@fortnightly", "*/5 * * * * *", "", "weekly")
+    ],
+    *[("pipeline.schedule", v, True) for v in ("0 3 * * 1", "@daily", "@quarterly", None)],
+    *[("pipeline.start_date", v, False) for v in ("2026-02-30", "yesterday", "2026-13-01", 20260101)],
+    ("pipeline.start_date", "2026-03-01", True),
+    *[
+        ("pipeline.on_new_version", v, False)
+        for v in ({"poll": 5}, {"poll_seconds": 1}, {"poll_seconds": 86_401}, "often", {"poll_seconds": 1.5})
+    ],
+    ("pipeline.on_new_version", {"poll_seconds": 60}, True),
+    *[
+        ("training.command", v, False)
+        for v in (
+            "[[ {epochs} -eq 1 ]] && python train.py",
+            "(( {epochs} > 1 )) && python train.py",
+            "python train.py --steps $(( {epochs} * 10 ))",
+            "let n={epochs}; python train.py",
+            "printf -v {epochs} %s 1; python train.py",
+            "declare -n ref={epochs}; python train.py",
+            "declare -i n={epochs}; python train.py",
+            "read {epochs} < /dev/null; python train.py",
+            "a[{epochs}]=1; python train.py",
+            "eval {epochs}",
+            "sh -c {epochs}",
+            "bash -c {epochs}",
+            "echo {epochs} | bash",
+            "echo {epochs} | sh",
+            "python -c {epochs}",
+            "[ -v {epochs} ] && python train.py",
+        )
+    ],
+    *[
+        ("training.command", v, True)
+        for v in (
+            "[ {epochs} -gt 1 ] && python train.py --epochs {epochs}",
+            "sh -c 'python train.py --epochs \"$1\"' sh {epochs}",
+            "export EPOCHS={epochs}; python train.py",
+            "echo {epochs} | python train.py",
+        )
+    ],
+    *[
+        ("training.env", {name: "/opt/x"}, False)
+        for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP", "BASH_ENV", "ENV", "1X")
+    ],
+    ("training.env", {"PYTHONPATH": "src", "NCCL_DEBUG": "INFO"}, True),
+    *[("artifacts.collect", v, False) for v in (["."], [".."], ["./"], ["a/.."], [""], ["checkpoints", "/"])],
+    ("artifacts.collect", ["checkpoints/", "model.pt"], True),
+    *[("artifacts.model", v, False) for v in ("Bad Name", "../x", "")],
+    *[
+        ("dataset.prepare", v, False)
+        for v in (
+            {"command": "python shard.py {epochs}"},
+            {"command": ""},
+            {"command": "python shard.py", "suffix": "Bad"},
+            {"command": "python shard.py", "cpu": 0},
+        )
+    ],
+    *[
+        ("evaluation", {"command": "python evaluate.py", **v}, False)
+        for v in (
+            {"command": ""},
+            {"command": "python evaluate.py {epochs}"},
+            {"cpu": 0},
+            {"memory_gib": 5000},
+            {"gpus": -1},
+            {"timeout_minutes": 0},
+            {"dataset_version": "../v1"},
+            {"dataset_version": "v1\n"},
+            {"scorer": "x"},
+        )
+    ],
+    ("evaluation", {"command": "python evaluate.py", "dataset_version": "2026-01-04"}, True),
+    *[
+        ("promotion", {"metric": "final_test_accuracy", **v}, False)
+        for v in (
+            {"min_improvement": float("inf")},
+            {"min_improvement": float("nan")},
+            {"min_improvement": -0.1},
+            {"min_improvement": "a lot"},
+            {"metric": "test-accuracy"},
+            {"metric": "test_accuracy"},  # not a final metric, and no evaluation measures it
+            {"direction": "up"},
+            {"without_champion": "maybe"},
+            {"guards": {"final_test_loss": {}}},
+            {"guards": {"final_test_loss": {"max": float("inf")}}},
+            {"guards": {"final_test_loss": {"min": float("nan")}}},
+            {"guards": {"final_test_loss": {"min": 2, "max": 1}}},
+            {"approval": {"approvers": [" alice"]}},
+            {"approval": {"approvers": ["alice "]}},
+            {"approval": {"approvers": [""]}},
+            {"approval": {"approvers": ["al\nice"]}},
+            {"approval": {"approvers": "alice"}},
+            {"approval": {"timeout_hours": 0}},
+            {"approval": {"timeout_hours": float("inf")}},
+            {"approval": {"timeout_hours": float("nan")}},
+            {"approval": {"approver": ["alice"]}},
+        )
+    ],
+    *[
+        ("promotion", {"metric": "final_test_accuracy", **v}, True)
+        for v in ({"min_improvement": 0.01}, {"approval": {"approvers": ["alice", "bob.smith@example.com"]}})
+    ],
+    *[
+        ("registry.tracking_uri", v, False)
+        for v in (
+            "http://mlflow.internal/?token=abc",
+            "https://mlflow.internal/?password=p",
+            "https://mlflow.internal/?access_token=t",
+            "https://mlflow.internal/?secret=s",
+            "https://mlflow.internal/?key=k",
+            "https://mlflow.internal/?X-Api-Key=k",
+            "https://mlflow.internal/#token=t",
+            "http://user:pass@mlflow.internal:5000",
+            "mlruns",
+            "./mlruns",
+            "sqlite:///mlflow.db",
+            "file:relative/mlruns",
+            "ftp://mlflow.internal/x",
+            "s3://bucket/mlflow",
+            "http://",
+            "http://mlflow.internal/ x",
+        )
+    ],
+    *[
+        ("registry.tracking_uri", v, True)
+        for v in (
+            "http://mlflow.internal:5000",
+            "sqlite:////var/lib/mlflow/mlflow.db",
+            "postgresql+psycopg2://db.internal/mlflow",
+            "databricks",
+            "file:///mnt/mlruns",
+        )
+    ],
+    *[("registry.kind", v, False) for v in ("wandb", "")],
+    ("registry", {"kind": "pai", "tracking_uri": "http://mlflow.internal"}, False),
 ]
 
 
@@ -248,6 +417,38 @@ ENVIRONMENTS: list[tuple[str, str, Any, bool]] = [
     *[("local", "master_port", v, False) for v in (80, 70_000, "x")],
     ("local", "stop_grace_seconds", 0, False),
     ("local", "master_port", 29_500, True),
+    *[
+        ("dlc", "image", v, False)
+        for v in (
+            "registry.example.com/ml/train:1\nRUN curl evil",
+            "registry.example.com/ml/train@sha256:" + "g" * 64,
+            "registry.example.com/ml/train@sha256:" + "A" * 64,
+            "UPPER/x:1",
+            "x y:1",
+            "registry.example.com/ml/train:1;id",
+        )
+    ],
+    *[
+        ("dlc", "image", v, True)
+        for v in (
+            "registry.example.com/ml/train@sha256:" + "a" * 64,
+            "registry.example.com:5000/ml/train:1.0",
+        )
+    ],
+    ("dlc", "image_build.base_image", "python:3.11\n", False),
+    ("dlc", "image_build.base_image", "python:3.11-slim", True),
+    ("arena", "staging.image", "registry.example.com/ml/stager:1 ", False),
+    ("arena", "image_build.kaniko.builder_image", "gcr.io/kaniko-project/executor@sha256:ggg", False),
+    *[
+        ("arena", "nccl_env", {name: "/opt/x"}, False)
+        for name in ("LD_PRELOAD", "LD_LIBRARY_PATH", "LD_AUDIT", "PYTHONSTARTUP", "BASH_ENV", "ENV")
+    ],
+    ("arena", "nccl_env", {"NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "mlx5"}, True),
+    *[("dlc", "currency", v, False) for v in ("cny", "$", "EURO")],
+    *[("dlc", "price_per_gpu_hour", v, False) for v in (0, -1, 100_001)],
+    ("dlc", "priority", 5.5, False),
+    ("dlc", "allowed_owners", [""], False),
+    ("local", "stop_grace_seconds", 601, False),
 ]
 
 
@@ -266,6 +467,87 @@ def test_an_environment_file(tmp_path: Path, backend: str, path: str, value: Any
     _names_field_and_fix(str(refused.value), path.split(".")[0])
 
 
+# -- files as they are read: (name, content, valid); content None is a FIFO, "dir" a folder ------------
+
+GOOD_DECLARATION = (
+    b"pipeline: {dag_id: sweep_retrain}\ndataset: {name: digits}\n"
+    b"training: {code_dir: code, command: python train.py}\n"
+)
+DECLARATION_FILES: list[tuple[str, bytes | str | None, bool]] = [
+    ("not UTF-8", b"pipeline: {dag_id: caf\xe9}\n", False),
+    ("a key twice", GOOD_DECLARATION + b"pipeline: {dag_id: other}\n", False),
+    ("a nested key twice", b"pipeline: {dag_id: a, dag_id: b}\n", False),
+    ("30 levels deep", b"pipeline: " + b"[" * 30 + b"]" * 30 + b"\n", False),
+    ("100000 levels deep", b"a: " + b"[" * 100_000 + b"]" * 100_000 + b"\n", False),
+    ("2 MiB", GOOD_DECLARATION + b"#" * (2 << 20), False),
+    ("a list", b"- pipeline\n", False),
+    ("empty", b"", False),
+    ("not YAML", b"pipeline: [\n", False),
+    ("a FIFO", None, False),
+    ("a folder", "dir", False),
+    ("a byte-order mark", b"\xef\xbb\xbf" + GOOD_DECLARATION, True),
+    (
+        "a YAML merge key",
+        GOOD_DECLARATION.replace(b"{code_dir", b"{<<: {command: python other.py}, code_dir"),
+        True,
+    ),
+]
+ENVIRONMENT_FILES: list[tuple[str, bytes | str | None, bool]] = [
+    ("not UTF-8", b'{"region": "cn-wulanchabu\xe9"}', False),
+    ("a key twice", b'{"region": "cn-wulanchabu", "region": "cn-beijing"}', False),
+    ("a nested key twice", b'{"vpc": {"vpc_id": "vpc-a", "vpc_id": "vpc-b"}}', False),
+    ("30 levels deep", b'{"vpc": ' + b"[" * 30 + b"]" * 30 + b"}", False),
+    ("100000 levels deep", b"[" * 100_000 + b"]" * 100_000, False),
+    ("Infinity", b'{"price_per_gpu_hour": Infinity}', False),
+    ("NaN", b'{"rdma_check": {"pass_ratio": NaN}}', False),
+    ("2 MiB", b"{}" + b" " * (2 << 20), False),
+    ("empty", b"", False),
+    ("a FIFO", None, False),
+    ("a folder", "dir", False),
+    ("a byte-order mark", b'\xef\xbb\xbf{"region": "cn-wulanchabu"}', True),
+]
+
+
+def _file(tmp_path: Path, name: str, content: bytes | str | None) -> Path:
+    path = tmp_path / name
+    if content is None:
+        os.mkfifo(path)  # opened for reading, a FIFO without a writer would block forever
+    elif content == "dir":
+        path.mkdir()
+    else:
+        assert isinstance(content, bytes)
+        path.write_bytes(content)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "valid"), DECLARATION_FILES, ids=[n for n, *_ in DECLARATION_FILES]
+)
+def test_a_declaration_file(tmp_path: Path, name: str, content: bytes | str | None, valid: bool) -> None:
+    path = _file(tmp_path, "sweep.yaml", content)
+    if valid:
+        assert load_declaration(path).dag_id == "sweep_retrain"
+        return
+    with pytest.raises(DeclarationError) as refused:
+        load_declaration(path)
+    _names_field_and_fix(str(refused.value), f"pipeline declaration {path}")
+
+
+@pytest.mark.parametrize(
+    ("name", "content", "valid"), ENVIRONMENT_FILES, ids=[n for n, *_ in ENVIRONMENT_FILES]
+)
+def test_an_environment_file_as_read(
+    tmp_path: Path, name: str, content: bytes | str | None, valid: bool
+) -> None:
+    path = _file(tmp_path, "dlc.json", content)
+    if valid:
+        assert load_environment(path, "dlc").region == "cn-wulanchabu"  # type: ignore[union-attr]
+        return
+    with pytest.raises(SpecError) as refused:
+        load_environment(path, "dlc")
+    _names_field_and_fix(str(refused.value), f"environment file {path}")
+
+
 # -- the command line ---------------------------------------------------------------------------------
 
 CLI: list[tuple[list[str], str]] = [
@@ -279,19 +561,35 @@ CLI: list[tuple[list[str], str]] = [
     (["--dataset-version", "v1\n"], "dataset_version"),
     (["--backend", "sagemaker"], "--backend"),
     (["--environment", "/nonexistent/dlc.json", "--backend", "dlc"], "environment file"),
+    (["--params", '{"backend": "dlc"}'], "backend"),
+    (["--params", '{"dataset_version": "v2"}'], "dataset_version"),
+    (["--params", '{"dry_run": false}'], "dry_run"),
+    (["--params", '{"nodes": 1, "nodes": 99}'], "--params"),
+    (["--params", '{"nodes": NaN}'], "--params"),
+    (["--params", '{"nodes": 1e999}'], "nodes"),
+    (["--params", '{"image": "registry.example.com/train:2"}'], "image"),
+    (["--environment", "{fifo}"], "environment file"),
+    (["--environment", "/dev/zero"], "environment file"),
+    (["--environment", "{fifo}", "--backend", "dlc"], "environment file"),
+    (["--pipeline", "{fifo}"], "pipeline declaration"),
+    (["--pipeline", "/dev/zero"], "pipeline declaration"),
 ]
 
 
 @pytest.mark.parametrize(("arguments", "field"), CLI, ids=[" ".join(a) for a, _ in CLI])
 def test_the_command_line(
     tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     arguments: list[str],
     field: str,
 ) -> None:
     monkeypatch.setenv("ALIYUN_TRAINING_LOCAL_ROOT", str(tmp_path))
+    fifo = tmp_path_factory.mktemp("inputs") / "fifo"
+    os.mkfifo(fifo)
     defaults = {"--backend": "local", "--dataset-version": "v1", "--params": "{}"}
+    arguments = [argument.replace("{fifo}", str(fifo)) for argument in arguments]
     given = dict(zip(arguments[::2], arguments[1::2], strict=True))
     argv = ["plan", "--no-preflight", *(item for pair in {**defaults, **given}.items() for item in pair)]
 
@@ -311,8 +609,12 @@ def _names_field_and_fix(message: str, field: str) -> None:
     assert re.search(r"\bfix\b", message), f"no fix in: {message}"
 
 
-def test_the_sweep_covers_at_least_150_values() -> None:
-    counted = len(FORM) + len(DECLARATIONS) + len(ENVIRONMENTS) + len(CLI)
-    refused = sum(not valid for *_, valid in FORM + DECLARATIONS + ENVIRONMENTS) + len(CLI)
+def test_the_sweep_covers_at_least_250_values() -> None:
+    """The tally docs/security.md records. Each bad value's own test above fails unless it is refused
+    before any work, naming its field and a fix, so when the sweep passes all of them are (at least
+    the 98 % issue 35 asks for); this keeps the sweep that wide and mostly bad values."""
+    valued = FORM + DECLARATIONS + ENVIRONMENTS + DECLARATION_FILES + ENVIRONMENT_FILES
+    counted = len(valued) + len(CLI)
+    valid = sum(valid for *_, valid in valued)
 
-    assert counted >= 150 and refused >= 120, (counted, refused)
+    assert counted >= 250 and counted - valid >= 200, (counted, counted - valid, valid)
