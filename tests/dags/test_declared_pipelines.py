@@ -125,7 +125,10 @@ def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_o
     }
     for dag_id, text in loose.items():
         _write(folder, f"{dag_id}.yaml", text.replace("{dag_id}", f"{dag_id}_retrain"))
-    _write(folder, "team_a.yaml", MINIMAL.format(dag_id="team_a_retrain"))
+    # Its own model: two pipelines of one model would both be refused (tests/dags/test_loader_folder.py).
+    _write(
+        folder, "team_a.yaml", MINIMAL.format(dag_id="team_a_retrain").replace("name: digits", "name: team-a")
+    )
     environments = tmp_path / "config"
     environments.mkdir()
     (environments / "dlc.json").write_text(json.dumps({"allowed_pipelines": ["team_b_*", "good_*"]}))
@@ -188,6 +191,7 @@ def test_the_readme_guide_adds_a_model_and_dry_runs_it(
     version = local_root / "object-store" / "digits" / "v1"
     version.mkdir(parents=True)
     (version / "samples.txt").write_text("\n".join(str(i) for i in range(100)))
+    (version / "_SUCCESS").touch()  # as the guide's upload does: a run takes only a landed version
 
     assert list(load_pipelines(folder)) == ["digits_retrain", RECONCILER_DAG_ID], "and its jobs' reconciler"
     monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import time
 from datetime import UTC, datetime
@@ -23,7 +24,7 @@ import pytest
 from aliyun_training.backends.ack import AckBackend
 from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.local import LocalBackend
-from aliyun_training.declaration import PipelineDeclaration, declare
+from aliyun_training.declaration import DeclarationError, PipelineDeclaration, declare
 from aliyun_training.plan.inputs import RunContext
 from aliyun_training.plan.resolve import resolve_run
 from aliyun_training.settings import LocalPaths
@@ -237,3 +238,72 @@ def test_the_rendered_command_is_the_form_values_shell_quoted(probe: dict[str, A
 
     assert "'$(touch " in command and "'x'\"'\"'y'" in command
     assert json.dumps(command)  # one JSON string: the dry run and the manifest carry it as is
+
+
+#: Templates where bash reads a shell-quoted value as code: each ran ``a[$(touch canary)]``.
+CODE_CONTEXTS = [
+    "[[ {x} -eq 1 ]]",
+    "(( {x} ))",
+    "echo $(( {x} + 1 ))",
+    "let n={x}",
+    "printf -v {x} %s 1",
+    "declare -n ref={x}; echo $ref",
+    "declare -i n={x}",
+    "read {x} < /dev/null",
+    "[ -v {x} ]",
+    "eval {x}",
+    "sh -c {x}",
+    "bash -c {x}",
+    "echo {x} | bash",
+    "echo {x} | sh",
+]
+#: The fixes the refusals name, which run nothing whatever the value.
+SAFE_FORMS = [
+    "[ {x} -eq 1 ]",
+    "sh -c 'echo \"$1\"' sh {x}",
+    'export X={x}; printf %s "$X"',
+    "printf -v name %s {x}",
+]
+
+
+def _render(template: str, value: str) -> str:
+    """The template rendered as ``render_command`` renders a parameter: shell-quoted."""
+    return template.format(x=shlex.quote(value))
+
+
+@pytest.mark.parametrize("template", CODE_CONTEXTS)
+def test_a_placeholder_where_bash_reads_code_is_refused_at_load_and_would_have_run(
+    tmp_path: Path, template: str
+) -> None:
+    canary = tmp_path / "PWNED"
+    data = {
+        "pipeline": {"dag_id": "code_context"},
+        "dataset": {"name": "probe"},
+        "training": {"code_dir": str(tmp_path), "command": template},
+        "parameters": {"x": {"type": "string", "default": "1"}},
+    }
+
+    with pytest.raises(
+        DeclarationError, match=r"training\.command: \{x\} is .*where bash reads a value as code \(fix: "
+    ):
+        declare(data, base_dir=tmp_path)
+    # What the refusal prevents: rendered anyway, the quoted value runs its command in bash.
+    subprocess.run(["bash", "-c", _render(template, f"a[$(touch {canary})]")], cwd=tmp_path, check=False)
+    assert canary.exists(), f"{template!r} would not have run the value: the refusal is not needed"
+    canary.unlink()
+
+
+@pytest.mark.parametrize("template", SAFE_FORMS)
+def test_the_fixes_the_refusals_name_load_and_run_nothing(tmp_path: Path, template: str) -> None:
+    canary = tmp_path / "PWNED"
+    data = {
+        "pipeline": {"dag_id": "code_context"},
+        "dataset": {"name": "probe"},
+        "training": {"code_dir": str(tmp_path), "command": template},
+        "parameters": {"x": {"type": "string", "default": "1"}},
+    }
+
+    assert declare(data, base_dir=tmp_path).training.command == template
+    for shell in ("sh", "bash"):
+        subprocess.run([shell, "-c", _render(template, f"a[$(touch {canary})]")], cwd=tmp_path, check=False)
+    assert not canary.exists(), f"{template!r} ran the value"
