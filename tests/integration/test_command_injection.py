@@ -266,6 +266,19 @@ SAFE_FORMS = [
 ]
 
 
+def _declare_command(template: str, code_dir: Path) -> PipelineDeclaration:
+    """A pipeline whose command is ``template``, with one string parameter ``x``."""
+    return declare(
+        {
+            "pipeline": {"dag_id": "code_context"},
+            "dataset": {"name": "probe"},
+            "training": {"code_dir": str(code_dir), "command": template},
+            "parameters": {"x": {"type": "string", "default": "1"}},
+        },
+        base_dir=code_dir,
+    )
+
+
 def _render(template: str, value: str) -> str:
     """The template rendered as ``render_command`` renders a parameter: shell-quoted."""
     return template.format(x=shlex.quote(value))
@@ -276,17 +289,11 @@ def test_a_placeholder_where_bash_reads_code_is_refused_at_load_and_would_have_r
     tmp_path: Path, template: str
 ) -> None:
     canary = tmp_path / "PWNED"
-    data = {
-        "pipeline": {"dag_id": "code_context"},
-        "dataset": {"name": "probe"},
-        "training": {"code_dir": str(tmp_path), "command": template},
-        "parameters": {"x": {"type": "string", "default": "1"}},
-    }
 
     with pytest.raises(
         DeclarationError, match=r"training\.command: \{x\} is .*where bash reads a value as code \(fix: "
     ):
-        declare(data, base_dir=tmp_path)
+        _declare_command(template, tmp_path)
     # What the refusal prevents: rendered anyway, the quoted value runs its command in bash.
     subprocess.run(["bash", "-c", _render(template, f"a[$(touch {canary})]")], cwd=tmp_path, check=False)
     assert canary.exists(), f"{template!r} would not have run the value: the refusal is not needed"
@@ -296,14 +303,8 @@ def test_a_placeholder_where_bash_reads_code_is_refused_at_load_and_would_have_r
 @pytest.mark.parametrize("template", SAFE_FORMS)
 def test_the_fixes_the_refusals_name_load_and_run_nothing(tmp_path: Path, template: str) -> None:
     canary = tmp_path / "PWNED"
-    data = {
-        "pipeline": {"dag_id": "code_context"},
-        "dataset": {"name": "probe"},
-        "training": {"code_dir": str(tmp_path), "command": template},
-        "parameters": {"x": {"type": "string", "default": "1"}},
-    }
 
-    assert declare(data, base_dir=tmp_path).training.command == template
+    assert _declare_command(template, tmp_path).training.command == template
     for shell in ("sh", "bash"):
         subprocess.run([shell, "-c", _render(template, f"a[$(touch {canary})]")], cwd=tmp_path, check=False)
     assert not canary.exists(), f"{template!r} ran the value"

@@ -26,6 +26,7 @@ from fakes.environment_files import cifar10, resolve_configured
 from tests.unit.test_untrusted_input import DLC  # a DLC environment that plans
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from pathlib import Path
 
 # -- the trigger form: (backend, field, value, valid) ---------------------------------------------
@@ -520,32 +521,28 @@ def _file(tmp_path: Path, name: str, content: bytes | str | None) -> Path:
     return path
 
 
-@pytest.mark.parametrize(
-    ("name", "content", "valid"), DECLARATION_FILES, ids=[n for n, *_ in DECLARATION_FILES]
-)
-def test_a_declaration_file(tmp_path: Path, name: str, content: bytes | str | None, valid: bool) -> None:
-    path = _file(tmp_path, "sweep.yaml", content)
-    if valid:
-        assert load_declaration(path).dag_id == "sweep_retrain"
-        return
-    with pytest.raises(DeclarationError) as refused:
-        load_declaration(path)
-    _names_field_and_fix(str(refused.value), f"pipeline declaration {path}")
+#: Each kind of file: how it is read, under which name, and what a valid one reads as.
+READERS: dict[str, tuple[Callable[[Path], Any], str, str]] = {
+    "pipeline declaration": (lambda path: load_declaration(path).dag_id, "sweep.yaml", "sweep_retrain"),
+    "environment file": (lambda path: load_environment(path, "dlc").region, "dlc.json", "cn-wulanchabu"),
+}
+FILES = [("pipeline declaration", *case) for case in DECLARATION_FILES] + [
+    ("environment file", *case) for case in ENVIRONMENT_FILES
+]
 
 
-@pytest.mark.parametrize(
-    ("name", "content", "valid"), ENVIRONMENT_FILES, ids=[n for n, *_ in ENVIRONMENT_FILES]
-)
-def test_an_environment_file_as_read(
-    tmp_path: Path, name: str, content: bytes | str | None, valid: bool
+@pytest.mark.parametrize(("kind", "name", "content", "valid"), FILES, ids=[f"{k}-{n}" for k, n, *_ in FILES])
+def test_a_file_as_read(
+    tmp_path: Path, kind: str, name: str, content: bytes | str | None, valid: bool
 ) -> None:
-    path = _file(tmp_path, "dlc.json", content)
+    read, file_name, expected = READERS[kind]
+    path = _file(tmp_path, file_name, content)
     if valid:
-        assert load_environment(path, "dlc").region == "cn-wulanchabu"  # type: ignore[union-attr]
+        assert read(path) == expected
         return
     with pytest.raises(SpecError) as refused:
-        load_environment(path, "dlc")
-    _names_field_and_fix(str(refused.value), f"environment file {path}")
+        read(path)
+    _names_field_and_fix(str(refused.value), f"{kind} {path}")
 
 
 # -- the command line ---------------------------------------------------------------------------------
