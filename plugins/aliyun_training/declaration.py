@@ -819,6 +819,8 @@ _WRAPPERS = frozenset({"sudo", "env", "exec", "nohup", "command", "builtin", "ti
 #: Programs whose ``-c`` (shells) or ``-e`` (interpreters) argument, or standard input, is code.
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
 _INTERPRETERS = frozenset({"python", "python3", "perl", "ruby", "node"})
+#: Builtins that declare variables, whose arguments are names (``NAME=value`` assigns a value).
+_DECLARERS = re.compile(r"declare|typeset|local|export|readonly")
 _ARITHMETIC_FIX = (
     "compare it with test, which refuses a value that is not a number instead of evaluating it, "
     "e.g. [ {x} -eq 1 ], or pass it to the training script as an argument"
@@ -850,7 +852,7 @@ def _code_context(before: str, after: str) -> tuple[str, str] | None:
         return f"an argument of {command}", _ARITHMETIC_FIX if command == "let" else _SCRIPT_FIX
     if command in ("read", "readarray", "mapfile", "unset"):
         return f"an argument of {command}, which names a variable", _NAME_FIX
-    if command in ("declare", "typeset", "local", "export", "readonly"):
+    if _DECLARERS.fullmatch(command):
         # NAME={x} assigns the value as text, unless -i makes it arithmetic or -n a variable's name.
         assigned = re.search(r"(?:^|\s)[A-Za-z_][A-Za-z0-9_]*=$", before)
         attributes = "".join(word for word in words[1:] if re.fullmatch(r"[-+][A-Za-z]+", word))
