@@ -7,13 +7,15 @@ fail in its first task with the field and the fix, before anything is staged or 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jsonschema
 import pytest
 
-from aliyun_training.environments import load_environment
+from aliyun_training.declaration import DeclarationError, declare
+from aliyun_training.environments import LocalEnvironment, load_environment, load_local_environment
 from aliyun_training.form import overrides_schema
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.validation import SpecError, whole_string_pattern
@@ -341,3 +343,45 @@ def test_configure_refuses_an_environment_file_that_does_not_allow_the_pipeline(
 
     allowed = {"allowed_pipelines": ["cifar10_*"], "allowed_owners": ["ml-platform"]}
     assert resolve(tmp_path, {**DLC, **allowed}, backend="dlc").backend.value == "dlc"
+
+
+# -- what a refusal says is no leak of its own ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "uri",
+    [
+        "https://mlflow.internal/api?token=s3cr3t-value",
+        "https://mlflow.internal/api?X-Amz-Signature=s3cr3t-value",
+        "https://ml:s3cr3t-value@mlflow.internal/",
+    ],
+)
+def test_a_tracking_uri_with_credentials_is_refused_without_repeating_them(tmp_path: Path, uri: str) -> None:
+    """The refusal is the DAG file's import error, which every UI user reads: it names the field
+    and the parameter, never the secret."""
+    data = {
+        "pipeline": {"dag_id": "leak_probe"},
+        "dataset": {"name": "probe"},
+        "training": {"code_dir": "code", "command": "python train.py"},
+        "registry": {"tracking_uri": uri},
+    }
+
+    with pytest.raises(
+        DeclarationError, match=r"registry\.tracking_uri: the URI carries credentials"
+    ) as refused:
+        declare(data, base_dir=tmp_path)
+    assert "s3cr3t-value" not in str(refused.value)
+    assert "MLFLOW_TRACKING_TOKEN" in str(refused.value), "the fix says where credentials go"
+
+
+def test_a_local_environment_file_that_is_not_a_regular_file_is_refused_not_read_as_defaults(
+    tmp_path: Path,
+) -> None:
+    """local.json is optional (absent: the defaults), but one that is there must be a file: a FIFO
+    blocked the reader forever, and a folder must not silently mean the defaults."""
+    fifo = tmp_path / "local.json"
+    os.mkfifo(fifo)
+
+    with pytest.raises(SpecError, match=rf"environment file {fifo} is not a regular file \(fix: "):
+        load_local_environment(fifo)
+    assert load_local_environment(tmp_path / "absent.json") == LocalEnvironment()
