@@ -77,14 +77,16 @@ def resolve_configured(
     tmp_path: Path, environment: dict[str, Any] | None = None, run_date: str = "2026-11-22", **form: Any
 ) -> RunPlan:
     """resolve_run of ``FORM`` + ``form`` for the CIFAR-10 pipeline, with ``environment`` in the run's
-    backend's file, as a scheduled run of ``run_date`` plans it; a named version exists locally, and
+    backend's file, as a scheduled run of ``run_date`` plans it; a named version has landed locally, and
     a cloud source is not listed (tests of the version choice list theirs)."""
     run = {**FORM, **form}
     for backend in ("local", "dlc", "arena"):
         settings = (environment or {}) if backend == run["backend"] else {}
         write_environment(tmp_path / "config", backend, settings)
     if run["backend"] == "local" and isinstance(run.get("dataset_version"), str):
-        (tmp_path / "object-store" / "cifar10" / run["dataset_version"]).mkdir(parents=True, exist_ok=True)
+        version = tmp_path / "object-store" / "cifar10" / run["dataset_version"]
+        version.mkdir(parents=True, exist_ok=True)
+        (version / "_SUCCESS").touch()  # landed: a run takes only a complete version
     date = datetime.fromisoformat(run_date).replace(tzinfo=UTC)
     when = RunContext(date, INSTALLATION, scheduled=True, list_sources=run["backend"] == "local")
     return resolve_run(run, when, cifar10(), LocalPaths(tmp_path), tmp_path / "config")

@@ -54,6 +54,7 @@ def _choose(version: str | None, scheduled: bool = False):
 def test_an_empty_version_is_the_newest_and_a_missing_one_names_those_that_exist(oss) -> None:
     for version in ("2026-11-08", "2026-11-15"):
         oss.put(BUCKET, f"datasets/cifar10/{version}/train.bin", b"x")
+        oss.put(BUCKET, f"datasets/cifar10/{version}/_SUCCESS", b"")
 
     assert _choose(None).version == "2026-11-15"
     assert _choose("2026-11-08").source_uri == f"oss://{BUCKET}/datasets/cifar10/2026-11-08/"

@@ -201,6 +201,7 @@ def _write_guide(root: Path) -> Path:
     version = root / "object-store" / "digits" / "v1"
     version.mkdir(parents=True)
     (version / "samples.txt").write_text("1 2 3")
+    (version / "_SUCCESS").touch()  # as the guide's upload does: a run takes only a landed version
     (root / "dag.py").write_text(GUIDE_DAG_FILE)
     return root
 

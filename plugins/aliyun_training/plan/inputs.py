@@ -43,13 +43,15 @@ class RunContext:
 
 @dataclass(frozen=True)
 class DatasetChoice:
-    """The version a run trains on, where it is read from, and how long a missing one is waited for."""
+    """The version a run trains on, where it is read from, and whether the run waits for it to land."""
 
     name: str
     version: str
     #: The source template (``{dataset}``, ``{version}``); None: the environment mounts a fixed dataset.
     template: str | None
-    wait_minutes: int = 0
+    #: None: nothing to wait for (planning saw it landed, or it cannot be looked at). A number (0 too):
+    #: ``wait_for_version`` waits up to that long for it to land, and skips the run if it does not.
+    wait_minutes: int | None = None
 
     @property
     def source_uri(self) -> str | None:
@@ -111,8 +113,8 @@ class PlanRequest:
             version=self.version,
             source_uri=None if fixed else self.chosen.source_uri,
             fixed=fixed,
-            wait_uri=waited.source_uri if waited.wait_minutes else None,
-            wait_minutes=waited.wait_minutes if waited.source_uri else 0,
+            wait_uri=waited.source_uri if waited.wait_minutes is not None else None,
+            wait_minutes=(waited.wait_minutes or 0) if waited.source_uri else 0,
             wait_marker=self.declaration.dataset.version.marker,
             prepared_from=f"{self.raw.name}/{self.raw.version}" if self.raw else None,
             alibaba_cloud_conn_id=self.connection,

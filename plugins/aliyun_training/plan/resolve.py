@@ -13,6 +13,7 @@ only what ``RunOverrides`` allows and pin an image of the environment's own repo
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.environments import check_use, load_environment
@@ -25,9 +26,12 @@ from aliyun_training.validation import SpecError
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from aliyun_training.declaration import PipelineDeclaration
+    from aliyun_training.declaration import PipelineDeclaration, VersionBlock
     from aliyun_training.plan.models import RunPlan
     from aliyun_training.settings import LocalPaths
+    from aliyun_training.staging.versions import LandingCheck
+
+log = logging.getLogger(__name__)
 
 
 def resolve_run(
@@ -93,11 +97,19 @@ def choose_version(
 ) -> DatasetChoice:
     """The run's dataset version: the form's, else the logical date's (scheduled runs), else the newest.
 
-    A version the form names must be in the source, and an error lists the ones that are (a fixed
-    dataset a cloud environment mounts cannot be listed: its runs take the form's or the logical
-    date's version, as the declaration chooses); a
-    scheduled run's version may not have landed yet, and is waited for (``version.wait_minutes``)
-    by the run's ``wait_for_version`` task instead of failing here.
+    A run takes only a version that has landed, by the completion check ``wait_for_version`` waits
+    on (``staging.versions.look_at_version``: the declared marker, or with ``marker: null`` a
+    listing that holds still). A scheduled run's version may not have landed yet, and is waited for
+    (``version.wait_minutes``) by the run's ``wait_for_version`` task instead of failing here. Any
+    other version is looked at once, now, before anything is staged: the newest is the newest that
+    has landed (newer ones still uploading are skipped, and the log names them), and a version the
+    form names must be in the source and have landed, else the run fails naming what is missing.
+
+    Without a marker one look can only see that nothing is being uploaded (no ``*.uploading``,
+    ``*.tmp``, ``*.partial``, ``*._COPYING_``); that the listing holds still takes a second look a poll
+    later, so such a version is planned with a wait, and ``wait_for_version`` takes that look before
+    anything is staged. A fixed dataset a cloud environment mounts cannot be listed: its runs take
+    the form's or the logical date's version, as the declaration chooses.
     """
     from aliyun_training.staging.versions import missing_version, source_versions, versions_folder
 
@@ -120,10 +132,68 @@ def choose_version(
     if form.dataset_version:
         if form.dataset_version not in versions:
             raise missing_version(name, form.dataset_version, versions, folder)
-        return DatasetChoice(name, form.dataset_version, template)
+        chosen = DatasetChoice(name, form.dataset_version, template)
+        check = _look(chosen, block.marker, connection)
+        if check.incomplete:
+            raise SpecError(
+                f"dataset_version: version {chosen.version} of {name} has not landed in {chosen.source_uri}: "
+                f"{_missing(check, block.marker)}; nothing was staged (fix: {_wait_fix(block)})"
+            )
+        return _taken(chosen, check, block.wait_minutes)
     if not versions:
         raise SpecError(
             f"dataset_version: {folder} holds no version of {name} yet (fix: upload one, e.g. "
             f"{folder}2026-11-22/, or correct the dataset's source_uri)"
         )
-    return DatasetChoice(name, versions[-1], template)
+    skipped: list[str] = []
+    for version in reversed(versions):
+        chosen = DatasetChoice(name, version, template)
+        check = _look(chosen, block.marker, connection)
+        if not check.incomplete:
+            if skipped:
+                log.warning(
+                    "The newest version of %s that has landed is %s; skipped, not landed: %s",
+                    name,
+                    version,
+                    "; ".join(skipped),
+                )
+            return _taken(chosen, check, block.wait_minutes)
+        skipped.append(f"{version} ({_missing(check, block.marker)})")
+    raise SpecError(
+        f"dataset_version: none of the {len(versions)} versions of {name} in {folder} has landed: "
+        f"{'; '.join(skipped[:10])}{'; ...' if len(skipped) > 10 else ''} (fix: {_wait_fix(block)})"
+    )
+
+
+def _look(chosen: DatasetChoice, marker: str | None, connection: str) -> LandingCheck:
+    from aliyun_training.staging.versions import look_at_version
+
+    assert chosen.source_uri is not None, "a listed version has a source"
+    return look_at_version(chosen.source_uri, marker, connection)
+
+
+def _taken(chosen: DatasetChoice, check: LandingCheck, wait_minutes: int) -> DatasetChoice:
+    """The chosen version, with the wait for the second look a marker-less one still needs."""
+    if check.landed:
+        return chosen
+    log.info("%s: wait_for_version looks again before anything is staged", check.message)
+    return DatasetChoice(chosen.name, chosen.version, chosen.template, wait_minutes=wait_minutes)
+
+
+def _missing(check: LandingCheck, marker: str | None) -> str:
+    """What a look found missing, for an error or the log."""
+    if marker is not None:
+        return f"its completion marker {marker} is not there (the upload writes it last)"
+    return check.message
+
+
+def _wait_fix(block: VersionBlock) -> str:
+    """How to run on a version that has not landed yet."""
+    marker = f", which writes {block.marker} last" if block.marker else ""
+    fix = f"wait until its upload has finished{marker}, then trigger the run again"
+    if block.choose == "logical_date":
+        fix += (
+            f"; or let a run wait for it: a scheduled run, or a backfill of the version's date, waits up to "
+            f"{block.wait_minutes} minutes (dataset.version.wait_minutes)"
+        )
+    return fix

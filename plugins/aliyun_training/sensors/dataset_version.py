@@ -20,12 +20,16 @@ if TYPE_CHECKING:
 class DatasetVersionSensor(BaseSensorOperator):
     """Succeeds once the plan's version has landed; a run with nothing to wait for passes at once.
 
-    Only scheduled runs wait (``DatasetPlan.wait_uri``): a version a user names must exist when the
-    run is planned. A version has landed when its completion marker (``wait_marker``) exists, or,
-    with none declared, when two looks a poll apart list the same objects, none of an upload in
-    progress (``staging.versions``). The wait runs in the triggerer; when the version has not landed
-    after the dataset's ``wait_minutes`` the task is skipped, and the run with it, saying what it
-    waited for: the next period's run trains on the next version.
+    A scheduled run waits for its version (``DatasetPlan.wait_uri``); a version a run takes without
+    waiting (named in the form, or the newest) was seen landed when the run was planned
+    (``plan.resolve.choose_version``), except that a marker-less one can only be seen settling
+    there: this task takes the second look it needs. A version has landed when its completion
+    marker (``wait_marker``) exists, or, with none declared, when two looks a poll apart list the
+    same objects, none of an upload in progress (``staging.versions.look_at_version``). The wait
+    runs in the triggerer; when the version has not landed after the dataset's ``wait_minutes`` the
+    task is skipped, and the run with it, saying what it waited for: the next period's run trains on
+    the next version. With ``wait_minutes`` 0 the first look decides, without deferring (a
+    marker-less version, which no single look lands, is then always skipped).
 
     :param dataset: the run plan's ``DatasetPlan`` (templated), whose connection lists an OSS source.
     """
@@ -68,6 +72,8 @@ class DatasetVersionSensor(BaseSensorOperator):
             return
         plan = self.plan
         assert plan.wait_uri is not None, "poke passes a plan without a version to wait for"
+        if not plan.wait_minutes:
+            raise AirflowSkipException(self._not_landed(plan))
         self.defer(
             trigger=DatasetVersionTrigger(
                 source_uri=plan.wait_uri,
@@ -90,22 +96,25 @@ class DatasetVersionSensor(BaseSensorOperator):
         try:
             return super().resume_execution(next_method, next_kwargs, context)
         except (TaskDeferralTimeout, AirflowSensorTimeout):  # a sensor's deferral timeout is the latter
-            plan = self.plan
-            folder = (plan.wait_uri or "").rstrip("/") + "/"
-            if plan.wait_marker is not None:
-                missing = f"its completion marker {folder}{plan.wait_marker} never appeared"
-                fix = (
-                    f"have the upload write {plan.wait_marker} last, or set dataset.version.marker: null "
-                    "to wait for an unchanged listing instead"
-                )
-            else:
-                missing = (
-                    f"no two looks {self.poke_interval:g}s apart listed the same objects without an upload "
-                    "in progress (dataset.version.marker is null)"
-                )
-                fix = "have the upload write an empty _SUCCESS last and set dataset.version.marker: _SUCCESS"
-            raise AirflowSkipException(
-                f"version {plan.version} of {plan.name} did not land in {folder} within "
-                f"{plan.wait_minutes} minutes: {missing}; this run is skipped (fix: {fix}; then clear "
-                "this task, or trigger a run naming an existing version)"
-            ) from None
+            raise AirflowSkipException(self._not_landed(self.plan)) from None
+
+    def _not_landed(self, plan: DatasetPlan) -> str:
+        """Why the run is skipped: what never appeared, and the fix."""
+        folder = (plan.wait_uri or "").rstrip("/") + "/"
+        if plan.wait_marker is not None:
+            missing = f"its completion marker {folder}{plan.wait_marker} never appeared"
+            fix = (
+                f"have the upload write {plan.wait_marker} last, or set dataset.version.marker: null "
+                "to wait for an unchanged listing instead"
+            )
+        else:
+            missing = (
+                f"no two looks {self.poke_interval:g}s apart listed the same objects without an upload "
+                "in progress (dataset.version.marker is null)"
+            )
+            fix = "have the upload write an empty _SUCCESS last and set dataset.version.marker: _SUCCESS"
+        return (
+            f"version {plan.version} of {plan.name} did not land in {folder} within "
+            f"{plan.wait_minutes} minutes: {missing}; this run is skipped (fix: {fix}; then clear "
+            "this task, or trigger a run naming an existing version)"
+        )

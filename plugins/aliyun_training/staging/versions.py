@@ -1,11 +1,14 @@
-"""Which versions of a dataset its source holds, and whether a scheduled run's version has landed.
+"""Which versions of a dataset its source holds, and whether a version has landed.
 
 A source template (``oss://bucket/datasets/{dataset}/{version}/``, or the local object store's
 ``file://`` one) puts each version in its own folder, so the versions are the folder names under
 the template's part before ``{version}``, read with one delimited listing.
 
-A scheduled run waits for its version (``wait_for_version``), and versions hold millions of objects,
-so each look at one reads at most one page:
+Every run takes only a version that has landed, however it chose it: a scheduled run waits for its
+version (``wait_for_version``), the new-version watcher announces only landed versions, and a
+version taken without waiting (named in the form, or the newest) is looked at once when the run is
+planned (``plan.resolve.choose_version``). All of them look with :func:`look_at_version`. Versions
+hold millions of objects, so each look at one reads at most one page:
 
 - With a completion marker (``dataset.version.marker``, ``_SUCCESS`` by default, as Hadoop and Spark
   jobs write it): the version has landed once that object is directly in its folder. The upload
@@ -102,39 +105,60 @@ class LandingCheck:
 
     ``message`` says what the look was for or found, for the waiting task's log; ``digest`` is the
     marker-less look's page, which the next look (a poll later) must equal for the version to land.
+    ``settling``: a marker-less first look found objects and none of an upload in progress, all one
+    look can tell; the version lands if the next look lists the same.
     """
 
     landed: bool
     message: str
     digest: str | None = None
+    settling: bool = False
+
+    @property
+    def incomplete(self) -> bool:
+        """Whether the look saw the version incomplete: no marker, nothing listed, an upload in
+        progress, a listing that changed (or a look that failed)."""
+        return not (self.landed or self.settling)
 
 
 def check_landing(
     version_uri: str, marker: str | None, alibaba_cloud_conn_id: str, previous: str | None = None
 ) -> LandingCheck:
-    """Whether the version in the folder ``version_uri`` has landed, from one request.
-
-    With a ``marker``: whether that object exists. Without: whether the listing's first page is
-    complete and equals ``previous``, the digest of the look a poll earlier (None: this is the first
-    look, which cannot land). A transient OSS failure (throttling, 5xx, a dropped connection) is
-    "not yet", keeping ``previous``: a wait of hours should not fail on one blip. A missing bucket or
-    a denied request raises :class:`SpecError` naming the fix.
+    """Whether the version in the folder ``version_uri`` has landed, from one request, for a task
+    that waits: :func:`look_at_version`, with a transient OSS failure (throttling, 5xx, a dropped
+    connection) as "not yet", keeping ``previous``: a wait of hours should not fail on one blip.
     """
     from aliyun_training.staging.oss import is_transient_oss_error
 
     folder = version_uri.rstrip("/") + "/"
     try:
-        if marker is not None:
-            if _object_exists(folder, marker, alibaba_cloud_conn_id, field="source_uri"):
-                return LandingCheck(True, f"landed: marker found: {folder}{marker}")
-            return LandingCheck(False, f"waiting for {folder}{marker}")
-        return _compare_listing(folder, alibaba_cloud_conn_id, previous)
+        return look_at_version(folder, marker, alibaba_cloud_conn_id, previous)
     except Exception as exc:
         if not is_transient_oss_error(exc):
             raise
         status = getattr(exc, "status", 0)  # an oss2 answer's; a dropped connection has none
         reason = f"HTTP {status} {getattr(exc, 'code', '')}" if status > 0 else type(exc).__name__
         return LandingCheck(False, f"could not look at {folder} ({reason}); looking again", previous)
+
+
+def look_at_version(
+    version_uri: str, marker: str | None, alibaba_cloud_conn_id: str, previous: str | None = None
+) -> LandingCheck:
+    """Whether the version in the folder ``version_uri`` has landed, from one request: the one
+    completion check of every way a run gets its version (``wait_for_version``, the new-version
+    watcher, and a version a run takes without waiting: ``plan.resolve.choose_version``).
+
+    With a ``marker``: whether that object exists. Without: whether the listing's first page is
+    complete and equals ``previous``, the digest of the look a poll earlier (None: this is the first
+    look, which cannot land, only settle). A missing bucket or a denied request raises
+    :class:`SpecError` naming the fix; any other failure is raised as it is.
+    """
+    folder = version_uri.rstrip("/") + "/"
+    if marker is None:
+        return _compare_listing(folder, alibaba_cloud_conn_id, previous)
+    if _object_exists(folder, marker, alibaba_cloud_conn_id, field="source_uri"):
+        return LandingCheck(True, f"landed: marker found: {folder}{marker}")
+    return LandingCheck(False, f"waiting for {folder}{marker}")
 
 
 def _compare_listing(folder: str, alibaba_cloud_conn_id: str, previous: str | None) -> LandingCheck:
@@ -152,7 +176,10 @@ def _compare_listing(folder: str, alibaba_cloud_conn_id: str, previous: str | No
         return LandingCheck(False, f"upload in progress: {folder}{busy} ({listed} listed)", digest)
     if previous is None:
         return LandingCheck(
-            False, f"listed {listed} in {folder}; landed if the next look lists the same", digest
+            False,
+            f"listed {listed} in {folder}; landed if the next look lists the same",
+            digest,
+            settling=True,
         )
     if digest != previous:
         return LandingCheck(False, f"listing changed: {listed} in {folder}", digest)
