@@ -93,6 +93,7 @@ _INTEGRATION = "Alibaba Cloud training"
 #: The provider's section of the Airflow configuration (``AIRFLOW__ALIYUN_TRAINING__<OPTION>``).
 CONFIG_SECTION = "aliyun_training"
 INSTALLATION_OPTION = "installation_id"
+SEAL_SECRET_OPTION = "seal_secret"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -159,7 +160,22 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "ml-prod",
                         "default": "",
-                    }
+                    },
+                    SEAL_SECRET_OPTION: {
+                        "description": (
+                            "The secret the records a pipeline's tasks pass each other are sealed with "
+                            "(an HMAC key is derived from it), so a record changed through the REST API "
+                            "is refused by the task that reads it. Set the same value on every component "
+                            "that runs tasks or serves the provider's pages. Empty: the jwt_secret of the "
+                            "api_auth section, else the fernet_key of the core section; set it where "
+                            "neither reaches the workers (asymmetric JWT keys)."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "sensitive": True,
+                        "example": None,
+                        "default": "",
+                    },
                 },
             }
         },

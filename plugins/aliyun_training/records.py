@@ -146,6 +146,33 @@ class ArtifactSet(BaseModel):
     dataset_version: str = ""
 
 
+class ApprovalAnswer(BaseModel):
+    """What a person answered to a promotion's approval: the option chosen and who chose it.
+
+    ``approve_promotion`` returns it from Airflow's human-in-the-loop response (which only the API
+    server writes, for a user it let answer), sealed like every record; ``promote`` moves the pointer
+    only on an answer of Approve by one of the rule's approvers (``refusal`` is None).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    option: str
+    #: The responder as Airflow recorded them: ``{"id": ..., "name": ...}``.
+    responded_by: dict[str, str] = Field(default_factory=dict)
+
+    def refusal(self, approvers: list[str]) -> str | None:
+        """Why this answer does not approve a promotion under ``approvers`` (empty: anyone Airflow
+        let answer); None when it does."""
+        who = self.responded_by.get("name") or self.responded_by.get("id") or ""
+        if self.option != "Approve":
+            return f"the approval was answered {self.option!r} by {who or 'nobody'}"
+        if not who:
+            return "the approval was answered by no recorded user"
+        if approvers and not {self.responded_by.get("id"), self.responded_by.get("name")} & set(approvers):
+            return f"{who} approved, but is not one of the rule's approvers ({', '.join(approvers)})"
+        return None
+
+
 class ImageRef(BaseModel):
     """The training image a run uses, before verification.
 

@@ -27,7 +27,7 @@ def answer_when_asked(dag_id: str, task_id: str, option: str, timeout: float = 3
             try:
                 run_id = run_id or _awaiting_run(dag_id, task_id)
                 if run_id is not None:
-                    client = _api_client()
+                    client = api_client("approver", "admin")
                     path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
                     seen["body"] = client.get(path).json().get("body")
                     answered = client.patch(path, json={"chosen_options": [option], "params_input": {}})
@@ -78,11 +78,13 @@ def _awaiting_run(dag_id: str, task_id: str) -> str | None:
         )
 
 
-def _api_client() -> Any:
+def api_client(username: str, role: str) -> Any:
+    """Airflow's own REST API app (in this process, on the same metadata DB), signed in as
+    ``username`` with the simple auth manager's ``role`` (viewer, user, op or admin)."""
     from airflow.api_fastapi.app import create_app, init_auth_manager
     from airflow.api_fastapi.auth.managers.simple.user import SimpleAuthManagerUser
     from fastapi.testclient import TestClient
 
     manager = init_auth_manager()
-    token = manager.generate_jwt(SimpleAuthManagerUser(username="approver", role="admin"))
+    token = manager.generate_jwt(SimpleAuthManagerUser(username=username, role=role))
     return TestClient(create_app("core"), headers={"Authorization": f"Bearer {token}"})

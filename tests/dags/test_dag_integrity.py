@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.operators.upstream import Returned
 from aliyun_training.registry import BACKENDS
+from aliyun_training.upstream import Returned
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
 
@@ -27,7 +27,7 @@ def test_a_declared_prepare_stage_runs_after_the_image_and_before_staging(dagbag
     dag = dagbag.dags["imagenet_resnet_retrain"]
     prepare = dag.get_task("prepare_dataset")
 
-    assert prepare.upstream_task_ids == {"configure", "route", "verify_image"}
+    assert prepare.upstream_task_ids == {"route", "verify_image"}
     assert prepare.trigger_rule == "none_failed_min_one_success", "locally verify_image is skipped"
     assert "prepare_dataset" in dag.get_task("stage_dataset").upstream_task_ids
     assert "prepare_dataset" not in dagbag.dags["cifar10_retrain"].task_ids
@@ -61,12 +61,13 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     }
     assert dag.catchup is False
     for check in checks:
-        assert dag.get_task(check).upstream_task_ids == {"configure", "wait_for_version"}, (
-            "checks run in parallel after configure"
+        assert dag.get_task(check).upstream_task_ids == {"wait_for_version"}, (
+            "checks run in parallel after configure and the version's wait"
         )
+    assert dag.get_task("wait_for_version").upstream_task_ids == {"configure"}
     report = dag.get_task("preflight.report")
     assert report.upstream_task_ids == checks and report.trigger_rule == "all_done"
-    assert dag.get_task("route").upstream_task_ids == {"preflight.report", "configure"}
+    assert dag.get_task("route").upstream_task_ids == {"preflight.report"}
     assert dag.get_task("route").downstream_task_ids == {
         "show_plan",
         "train",
@@ -77,12 +78,11 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
         "wait_for_capacity",
     }
     # The image is built and verified side by side with staging, and both finish before training.
-    assert dag.get_task("verify_image").upstream_task_ids == {"configure", "build_image"}
-    assert dag.get_task("check_rdma").upstream_task_ids == {"configure", "verify_image"}
+    assert dag.get_task("verify_image").upstream_task_ids == {"build_image"}
+    assert dag.get_task("check_rdma").upstream_task_ids == {"verify_image"}
     # The image reaches train through check_rdma, which waits for verify_image: its record is named
     # (Returned) rather than an XComArg, which would also make verify_image a direct upstream.
     assert dag.get_task("train").upstream_task_ids == {
-        "configure",
         "route",
         "stage_dataset",
         "training_runtime",
@@ -92,10 +92,10 @@ def test_the_pipeline_runs_configure_then_parallel_preflight_checks_then_routes_
     assert dag.get_task("train").trigger_rule == "none_failed_min_one_success"
     # The evaluation scores the trained model; publishing takes its records from whichever branches
     # ran (all before train) and the evaluation's scores, once both succeeded; promoting follows.
-    assert dag.get_task("evaluate").upstream_task_ids == {"configure", "train"}
+    assert dag.get_task("evaluate").upstream_task_ids == {"train"}
     publish = dag.get_task("publish_artifacts")
-    assert publish.upstream_task_ids == {"configure", "route", "train", "evaluate"}
-    assert dag.get_task("promote").upstream_task_ids == {"configure", "publish_artifacts", "train"}
+    assert publish.upstream_task_ids == {"route", "train", "evaluate"}
+    assert dag.get_task("promote").upstream_task_ids == {"publish_artifacts"}
     assert dag.get_task("promote").max_active_tis_per_dag == 1, "one run moves the pointer at a time"
     assert publish.trigger_rule == "none_failed_min_one_success"
     assert {publish.dataset, publish.bandwidth, *publish.runtime} == {
@@ -133,3 +133,20 @@ def test_the_plans_tries_per_job_task_are_the_dags_retries_plus_one(dagbag: DagB
         # ... and each check's timeout is the one the ceiling counts (the spec builders' defaults).
         checks = (dag.get_task("verify_image").timeout_minutes, dag.get_task("check_rdma").timeout_minutes)
         assert checks == (VERIFY_TIMEOUT_MINUTES, BANDWIDTH_TIMEOUT_MINUTES), path.name
+
+
+def test_every_task_seals_what_it_returns_and_takes_its_plan_parts_sealed(dagbag: DagBag) -> None:
+    """What one task hands another crosses a boundary users can write (XCom): each task seals its
+    return value, and each plan part a task takes is the sealed part, never an XComArg."""
+    from airflow.sdk.definitions.xcom_arg import XComArg
+
+    from aliyun_training.upstream import seal_returned
+
+    dag = dagbag.dags["cifar10_retrain"]
+    for task in dag.tasks:
+        assert task._post_execute_hook is seal_returned, f"{task.task_id} does not seal its return value"
+        for name in task.template_fields:
+            assert not isinstance(getattr(task, name, None), XComArg), f"{task.task_id}.{name} is unsealed"
+    assert dag.get_task("train").job == Returned("configure", "job", required=True)
+    assert dag.get_task("publish_artifacts").job_result == Returned("train")
+    assert dag.get_task("show_plan").plan == Returned("configure", required=True)

@@ -5,108 +5,26 @@ announce the champion only when the pointer moves."""
 from __future__ import annotations
 
 import json
-import textwrap
 from pathlib import Path
 from typing import Any
 
 import pendulum
 import pytest
-from airflow.dag_processing.dagbag import DagBag
 
+from aliyun_training.model_registry.mlflow import champion_alias
+from aliyun_training.operators.ownership import installation_id
 from aliyun_training.pages.urls import pipeline_page
 from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
+from tests.dags.scores_pipeline import land_version, registry_client, scores_pipeline
 from tests.pages_client import pages_client
 
-DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 CHAMPION = "scores_champion"
-#: A pipeline whose job "trains" a model of the skill and loss its form asks for; its evaluation
-#: scores a model on a version as skill less the version's difficulty: both models on the same data.
-DECLARATION = """\
-pipeline:
-  dag_id: {dag_id}
-dataset:
-  name: scores
-  version: {{from: newest}}
-training:
-  code_dir: code
-  command: "python train.py --skill {{skill}} --loss {{loss}}"
-resources: {{max_nodes: 1}}
-artifacts:
-  model: {model}
-  collect: [model.json]
-  report_metrics: [test_loss, test_accuracy]
-parameters:
-  skill: {{type: number, default: 0.5, minimum: 0, maximum: 1}}
-  loss: {{type: number, default: 1.0, minimum: 0, maximum: 10}}
-evaluation:
-  command: python evaluate.py
-  cpu: 1
-  memory_gib: 1
-promotion:
-  metric: test_accuracy
-  min_improvement: 0.01
-  guards: {{test_loss: {{max: 2.0}}}}
-  {approval}
-"""
-TRAIN = """\
-import argparse, json, os
-from pathlib import Path
-
-parser = argparse.ArgumentParser()
-parser.add_argument("--skill", type=float)
-parser.add_argument("--loss", type=float)
-args = parser.parse_args()
-out = Path(os.environ["OUTPUT_DIR"])
-out.mkdir(parents=True, exist_ok=True)
-(out / "model.json").write_text(json.dumps({"skill": args.skill, "loss": args.loss}))
-epochs = [{"test_loss": args.loss, "test_accuracy": args.skill}]
-(out / "metrics.json").write_text(json.dumps({"epochs": epochs}))
-"""
-EVALUATE = """\
-import json, os
-from pathlib import Path
-
-difficulty = float((Path(os.environ["EVAL_DATA_DIR"]) / "difficulty.txt").read_text())
-
-def score(folder):
-    model = json.loads((Path(folder) / "model.json").read_text())
-    return {"test_accuracy": round(model["skill"] - difficulty, 6), "test_loss": model["loss"]}
-
-champion = os.environ["CHAMPION_DIR"]
-scores = {"candidate": score(os.environ["CANDIDATE_DIR"]), "champion": score(champion) if champion else None}
-out = Path(os.environ["OUTPUT_DIR"])
-out.mkdir(parents=True, exist_ok=True)
-(out / "evaluation.json").write_text(json.dumps(scores))
-"""
-
-
-def _pipeline(tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch, approval: str = "") -> Any:
-    dag_id = "scores_approved" if approval else "scores_retrain"
-    folder = tmp_path / "pipelines"
-    (folder / "code").mkdir(parents=True)
-    model = "approved" if approval else "scores"
-    (folder / "scores.yaml").write_text(DECLARATION.format(dag_id=dag_id, model=model, approval=approval))
-    (folder / "code" / "train.py").write_text(textwrap.dedent(TRAIN))
-    (folder / "code" / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
-    monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))
-    dag = DagBag(dag_folder=str(DAG_FILE)).get_dag(dag_id)
-    for task in dag.tasks:
-        if hasattr(task, "poll_interval"):
-            task.poll_interval = 0.1
-    return dag
-
-
-def _version(local_root: Path, name: str, difficulty: float) -> None:
-    """A dataset version whose evaluation subtracts ``difficulty`` from every model's skill."""
-    version = local_root / "object-store" / "scores" / name
-    version.mkdir(parents=True)
-    (version / "difficulty.txt").write_text(str(difficulty))
 
 
 @pytest.fixture
 def dag(airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    return _pipeline(tmp_path, local_root, monkeypatch)
+    return scores_pipeline(tmp_path, local_root, monkeypatch)
 
 
 def _run(
@@ -131,19 +49,12 @@ def _row(table: str, run_id: str) -> str:
     return table.split(f"<tr><td><code>{run_id}</code>", 1)[1].split("</tr>", 1)[0]
 
 
-def _registry(local_root: Path) -> Any:
-    from mlflow.tracking import MlflowClient
-
-    uri = f"sqlite:///{local_root / 'mlflow' / 'mlflow.db'}"
-    return MlflowClient(tracking_uri=uri, registry_uri=uri)
-
-
 @pytest.mark.slow
 def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registered_once(
     dag: Any, local_root: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    _version(local_root, "v1", difficulty=0.0)
-    _version(local_root, "v2", difficulty=0.3)
+    land_version(local_root, "v1", difficulty=0.0)
+    land_version(local_root, "v2", difficulty=0.3)
     before = len(asset_event_extras(CHAMPION))
 
     first = _run(dag, skill=0.60, day=1)
@@ -170,13 +81,16 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert [r["promote"]["promoted"] for r in runs.values()] == [True, False, False, True]
 
     # Every candidate is one MLflow model version with its lineage; the alias marks the champion.
-    registry = _registry(local_root)
+    registry = registry_client(local_root)
     versions = sorted(registry.search_model_versions("name = 'scores'"), key=lambda v: int(v.version))
     assert [v.tags["lineage.run_id"] for v in versions] == [r["run_id"] for r in runs.values()]
     assert [v.tags["lineage.dataset_version"] for v in versions] == ["v1", "v2", "v2", "v2"]
     assert versions[1].tags["metric.test_accuracy"] == "0.305"
     assert len(versions[0].tags["lineage.code_digest"]) == 12 and versions[0].source == first["uri"]
-    assert registry.get_model_version_by_alias("scores", "champion").version == versions[3].version
+    assert (
+        registry.get_model_version_by_alias("scores", champion_alias(installation_id())).version
+        == versions[3].version
+    )
     assert better["registered"]["version"] == str(versions[3].version)
 
     # One champion event per promotion, with the model version, its metrics and the registry URI.
@@ -234,8 +148,8 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
 def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approved(
     airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dag = _pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
-    _version(local_root, "v1", difficulty=0.0)
+    dag = scores_pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
+    land_version(local_root, "v1", difficulty=0.0)
     before = len(asset_event_extras("approved_champion"))
 
     approved = answer_when_asked("scores_approved", "approve_promotion", "Approve")
@@ -249,7 +163,14 @@ def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approv
     assert second["promotion"]["promoted"] and second["promote"] is None, "rejected: promote skipped"
     events = asset_event_extras("approved_champion")[before:]
     assert [e["run_id"] for e in events] == [first["run_id"]]
-    assert int(_registry(local_root).get_model_version_by_alias("approved", "champion").version) == 1
+    assert (
+        int(
+            registry_client(local_root)
+            .get_model_version_by_alias("approved", champion_alias(installation_id()))
+            .version
+        )
+        == 1
+    )
     page = pages_client().get(pipeline_page("scores_approved")).text
     table = page.split("<h2>Runs</h2>", 1)[1]
     assert ">not approved</span>" in _row(table, second["run_id"])

@@ -28,6 +28,7 @@ from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.plan.models import ImagePlan
 from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
+from aliyun_training.seals import opened_state
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.acr import AcrEmulator
@@ -294,7 +295,10 @@ def test_a_missing_tag_is_built_by_a_kaniko_pod_that_pushes_it(
 
     assert isinstance(trigger, RemoteRunTrigger)
     assert (trigger.kind, trigger.mode) == ("image", "kaniko")
-    assert ctx["task_state_store"][BUILD_HANDLE_KEY]["handle"] == trigger.handle
+    assert (
+        opened_state(ctx["task_state_store"][BUILD_HANDLE_KEY], ctx["ti"], BUILD_HANDLE_KEY)["handle"]
+        == trigger.handle
+    )
     (pod,) = posted(kube, "pods")
     (container,) = pod["spec"]["containers"]
     assert f"--destination={registry.host}/ml/train:{tag}" in container["args"]

@@ -34,7 +34,7 @@ def _candidate(run_id: str, accuracy: float = 0.9, installation: str = "team-a")
 def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_run_id_holds(
     tmp_path: Path,
 ) -> None:
-    registry = open_registry(_settings(tmp_path))
+    registry = open_registry(_settings(tmp_path), "team-a")
     odd = "manual__2026-11-22T00:00:00+00:00 it's \"quoted\" and tags.x = 'y'"
 
     first = registry.register(_candidate(odd))
@@ -51,7 +51,7 @@ def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_r
 def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_nothing(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    registry = open_registry(_settings(tmp_path))
+    registry = open_registry(_settings(tmp_path), "team-a")
     assert registry.champion() is None, "no model yet"
     first = registry.register(_candidate("manual__1"))
     assert registry.champion() is None, "registered is not promoted"
@@ -63,14 +63,14 @@ def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_no
     registry.promote(second)
 
     client = MlflowClient(tracking_uri=registry.settings.tracking_uri)  # type: ignore[attr-defined]
-    assert int(client.get_model_version_by_alias("digits", "champion").version) == 2
-    assert int(client.get_model_version_by_alias("digits", "challenger").version) == 2, "the newest"
+    assert int(client.get_model_version_by_alias("digits", "champion-team-a").version) == 2
+    assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2, "the newest"
     tags = client.get_model_version("digits", "1").tags
     assert tags["lineage.dataset_version"] == "2026-11-22" and tags["metric.test_accuracy"] == "0.9"
 
 
 def _register_many(folder: str, prefix: str, count: int) -> None:
-    registry = open_registry(_settings(Path(folder)))
+    registry = open_registry(_settings(Path(folder)), "team-a")
     for number in range(count):
         registry.register(_candidate(f"{prefix}{number}"))
 
@@ -101,4 +101,30 @@ def test_an_unreachable_tracking_server_fails_naming_the_registry_and_the_fix(
     settings = RegistrySettings(kind="mlflow", model="digits", tracking_uri="http://127.0.0.1:9")
 
     with pytest.raises(RegistryError, match=r"MLflow model registry at http://127\.0\.0\.1:9.*fix:"):
-        open_registry(settings).champion()
+        open_registry(settings, "team-a").champion()
+
+
+def test_deployments_sharing_a_store_each_move_their_own_champion_and_only_their_own_versions(
+    tmp_path: Path,
+) -> None:
+    """Staging and production, one store, the same model name: each has its own alias, and neither
+    may point its alias at the other's version."""
+    from mlflow.tracking import MlflowClient
+
+    production, staging = (
+        open_registry(_settings(tmp_path), "ml-prod"),
+        open_registry(_settings(tmp_path), "ml-staging"),
+    )
+    good = production.register(_candidate("scheduled__1", accuracy=0.9, installation="ml-prod"))
+    production.promote(good)
+    bad = staging.register(_candidate("scheduled__1", accuracy=0.1, installation="ml-staging"))
+    staging.promote(bad)
+
+    assert production.champion() == good and staging.champion() == bad
+    client = MlflowClient(tracking_uri=embedded_tracking_uri(tmp_path))
+    assert (
+        client.get_model_version_by_alias("digits", "champion-ml-prod").tags["metric.test_accuracy"] == "0.9"
+    )
+    with pytest.raises(RegistryError, match=r"registered by installation ml-prod, not ml-staging"):
+        staging.promote(good)
+    assert production.champion() == good, "refused before anything moved"

@@ -25,6 +25,7 @@ AK, SK = "LTAI-registry-test", "registry-secret-value"
 WS = "ws-train"
 MODEL = "cifar10-resnet"
 SETTINGS = RegistrySettings(kind="pai", model=MODEL, workspace_id=WS)
+INSTALLATION = "test-deployment"
 WRITES = (
     "CreateModel",
     "CreateModelVersion",
@@ -40,10 +41,10 @@ def workspace(monkeypatch: pytest.MonkeyPatch) -> Iterator[AIWorkspaceEmulator]:
         yield emulator
 
 
-def candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
+def candidate(run_id: str, accuracy: float = 0.9, installation: str = INSTALLATION) -> Candidate:
     folder = f"oss://{BUCKET}/artifacts/cifar10/2026-11-22/{run_id}/"
     return Candidate(
-        installation="test-deployment",
+        installation=installation,
         run_id=run_id,
         dag_id="train_cifar10",
         dataset_version="2026-11-22",
@@ -57,9 +58,9 @@ def candidate(run_id: str, accuracy: float = 0.9) -> Candidate:
     )
 
 
-def registry() -> PaiRegistry:
+def registry(installation: str = INSTALLATION) -> PaiRegistry:
     """A registry as a (retried) task opens it: nothing carried over from an earlier one."""
-    opened = open_registry(SETTINGS)
+    opened = open_registry(SETTINGS, installation)
     assert isinstance(opened, PaiRegistry)
     return opened
 
@@ -136,7 +137,7 @@ def test_another_deployments_run_of_the_same_id_gets_its_own_version(workspace):
 
 def test_the_model_is_found_by_its_exact_name_although_listmodels_filters_fuzzily(workspace):
     longer = RegistrySettings(kind="pai", model=f"{MODEL}-v2", workspace_id=WS)
-    PaiRegistry(longer).register(candidate("run-a"))
+    PaiRegistry(longer, INSTALLATION).register(candidate("run-a"))
     registry().register(candidate("run-a"))
 
     assert sorted(m.name for m in workspace.models.values()) == [MODEL, f"{MODEL}-v2"]
@@ -260,4 +261,20 @@ def test_artifacts_outside_oss_are_refused_before_any_call(workspace):
 
 def test_a_registry_without_a_workspace_says_where_to_set_it():
     with pytest.raises(RegistryError, match=r"names no workspace \(fix: set workspace_id"):
-        PaiRegistry(RegistrySettings(kind="pai", model=MODEL))
+        PaiRegistry(RegistrySettings(kind="pai", model=MODEL), INSTALLATION)
+
+
+def test_deployments_sharing_a_workspace_each_label_only_their_own_champion(
+    workspace: AIWorkspaceEmulator,
+) -> None:
+    """Production's champion keeps its label when staging, sharing the workspace and the model
+    name, promotes its own; and staging may not label production's version."""
+    good = registry("ml-prod").register(candidate("scheduled__1", 0.9, installation="ml-prod"))
+    registry("ml-prod").promote(good)
+    bad = registry("ml-staging").register(candidate("scheduled__1", 0.1, installation="ml-staging"))
+    registry("ml-staging").promote(bad)
+
+    assert registry("ml-prod").champion() == good and registry("ml-staging").champion() == bad
+    assert sorted(champions(workspace)) == sorted([good.version, bad.version]), "one label each"
+    with pytest.raises(RegistryError, match="is not one installation ml-staging registered"):
+        registry("ml-staging").promote(good)

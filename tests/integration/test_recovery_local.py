@@ -338,8 +338,9 @@ def test_a_retry_waits_for_a_stopping_job_then_launches_a_new_one(local_root: Pa
     store = MemoryStore()
     first = operator(local_root, SLOW_TO_STOP)
     runs = backend(local_root)
+    owner = task_owner(TaskInstance(), INSTALLATION)
     handle = runs.submit(
-        first.plan.spec.model_copy(update={"output_dir": str(local_root / "o")}), "train-job"
+        first.plan.spec.model_copy(update={"output_dir": str(local_root / "o"), "owner": owner}), "train-job"
     )
     store[HANDLE_KEY] = handle.model_dump()
     time.sleep(0.5)
@@ -357,12 +358,45 @@ def test_a_retry_waits_for_a_stopping_job_then_launches_a_new_one(local_root: Pa
 def test_the_failure_callback_stops_the_saved_job_that_still_runs(local_root: Path) -> None:
     op, store = operator(local_root, "sleep 60"), MemoryStore()
     runs = backend(local_root)
-    handle = runs.submit(op.plan.spec, "train-job")
+    owner = task_owner(TaskInstance(), INSTALLATION)
+    handle = runs.submit(op.plan.spec.model_copy(update={"owner": owner}), "train-job")
     store[HANDLE_KEY] = handle.model_dump()
 
     stop_saved_job(context_for(TaskInstance(), store, op))
 
     assert runs.status(handle).state is JobState.STOPPED
+
+
+@pytest.mark.parametrize(
+    "owner",
+    [
+        JobOwner(installation="ml-staging", dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train"),
+        JobOwner(
+            installation=INSTALLATION, dag_id="cifar10_retrain", run_id="manual__other", task_id="train"
+        ),
+        None,  # a job this package did not launch
+    ],
+)
+def test_a_saved_handle_naming_a_job_of_another_task_is_neither_stopped_nor_reattached(
+    local_root: Path, owner: JobOwner | None
+) -> None:
+    """task_state_store is writable through the REST API: a handle there is evidence, not authority."""
+    runs = backend(local_root)
+    theirs = runs.submit(
+        operator(local_root, "sleep 60").plan.spec.model_copy(update={"owner": owner}), "their-job"
+    )
+    op, store = operator(local_root, "echo done"), MemoryStore()
+    store[HANDLE_KEY] = theirs.model_dump()
+    try:
+        stop_saved_job(context_for(TaskInstance(), store, op))
+        assert runs.status(theirs).state is JobState.RUNNING, "the callback leaves it alone"
+
+        result = op.execute(context_for(TaskInstance(), store, op))
+
+        assert result["job_id"] != theirs.job_id and result["status"] == "Succeeded", "a job of its own"
+        assert runs.status(theirs).state is JobState.RUNNING, "a retry neither adopts nor stops it"
+    finally:
+        runs.stop(theirs)
 
 
 def _owned_job(local_root: Path, name: str, owner: JobOwner) -> JobHandle:

@@ -26,6 +26,7 @@ from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.records import StagedDataset
 from aliyun_training.remote import remote_run
+from aliyun_training.seals import opened_state
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
@@ -163,7 +164,10 @@ def deferred(op: DatasetStagingOperator, context: dict[str, Any]) -> RemoteRunTr
     assert raised.value.method_name == "execute_complete"
     trigger = raised.value.trigger
     assert isinstance(trigger, RemoteRunTrigger)
-    assert context["task_state_store"][HANDLE_KEY]["handle"] == trigger.handle
+    assert (
+        opened_state(context["task_state_store"][HANDLE_KEY], context["ti"], HANDLE_KEY)["handle"]
+        == trigger.handle
+    )
     return trigger
 
 

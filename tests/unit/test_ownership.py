@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from pathlib import Path
 
 import pytest
 
@@ -14,9 +14,6 @@ from aliyun_training.records import JobResult
 from aliyun_training.spec import JobOwner
 from aliyun_training.staging.pod import PodStagerSettings, pod_labels, staging_pod_name
 from aliyun_training.validation import SpecError
-
-if TYPE_CHECKING:
-    from pathlib import Path
 
 OWNER = JobOwner(installation="ml-prod", dag_id="retrain", run_id="scheduled__2026-11-22", task_id="train")
 
@@ -138,3 +135,17 @@ def test_a_staging_pod_carries_its_installation_and_two_installations_never_shar
     assert pod_labels(production)[INSTALLATION_LABEL] == "ml-prod"
     assert staging_pod_name(production) != staging_pod_name(staging)
     assert INSTALLATION_LABEL not in managed_labels("staging", None), "only a known installation is labelled"
+
+
+def test_the_compose_file_refuses_to_start_a_deployment_without_its_own_installation_id() -> None:
+    """Every deployment built from the file has the API server address http://airflow-apiserver:8080,
+    so a derived id would be the same in all of them: compose must require one from .env."""
+    import yaml
+
+    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "docker-compose.yaml").read_text())
+    environment = compose["x-airflow-common"]["environment"]
+    required = environment["AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID"]
+    assert required.startswith("${ALIYUN_TRAINING_INSTALLATION_ID:?"), "compose stops without it"
+    assert derived_installation_id(environment["AIRFLOW__CORE__EXECUTION_API_SERVER_URL"]) == (
+        derived_installation_id("http://airflow-apiserver:8080/")
+    ), "the address every deployment from the file shares"

@@ -36,9 +36,15 @@ if TYPE_CHECKING:
 CHAMPION_ALIAS = "champion"
 CHALLENGER_ALIAS = "challenger"
 _RUN_TAG = "lineage.run_id"
+_INSTALLATION_TAG = "lineage.installation"
 #: A hex digest of the run's identity (installation, DAG, run), the tag a retry searches by: a run
 #: id may hold any character, MLflow's filter grammar quotes only some.
 _RUN_KEY_TAG = "run_key"
+
+
+def champion_alias(installation: str) -> str:
+    """The alias of ``installation``'s champion: ``champion-<installation id>``."""
+    return f"{CHAMPION_ALIAS}-{installation}"
 
 
 def embedded_tracking_uri(folder: Path) -> str:
@@ -49,10 +55,14 @@ def embedded_tracking_uri(folder: Path) -> str:
 class MlflowRegistry:
     """The ``ModelRegistry`` of an MLflow tracking URI (a server, or a database MLflow opens itself)."""
 
-    def __init__(self, settings: RegistrySettings) -> None:
+    def __init__(self, settings: RegistrySettings, installation: str) -> None:
         assert settings.tracking_uri, "the plan resolves the embedded store's URI"
         self.settings = settings
         self.model = settings.model
+        self.installation = installation
+        #: This installation's pointers: deployments sharing the store never move each other's.
+        self.champion_alias = champion_alias(installation)
+        self.challenger_alias = f"{CHALLENGER_ALIAS}-{installation}"
         self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None
@@ -72,7 +82,7 @@ class MlflowRegistry:
                 tags=tags,
                 description=f"Trained on {candidate.dataset_version} in {candidate.run_id}",
             )
-            self._client.set_registered_model_alias(self.model, CHALLENGER_ALIAS, version.version)
+            self._client.set_registered_model_alias(self.model, self.challenger_alias, version.version)
             return self._registered(version)
 
         return self._call("register a candidate", register)
@@ -85,7 +95,16 @@ class MlflowRegistry:
             current = self._champion()
             if current is not None and current.version == version.version:
                 return
-            self._client.set_registered_model_alias(self.model, CHAMPION_ALIAS, version.version)
+            owner = (self._client.get_model_version(self.model, version.version).tags or {}).get(
+                _INSTALLATION_TAG
+            )
+            if owner != self.installation:
+                raise RegistryError(
+                    f"registry: version {version.version} of model {self.model!r} was registered by "
+                    f"installation {owner or 'none'}, not {self.installation}: only a version this "
+                    "installation registered becomes its champion (fix: promote this run's own version)"
+                )
+            self._client.set_registered_model_alias(self.model, self.champion_alias, version.version)
 
         self._call("move the champion alias", promote)
 
@@ -93,7 +112,7 @@ class MlflowRegistry:
         from mlflow.exceptions import MlflowException
 
         try:
-            return self._registered(self._client.get_model_version_by_alias(self.model, CHAMPION_ALIAS))
+            return self._registered(self._client.get_model_version_by_alias(self.model, self.champion_alias))
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 return None  # no such model yet, or no version carries the alias

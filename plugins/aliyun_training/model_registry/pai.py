@@ -5,8 +5,10 @@ candidate is a model version (``CreateModelVersion``) whose Uri is its published
 Metrics are its metrics and whose labels are its lineage; the service names it (0.1.0, 0.2.0, ...).
 A retried task finds its run's version by its ``installation``, ``dag_id`` and ``run_id`` labels
 instead of registering again. The
-champion is the version carrying the label ``champion=true``; a promotion moves that label and
-approves the version (ApprovalStatus ``Approved``; candidates are registered ``Pending``).
+champion is the version carrying the label ``champion=true`` among the installation's own versions
+(their ``installation`` label); a promotion moves that label among them and approves the version
+(ApprovalStatus ``Approved``; candidates are registered ``Pending``). Another installation's versions,
+labels included, are never read as ours nor changed.
 
 Label keys and values are at most 128 bytes and hold no ``=`` or ``,`` (the SDK's ``Label``
 model): a lineage value that does not fit is shortened by :func:`label_value`, and ExtraInfo keeps
@@ -39,6 +41,7 @@ if TYPE_CHECKING:
 CHAMPION_KEY, CHAMPION_VALUE = "champion", "true"
 CHAMPION_LABEL = (CHAMPION_KEY, CHAMPION_VALUE)
 RUN_ID_KEY = "run_id"
+INSTALLATION_KEY = "installation"
 APPROVED, PENDING = "Approved", "Pending"
 #: The most bytes a label key or value may have (``Label``: "up to 128 bytes").
 LABEL_MAX_BYTES = 128
@@ -89,7 +92,7 @@ def model_version_uri(artifacts_uri: str, region: str) -> str:
 class PaiRegistry:
     """The ``ModelRegistry`` of a PAI workspace, through :class:`AIWorkspaceHook`."""
 
-    def __init__(self, settings: RegistrySettings) -> None:
+    def __init__(self, settings: RegistrySettings, installation: str) -> None:
         if not settings.workspace_id:
             raise RegistryError(
                 f"registry: the PAI model registry of model {settings.model!r} names no workspace (fix: "
@@ -98,6 +101,7 @@ class PaiRegistry:
         self.settings = settings
         self.model = settings.model
         self.workspace_id = settings.workspace_id
+        self.installation = installation
         self._hook = AIWorkspaceHook(
             alibaba_cloud_conn_id=settings.alibaba_cloud_conn_id, region=settings.region
         )
@@ -131,7 +135,7 @@ class PaiRegistry:
             model_id = self._existing_model()
             if model_id is None:
                 return None
-            carriers = [v for v in self._hook.model_versions(model_id) if CHAMPION_LABEL in label_pairs(v)]
+            carriers = [v for v in self._own_versions(model_id) if CHAMPION_LABEL in label_pairs(v)]
             return self._registered(model_id, carriers[-1]) if carriers else None
 
         return self._call("read the champion", champion)
@@ -148,12 +152,13 @@ class PaiRegistry:
 
         def promote() -> None:
             model_id = self._existing_model()
-            versions = self._hook.model_versions(model_id) if model_id else []
+            versions = self._own_versions(model_id) if model_id else []
             target = next((v for v in versions if v.version_name == version.version), None)
             if model_id is None or target is None:
                 raise RegistryError(
-                    f"registry: version {version.version} of model {self.model!r} is not in "
-                    f"PAI workspace {self.workspace_id} (fix: promote a version this registry registered)"
+                    f"registry: version {version.version} of model {self.model!r} is not one installation "
+                    f"{self.installation} registered in PAI workspace {self.workspace_id} (fix: promote a "
+                    "version this installation registered)"
                 )
             others = [v for v in versions if v is not target and CHAMPION_LABEL in label_pairs(v)]
             if CHAMPION_LABEL not in label_pairs(target):
@@ -166,6 +171,11 @@ class PaiRegistry:
                 self._hook.set_model_version_approval(model_id, target.version_name, APPROVED)
 
         self._call("move the champion label", promote)
+
+    def _own_versions(self, model_id: str) -> list[Any]:
+        """The model's versions this installation registered (its ``installation`` label)."""
+        mine = (INSTALLATION_KEY, label_value(self.installation))
+        return [v for v in self._hook.model_versions(model_id) if mine in label_pairs(v)]
 
     def _existing_model(self) -> str | None:
         """The registered model's id, or None before its first candidate."""

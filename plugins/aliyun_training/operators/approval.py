@@ -13,19 +13,23 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
 from aliyun_training.promotion import Approval, Decision
-from aliyun_training.records import ArtifactSet
+from aliyun_training.records import ApprovalAnswer, ArtifactSet
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PromotionApprovalOperator(ApprovalOperator):
+class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
     """Ask for approval of a candidate the gate passed, showing the comparison; skip otherwise.
 
     The task waits in Airflow's ``awaiting_input`` state, holding no worker slot. Approve lets the
     ``promote`` task move the pointer; Reject, or no answer within ``approval.timeout_hours`` (the
     default answer is Reject), skips it: the run still succeeds, with its candidate registered.
+    It returns the answer (``ApprovalAnswer``: the option and who chose it, as Airflow recorded
+    them), which ``promote`` checks against the rule's approvers: marking this task successful
+    without an answer leaves no sealed answer, and ``promote`` moves nothing.
 
     :param published: the publish task's ArtifactSet record (an XComArg).
     :param approval: the promotion rule's ``Approval``.
@@ -42,6 +46,7 @@ class PromotionApprovalOperator(ApprovalOperator):
             **kwargs,
         )
         self.published = published
+        self.approvers = list(approval.approvers)
 
     def execute(self, context: Context) -> Any:
         record = validate_record(ArtifactSet, self.published) if self.published else None
@@ -52,6 +57,21 @@ class PromotionApprovalOperator(ApprovalOperator):
             )
         self.body = approval_body(decision, record)
         return super().execute(context)
+
+    def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
+        """The answer, once Airflow resumed the task with it (Reject skips ``promote`` here)."""
+        response = super().execute_complete(context, event)
+        responder = response.get("responded_by_user") or {}
+        answer = ApprovalAnswer(
+            option=response["chosen_options"][0],
+            responded_by={key: str(value) for key, value in dict(responder).items() if value is not None},
+        )
+        refusal = answer.refusal(self.approvers)
+        if refusal:
+            self.log.warning("Not approved: %s", refusal)
+        else:
+            self.log.info("Approved by %s", answer.responded_by.get("name") or answer.responded_by.get("id"))
+        return answer.model_dump(mode="json")
 
 
 def approval_body(decision: Decision, record: ArtifactSet | None) -> str:

@@ -10,11 +10,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.links import RunReportLink
-from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison, Decision, PromotionRule, decide
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             declaration=plan.declaration,
         )
         # A RegistryError fails the try: the next one finds what this one may have registered.
-        registered = open_registry(plan.registry).register(candidate)
+        registered = open_registry(plan.registry, candidate.installation).register(candidate)
         self.log.info(
             "Registered the candidate as %s version %s (%s)",
             registered.model,

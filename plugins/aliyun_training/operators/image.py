@@ -26,6 +26,7 @@ from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan
 from aliyun_training.records import BuiltImage, ImageRef
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ BUILD_HANDLE_KEY = "image_build_handle"
 CHECK_LOG_LINES = 400
 
 
-class ImageBuildOperator(RemoteRunMixin, BaseOperator):
+class ImageBuildOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator):
     """Return the run's image as an ``ImageRef``, building it only when its tag is not in the registry.
 
     :param build: the run plan's ``ImagePlan`` (or its dict form, or an XComArg of it; templated):

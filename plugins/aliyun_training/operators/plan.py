@@ -12,6 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
 
 
-class RunPlanOperator(BaseOperator):
+class RunPlanOperator(ReturnedRecordsMixin, BaseOperator):
     """Render the run's plan with the preflight report; nothing is created, copied or submitted.
 
     The document (see ``aliyun_training.plan.dry_run``) is returned as XCom and written under the

@@ -21,6 +21,7 @@ from aliyun_training.backends import get_backend
 from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
 from aliyun_training.registry import BACKENDS, backend_record, preflight_groups
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ CHECK_GROUPS: tuple[str, ...] = preflight_groups()
 SKIP_REASON_KEY = "skip_reason"
 
 
-class PreflightCheckOperator(BaseOperator):
+class PreflightCheckOperator(ReturnedRecordsMixin, BaseOperator):
     """Run one group of preflight checks for the run's backend; return findings, never fail on them.
 
     :param group: one of ``CHECK_GROUPS``.

@@ -10,14 +10,15 @@ from airflow.sdk.exceptions import AirflowSkipException
 from aliyun_training.model_registry.records import RegisteredVersion
 from aliyun_training.plan.models import ArtifactsPlan
 from aliyun_training.promotion import CHAMPION_KEY, Champion, Decision
-from aliyun_training.records import ArtifactSet, JobResult
+from aliyun_training.records import ApprovalAnswer, ArtifactSet, JobResult
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class PromoteOperator(BaseOperator):
+class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
     """Make the published candidate the champion when its gate decided so: compare and set.
 
     The pointer lives in the champion Asset's state and in the model registry (MLflow's
@@ -34,15 +35,25 @@ class PromoteOperator(BaseOperator):
 
     :param published: the publish task's ArtifactSet record (an XComArg); None skips.
     :param job_result: the training task's JobResult: where the new champion's job wrote.
-    :param artifacts: the run plan's ``ArtifactsPlan`` (its registry).
+    :param artifacts: the run plan's ``ArtifactsPlan`` (its registry, its rule's approvers).
+    :param approval: the approval task's ``ApprovalAnswer`` where the rule asks for one: the pointer
+        moves only on Approve by one of the rule's approvers. A task marked successful, cleared or
+        timed out leaves no such answer, and nothing moves.
     :param champion: the champion Asset.
     """
 
-    template_fields = ("published", "job_result", "artifacts")
+    template_fields = ("published", "job_result", "artifacts", "approval")
     ui_color = "#ffe082"
 
     def __init__(
-        self, *, published: Any, job_result: Any, artifacts: Any, champion: Asset, **kwargs: Any
+        self,
+        *,
+        published: Any,
+        job_result: Any,
+        artifacts: Any,
+        champion: Asset,
+        approval: Any = None,
+        **kwargs: Any,
     ) -> None:
         self.promotions = AssetAlias(name=f"{champion.name}_promotions")
         kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
@@ -52,6 +63,7 @@ class PromoteOperator(BaseOperator):
         self.published = published
         self.job_result = job_result
         self.artifacts = artifacts
+        self.approval = approval
         self.champion = champion
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -65,6 +77,11 @@ class PromoteOperator(BaseOperator):
         if not decision.promoted:
             self.log.info("Not promoted: %s", decision.reason)
             return {"promoted": False, "run_id": run_id, "reason": decision.reason}
+        plan = validate_record(ArtifactsPlan, self.artifacts)
+        refusal = self._unapproved(plan)
+        if refusal:
+            self.log.warning("Not promoted: %s", refusal)
+            return {"promoted": False, "run_id": run_id, "reason": refusal}
         state = context["asset_state_store"][self.champion]
         stored = state.get(CHAMPION_KEY)
         current = Champion.model_validate(stored) if stored else None
@@ -80,11 +97,11 @@ class PromoteOperator(BaseOperator):
             return {"promoted": False, "run_id": run_id, "reason": reason}
         registered = RegisteredVersion.model_validate(published.registered) if published.registered else None
         if registered is not None:
-            plan = validate_record(ArtifactsPlan, self.artifacts)
             assert plan.registry is not None, "a registered candidate has a registry"
             from aliyun_training.model_registry import open_registry
+            from aliyun_training.operators.ownership import installation_id
 
-            open_registry(plan.registry).promote(registered)
+            open_registry(plan.registry, installation_id()).promote(registered)
         job = validate_record(JobResult, self.job_result) if self.job_result else None
         champion = Champion(
             run_id=run_id,
@@ -114,6 +131,22 @@ class PromoteOperator(BaseOperator):
             decision.champion_run_id or "nothing",
         )
         return self._record(run_id, decision.reason, registered, decision.champion_run_id)
+
+    def _unapproved(self, plan: ArtifactsPlan) -> str | None:
+        """Why the promotion lacks the approval the plan's rule asks for; None when it has it.
+
+        The rule is the plan's (sealed), not the decision's, so a record that says no approval is
+        needed cannot skip it; the answer must be the approval task's own (sealed).
+        """
+        rule = plan.promotion
+        if rule is None or rule.approval is None:
+            return None
+        if not self.approval:
+            return (
+                "the rule asks for approval, and approve_promotion left no answer (it was marked "
+                "successful, or never answered); clear approve_promotion to ask again"
+            )
+        return validate_record(ApprovalAnswer, self.approval).refusal(rule.approval.approvers)
 
     @staticmethod
     def _record(

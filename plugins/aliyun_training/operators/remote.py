@@ -31,6 +31,8 @@ class RemoteRunMixin(DeferralMixin):
 
     The run's mode, settings and handle are saved in ``task_state_store`` before deferring, so a
     deferral timeout stops exactly the run that was started, with the settings it started with.
+    They are saved sealed (``seals.sealed_state``): a run written there through the REST API (another
+    team's pod, other settings) has no valid seal and is never stopped.
     """
 
     #: ``staging`` or ``image``: which runs ``remote.remote_run`` builds.
@@ -47,10 +49,11 @@ class RemoteRunMixin(DeferralMixin):
         poll_interval: float,
         timeout: timedelta,
     ) -> NoReturn:
+        from aliyun_training.seals import sealed_state
         from aliyun_training.triggers.remote_run import RemoteRunTrigger
 
-        saved = SavedRun(mode=mode, config=config, handle=handle)
-        context["task_state_store"].set(self.remote_key, saved.model_dump(mode="json"))
+        saved = SavedRun(mode=mode, config=config, handle=handle).model_dump(mode="json")
+        context["task_state_store"].set(self.remote_key, sealed_state(saved, context["ti"], self.remote_key))
         trigger = RemoteRunTrigger(self.remote_kind, mode, config, handle, poll_interval)
         self.defer_until_done(trigger, timeout)
 
@@ -68,9 +71,15 @@ class RemoteRunMixin(DeferralMixin):
 
     def stop_after_deferral_timeout(self, context: Context) -> None:
         from aliyun_training.remote import remote_run
+        from aliyun_training.seals import opened_state
 
         stored = context["task_state_store"].get(self.remote_key)
-        if stored:
-            saved = SavedRun.model_validate(stored)
+        opened = opened_state(stored, context["ti"], self.remote_key)
+        if stored and opened is None:
+            self.log.warning(
+                "The saved %s run is not one this task saved: it is left alone", self.remote_kind
+            )
+        if opened is not None:
+            saved = SavedRun.model_validate(opened)
             self.log.error("The %s %s run ran too long: stopping it", saved.mode, self.remote_kind)
             remote_run(self.remote_kind, saved.mode, saved.config).stop(saved.handle)

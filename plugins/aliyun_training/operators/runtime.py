@@ -15,13 +15,14 @@ from airflow.sdk.exceptions import AirflowFailException
 from aliyun_training import runtime_probe
 from aliyun_training.plan.models import JobPlan
 from aliyun_training.records import BuiltImage
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class LocalRuntimeOperator(BaseOperator):
+class LocalRuntimeOperator(ReturnedRecordsMixin, BaseOperator):
     """Probe the interpreter that local jobs run with; fail clearly when it cannot train.
 
     :param python: the training interpreter; default: the one running this task, whose directory the

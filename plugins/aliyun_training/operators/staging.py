@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.plan.models import StagingPlan
 from aliyun_training.staging.sources import StagingError
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
 HANDLE_KEY = "staging_run_handle"
 
 
-class DatasetStagingOperator(RemoteRunMixin, BaseOperator):
+class DatasetStagingOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator):
     """Copy the version to ``<target_root>/<version>/``, verified and atomic; return a StagedDataset.
 
     Where the copy runs is the plan's ``mode``:

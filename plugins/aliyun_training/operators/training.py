@@ -40,12 +40,12 @@ from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
-from aliyun_training.operators.upstream import ReturnedRecordsMixin
 from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
 from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset
 from aliyun_training.settings import local_paths
-from aliyun_training.spec import TrainingJobSpec, describe_owner, mounted_output_uri
+from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -170,10 +170,10 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
 
     def stop_after_deferral_timeout(self, context: Context) -> None:
         """Stop the job of the saved handle, failing with where it was stuck."""
-        stored = context["task_state_store"].get(HANDLE_KEY)
-        if stored:
-            spec, backend, _ = self._prepare(context, announce=False)
-            self._stop_after_timeout(context, backend, JobHandle.model_validate(stored), spec)
+        spec, backend, _ = self._prepare(context, announce=False)
+        handle = self._saved_job(backend, spec.owner, context)
+        if handle is not None:
+            self._stop_after_timeout(context, backend, handle, spec)
 
     def on_kill(self) -> None:
         """Blocking mode: the task was killed on the worker, so stop the job it is waiting for."""
@@ -357,9 +357,8 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
     def _attach_or_submit(
         self, backend: TrainingBackend, spec: TrainingJobSpec, name: str, context: Context
     ) -> JobHandle:
-        stored = context["task_state_store"].get(HANDLE_KEY)
         candidates = [
-            ("saved by an earlier try", JobHandle.model_validate(stored) if stored else None),
+            ("saved by an earlier try", self._saved_job(backend, spec.owner, context)),
             ("found under the job name", self._found_job(backend, spec, name, context)),
         ]
         for origin, handle in candidates:
@@ -399,6 +398,12 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
             "Submitted job %s (%s, %d node(s)) on backend %s", handle.job_id, name, spec.nodes, backend.name
         )
         return handle
+
+    def _saved_job(
+        self, backend: TrainingBackend, owner: JobOwner | None, context: Context
+    ) -> JobHandle | None:
+        """The job an earlier try saved in ``task_state_store``, when it is this task's (``saved_job``)."""
+        return saved_job(backend, owner, context["task_state_store"].get(HANDLE_KEY), self.log)
 
     def _found_job(
         self, backend: TrainingBackend, spec: TrainingJobSpec, name: str, context: Context
@@ -611,8 +616,13 @@ def stop_saved_job(context: Context) -> None:
     stored = context["task_state_store"].get(HANDLE_KEY)
     if not stored or not isinstance(operator, TrainingJobOperator):
         return
-    handle = JobHandle.model_validate(stored)
-    backend = operator._backend(handle.backend)
+    try:
+        backend = operator._backend(operator.plan.spec.backend)
+    except SpecError:  # the task failed before its plan was read (a refused record): it ran no job
+        return
+    handle = saved_job(backend, task_owner(context["ti"], installation_id()), stored, operator.log)
+    if handle is None:
+        return
     try:
         state = backend.status(handle).state
     except (LookupError, FileNotFoundError):
@@ -620,6 +630,38 @@ def stop_saved_job(context: Context) -> None:
     if not state.is_terminal:
         operator.log.warning("Task failed with job %s still %s: stopping it", handle.job_id, state.value)
         backend.stop(handle)
+
+
+def saved_job(backend: TrainingBackend, owner: JobOwner | None, stored: Any, log: Any) -> JobHandle | None:
+    """The job handle ``stored`` in ``task_state_store``, when the job it names is ``owner``'s task's.
+
+    The store is evidence, not authority: a user who may edit task instances may write any handle
+    there through the REST API, another installation's job id included. So a saved handle is used
+    (reattached to, counted, stopped) only when the platform lists a job of that id under its name
+    whose own owner tags name this task instance of this installation: the rule for a job found by
+    name (``_found_job``). Any other handle is ignored, with a warning, and its job left alone.
+    """
+    if not stored:
+        return None
+    try:
+        handle = JobHandle.model_validate(stored)
+    except ValueError:
+        log.warning("The saved job handle is not one (%r): ignored", stored)
+        return None
+    found = backend.find(handle.name) if handle.backend == backend.name else None
+    if found is not None and found.handle.job_id == handle.job_id and same_owner(owner, found.owner):
+        return handle
+    log.warning(
+        "The saved job handle names job %s (%s on %s), which is not this task's: %s. It is left alone "
+        "(neither reattached to nor stopped)",
+        handle.job_id,
+        handle.name,
+        handle.backend,
+        "no such job is listed under that name"
+        if found is None or found.handle.job_id != handle.job_id
+        else f"its owner tags name {describe_owner(found.owner)}",
+    )
+    return None
 
 
 def gpu_hours_used(attempts: list[Attempt], excluding: str | None = None) -> float:

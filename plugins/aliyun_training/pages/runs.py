@@ -8,6 +8,7 @@ the alibaba_cloud connection the run's plan named; the browser never gets bucket
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from sqlalchemy.orm import Session
+
+log = logging.getLogger(__name__)
 
 #: The tasks whose records the pages read; the DAG factory names its tasks with these.
 CONFIGURE_TASK = "configure"
@@ -275,18 +278,33 @@ def _states(
 def _xcoms(
     session: Session, dag_id: str, run_ids: list[str], wanted: list[tuple[str, str]]
 ) -> dict[tuple[str, str, str], Any]:
-    """``(run_id, task_id, key) -> value`` of the unmapped XComs ``wanted`` of the runs."""
+    """``(run_id, task_id, key) -> value`` of the unmapped XComs ``wanted`` of the runs whose seal
+    matches: a record written or changed through the REST API is not shown, as if absent."""
     from airflow.models.xcom import XComModel
     from sqlalchemy import or_, select
 
+    from aliyun_training.seals import SEAL_KEY, SealError, check
+
     if not run_ids:
         return {}
+    sealed = [*wanted, *((task, SEAL_KEY) for task in sorted({task for task, _ in wanted}))]
     rows = session.scalars(
         select(XComModel).where(
             XComModel.dag_id == dag_id,
             XComModel.run_id.in_(run_ids),
             XComModel.map_index == -1,
-            or_(*((XComModel.task_id == task) & (XComModel.key == key) for task, key in wanted)),
+            or_(*((XComModel.task_id == task) & (XComModel.key == key) for task, key in sealed)),
         )
     ).all()
-    return {(row.run_id, row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
+    found = {(row.run_id, row.task_id, row.key): XComModel.deserialize_value(row) for row in rows}
+    verified = {}
+    for (run_id, task_id, key), value in found.items():
+        if key == SEAL_KEY:
+            continue
+        try:
+            check(value, found.get((run_id, task_id, SEAL_KEY)), dag_id, run_id, task_id, key)
+        except SealError as exc:
+            log.warning("Not shown: %s", exc)
+            continue
+        verified[(run_id, task_id, key)] = value
+    return verified

@@ -30,7 +30,7 @@ from aliyun_training.operators.recovery import FailureClassRetryPolicy
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.operators.upstream import Returned
+from aliyun_training.pages.runs import CONFIGURE_TASK
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
@@ -40,6 +40,7 @@ from aliyun_training.registry import backend_record
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
+from aliyun_training.upstream import Returned, read_returned, seal_returned
 
 
 def training_pipeline(
@@ -107,6 +108,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             "retries": settings.retries,
             "retry_delay": timedelta(minutes=1),
             "retry_exponential_backoff": True,
+            # What each task returns is sealed; the tasks that read it check the seal (upstream.py).
+            "post_execute": seal_returned,
         },
         params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
         # A failed run (its dagrun_timeout included) stops whatever job it still has.
@@ -133,67 +136,76 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             return plan_for_task(params, run_date, scheduled, declaration, environment_dir)
 
         @task.branch
-        def route(backend: str, staging: Any, prepare: Any, dry_run: bool) -> list[str]:
+        def route(ti: Any = None) -> list[str]:
             """A dry run only shows its plan; a run stages when its plan says so (else it mounts its
             environment's dataset), and takes its backend's own branches (the registry's ``route``)."""
-            if dry_run:
+            plan = read_returned(ti, planned("return_value"))
+            if plan["dry_run"]:
                 return ["show_plan"]
             # train and publish_artifacts follow a run's records from any branch; a dry run skips them.
             stage = (
-                ["stage_dataset", "train", "publish_artifacts"] if staging else ["train", "publish_artifacts"]
+                ["stage_dataset", "train", "publish_artifacts"]
+                if plan["staging"]
+                else ["train", "publish_artifacts"]
             )
-            stage += ["prepare_dataset"] if prepare else []
-            return [*stage, *backend_record(backend).route]
+            stage += ["prepare_dataset"] if plan["prepare"] else []
+            return [*stage, *backend_record(plan["backend"]).route]
 
         # Every task that runs a job fails, waits or resumes by its failure's class.
         recovery = FailureClassRetryPolicy(declaration.recovery.table)
-        # configure's XComArg: each key is one part of the plan (multiple_outputs).
+        # Each key of configure's return value is one part of the plan (multiple_outputs); a task
+        # takes its parts sealed (``planned``), so a part rewritten after configure is refused.
         run: Any = configure()  # type: ignore[call-arg]  # Airflow fills the context arguments
-        wait_for_version = DatasetVersionSensor(task_id="wait_for_version", dataset=run["dataset"])
+        wait_for_version = DatasetVersionSensor(task_id="wait_for_version", dataset=planned("dataset"))
+        run >> wait_for_version
         with TaskGroup("preflight") as preflight:
             checks = [
                 PreflightCheckOperator(
                     task_id=f"check_{group}",
                     group=group,
-                    job=run["job"],
-                    preflight=run["preflight"],
-                    skip=run["skip_preflight"],
+                    job=planned("job"),
+                    preflight=planned("preflight"),
+                    skip=planned("skip_preflight"),
                 )
                 for group in CHECK_GROUPS
             ]
             checks >> PreflightReportOperator(
                 task_id="report", check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS]
             )
-        show_plan = RunPlanOperator(task_id="show_plan", plan=run, report_task_id="preflight.report")
+        show_plan = RunPlanOperator(
+            task_id="show_plan",
+            plan=Returned(CONFIGURE_TASK, required=True),
+            report_task_id="preflight.report",
+        )
         wait_for_capacity = QuotaCapacitySensor(
-            task_id="wait_for_capacity", job=run["job"], poke_interval=30, timeout=6 * 3600
+            task_id="wait_for_capacity", job=planned("job"), poke_interval=30, timeout=6 * 3600
         )
         stage = DatasetStagingOperator(
-            task_id="stage_dataset", staging=run["staging"], trigger_rule="none_failed_min_one_success"
+            task_id="stage_dataset", staging=planned("staging"), trigger_rule="none_failed_min_one_success"
         )
-        runtime = LocalRuntimeOperator(task_id="training_runtime", job=run["job"])
-        build_image = ImageBuildOperator(task_id="build_image", build=run["image"])
+        runtime = LocalRuntimeOperator(task_id="training_runtime", job=planned("job"))
+        build_image = ImageBuildOperator(task_id="build_image", build=planned("image", required=False))
         # The image checks are jobs on the run's backend, with the run's spec and settings.
         verify_image = ImageVerifyOperator(
             task_id="verify_image",
-            job=run["job"],
-            image=build_image.output,
+            job=planned("job"),
+            image=Returned("build_image"),
             poll_interval=10,
             retry_policy=recovery,
         )
         check_rdma = RdmaBandwidthOperator(
             task_id="check_rdma",
-            job=run["job"],
-            image=verify_image.output,
-            check=run["rdma_check"],
+            job=planned("job"),
+            image=Returned("verify_image"),
+            check=planned("rdma_check", required=False),
             poll_interval=10,
             retry_policy=recovery,
         )
         train = TrainingJobOperator(
             task_id="train",
-            job=run["job"],
+            job=planned("job"),
             dataset=Returned("stage_dataset"),
-            planned_dataset=run["dataset"],
+            planned_dataset=planned("dataset"),
             image=Returned("verify_image"),
             poll_interval=5,
             retries=declaration.recovery.retries,
@@ -205,9 +217,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         # although the others were skipped; a failed train fails it upstream, a skipped one skips it.
         publish = ArtifactsOperator(
             task_id="publish_artifacts",
-            artifacts=run["artifacts"],
-            planned_dataset=run["dataset"],
-            job_result=train.output,
+            artifacts=planned("artifacts"),
+            planned_dataset=planned("dataset"),
+            job_result=Returned("train"),
             dataset=Returned("stage_dataset"),
             runtime=[Returned("verify_image"), Returned("training_runtime")],
             bandwidth=Returned("check_rdma"),
@@ -224,8 +236,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 train
                 >> EvaluationOperator(
                     task_id="evaluate",
-                    evaluation=run["evaluation"],
-                    job_result=train.output,
+                    evaluation=planned("evaluation", required=False),
+                    job_result=Returned("train"),
                     champion=champion,
                     dataset=Returned("stage_dataset"),
                     image=Returned("verify_image"),
@@ -235,12 +247,12 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 >> publish
             )
         if declaration.promotion:
-            _promotion_steps(declaration, publish, train, run["artifacts"], champion)
+            _promotion_steps(declaration, publish, champion)
         if declaration.dataset.prepare:
             # On a cloud backend the prepare job runs in the verified training image.
             prepare = DatasetPrepareOperator(
                 task_id="prepare_dataset",
-                prepare=run["prepare"],
+                prepare=planned("prepare"),
                 image=Returned("verify_image"),
                 poll_interval=5,
                 retry_policy=recovery,
@@ -249,29 +261,33 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             branches.append(prepare)
             verify_image >> prepare >> stage
         wait_for_version >> preflight
-        preflight >> route(run["backend"], run["staging"], run["prepare"], run["dry_run"]) >> branches
+        preflight >> route() >> branches
         build_image >> verify_image >> check_rdma
-        [stage, runtime, wait_for_capacity, check_rdma] >> train
+        [stage, runtime, wait_for_capacity, check_rdma] >> train >> publish
     return dag
 
 
-def _promotion_steps(
-    declaration: PipelineDeclaration,
-    publish: ArtifactsOperator,
-    train: TrainingJobOperator,
-    artifacts: Any,
-    champion: Asset,
-) -> None:
+def planned(part: str, required: bool = True) -> Any:
+    """The sealed ``part`` of the run's plan, as ``configure`` returned it.
+
+    A ``Returned`` marker, which the operator's field holds until it runs and then resolves into the
+    part (as an XComArg did): typed as the part the field takes, so Any.
+    """
+    return Returned(CONFIGURE_TASK, part, required=required)
+
+
+def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperator, champion: Asset) -> None:
     """publish >> [approve_promotion] >> promote: the pointer moves after the gate (and a person) passed."""
-    promote = PromoteOperator(
-        task_id="promote",
-        published=publish.output,
-        job_result=train.output,
-        artifacts=artifacts,
-        champion=champion,
-    )
     rule = declaration.promotion
     assert rule is not None
+    promote = PromoteOperator(
+        task_id="promote",
+        published=Returned("publish_artifacts"),
+        job_result=Returned("train"),
+        artifacts=planned("artifacts"),
+        approval=Returned("approve_promotion") if rule.approval else None,
+        champion=champion,
+    )
     if rule.approval is None:
         publish >> promote
         return
@@ -281,7 +297,7 @@ def _promotion_steps(
         publish
         >> PromotionApprovalOperator(
             task_id="approve_promotion",
-            published=publish.output,
+            published=Returned("publish_artifacts"),
             approval=rule.approval,
             model=declaration.model_name,
         )

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends import get_backend
+from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.plan.models import TryContract
 from aliyun_training.records import StagedDataset
 from aliyun_training.registry import backend_record
@@ -146,7 +147,7 @@ def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
             PlannedRequest(
                 "mlflow",
                 "set_registered_model_alias",
-                {"name": model, "alias": "challenger"},
+                {"name": model, "alias": f"challenger-{plan.installation}"},
                 "publish_artifacts",
             ),
         ]
@@ -154,7 +155,7 @@ def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
             PlannedRequest(
                 "mlflow",
                 "set_registered_model_alias",
-                {"name": model, "alias": "champion"},
+                {"name": model, "alias": champion_alias(plan.installation)},
                 "promote",
                 note=promote_note,
             )
@@ -181,7 +182,8 @@ def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
                 "CreateModelVersionLabels / UpdateModelVersion",
                 {**workspace, "Labels": "champion=true", "ApprovalStatus": "Approved"},
                 "promote",
-                note=promote_note + "; the label leaves the previous champion",
+                note=f"{promote_note}; the label leaves the previous champion of installation "
+                f"{plan.installation} (another installation's versions keep theirs)",
             )
         ]
     return [*registered, *(moved if gate else [])]

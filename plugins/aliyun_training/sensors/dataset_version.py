@@ -11,13 +11,14 @@ from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 from aliyun_training.plan.models import DatasetPlan
 from aliyun_training.records import OutcomeStatus
 from aliyun_training.triggers.dataset_version import DatasetVersionTrigger
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
 
-class DatasetVersionSensor(BaseSensorOperator):
+class DatasetVersionSensor(ReturnedRecordsMixin, BaseSensorOperator):
     """Succeeds once the plan's version has landed; a run with nothing to wait for passes at once.
 
     A scheduled run waits for its version (``DatasetPlan.wait_uri``); a version a run takes without

@@ -11,6 +11,7 @@ from airflow.sdk.exceptions import AirflowException
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.plan.models import JobPlan
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
+from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from aliyun_training.spec import TrainingJobSpec
 
 
-class QuotaCapacitySensor(BaseSensorOperator):
+class QuotaCapacitySensor(ReturnedRecordsMixin, BaseSensorOperator):
     """Succeeds once the quota of ``spec`` can hold nodes x gpus_per_node GPUs.
 
     Deferrable by default: the wait runs in the triggerer, which logs the free count and the queue
