@@ -52,11 +52,15 @@ def registry_line(database: Path, model: str) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from aliyun_training.model_registry.mlflow import champion_alias
+    from aliyun_training.operators.ownership import installation_id
+
     uri = f"sqlite:///{database.resolve()}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     versions = client.search_model_versions(f"name = '{model}'")
+    alias = champion_alias(installation_id())  # this deployment's pointer
     try:
-        champion = f"version {client.get_model_version_by_alias(model, 'champion').version}"
+        champion = f"version {client.get_model_version_by_alias(model, alias).version} (@{alias})"
     except MlflowException:
         champion = "none"
     return f"{len(versions)} candidate(s) of {model} in MLflow ({database}); champion: {champion}"

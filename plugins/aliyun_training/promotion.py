@@ -105,6 +105,9 @@ class PromotionRule(BaseModel):
     without_champion: Literal["promote", "hold"] = "promote"
     #: Whether a backfill run's model may become the champion.
     backfills_promote: bool = False
+    #: Whether a model trained on a dataset version older than the champion's may replace it (a
+    #: manual run on an old version, a catchup run, a cleared old scheduled run); held by default.
+    older_versions_promote: bool = False
     #: A person must approve each promotion; None: a pass promotes at once.
     approval: Approval | None = None
 
@@ -182,8 +185,18 @@ class Decision(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
 
 
-def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: str) -> Decision:
+def decide(
+    rule: PromotionRule,
+    comparison: Comparison,
+    run_id: str,
+    run_type: str,
+    older_than_champion: str | None = None,
+) -> Decision:
     """Whether the run ``run_id`` (of ``run_type``) replaces the champion, on ``comparison``.
+
+    ``older_than_champion`` is the champion's dataset version when the run trained on an older one:
+    such a model is held unless the rule allows it, like a backfill's, since a champion trained on
+    newer data is not replaced by one that never saw it.
 
     Only finite numbers are compared. The readers of metrics.json and evaluation.json refuse NaN and
     Infinity; this is the second line, for numbers that reach the gate another way (a champion
@@ -221,6 +234,12 @@ def decide(rule: PromotionRule, comparison: Comparison, run_id: str, run_type: s
         return decision(True, "this run is already the champion (a retry after it was promoted)")
     if run_type == "backfill" and not rule.backfills_promote:
         return decision(False, "a backfill run's model is registered, never promoted (backfills_promote)")
+    if older_than_champion is not None and champion is not None and not rule.older_versions_promote:
+        return decision(
+            False,
+            f"it was trained on an older dataset version than the champion's {older_than_champion}: "
+            "registered, not promoted (older_versions_promote)",
+        )
     if candidate is None:
         return decision(False, f"the run's {rule.metric} {_unusable(metrics.get(rule.metric))}")
     if failed := [g for g in guards if not g.passed]:

@@ -49,6 +49,22 @@ def test_a_backfill_never_promotes_unless_the_rule_lets_it() -> None:
     assert allowed.promoted
 
 
+def test_a_model_trained_on_an_older_version_than_the_champions_is_held_unless_the_rule_lets_it() -> None:
+    comparison = Comparison.of_final_metrics({"final_test_loss": 0.1}, CHAMPION)
+    held = decide(LOSS, comparison, "manual__1", "manual", older_than_champion="2026-11-29")
+    allowed = decide(
+        LOSS.model_copy(update={"older_versions_promote": True}),
+        comparison,
+        "manual__1",
+        "manual",
+        "2026-11-29",
+    )
+    first = decide(LOSS, Comparison.of_final_metrics({"final_test_loss": 0.1}, None), "m", "manual", None)
+
+    assert not held.promoted and "older dataset version than the champion's 2026-11-29" in held.reason
+    assert allowed.promoted and first.promoted
+
+
 def test_without_a_champion_the_first_model_is_promoted_or_held_as_declared() -> None:
     first = _decide(LOSS, 1.5, champion=None)
     held = _decide(LOSS.model_copy(update={"without_champion": "hold"}), 1.5, champion=None)

@@ -385,3 +385,12 @@ def test_a_local_environment_file_that_is_not_a_regular_file_is_refused_not_read
     with pytest.raises(SpecError, match=rf"environment file {fifo} is not a regular file \(fix: "):
         load_local_environment(fifo)
     assert load_local_environment(tmp_path / "absent.json") == LocalEnvironment()
+
+
+def test_the_declarations_cron_presets_are_airflows() -> None:
+    """The declaration expands presets itself (it imports nothing of Airflow): they must not drift."""
+    from airflow.utils.dates import cron_presets
+
+    from aliyun_training.declaration import CRON_PRESETS
+
+    assert CRON_PRESETS == cron_presets

@@ -14,6 +14,7 @@ from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison, Decision, PromotionRule, decide
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.staging.versions import version_order
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
@@ -122,7 +123,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
             check_collectable(job, plan.outputs_root)
-            gate = self._gate(context)
+            gate = self._gate(context, dataset.version)
             artifacts = publish_artifacts(
                 model=plan.model,
                 artifact_root=plan.artifact_root or "",
@@ -175,8 +176,9 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             )
         return artifacts.model_dump(mode="json")
 
-    def _gate(self, context: Context) -> Callable[[dict[str, Any]], Decision] | None:
-        """The decision on this run's numbers against the champion as it is now; None without a rule.
+    def _gate(self, context: Context, version: str) -> Callable[[dict[str, Any]], Decision] | None:
+        """The decision on this run's numbers, trained on ``version``, against the champion as it is
+        now; None without a rule.
 
         With an evaluation record the numbers are its scores of both models on the same data; when
         that job could not read the champion's outputs, the champion's recorded numbers stand in.
@@ -197,9 +199,15 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 }
             )
 
+        older = (
+            champion.dataset_version
+            if champion and version_order(version) < version_order(champion.dataset_version)
+            else None
+        )
+
         def gate(metrics: dict[str, Any]) -> Decision:
             comparison = evaluated or Comparison.of_final_metrics(metrics, champion)
-            return decide(rule, comparison, run.run_id, str(run.run_type.value))
+            return decide(rule, comparison, run.run_id, str(run.run_type.value), older)
 
         return gate
 

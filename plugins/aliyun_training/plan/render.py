@@ -200,6 +200,7 @@ def _promotion_words(rule: PromotionRule | None) -> str:
         + (f", with {guards}" if guards else "")
         + f"; with no champion yet, the first model is {first}"
         + ("" if rule.backfills_promote else "; a backfill never promotes")
+        + ("" if rule.older_versions_promote else "; nor does a run on an older version than the champion's")
     )
 
 
