@@ -121,6 +121,25 @@ CASES = [
         procs=4,
         env=rank_fails(7, "import", **GLOO),
     ),
+    # The script's own prints before its traceback mention an NCCL error and an Xid: the traceback
+    # that ended it decides (a bug, not the machines), teed or not, and mid-collective. (A job is
+    # named by its case's first 40 characters: they differ.)
+    LiveCase("rank 3 errs after printing NCCL and Xid", USER, 1, 3, env=rank_fails(3, "says-nccl")),
+    LiveCase(
+        "rank 0 errs after printing NCCL and Xid, not teed",
+        USER,
+        0,
+        0,
+        env=rank_fails(0, "says-nccl"),
+        tee=False,
+    ),
+    LiveCase(
+        "rank 2 errs after printing NCCL and Xid mid-collective",
+        USER,
+        1,
+        2,
+        env=rank_fails(2, "says-nccl", **GLOO),
+    ),
     LiveCase(
         "rank 1 hangs in the collectives",
         MACHINES,
@@ -344,3 +363,35 @@ def _with_rank_lines(output: list[str], prefix: str, lines: list[str]) -> list[s
     assert own, "the live run's failed rank printed its error"
     kept = [line for i, line in enumerate(output) if i not in set(own)]
     return [*kept[: own[0]], *(prefix + line for line in lines), *kept[own[0] :]]
+
+
+def test_an_nccl_error_in_the_traceback_itself_still_reads_as_the_machines_after_the_scripts_prints(
+    live: dict[str, Future[LiveRun]],
+) -> None:
+    """The traceback decides, not its absence of NCCL words: the live run's real traceback of rank 3
+    (after its prints of "NCCL error checks" and "Xid"), its exception replaced by a recorded NCCL
+    failure, is the machines' on every backend."""
+    run = run_of(live, "rank 3 errs after printing NCCL and Xid")
+    [nccl] = [case for case in RECORDED if case["name"] == "NCCL unhandled system error"]
+    raised = [i for i, line in enumerate(run.evidence) if line.startswith("[default1]:ValueError: batch")]
+    assert len(raised) == 1, "rank 3's traceback ends in its ValueError"
+    output = [
+        *run.evidence[: raised[0]],
+        *("[default1]:" + line for line in nccl["lines"]),
+        *run.evidence[raised[0] + 1 :],
+    ]
+    assert any(
+        line.startswith("[default1]:Traceback (most recent call last):") for line in output[: raised[0]]
+    )
+    failed = JobStatus(state=JobState.FAILED, raw="Failed", failed_node=1, exit_code=1)
+
+    local = classify_local(run.status.model_copy(update={"failed_node": 1}), output)
+    dlc = classify_dlc(failed, [], output)
+    ack = AckBackend(namespace="training").classify(failed, [], output)
+
+    assert [local.failure_class, dlc.failure_class, ack.failure_class] == [MACHINES] * 3, (
+        local.describe(),
+        dlc.describe(),
+        ack.describe(),
+    )
+    assert any("ncclSystemError" in line or "NCCL error" in line for line in local.evidence), local.evidence

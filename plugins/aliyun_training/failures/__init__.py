@@ -113,6 +113,48 @@ TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
 #: A rule table: (class, pattern) pairs, checked in order.
 Rules = tuple[tuple[FailureClass, re.Pattern[str]], ...]
 
+#: The first line of a Python traceback; the line naming the exception that ends it (its dotted
+#: class, then ``: `` and the message, or the class alone); and the lines Python prints between the
+#: tracebacks of chained exceptions (one raised from, or while handling, another). A rank that has
+#: joined a process group prints its traceback with each line prefixed ``[rank<N>]: ``
+#: (torch.distributed's exception hook), which is taken off first.
+_RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?::\s|:?$)")
+_CHAINED = re.compile(
+    r"The above exception was the direct cause of the following exception:"
+    r"|During handling of the above exception, another exception occurred:"
+)
+
+
+def ending_lines(lines: list[str]) -> list[str]:
+    """The lines of a process's output that say how it ended: the exceptions of its last Python
+    traceback and of those chained to it (``ValueError: ...``, ``torch.distributed.DistBackendError:
+    NCCL error ...``); every line when it printed no traceback.
+
+    A Python traceback is the process's own account of why it stopped, so its exception is the
+    evidence that decides; what the script printed is its own output, which may say anything (a
+    print of ``NCCL error checks on`` or ``no Xid events``), and reading it as the failure would
+    retry, and resume, a bug in the code as if the machines had failed. Position cannot tell them
+    apart: torchrun tees a rank's stdout and stderr from two files, so a print may land after the
+    traceback. An NCCL, CUDA or gloo failure that ends the script is in the exception's message; one
+    that kills the process without a traceback (a watchdog's abort) leaves every line as evidence.
+    """
+    bare = [_RANK_PREFIX.sub("", line, count=1) for line in lines]
+    starts = [i for i, line in enumerate(bare) if _TRACEBACK.match(line)]
+    if not starts:
+        return lines
+    chain = [starts.pop()]
+    while starts and any(_CHAINED.search(line) for line in bare[starts[-1] : chain[0]]):
+        chain.insert(0, starts.pop())
+    ends = [*chain[1:], len(bare)]
+    raised = [
+        next((line for line in bare[start + 1 : end] if _EXCEPTION.match(line)), None)
+        for start, end in zip(chain, ends, strict=True)
+    ]
+    # A traceback cut off before its exception (the tail's window) leaves its own lines.
+    return [line for line in raised if line is not None] or lines[chain[0] :]
+
 
 def class_from_text(lines: list[str], rules: Rules = TEXT_RULES) -> tuple[FailureClass, str] | None:
     """The first of ``rules`` any of ``lines`` matches, with the line that matched; None when none

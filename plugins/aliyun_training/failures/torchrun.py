@@ -21,7 +21,13 @@ import re
 import signal
 from dataclasses import dataclass
 
-from aliyun_training.failures import COMMAND_NOT_RUN, DATA_ERROR_EXIT, FailureClass, class_from_text
+from aliyun_training.failures import (
+    COMMAND_NOT_RUN,
+    DATA_ERROR_EXIT,
+    FailureClass,
+    class_from_text,
+    ending_lines,
+)
 
 #: How many of a failed node's last lines are read to classify it: torchrun's summary of 8 ranks
 #: alone is about 70 lines, and the failed rank's own error comes before it.
@@ -139,7 +145,11 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
       by the rank's own lines, and is user code when they name nothing.
     - An agent stopped from outside with no root cause of its own: preemption, whatever traceback
       the agent printed as it died.
-    - Neither (not torchrun's output): the text rules over every line, None when they match nothing.
+    - Neither (not torchrun's output): the text rules over the output, None when they match nothing.
+
+    Of the rank's own lines (or the output), only the exception of its last Python traceback is
+    read when it printed one (``failures.ending_lines``): the script's own prints are not evidence,
+    so a print that mentions NCCL or an Xid never turns a bug into a machine fault.
     """
     origin = root_cause(lines)
     stopped = agent_signal(lines)
@@ -150,11 +160,12 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
                 [f"torchrun was stopped from outside: {stopped[1]}"],
                 consequence=True,
             )
-        matched = class_from_text(lines)
+        matched = class_from_text(ending_lines(lines))
         return NodeVerdict(matched[0] if matched else None, [matched[1]] if matched else [])
     said = origin.describe(node)
     own = rank_lines(_before_summary(lines), origin.local_rank)
-    text = class_from_text(own)
+    ending = ending_lines(own)
+    text = class_from_text(ending)
     if origin.exit_code == DATA_ERROR_EXIT:
         return NodeVerdict(FailureClass.DATA, [said, *own[-1:]], origin)
     if origin.exit_code in COMMAND_NOT_RUN:
@@ -165,12 +176,12 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
         return NodeVerdict(FailureClass.PREEMPTION, [said], origin)
     if text is not None:
         return NodeVerdict(text[0], [said, text[1]], origin)
-    lost = next((line.strip() for line in own if _PEER_LOST.search(line)), None)
+    lost = next((line.strip() for line in ending if _PEER_LOST.search(line)), None)
     if lost is not None:
         # A peer went away and this rank's collective failed with it: the machines, as far as this
         # node can tell (the peer's own node, when its output is read, tells more).
         return NodeVerdict(FailureClass.INFRASTRUCTURE, [said, lost], origin, consequence=True)
-    last_words = [line.strip() for line in own if line.strip()][-1:]
+    last_words = [line.strip() for line in ending if line.strip()][-1:]
     return NodeVerdict(FailureClass.USER_CODE, [said, *last_words], origin)
 
 

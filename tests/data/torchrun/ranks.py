@@ -3,6 +3,8 @@
 FAIL_RANK picks the rank (global RANK) that misbehaves, FAIL_MODE how:
 
 - ``raise``: a ValueError, as a script bug does;
+- ``says-nccl``: print lines of the script's own that mention an NCCL error and an Xid (a health
+  report a training script might print), then the ValueError of ``raise``;
 - ``exit65``: exit code 65 (EX_DATAERR), the job contract's "the data is unusable";
 - ``memory``: Python's MemoryError (a host allocation that cannot be met);
 - ``missing``: opening a dataset file that is not there (FileNotFoundError);
@@ -33,7 +35,10 @@ Path(os.environ["PID_DIR"], f"rank-{rank}.pid").write_text(str(os.getpid()))
 
 
 def fail() -> None:
-    if mode == "raise":
+    if mode == "says-nccl":
+        print(f"rank {rank}: NCCL error checks on (TORCH_NCCL_ASYNC_ERROR_HANDLING=1)", flush=True)
+        print(f"rank {rank}: GPU health: no Xid events in the last 24 h", flush=True)
+    if mode in ("raise", "says-nccl"):
         raise ValueError(f"batch of shape (32, 3, 30, 30) where (32, 3, 32, 32) was expected on rank {rank}")
     if mode == "exit65":
         print("dataset shard train-00003.npz holds 0 samples", file=sys.stderr, flush=True)
