@@ -21,46 +21,20 @@ from aliyun_training.plan.inputs import RunContext
 from aliyun_training.plan.resolve import choose_version, resolve_run
 from aliyun_training.settings import LocalPaths
 from aliyun_training.validation import SpecError
-from fakes.cloud import BUCKET, emulated_oss
+from tests.integration import test_new_version_trigger
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
     from pathlib import Path
 
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.plan.inputs import DatasetChoice
+    from tests.integration.test_new_version_trigger import Source
 
 CONNECTION = "alibaba_cloud_default"
 NEWER, OLDER = "2026-11-22", "2026-11-15"
-
-
-class Store:
-    """Where the versions are: a ``template`` and a way to write an object of a version."""
-
-    def __init__(self, template: str, put: Callable[[str, bytes], None]) -> None:
-        self.template = template
-        self.put = put
-
-    def uri(self, version: str) -> str:
-        return self.template.format(dataset="cifar10", version=version)
-
-
-@pytest.fixture(params=["local", "oss"])
-def store(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Store]:
-    if request.param == "local":
-        root = tmp_path / "object-store"
-
-        def put_file(key: str, body: bytes) -> None:
-            (root / key).parent.mkdir(parents=True, exist_ok=True)
-            (root / key).write_bytes(body)
-
-        yield Store(f"file://{root}/{{dataset}}/{{version}}/", put_file)
-        return
-    with emulated_oss(monkeypatch) as oss:
-        yield Store(
-            f"oss://{BUCKET}/datasets/{{dataset}}/{{version}}/",
-            lambda key, body: oss.put(BUCKET, f"datasets/{key}", body),
-        )
+#: The versions' source, once the local object store and once the OSS emulator: the fixture the
+#: watcher's tests land their versions in.
+source = test_new_version_trigger.source
 
 
 def _declared(base: Path, **version: Any) -> PipelineDeclaration:
@@ -75,17 +49,15 @@ def _declared(base: Path, **version: Any) -> PipelineDeclaration:
 
 
 def _choose(
-    store: Store, declaration: PipelineDeclaration, version: str | None = None, scheduled: bool = False
+    source: Source, declaration: PipelineDeclaration, version: str | None = None, scheduled: bool = False
 ) -> DatasetChoice:
     form = parse_form({"backend": "local", "dataset_version": version}, declaration)
     run = RunContext(datetime(2026, 11, 29, tzinfo=UTC), installation="tests", scheduled=scheduled)
-    return choose_version(form, run, declaration, store.template, CONNECTION)
+    return choose_version(form, run, declaration, source.template, CONNECTION)
 
 
-def _landed(store: Store, version: str, marker: str | None = "_SUCCESS") -> None:
-    store.put(f"cifar10/{version}/train.npz", b"a whole shard")
-    if marker:
-        store.put(f"cifar10/{version}/{marker}", b"")
+def _uri(source: Source, version: str) -> str:
+    return source.template.format(dataset="cifar10", version=version)
 
 
 @pytest.mark.parametrize(
@@ -94,14 +66,14 @@ def _landed(store: Store, version: str, marker: str | None = "_SUCCESS") -> None
     ids=["manual-run-no-version", "from-newest-manual", "from-newest-scheduled"],
 )
 def test_the_newest_version_is_the_newest_that_has_landed_and_the_log_names_those_skipped(
-    store: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture, choose: str, scheduled: bool
+    source: Source, tmp_path: Path, caplog: pytest.LogCaptureFixture, choose: str, scheduled: bool
 ) -> None:
     """The newest folder holds only an upload in progress and no marker: it was taken before."""
-    _landed(store, OLDER)
-    store.put(f"cifar10/{NEWER}/train.npz.uploading", b"half a shard")
+    source.land(OLDER)
+    source.put(f"cifar10/{NEWER}/train.npz.uploading", b"half a shard")
 
     with caplog.at_level(logging.WARNING, logger="aliyun_training.plan.resolve"):
-        chosen = _choose(store, _declared(tmp_path, **{"from": choose}), scheduled=scheduled)
+        chosen = _choose(source, _declared(tmp_path, **{"from": choose}), scheduled=scheduled)
 
     assert (chosen.version, chosen.wait_minutes) == (OLDER, None), "landed: nothing left to wait for"
     assert [r.getMessage() for r in caplog.records if r.name == "aliyun_training.plan.resolve"] == [
@@ -111,34 +83,34 @@ def test_the_newest_version_is_the_newest_that_has_landed_and_the_log_names_thos
 
 
 def test_a_named_version_that_has_not_landed_is_refused_naming_the_marker_and_the_fix(
-    store: Store, tmp_path: Path
+    source: Source, tmp_path: Path
 ) -> None:
-    _landed(store, OLDER)
-    store.put(f"cifar10/{NEWER}/train.npz", b"a whole shard, but the upload goes on")
+    source.land(OLDER)
+    source.put(f"cifar10/{NEWER}/train.npz", b"a whole shard, but the upload goes on")
 
     with pytest.raises(SpecError) as refused:
-        _choose(store, _declared(tmp_path), NEWER)
+        _choose(source, _declared(tmp_path), NEWER)
 
     assert str(refused.value) == (
-        f"dataset_version: version {NEWER} of cifar10 has not landed in {store.uri(NEWER)}: its completion "
-        "marker _SUCCESS is not there (the upload writes it last); nothing was staged (fix: wait until its "
-        "upload has finished, which writes _SUCCESS last, then trigger the run again; or let a run wait "
-        "for it: a scheduled run, or a backfill of the version's date, waits up to 360 minutes "
-        "(dataset.version.wait_minutes))"
+        f"dataset_version: version {NEWER} of cifar10 has not landed in {_uri(source, NEWER)}: its "
+        "completion marker _SUCCESS is not there (the upload writes it last); nothing was staged (fix: "
+        "wait until its upload has finished, which writes _SUCCESS last, then trigger the run again; or "
+        "let a run wait for it: a scheduled run, or a backfill of the version's date, waits up to 360 "
+        "minutes (dataset.version.wait_minutes))"
     )
-    assert _choose(store, _declared(tmp_path), OLDER).version == OLDER
+    assert _choose(source, _declared(tmp_path), OLDER).version == OLDER
 
 
 def test_with_no_landed_version_the_run_fails_naming_each_and_what_it_lacks(
-    store: Store, tmp_path: Path
+    source: Source, tmp_path: Path
 ) -> None:
-    store.put(f"cifar10/{OLDER}/train.npz.tmp", b"")
-    store.put(f"cifar10/{NEWER}/train.npz", b"")
+    source.put(f"cifar10/{OLDER}/train.npz.tmp", b"")
+    source.put(f"cifar10/{NEWER}/train.npz", b"")
 
     with pytest.raises(SpecError) as refused:
-        _choose(store, _declared(tmp_path, marker="DONE", **{"from": "newest"}))
+        _choose(source, _declared(tmp_path, marker="DONE", **{"from": "newest"}))
 
-    folder = store.uri("").removesuffix("/")
+    folder = _uri(source, "").removesuffix("/")
     assert str(refused.value) == (
         f"dataset_version: none of the 2 versions of cifar10 in {folder} has landed: {NEWER} (its completion "
         f"marker DONE is not there (the upload writes it last)); {OLDER} (its completion marker DONE is not "
@@ -148,24 +120,22 @@ def test_with_no_landed_version_the_run_fails_naming_each_and_what_it_lacks(
 
 
 def test_without_a_marker_one_look_refuses_an_upload_in_progress_and_a_settled_version_waits_for_the_second(
-    store: Store, tmp_path: Path
+    source: Source, tmp_path: Path
 ) -> None:
     """One listing shows whether an upload is in progress; that it holds still takes a second look a
     poll later, which the run's wait_for_version takes before anything is staged."""
     declaration = _declared(tmp_path, marker=None)
-    _landed(store, OLDER, marker=None)
-    _landed(store, NEWER, marker=None)
-    store.put(f"cifar10/{NEWER}/labels.npz._COPYING_", b"hadoop fs -put in progress")
+    source.land(OLDER, marker=False)
+    source.land(NEWER, marker=False)
+    source.put(f"cifar10/{NEWER}/labels.npz._COPYING_", b"hadoop fs -put in progress")
 
-    newest = _choose(store, declaration)
+    newest = _choose(source, declaration)
     with pytest.raises(SpecError) as refused:
-        _choose(store, declaration, NEWER)
+        _choose(source, declaration, NEWER)
 
     assert (newest.version, newest.wait_minutes) == (OLDER, 360), "wait_for_version looks again"
-    assert (
-        f"has not landed in {store.uri(NEWER)}: upload in progress: {store.uri(NEWER)}labels.npz._COPYING_"
-        in (str(refused.value))
-    )
+    uri = _uri(source, NEWER)
+    assert f"has not landed in {uri}: upload in progress: {uri}labels.npz._COPYING_" in str(refused.value)
 
 
 def test_a_manual_local_run_plans_the_second_look_and_a_landed_version_plans_no_wait(tmp_path: Path) -> None:
