@@ -35,6 +35,9 @@ if TYPE_CHECKING:
 PROJECT_DIR = Path(__file__).resolve().parents[1]
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 ADMIN = "admin"
+#: A user who may trigger runs and edit task instances, XComs and task state, and is no administrator
+#: (the simple auth manager's ``user`` role): what the REST API lets such a user write is not believed.
+USER = "mallory"
 TERMINAL_RUN_STATES = frozenset({"success", "failed"})
 
 
@@ -154,11 +157,12 @@ class Deployment:
         self.port, self._worker_log_port, self._trigger_log_port = _free_ports(3)
         self.url = f"http://127.0.0.1:{self.port}"
         self.password = secrets.token_urlsafe(16)
+        self.passwords = {ADMIN: self.password, USER: secrets.token_urlsafe(16)}
         self.queue = f"e2e-{uuid.uuid4().hex[:8]}"
         self.processes: dict[str, subprocess.Popen[bytes]] = {}
         self._restarts: dict[str, int] = {}
-        self._token: str | None = None
-        (self.home / "passwords.json").write_text(json.dumps({ADMIN: self.password}))
+        self._tokens: dict[str, str] = {}
+        (self.home / "passwords.json").write_text(json.dumps(self.passwords))
         self.env = self._environment(env, tuning or {})
 
     # -- configuration -----------------------------------------------------------------------------
@@ -174,7 +178,7 @@ class Deployment:
             "AIRFLOW__CORE__EXECUTOR": self.backing.executor,
             "AIRFLOW__CORE__FERNET_KEY": _fernet_key(),
             "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.url}/execution/",
-            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin",
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{ADMIN}:admin,{USER}:user",
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(self.home / "passwords.json"),
             "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_urlsafe(32),
             "AIRFLOW__API__PORT": str(self.port),
@@ -270,14 +274,17 @@ class Deployment:
 
     # -- REST API ----------------------------------------------------------------------------------
 
-    def api(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
-        if self._token is None:
+    def api(self, method: str, path: str, *, user: str = ADMIN, **kwargs: Any) -> httpx.Response:
+        """A request to the REST API as ``user`` (the administrator unless named)."""
+        if user not in self._tokens:
             answer = httpx.post(
-                f"{self.url}/auth/token", json={"username": ADMIN, "password": self.password}, timeout=30
+                f"{self.url}/auth/token",
+                json={"username": user, "password": self.passwords[user]},
+                timeout=30,
             )
             answer.raise_for_status()
-            self._token = answer.json()["access_token"]
-        headers = {"Authorization": f"Bearer {self._token}"}
+            self._tokens[user] = answer.json()["access_token"]
+        headers = {"Authorization": f"Bearer {self._tokens[user]}"}
         return httpx.request(method, f"{self.url}/api/v2{path}", headers=headers, timeout=60, **kwargs)
 
     def ok(self, method: str, path: str, **kwargs: Any) -> Any:

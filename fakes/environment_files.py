@@ -92,10 +92,15 @@ def resolve_configured(
     return resolve_run(run, when, cifar10(), LocalPaths(tmp_path), tmp_path / "config")
 
 
-def pipelines_folder(folder: Path, *names: str) -> Path:
-    """A declarations folder holding only the shipped ``names`` (e.g. ``cifar10``), code paths absolute."""
+def pipelines_folder(folder: Path, *names: str, tracking_uri: str | None = None) -> Path:
+    """A declarations folder holding only the shipped ``names`` (e.g. ``cifar10``), code paths absolute;
+    with ``tracking_uri``, their MLflow registry is that one (e.g. a store deployments share)."""
     folder.mkdir(parents=True, exist_ok=True)
     for name in names:
-        text = (CIFAR10.parent / f"{name}.yaml").read_text()
-        (folder / f"{name}.yaml").write_text(text.replace("../include/", f"{PROJECT_DIR}/include/"))
+        text = (CIFAR10.parent / f"{name}.yaml").read_text().replace("../include/", f"{PROJECT_DIR}/include/")
+        if tracking_uri:
+            text = text.replace(
+                "registry:\n  kind: mlflow\n", f"registry:\n  kind: mlflow\n  tracking_uri: {tracking_uri}\n"
+            )
+        (folder / f"{name}.yaml").write_text(text)
     return folder

@@ -1,4 +1,5 @@
-"""Answer a human-in-the-loop task as its approver would: through Airflow's REST API.
+"""Answer a human-in-the-loop task as its approver would (or mark it successful as a user who may
+edit task instances would): through Airflow's REST API.
 
 ``dag.test`` keeps a run alive while a task awaits input and never answers it itself; a person
 answers through the UI, which calls the API's hitlDetails route. Here a thread waits for the task
@@ -14,23 +15,45 @@ from typing import Any
 
 
 def answer_when_asked(dag_id: str, task_id: str, option: str, timeout: float = 300) -> dict[str, Any]:
-    """Start answering ``option`` to ``task_id``'s question in the DAG's next awaiting run; the
-    returned dict gets the API's answer (``response``), the body the approver saw (``body``) and,
-    if answering failed, why (``error``). A question it could not answer is failed, so the run
-    ends (failed) instead of waiting for ever."""
+    """Start answering ``option`` to ``task_id``'s question in the DAG's next awaiting run, as an
+    admin; the returned dict gets the API's answer (``response``), the body the approver saw
+    (``body``) and, if answering failed, why (``error``). A question it could not answer is failed,
+    so the run ends (failed) instead of waiting for ever."""
+
+    def answer(client: Any, task_path: str, seen: dict[str, Any]) -> Any:
+        seen["body"] = client.get(f"{task_path}/hitlDetails").json().get("body")
+        return client.patch(f"{task_path}/hitlDetails", json={"chosen_options": [option], "params_input": {}})
+
+    return act_when_asked(dag_id, task_id, answer, ("approver", "admin"), timeout)
+
+
+def mark_success_when_asked(dag_id: str, task_id: str, user: str, timeout: float = 300) -> dict[str, Any]:
+    """Start marking ``task_id`` successful, as ``user`` (the simple auth manager's ``user`` role),
+    once it awaits an answer, instead of answering it: what "Mark success" in the UI does."""
+
+    def mark(client: Any, task_path: str, seen: dict[str, Any]) -> Any:
+        return client.patch(task_path, json={"new_state": "success"})
+
+    return act_when_asked(dag_id, task_id, mark, (user, "user"), timeout)
+
+
+def act_when_asked(
+    dag_id: str, task_id: str, act: Any, who: tuple[str, str], timeout: float = 300
+) -> dict[str, Any]:
+    """In a thread, once ``task_id`` of the DAG's next run awaits input, ``act(client, task_path,
+    seen)`` through the REST API as ``who`` (user name, role); ``seen`` gets its answer's status
+    (``response``) or why it failed (``error``)."""
     seen: dict[str, Any] = {}
 
-    def answer() -> None:
+    def run() -> None:
         deadline = time.monotonic() + timeout
         run_id = None
         while time.monotonic() < deadline:
             try:
                 run_id = run_id or _awaiting_run(dag_id, task_id)
                 if run_id is not None:
-                    client = api_client("approver", "admin")
-                    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1/hitlDetails"
-                    seen["body"] = client.get(path).json().get("body")
-                    answered = client.patch(path, json={"chosen_options": [option], "params_input": {}})
+                    path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/-1"
+                    answered = act(api_client(*who), path, seen)
                     seen["response"] = answered.status_code
                     if answered.status_code == 200:
                         return
@@ -42,7 +65,7 @@ def answer_when_asked(dag_id: str, task_id: str, option: str, timeout: float = 3
         if run_id is not None:
             _fail(dag_id, run_id, task_id)
 
-    threading.Thread(target=answer, daemon=True).start()
+    threading.Thread(target=run, daemon=True).start()
     return seen
 
 

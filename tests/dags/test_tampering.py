@@ -21,7 +21,7 @@ from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.operators.ownership import installation_id
 from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.spec import JobOwner, TrainingJobSpec
-from tests.dags.approvals import api_client
+from tests.dags.approvals import api_client, mark_success_when_asked
 from tests.dags.asset_events import asset_event_extras
 from tests.dags.scores_pipeline import land_version, registry_client, scores_pipeline
 
@@ -121,37 +121,10 @@ def test_marking_the_approval_successful_moves_no_champion(
     land_version(local_root, "v1", difficulty=0.0)
     before = len(asset_event_extras("approved_champion"))
 
-    def mark_success(client: Any, ti: Any) -> int:
-        """Once the approval awaits an answer, mark it successful instead of answering."""
-        import time
-
-        path = _ti_path(ti, "approve_promotion")
-        for _ in range(600):
-            if client.get(path).json().get("state") == "awaiting_input":
-                break
-            time.sleep(0.2)
-        return int(client.patch(path, json={"new_state": "success"}).status_code)
-
-    # publish_artifacts' callback starts the user's wait in a thread: the run goes on meanwhile.
-    import threading
-
-    seen: dict[str, Any] = {}
-
-    def start(context: Any) -> None:
-        ti = context["ti"]
-
-        def act() -> None:
-            try:
-                seen["status"] = mark_success(api_client("mallory", USER_ROLE), ti)
-            except Exception as exc:
-                seen["error"] = repr(exc)
-
-        threading.Thread(target=act, daemon=True).start()
-
-    dag.get_task("publish_artifacts").on_success_callback = [start]
+    marked = mark_success_when_asked("scores_approved", "approve_promotion", "mallory")
     run = _run(dag, skill=0.6)
 
-    assert seen == {"status": 200}, "the user may mark the task successful"
+    assert marked == {"response": 200}, "the user may mark the task successful"
     promoted = run.get_task_instance("promote").xcom_pull(task_ids="promote")
     assert promoted["promoted"] is False and "left no answer" in promoted["reason"]
     assert len(asset_event_extras("approved_champion")) == before, "no champion was announced"

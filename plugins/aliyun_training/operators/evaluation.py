@@ -115,11 +115,19 @@ class EvaluationOperator(TrainingJobOperator):
 
     def _chosen_inputs(self, context: Context) -> EvaluationInputs:
         """The models this task scores: the first try's choice, else the candidate and the
-        champion as they are now."""
-        store = context["task_state_store"]
-        kept = store.get(INPUTS_KEY)
+        champion as they are now.
+
+        The choice is kept sealed (``seals.sealed_state``): a user who may edit task state could
+        otherwise point the job at any folder it mounts, or name the champion it compared with.
+        """
+        from aliyun_training.seals import opened_state, sealed_state
+
+        store, ti = context["task_state_store"], context["ti"]
+        kept = opened_state(store.get(INPUTS_KEY), ti, INPUTS_KEY)
         if kept:
             return EvaluationInputs.model_validate(kept)
+        if store.get(INPUTS_KEY):
+            self.log.warning("The kept evaluation inputs are not the ones this task kept: chosen again")
         candidate = validate_record(JobResult, self.job_result)
         stored = context["asset_state_store"][self.champion].get(CHAMPION_KEY)
         champion = Champion.model_validate(stored) if stored else None
@@ -141,7 +149,7 @@ class EvaluationOperator(TrainingJobOperator):
                 f"output_uri: the training job {candidate.job_id} wrote to {candidate.output_uri}, which the "
                 "evaluation job does not mount (fix: jobs must write under the environment's output_uri)"
             )
-        store.set(INPUTS_KEY, inputs.model_dump())
+        store.set(INPUTS_KEY, sealed_state(inputs.model_dump(), ti, INPUTS_KEY))
         return inputs
 
     def _node_path(self, uri: str | None) -> str | None:

@@ -12,7 +12,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
-from aliyun_training.upstream import ReturnedRecordsMixin
+from aliyun_training.upstream import Returned, ReturnedRecordsMixin, read_returned
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ class RunPlanOperator(ReturnedRecordsMixin, BaseOperator):
 
         plan = validate_record(RunPlan, self.plan)
         ti = context["ti"]
-        report = ti.xcom_pull(task_ids=self.report_task_id) if self.report_task_id else None
+        report = read_returned(ti, Returned(self.report_task_id)) if self.report_task_id else None
         document = dry_run_document(
             plan,
             lambda task_id: job_name(ti.dag_id, ti.run_id, task_id, installation=plan.installation),

@@ -21,7 +21,7 @@ from aliyun_training.backends import get_backend
 from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
 from aliyun_training.registry import BACKENDS, backend_record, preflight_groups
-from aliyun_training.upstream import ReturnedRecordsMixin
+from aliyun_training.upstream import Returned, ReturnedRecordsMixin, read_returned
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -168,7 +168,8 @@ class PreflightReportOperator(BaseOperator):
         for task_id in self.check_task_ids:
             if task_id in reasons:
                 continue
-            found = ti.xcom_pull(task_ids=task_id)
+            # A check's findings are sealed like every record: rewritten to PASS, they fail the report.
+            found = read_returned(ti, Returned(task_id), ran=states.get(task_id) == TaskInstanceState.SUCCESS)
             if found is None:
                 findings.append(
                     Finding(

@@ -78,7 +78,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             self.log.info("Not promoted: %s", decision.reason)
             return {"promoted": False, "run_id": run_id, "reason": decision.reason}
         plan = validate_record(ArtifactsPlan, self.artifacts)
-        refusal = self._unapproved(plan)
+        refusal = self._unapproved(plan, decision, run_id)
         if refusal:
             self.log.warning("Not promoted: %s", refusal)
             return {"promoted": False, "run_id": run_id, "reason": refusal}
@@ -132,14 +132,15 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         )
         return self._record(run_id, decision.reason, registered, decision.champion_run_id)
 
-    def _unapproved(self, plan: ArtifactsPlan) -> str | None:
-        """Why the promotion lacks the approval the plan's rule asks for; None when it has it.
+    def _unapproved(self, plan: ArtifactsPlan, decision: Decision, run_id: str) -> str | None:
+        """Why the promotion lacks the approval the plan's rule asks for; None when it has it (or
+        needs none: this run is the champion already, a retry after its promotion).
 
-        The rule is the plan's (sealed), not the decision's, so a record that says no approval is
-        needed cannot skip it; the answer must be the approval task's own (sealed).
+        The rule is the plan's and the answer the approval task's own, both sealed records: a
+        record written in their place is refused before this runs.
         """
         rule = plan.promotion
-        if rule is None or rule.approval is None:
+        if rule is None or rule.approval is None or decision.champion_run_id == run_id:
             return None
         if not self.approval:
             return (
