@@ -436,6 +436,7 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     with KubernetesFake() as cluster, OssEmulator({AK: SK}, region=REGION) as oss:
         oss.create_bucket(BUCKET)
         oss.put(BUCKET, f"datasets/cifar10/{VERSION}/train.bin", b"0" * 64)
+        oss.put(BUCKET, f"datasets/cifar10/{VERSION}/_SUCCESS", b"")  # landed: a run takes no other
         use_alibaba_connection(monkeypatch, {"oss": oss.endpoint.removeprefix("http://")}, AK, SK)
         kubeconfig = cluster.write_kubeconfig(tmp_path / "kubeconfig.yaml")
         connection = {"conn_type": "kubernetes", "extra": {"kube_config_path": str(kubeconfig)}}
@@ -470,9 +471,11 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
         ("stage_dataset", "build_image", "verify_image", "train"), "skipped"
     )
     assert writes == [], "a dry run only reads"
-    assert oss_calls <= {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject"}, oss_calls
+    assert oss_calls <= OSS_READS, oss_calls
     staging_check = document["checks"]["staging"]
-    assert staging_check["files_to_copy"] == 1 and staging_check["bytes"] == 64
+    assert staging_check["files_to_copy"] == 2 and staging_check["bytes"] == 64, (
+        "train.bin and the empty marker"
+    )
     assert [r["action"] for r in document["requests"]][:3] == [
         "copy and publish",
         "create PersistentVolume",
@@ -558,7 +561,7 @@ def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
         default["extra"]["endpoints"]["aiworkspace"] = workspace.endpoint
         monkeypatch.delenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", raising=False)
         monkeypatch.setenv("AIRFLOW_CONN_ALIYUN_PROD", json.dumps(default))
-        for key, data in {"train/0.bin": b"a" * 32, "test/0.bin": b"b" * 16}.items():
+        for key, data in {"train/0.bin": b"a" * 32, "test/0.bin": b"b" * 16, "_SUCCESS": b""}.items():
             cloud.oss.put(BUCKET, f"datasets/cifar10/2026-11-15/{key}", data)
         staging = {
             "mode": "direct",
@@ -598,4 +601,4 @@ def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
         "publish_artifacts",
     }, states
     assert dataset is not None and staged["pai_dataset_id"] == dataset.dataset_id
-    assert staged["files"] == 2 and outputs.written
+    assert staged["files"] == 3 and outputs.written  # the two files and the completion marker
