@@ -24,6 +24,7 @@ from aliyun_training.operators.preflight import (
     PreflightReportOperator,
 )
 from aliyun_training.preflight.permissions import required_actions
+from aliyun_training.seals import SEAL_KEY, seals
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
 from fakes.cloud import POLICY_FILE, Cloud, emulated_cloud, run_check
@@ -57,6 +58,10 @@ class TaskInstance:
     def __init__(self, states: dict[str, str] | None = None, xcoms: dict[tuple[str, str], Any] | None = None):
         self.states = states or {}
         self.xcoms = dict(xcoms or {})
+        # Each check task sealed what it returned (its post_execute), as a run's tasks do.
+        for (task, key), value in list(self.xcoms.items()):
+            if key == "return_value":
+                self.xcoms[(task, SEAL_KEY)] = seals(value, self.dag_id, self.run_id, task, -1, False)
 
     def xcom_push(self, key: str, value: Any) -> None:
         self.xcoms[("self", key)] = value
@@ -418,6 +423,22 @@ def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(
     # The task's log shows the failure's message; the table is not logged a second time before it.
     logged = capsys.readouterr().out + caplog.text
     assert "VPC vpc-missing does not exist" not in logged
+
+
+def test_findings_rewritten_through_the_rest_api_fail_the_report_naming_them(cloud: Cloud) -> None:
+    """A user who may write XComs turns a failed check's findings into a PASS: the report refuses them."""
+    failing = run_check(cloud, "quota", gpu_type="A100")
+    states = {"configure": "success", **{f"preflight.check_{g}": "success" for g in ("network", "quota")}}
+    ti = TaskInstance(
+        states,
+        {("preflight.check_network", "return_value"): [], ("preflight.check_quota", "return_value"): failing},
+    )
+    ti.xcoms[("preflight.check_quota", "return_value")] = [{**f, "verdict": "PASS"} for f in failing]
+
+    with pytest.raises(
+        AirflowFailException, match=r"preflight\.check_quota's XCom 'return_value' .* does not match"
+    ):
+        report_task(("network", "quota")).execute({"ti": ti})
 
 
 def test_a_failed_configure_fails_the_report_naming_it_instead_of_the_checks() -> None:

@@ -16,6 +16,7 @@ import pytest
 from aliyun_training import runtime_probe
 from aliyun_training.cli import main
 from aliyun_training.plan.render import WIDTH
+from aliyun_training.plan.render_html import render_html
 from tests.integration.test_dry_run import (
     COMMAND_PREFIX,
     PROJECT_DIR,
@@ -155,13 +156,18 @@ def test_the_default_is_the_text_and_json_is_asked_for(
 def test_the_page_shows_the_text_escapes_what_users_typed_and_keeps_each_body_whole(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    # An environment file refuses markup in an image name now; the page still escapes whatever a
+    # body carries, so the hostile value is put into the plan the page renders.
     typed = "registry.example.com/ml/train:1<script>alert(1)</script>"
-    command = dlc_example_with(tmp_path, image=typed)
+    command = dlc_example_with(tmp_path, image="registry.example.com/ml/train:1")
+    document = json.loads(printed(command, capsys, monkeypatch, "json"))
+    hostile = json.loads(json.dumps(document).replace("registry.example.com/ml/train:1", typed))
 
+    escaped = render_html(hostile)
     page = printed(command, capsys, monkeypatch, "html")
 
-    assert "<script" not in page.lower() and typed not in page
-    assert "registry.example.com/ml/train:1&lt;script&gt;alert(1)&lt;/script&gt;" in page
+    assert "<script" not in escaped.lower() and typed not in escaped
+    assert "registry.example.com/ml/train:1&lt;script&gt;alert(1)&lt;/script&gt;" in escaped
     assert "<td>check_rdma</td>" in page and "at most 65.5 GPU-hours" in page
     assert PROBE_LINE.replace('"', "&quot;") in page, "the probe, decoded"
     # One body each: the three jobs up to training, the evaluation job, the four registry calls.
