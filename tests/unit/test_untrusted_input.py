@@ -393,4 +393,4 @@ def test_the_declarations_cron_presets_are_airflows() -> None:
 
     from aliyun_training.declaration import CRON_PRESETS
 
-    assert CRON_PRESETS == cron_presets
+    assert cron_presets == CRON_PRESETS

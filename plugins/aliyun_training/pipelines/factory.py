@@ -40,7 +40,7 @@ from aliyun_training.registry import backend_record
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
-from aliyun_training.upstream import Returned, read_returned, seal_returned
+from aliyun_training.upstream import RETURN_VALUE, Returned, read_returned, seal_returned
 
 
 def training_pipeline(
@@ -139,7 +139,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         def route(ti: Any = None) -> list[str]:
             """A dry run only shows its plan; a run stages when its plan says so (else it mounts its
             environment's dataset), and takes its backend's own branches (the registry's ``route``)."""
-            plan = read_returned(ti, planned("return_value"))
+            plan = read_returned(ti, planned())
             if plan["dry_run"]:
                 return ["show_plan"]
             # train and publish_artifacts follow a run's records from any branch; a dry run skips them.
@@ -174,7 +174,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             )
         show_plan = RunPlanOperator(
             task_id="show_plan",
-            plan=Returned(CONFIGURE_TASK, required=True),
+            plan=planned(),
             report_task_id="preflight.report",
         )
         wait_for_capacity = QuotaCapacitySensor(
@@ -267,8 +267,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
     return dag
 
 
-def planned(part: str, required: bool = True) -> Any:
-    """The sealed ``part`` of the run's plan, as ``configure`` returned it.
+def planned(part: str = RETURN_VALUE, required: bool = True) -> Any:
+    """The sealed ``part`` of the run's plan (the whole plan by default), as ``configure`` returned it.
 
     A ``Returned`` marker, which the operator's field holds until it runs and then resolves into the
     part (as an XComArg did): typed as the part the field takes, so Any.
