@@ -173,11 +173,14 @@ def check_twin(real: list[DagShape], twin_bag: DagBag, twin: Path, *, bare: bool
 
 
 def write_declarations(directory: Path, count: int) -> Path:
-    """``count`` copies of the CIFAR-10 declaration under their own dag_ids, code paths made absolute."""
+    """``count`` copies of the CIFAR-10 declaration under their own dag_ids and model names (a
+    deployment refuses two declarations of one model), code paths made absolute."""
     template = TEMPLATE_DECLARATION.read_text().replace("../include/", f"{PROJECT_ROOT}/include/")
     for index in range(count):
         (directory / f"pipeline_{index:02d}.yaml").write_text(
-            template.replace("dag_id: cifar10_retrain", f"dag_id: pipeline_{index:02d}")
+            template.replace("dag_id: cifar10_retrain", f"dag_id: pipeline_{index:02d}").replace(
+                "  model: cifar10\n", f"  model: model_{index:02d}\n"
+            )
         )
     return directory
 

@@ -176,7 +176,11 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
         return NodeVerdict(FailureClass.PREEMPTION, [said], origin)
     if text is not None:
         return NodeVerdict(text[0], [said, text[1]], origin)
-    lost = next((line.strip() for line in ending if _PEER_LOST.search(line)), None)
+    # A lost peer is read from every line of the rank, not only its exception: under load the
+    # collective's error may surface in the traceback's body or a warning rather than in the line
+    # that names the exception (a 2x4 corpus case then took the peer's node for the failed one).
+    # It marks the node a consequence of another node's failure.
+    lost = next((line.strip() for line in own if _PEER_LOST.search(line)), None)
     if lost is not None:
         # A peer went away and this rank's collective failed with it: the machines, as far as this
         # node can tell (the peer's own node, when its output is read, tells more).
