@@ -109,3 +109,10 @@ def registry_client(local_root: Path) -> Any:
 
     uri = f"sqlite:///{local_root / 'mlflow' / 'mlflow.db'}"
     return MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+
+def approval_pipeline(tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """The pipeline whose promotions wait for a person (``scores_approved``), on a landed version v1."""
+    dag = scores_pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
+    land_version(local_root, "v1", difficulty=0.0)
+    return dag

@@ -16,7 +16,7 @@ from aliyun_training.operators.ownership import installation_id
 from aliyun_training.pages.urls import pipeline_page
 from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
-from tests.dags.scores_pipeline import land_version, registry_client, scores_pipeline
+from tests.dags.scores_pipeline import approval_pipeline, land_version, registry_client, scores_pipeline
 from tests.pages_client import pages_client
 
 CHAMPION = "scores_champion"
@@ -148,8 +148,7 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
 def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approved(
     airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dag = scores_pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
-    land_version(local_root, "v1", difficulty=0.0)
+    dag = approval_pipeline(tmp_path, local_root, monkeypatch)
     before = len(asset_event_extras("approved_champion"))
 
     approved = answer_when_asked("scores_approved", "approve_promotion", "Approve")

@@ -23,7 +23,7 @@ from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from tests.dags.approvals import api_client, mark_success_when_asked
 from tests.dags.asset_events import asset_event_extras
-from tests.dags.scores_pipeline import land_version, registry_client, scores_pipeline
+from tests.dags.scores_pipeline import approval_pipeline, land_version, registry_client, scores_pipeline
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -117,8 +117,7 @@ def test_another_installations_job_written_as_the_saved_handle_is_neither_adopte
 def test_marking_the_approval_successful_moves_no_champion(
     airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dag = scores_pipeline(tmp_path, local_root, monkeypatch, approval="approval: {timeout_hours: 1}")
-    land_version(local_root, "v1", difficulty=0.0)
+    dag = approval_pipeline(tmp_path, local_root, monkeypatch)
     before = len(asset_event_extras("approved_champion"))
 
     marked = mark_success_when_asked("scores_approved", "approve_promotion", "mallory")
