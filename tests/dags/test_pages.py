@@ -40,6 +40,14 @@ def test_the_list_shows_the_declared_pipelines_and_not_the_reconciler(deployed: 
 
 
 def test_a_pipeline_with_no_runs_says_how_to_start_one(deployed: DagBag) -> None:
+    # The worker's metadata DB is the session's: a DAG test of this pipeline may have run in it.
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.dag_id == "imagenet_resnet_retrain"))
+
     page = pages_client().get(pipeline_page("imagenet_resnet_retrain"))
 
     assert page.status_code == 200 and "No runs yet" in page.text
