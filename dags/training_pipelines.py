@@ -3,8 +3,9 @@
 
 Every file in `pipelines/` (or the folder `ALIYUN_TRAINING_PIPELINES_DIR` names) declares one
 training pipeline, and becomes one Airflow DAG here: this one file pays the package's imports once
-per parse, however many pipelines there are. A broken declaration is this file's import error,
-naming the declaration's file, the key and the fix, while the other pipelines load.
+per parse, however many pipelines there are. A broken declaration file becomes a failing DAG of
+its own, ``invalid_declaration__<file name>``, naming the file, the key and the fix, while the other
+pipelines load: this file never fails to import, since Airflow would mark all its DAGs stale.
 
 The environment files the declarations name are in `include/config/` unless the deployment sets
 `ALIYUN_TRAINING_ENVIRONMENT_DIR`.

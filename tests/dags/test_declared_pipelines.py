@@ -16,7 +16,7 @@ from aliyun_training.declaration import load_declaration
 from aliyun_training.operators.prepare import DatasetPrepareOperator
 from aliyun_training.pages.urls import report_page
 from aliyun_training.pipelines import load_pipelines, training_pipeline
-from aliyun_training.pipelines.folder import INVALID_DECLARATIONS_DAG_ID
+from aliyun_training.pipelines.folder import BROKEN_DECLARATION_TAG, broken_dag_id
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -99,7 +99,7 @@ MINIMAL = """\
 """
 
 
-def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_others_load(
+def test_each_broken_declaration_is_a_failing_dag_of_its_own_naming_file_and_key_while_the_others_load(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     folder = tmp_path / "pipelines"
@@ -137,8 +137,13 @@ def test_a_broken_declaration_is_an_import_error_naming_file_and_key_while_the_o
     bag = DagBag(dag_folder=str(DAG_FILE))
 
     assert "good_retrain" in bag.dag_ids
-    assert INVALID_DECLARATIONS_DAG_ID not in bag.dag_ids
-    (error,) = bag.import_errors.values()
+    assert not bag.import_errors, "an import error would make Airflow mark every DAG of the file stale"
+    refused = {dag.dag_id: dag for dag in bag.dags.values() if BROKEN_DECLARATION_TAG in dag.tags}
+    files = ["broken", "typo", *loose, "team_a"]
+    assert set(refused) == {broken_dag_id(folder / f"{name}.yaml") for name in files}, "one DAG per file"
+    assert refused[broken_dag_id(broken)].description.startswith(f"pipeline declaration {broken}")
+    assert [task.task_id for task in refused[broken_dag_id(typo)].tasks] == ["declaration_error"]
+    error = "\n".join(dag.doc_md or "" for dag in refused.values())
     assert f"pipeline declaration {broken}" in error and "dataset.name: Field required" in error
     assert "dataset.nam: Extra inputs are not permitted" in error
     assert f"pipeline declaration {typo}" in error and "unknown placeholders ['epoch']" in error
