@@ -32,13 +32,16 @@ $(VENV)/.installed: requirements.txt requirements-dev.txt requirements-training.
 	$(BIN)/pip install --quiet -r requirements-training.txt
 	touch $@
 
-# The project itself, installed editable: its dist-info in .venv carries pyproject's entry point,
+# The project itself, installed editable: its dist-info in .venv carries pyproject's entry points,
 # which is how every Airflow command finds the provider (the alibaba_cloud connection type and
-# form, the links, the triggers), as it would in a deployment with the wheel. Its .pth file names
-# plugins/, the directory PYTHONPATH names, so the package is still imported once, from there.
-# Reinstalled when pyproject.toml (the entry point, the metadata) changes.
+# form, the links, the triggers) and its plugin (the pages), as in a deployment with the wheel.
+# Its .pth file names plugins/, the directory PYTHONPATH names, so the package is still imported
+# once, from there. Reinstalled when pyproject.toml (the entry points, the metadata) changes.
+# setuptools also leaves a copy of the metadata in plugins/ (aliyun_training_pipelines.egg-info),
+# on sys.path: Airflow would load the plugin's entry point from both, the second an import error.
 $(VENV)/.editable: $(VENV)/.installed pyproject.toml
 	$(BIN)/uv pip install --python $(BIN)/python --quiet --no-deps -e .
+	rm -rf plugins/aliyun_training_pipelines.egg-info
 	touch $@
 
 # `make demo PIPELINE=imagenet_resnet_retrain` runs the second example (shards, then a ResNet).

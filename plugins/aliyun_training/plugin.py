@@ -1,8 +1,10 @@
 """The package's Airflow plugin: its task links, its pages and the UI's entry to them.
 
-The provider metadata names this class (``plugins``) for a deployment that installs the wheel;
-``plugins/aliyun_training_plugin.py`` exposes it to one that loads the package from its plugins
-folder. Airflow registers a plugin once by name, so a deployment doing both gets it once.
+An installed distribution (the wheel, an editable install) declares this class as its
+``airflow.plugins`` entry point, which Airflow loads in every process with its default settings;
+``plugins/aliyun_training_plugin.py`` exposes it to a deployment that has the package in its
+plugins folder and no distribution of it. Airflow reports a second plugin of one name as an import
+error, so the provider metadata declares none and that file stands back where the entry point exists.
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ from typing import Any
 PACKAGE_NAME = "aliyun-training-pipelines"
 CONNECTION_TYPE = "alibaba_cloud"
 HOOK_CLASS = "aliyun_training.hooks.alibaba_cloud.AlibabaCloudHook"
-#: The plugin's name: Airflow registers a plugin once by name, however it was found.
+#: The plugin's name, and its entry point's in the ``airflow.plugins`` group (pyproject.toml). The
+#: metadata below declares no plugin: Airflow would load it besides the entry point when providers
+#: are discovered eagerly, and reports a second plugin of one name as an import error.
 PLUGIN_NAME = "aliyun_training"
 
 _TEXT = {"type": ["string", "null"]}
@@ -137,9 +139,6 @@ def get_provider_info() -> dict[str, Any]:
             "aliyun_training.links.RunPlanLink",
             "aliyun_training.links.RunReportLink",
         ],
-        # The links again, the pages (each run's report and plan, each pipeline's runs) and their
-        # entry under Browse: Airflow loads a provider's plugins from here, by path.
-        "plugins": [{"name": PLUGIN_NAME, "plugin-class": "aliyun_training.plugin.AliyunTrainingPlugin"}],
         "config": {
             CONFIG_SECTION: {
                 "description": "Settings every component of a deployment shares.",

@@ -1,31 +1,41 @@
-"""The wheel: what it holds, and that Airflow finds the provider in it once it is installed.
+"""The wheel: what it holds, and that Airflow finds the provider and its plugin once it is installed.
 
-The slow test builds the wheel from a copy of the sources (an in-tree build would leave build/ and
-an egg-info behind), installs it with its own dependencies only (Airflow, pinned by constraints.txt,
-from uv's cache) into a fresh virtual environment, and asks Airflow's ProvidersManager there, in a
-process that has neither plugins/ nor this project's environment variables. The same process then
-runs the README guide's commands, ``airflow db migrate`` and ``airflow dags test``, through the
-function the ``airflow`` script calls: a fresh environment has no bytecode yet, so each further
-interpreter would import (and compile) Airflow again, for nothing the commands check. A shell then
-runs the README install section's copy of the example environment files out of the installed package.
+The slow tests share one wheel, built from a copy of the sources (an in-tree build would leave
+build/ and an egg-info behind), and one fresh virtual environment it is installed into with its own
+dependencies only (Airflow, pinned by constraints.txt, from uv's cache). The first asks Airflow's
+ProvidersManager there, in a process that has neither plugins/ nor this project's environment
+variables. The same process then runs the README guide's commands, ``airflow db migrate`` and
+``airflow dags test``, through the function the ``airflow`` script calls: a fresh environment has no
+bytecode yet, so each further interpreter would import (and compile) Airflow again, for nothing the
+commands check. A shell then runs the README install section's copy of the example environment files
+out of the installed package. The second starts Airflow's API server with Airflow's defaults, as a
+deployment that only installed the wheel has it, and signs in to read the plugin and its pages.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import json
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 import tomllib
 import zipfile
+from importlib.metadata import EntryPoint
 from pathlib import Path
 
+import httpx
 import pytest
 from rich.console import Console
 
-from aliyun_training.provider_info import get_provider_info
+from aliyun_training.pages.urls import PREFIX
+from aliyun_training.plugin import AliyunTrainingPlugin
+from aliyun_training.provider_info import PLUGIN_NAME, get_provider_info
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 PACKAGE_DIR = PROJECT_DIR / "plugins" / "aliyun_training"
@@ -33,7 +43,13 @@ PACKAGE_DIR = PROJECT_DIR / "plugins" / "aliyun_training"
 EXAMPLES_DIR = PROJECT_DIR / "include" / "config" / "examples"
 UV = Path(sys.executable).parent / "uv"
 ENTRY_POINT = "provider_info = aliyun_training.provider_info:get_provider_info"
+PLUGIN_ENTRY_POINT = f"{PLUGIN_NAME} = aliyun_training.plugin:AliyunTrainingPlugin"
 PROVIDER = "aliyun-training-pipelines"
+#: The slow tests share the wheel and its environment, so they run on one pytest-xdist worker.
+SHARES_THE_WHEEL = pytest.mark.xdist_group("wheel")
+#: The user Airflow's simple auth manager has by default, and the file it writes the password to.
+ADMIN = "admin"
+PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
 
 #: What the installed provider must give Airflow, run by the fresh environment's Python. Each check
 #: is an ``assert``; a later one can be appended below the last.
@@ -117,6 +133,18 @@ def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
     assert set(info["extra-links"]) == links
 
 
+def test_the_distribution_declares_the_plugin_as_an_airflow_plugins_entry_point() -> None:
+    """Airflow loads that group in every process with its default settings, and a provider's
+    metadata plugins only with ``lazy_discover_providers`` off: declared in both, the plugin would be
+    registered twice there, the second time reported as an import error."""
+    declared = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["entry-points"]
+    [(name, value)] = declared["airflow.plugins"].items()
+
+    assert EntryPoint(name, value, "airflow.plugins").load() is AliyunTrainingPlugin
+    assert name == AliyunTrainingPlugin.name == PLUGIN_NAME
+    assert "plugins" not in get_provider_info()
+
+
 def test_airflow_prints_every_text_of_the_provider_literally() -> None:
     """``airflow providers get --full`` prints each value's ``str()`` in a rich table, which reads
     ``:name:`` as an emoji (``acs:ram::`` printed a ram) and ``[word]`` as a style tag."""
@@ -127,13 +155,26 @@ def test_airflow_prints_every_text_of_the_provider_literally() -> None:
     assert [text for text in texts if console.render_str(text).plain != text] == []
 
 
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Python of a fresh virtual environment with the wheel installed."""
+    return _install(wheel, tmp_path_factory.mktemp("installed") / "venv")
+
+
 @pytest.mark.slow
-def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path)
+@SHARES_THE_WHEEL
+def test_the_wheel_installs_a_provider_airflow_finds(wheel: Path, python: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         (entry_points,) = (n for n in names if n.endswith(".dist-info/entry_points.txt"))
-        assert f"[apache_airflow_provider]\n{ENTRY_POINT}\n" in archive.read(entry_points).decode()
+        declared = archive.read(entry_points).decode()
+        assert f"[apache_airflow_provider]\n{ENTRY_POINT}\n" in declared
+        assert f"[airflow.plugins]\n{PLUGIN_ENTRY_POINT}\n" in declared
         examples = {
             name.removeprefix("aliyun_training/environment_examples/"): archive.read(name)
             for name in names
@@ -145,17 +186,11 @@ def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
     assert examples == {path.name: path.read_bytes() for path in EXAMPLES_DIR.glob("*.json")}
     assert {"dlc.json", "arena.json"} <= set(examples)
 
-    python = _install(wheel, tmp_path / "venv")
     work = tmp_path / "work"
     work.mkdir()
     guide = _write_guide(tmp_path / "guide")
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name != "PYTHONPATH" and not name.startswith(("AIRFLOW", "ALIYUN_TRAINING", "PYTEST"))
-    }
     # Set before the first Airflow command, which writes airflow.cfg (its DAG bundle) from them.
-    env |= {
+    env = _clean_environment() | {
         "AIRFLOW_HOME": str(tmp_path / "airflow-home"),
         "AIRFLOW__CORE__DAGS_FOLDER": str(guide),
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
@@ -189,6 +224,94 @@ def test_the_wheel_installs_a_provider_airflow_finds(tmp_path: Path) -> None:
     assert manifest["dataset"]["version"] == "v1", "an empty version is the newest in the source"
     assert manifest["metrics"]["epochs"] == 3
     assert manifest["metrics"]["final_train_loss"] < manifest["metrics"]["train_loss"][0]
+
+
+@pytest.mark.slow
+@SHARES_THE_WHEEL
+def test_the_installed_plugin_serves_its_pages_with_airflows_defaults(python: Path, tmp_path: Path) -> None:
+    """Nothing configured but a fresh home: the lazy provider discovery, no plugins folder holding
+    the package, the simple auth manager and its generated admin password, as a user signs in."""
+    home = tmp_path / "airflow-home"
+    env = _clean_environment() | {"AIRFLOW_HOME": str(home)}
+    airflow = python.parent / "airflow"
+    _run(airflow, "db", "migrate", env=env)
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = tmp_path / "api-server.log"
+    with log.open("wb") as output:
+        server = subprocess.Popen(
+            [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            cwd=tmp_path,
+            env=env,
+            stdout=output,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        _wait_until_healthy(url, server, log)
+        password = json.loads((home / PASSWORDS_FILE).read_text())[ADMIN]
+        credentials = {"username": ADMIN, "password": password}
+        signed_in = httpx.post(f"{url}/auth/token", json=credentials, timeout=30)
+        assert signed_in.status_code == 201, signed_in.text
+        token = signed_in.json()["access_token"]
+        with httpx.Client(base_url=f"{url}/api/v2", headers={"Authorization": f"Bearer {token}"}) as api:
+            plugins = api.get("/plugins", params={"limit": 100}, timeout=60).json()["plugins"]
+            errors = api.get("/plugins/importErrors", timeout=60).json()
+
+        [plugin] = (found for found in plugins if found["name"] == PLUGIN_NAME)
+        assert plugin["source"].startswith(f"{PROVIDER}=="), "loaded from the wheel's entry point"
+        assert [app["url_prefix"] for app in plugin["fastapi_apps"]] == [PREFIX]
+        assert [view["url_route"] for view in plugin["external_views"]] == ["aliyun-training"]
+        assert errors == {"import_errors": [], "total_entries": 0}
+
+        # The UI's login keeps the token in this cookie; a page opened without it goes to the login.
+        page = f"{url}{PREFIX}/"
+        index = httpx.get(page, cookies={"_token": token}, headers={"Accept": "text/html"}, timeout=60)
+        anonymous = httpx.get(page, headers={"Accept": "text/html"}, timeout=60)
+        assert index.status_code == 200 and "<h1>Training pipelines</h1>" in index.text, index.text[:500]
+        assert anonymous.status_code == 307 and "login" in anonymous.headers["location"]
+    finally:
+        _stop(server)
+
+
+def _clean_environment() -> dict[str, str]:
+    """This process's environment less Python's path and every Airflow, project and pytest setting."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name != "PYTHONPATH" and not name.startswith(("AIRFLOW", "ALIYUN_TRAINING", "PYTEST"))
+    }
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _wait_until_healthy(url: str, server: subprocess.Popen[bytes], log: Path, timeout: float = 240) -> None:
+    """Until the server answers its health check; its log when it exits or does not answer in time."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert server.poll() is None, log.read_text()[-3000:]
+        try:
+            if httpx.get(f"{url}/api/v2/monitor/health", timeout=5).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(1)
+    raise AssertionError(f"the API server did not answer in {timeout} s: {log.read_text()[-3000:]}")
+
+
+def _stop(server: subprocess.Popen[bytes]) -> None:
+    """The server and the workers it started (its session): what outlives a grace period is killed."""
+    with contextlib.suppress(ProcessLookupError):  # the whole session has exited already
+        os.killpg(server.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        server.wait(timeout=30)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGKILL)
+    server.wait()
 
 
 def _write_guide(root: Path) -> Path:
@@ -265,6 +388,8 @@ def _ignored(directory: str, names: list[str]) -> set[str]:
     return {name for name in names if name == "__pycache__" or name.endswith(".pyc")}
 
 
-def _run(*command: str | Path) -> None:
-    result = subprocess.run([str(part) for part in command], capture_output=True, text=True, timeout=300)
+def _run(*command: str | Path, env: dict[str, str] | None = None) -> None:
+    result = subprocess.run(
+        [str(part) for part in command], capture_output=True, text=True, timeout=300, env=env
+    )
     assert result.returncode == 0, f"{command[1]}: {result.stdout[-3000:]}\n{result.stderr[-3000:]}"

@@ -2,19 +2,48 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import importlib.util
+import inspect
+import tomllib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from airflow.plugins_manager import is_valid_plugin
+
+from aliyun_training.plugin import AliyunTrainingPlugin
 from aliyun_training.provider_info import get_provider_info
 
-PLUGIN_FILE = Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training_plugin.py"
+if TYPE_CHECKING:
+    from types import ModuleType
+
+    import pytest
+
+PROJECT_DIR = Path(__file__).resolve().parents[2]
+PLUGIN_FILE = PROJECT_DIR / "plugins" / "aliyun_training_plugin.py"
 
 
-def test_the_plugins_folder_plugin_registers_every_link_the_provider_metadata_declares() -> None:
+def _plugins_folder_module(monkeypatch: pytest.MonkeyPatch, *, installed: bool) -> ModuleType:
+    """The plugins folder's file as Airflow executes it, with or without an installed distribution
+    declaring pyproject's ``airflow.plugins`` entry points."""
+    declared = tomllib.loads((PROJECT_DIR / "pyproject.toml").read_text())["project"]["entry-points"]
+    found = importlib.metadata.EntryPoints(
+        importlib.metadata.EntryPoint(name, value, "airflow.plugins")
+        for name, value in declared["airflow.plugins"].items()
+        if installed
+    )
+    monkeypatch.setattr(importlib.metadata, "entry_points", lambda **params: found.select(**params))
     spec = importlib.util.spec_from_file_location("aliyun_training_plugin", PLUGIN_FILE)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_plugins_folder_plugin_registers_every_link_the_provider_metadata_declares(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    module = _plugins_folder_module(monkeypatch, installed=False)
 
     registered = [
         f"{type(link).__module__}.{type(link).__qualname__}"
@@ -29,18 +58,19 @@ def test_the_plugins_folder_plugin_registers_every_link_the_provider_metadata_de
     }
 
 
-def test_the_wheel_declares_the_plugin_the_plugins_folder_loads() -> None:
-    """Installed and loaded from the folder at once, Airflow keeps one plugin of a name: the same one."""
-    spec = importlib.util.spec_from_file_location("aliyun_training_plugin", PLUGIN_FILE)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    [declared] = get_provider_info()["plugins"]
+def test_the_plugins_folder_file_exposes_the_plugin_only_without_an_installed_distribution(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Installed and in the folder at once, Airflow would load the plugin from both and report the
+    second as an import error: the folder's file then leaves it to the entry point."""
+    alone = _plugins_folder_module(monkeypatch, installed=False)
+    beside_the_wheel = _plugins_folder_module(monkeypatch, installed=True)
 
-    from airflow.sdk.module_loading import import_string
+    def plugins(module: ModuleType) -> list[type]:
+        return [value for value in vars(module).values() if inspect.isclass(value) and is_valid_plugin(value)]
 
-    assert import_string(declared["plugin-class"]) is module.AliyunTrainingPlugin
-    assert declared["name"] == module.AliyunTrainingPlugin.name
+    assert plugins(alone) == [AliyunTrainingPlugin]
+    assert plugins(beside_the_wheel) == []
 
 
 def test_the_plugin_mounts_the_pages_and_offers_them_under_browse() -> None:
