@@ -489,6 +489,38 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()
 
 
+@pytest.mark.slow
+def test_a_dry_run_on_dlc_without_its_connection_shows_its_plan_beside_the_failures_and_fails(
+    dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The form's dry run is how a team sees what a backend would do before its connection exists."""
+    with emulated_cloud(monkeypatch) as cloud:
+        use_environments(monkeypatch, local_root / "config", dlc=_dlc_settings(cloud.ids))
+        monkeypatch.delenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", raising=False)
+
+        run = dag.test(
+            logical_date=pendulum.datetime(2026, 11, 15, tz="UTC"),
+            run_conf={"backend": "dlc", "nodes": 2, "gpus_per_node": 8, "dry_run": True},
+        )
+
+        states = {ti.task_id: ti.state for ti in run.get_task_instances()}
+        dlc_calls = list(cloud.dlc.requests)
+    assert (states["preflight.report"], states["route"], states["show_plan"]) == (
+        "success",
+        "success",
+        "failed",
+    )
+    assert run.state == "failed", "the checks failed, so the run did"
+    (written,) = (local_root / "dry-runs" / "cifar10").glob("*/plan.json")
+    document = json.loads(written.read_text())
+    failed = [f for f in document["checks"]["preflight"]["findings"] if f["verdict"] == "FAIL"]
+    assert failed and all("connection 'alibaba_cloud_default'" in f["found"] for f in failed)
+    assert [r["action"] for r in document["requests"] if r["service"] == "dlc"] == ["CreateJob"] * 4
+    page = (written.parent / "plan.html").read_text()
+    assert "FAIL" in page and "Nothing was created" in page
+    assert dlc_calls == [], "nothing reached the platform without a connection"
+
+
 #: What a read is, per API style: RPC/ROA actions that describe, get, list or check, and OSS reads.
 READ_ACTIONS = ("Describe", "Get", "List", "Check")
 OSS_READS = {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "GetObjectMeta", "GetBucketInfo"}

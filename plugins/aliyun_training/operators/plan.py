@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
+from aliyun_training.findings import PreflightReport
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import RunPlanLink
 from aliyun_training.plan.models import RunPlan
@@ -33,7 +34,8 @@ class RunPlanOperator(ReturnedRecordsMixin, BaseOperator):
     questions of a dry run: what staging would copy, whether the image exists.
 
     :param plan: ``configure``'s whole output, the ``RunPlan`` (templated).
-    :param report_task_id: the preflight report task whose findings the document includes.
+    :param report_task_id: the preflight report task whose findings the document includes; a dry
+        run's report holds its failures, and the task fails with them once the plan is written.
     """
 
     template_fields = ("plan",)
@@ -78,6 +80,12 @@ class RunPlanOperator(ReturnedRecordsMixin, BaseOperator):
         )
         for request in document["requests"]:
             self.log.info("  %s: %s %s", request["task"], request["service"], request["action"])
+        if report is not None and (checked := PreflightReport.model_validate(report)).failed:
+            # The plan is written and linked; the run still fails, as the checks did.
+            raise AirflowFailException(
+                f"Preflight failed; the plan is beside its failures in {folder / 'plan.html'} (this task's "
+                f"Run plan link). Fix every FAIL below and run again:\n{checked.render()}"
+            )
         return document
 
 

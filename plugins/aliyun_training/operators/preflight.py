@@ -131,8 +131,11 @@ def group_table(group: str, findings: list[Finding]) -> str:
     return f"Preflight {group}:\n{PreflightReport(findings=findings).render()}"
 
 
-class PreflightReportOperator(BaseOperator):
+class PreflightReportOperator(ReturnedRecordsMixin, BaseOperator):
     """Gather every check group's findings into one report; fail with it when anything failed.
+
+    A dry run's report returns its failures instead: ``show_plan`` puts them beside the plan, which
+    is what a dry run is for (the CLI's ``plan`` shows both too), then fails the run with them.
 
     A group that skipped itself (not for this backend, or skip_preflight) is listed as not applicable
     with its reason, never as a failure. Checks that never ran because a task before them failed
@@ -140,12 +143,15 @@ class PreflightReportOperator(BaseOperator):
     skipped (a dataset version that did not land) skip it, so nothing after preflight runs unchecked.
     """
 
-    template_fields = ()
+    template_fields = ("shows_plan",)
 
-    def __init__(self, *, check_task_ids: Sequence[str], **kwargs: Any) -> None:
+    def __init__(self, *, check_task_ids: Sequence[str], shows_plan: Any = False, **kwargs: Any) -> None:
+        """:param shows_plan: whether the run is a dry run, which shows its plan whatever the checks
+        found (a ``Returned`` plan part, or a bool)."""
         kwargs.setdefault("trigger_rule", "all_done")
         super().__init__(**kwargs)
         self.check_task_ids = list(check_task_ids)
+        self.shows_plan = shows_plan
 
     def execute(self, context: Context) -> dict[str, Any]:
         ti = context["ti"]
@@ -186,7 +192,9 @@ class PreflightReportOperator(BaseOperator):
                 NotApplicable(check=task_id, reason=reason) for task_id, reason in reasons.items()
             ],
         )
-        if report.failed:
+        if report.failed and self.shows_plan is True:
+            self.log.warning("Preflight failed; show_plan shows the plan beside it:\n%s", report.render())
+        elif report.failed:
             # The task log shows the failure's message: the table is in it, and logged only there.
             raise AirflowFailException(
                 f"Preflight failed; fix every FAIL below and rerun:\n{report.render()}"

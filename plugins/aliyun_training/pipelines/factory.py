@@ -170,7 +170,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 for group in CHECK_GROUPS
             ]
             checks >> PreflightReportOperator(
-                task_id="report", check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS]
+                task_id="report",
+                check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS],
+                shows_plan=planned("dry_run", required=False),
             )
         show_plan = RunPlanOperator(
             task_id="show_plan",
