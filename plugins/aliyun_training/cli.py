@@ -87,7 +87,11 @@ def _parser() -> argparse.ArgumentParser:
         type=Path,
         help="the backend's environment file (local: optional, the defaults apply without one)",
     )
-    plan.add_argument("--dataset-version", required=True, help="the dataset version to train on")
+    plan.add_argument(
+        "--dataset-version",
+        default=None,
+        help="the dataset version to train on (default: the newest landed one, as the form's empty field)",
+    )
     plan.add_argument(
         "--params", default="{}", help="trigger-form values as a JSON object, over the defaults"
     )
@@ -136,6 +140,11 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
             f"--params: {', '.join(given_twice)} are set by the command line, not --params (fix: give "
             + ", ".join(f"{name} as {own[name]}" for name in given_twice)
             + ")"
+        )
+    if args.dataset_version is None and args.no_preflight:
+        raise SpecError(
+            "--dataset-version: the newest landed version is found by listing the source, which "
+            "--no-preflight does not do (fix: name the version, or drop --no-preflight)"
         )
     declaration = load_declaration(args.pipeline)
     params = {

@@ -26,9 +26,15 @@ README = PROJECT_DIR / "README.md"
 COMMAND_PREFIX = "PYTHONPATH=plugins .venv/bin/python -m aliyun_training plan "
 
 
+#: What the README's local dry run sets first: the local root ``make demo`` filled.
+DEMO_LOCAL_ROOT = "ALIYUN_TRAINING_LOCAL_ROOT=.demo "
+
+
 def readme_dry_runs() -> list[str]:
-    """The dry-run command lines of the README, exactly as a reader copies them."""
-    return [line for line in README.read_text().splitlines() if line.startswith(COMMAND_PREFIX)]
+    """The dry-run command lines of the README as a reader copies them, less the local root the local
+    one sets first (each test sets its own)."""
+    lines = [line.removeprefix(DEMO_LOCAL_ROOT) for line in README.read_text().splitlines()]
+    return [line for line in lines if line.startswith(COMMAND_PREFIX)]
 
 
 def printed(
@@ -71,6 +77,31 @@ def test_the_readme_shows_a_dry_run_for_every_backend_and_one_that_stages_and_bu
     assert set(backends) == {"local", "dlc", "arena"}
     assert all(command.endswith("--no-preflight") for command in commands)
     assert any("staging" in command for command in commands)
+    (local,) = [
+        line for line in README.read_text().splitlines() if f"{COMMAND_PREFIX}--backend local" in line
+    ]
+    assert local.startswith(DEMO_LOCAL_ROOT + COMMAND_PREFIX), "the version make demo made is where it looks"
+
+
+def test_without_a_version_the_dry_run_takes_the_newest_landed_one_and_needs_its_listing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the form's empty field does; without preflight nothing lists the source, so it must be named."""
+    for version in ("2026-11-15", "2026-11-22", "2026-11-29"):
+        landed = tmp_path / "object-store" / "cifar10" / version
+        landed.mkdir(parents=True)
+        if version != "2026-11-29":
+            (landed / "_SUCCESS").touch()
+    monkeypatch.setenv("ALIYUN_TRAINING_LOCAL_ROOT", str(tmp_path))
+    (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
+    unversioned = command.replace(" --dataset-version 2026-11-22", "")
+
+    document = dry_run(unversioned.removesuffix(" --no-preflight"), capsys, monkeypatch)
+    assert document["dataset_version"] == "2026-11-22", "the 29th's upload has no marker yet"
+
+    monkeypatch.chdir(PROJECT_DIR)
+    assert main(shlex.split(unversioned.removeprefix(COMMAND_PREFIX.removesuffix("plan ")))) == 2
+    assert "--dataset-version: the newest landed version is found by listing" in capsys.readouterr().err
 
 
 def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: Path) -> None:
