@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from aliyun_training.model_registry.records import RegisteredVersion
-from aliyun_training.records import ArtifactSet
+from aliyun_training.records import ApprovalAnswer, ArtifactSet
 from aliyun_training.validation import field_fix
 
 #: The key of the champion pointer in the champion Asset's state.
@@ -160,6 +160,22 @@ class GuardResult(BaseModel):
     max: float | None
     passed: bool
 
+    def text(self) -> str:
+        """The guard as a person checks it, its value beside each bound it keeps or breaks:
+        ``test_loss 0.41 ≤ max 3``, ``test_loss 2.5 > max 2``, ``test_loss (no number) needs ≤ max 2``."""
+        shown = "(no number)" if self.value is None else f"{self.value:.6g}"
+        bounds = (("min", self.min), ("max", self.max))
+        return f"{self.metric} {shown} " + " and ".join(
+            self._against(word, bound) for word, bound in bounds if bound is not None
+        )
+
+    def _against(self, word: str, bound: float) -> str:
+        keeps, breaks = ("≥", "<") if word == "min" else ("≤", ">")
+        if self.value is None:
+            return f"needs {keeps} {word} {bound:g}"
+        kept = self.value >= bound if word == "min" else self.value <= bound
+        return f"{keeps if kept else breaks} {word} {bound:g}"
+
 
 class Decision(BaseModel):
     """The gate's decision with every number it used: logged, in the manifest and the report, and
@@ -183,6 +199,96 @@ class Decision(BaseModel):
     needs_approval: bool = False
     #: The candidate's metrics the gate read, recorded as the champion's should it be promoted.
     metrics: dict[str, Any] = Field(default_factory=dict)
+
+
+#: What became of a candidate (``Outcome.state``), with the few words the report heads it with.
+_HEADLINES = {
+    "held": "Not promoted",
+    "awaiting_approval": "Awaiting approval",
+    "awaiting_promotion": "Awaiting promotion",
+    "promoted": "Promoted to champion",
+    "not_approved": "Not approved",
+    "approval_timed_out": "Approval timed out",
+}
+
+
+class Outcome(BaseModel):
+    """What became of a candidate the gate decided on: the one account of it that the manifest,
+    the report and ``promote``'s record each give, all written from this record.
+
+    The artifact set is published before a person answers and before ``promote`` moves the pointer,
+    so ``publish_artifacts`` records what is known then (``at_publication``: held by the gate,
+    awaiting approval, awaiting ``promote``), and ``promote`` records the final one over it
+    (promoted, not approved, the approval timed out, or held because the champion changed).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    state: Literal[
+        "held", "awaiting_approval", "awaiting_promotion", "promoted", "not_approved", "approval_timed_out"
+    ]
+    reason: str
+    #: Who answered the approval (``ApprovalAnswer.responder``); None when no one did.
+    responder: str | None = None
+
+    @property
+    def promoted(self) -> bool:
+        """Whether the pointer moved to this run: only then is the run's model the champion."""
+        return self.state == "promoted"
+
+    @property
+    def headline(self) -> str:
+        """The outcome in a few words, naming who answered: "Not approved by alice"."""
+        headline = _HEADLINES[self.state]
+        if not self.responder:
+            return headline
+        return (
+            f"{headline}, approved by {self.responder}"
+            if self.promoted
+            else f"{headline} by {self.responder}"
+        )
+
+    @classmethod
+    def at_publication(cls, decision: Decision, run_id: str | None) -> Outcome:
+        """What is known when the set is published: the gate's verdict, and what a pass waits for
+        (a run that is the champion already, retried after its promotion, waits for nothing)."""
+        if not decision.promoted:
+            return cls(state="held", reason=decision.reason)
+        if decision.champion_run_id is not None and decision.champion_run_id == run_id:
+            return cls(state="promoted", reason=decision.reason)
+        if decision.needs_approval:
+            return cls(
+                state="awaiting_approval",
+                reason="the gate passed it; it becomes the champion only once a person approves",
+            )
+        return cls(
+            state="awaiting_promotion", reason="the gate passed it; the promote task moves the champion"
+        )
+
+    @classmethod
+    def refused(cls, answer: ApprovalAnswer | None, refusal: str) -> Outcome:
+        """A promotion the approval did not grant: ``refusal`` says why (``ApprovalAnswer.refusal``).
+        The headline names the responder only for their Reject: one who approved without being
+        one of the rule's approvers did not refuse it (the reason says so)."""
+        if answer is not None and answer.timed_out:
+            return cls(state="approval_timed_out", reason=refusal)
+        rejected_by = answer.responder if answer is not None and answer.rejects else ""
+        return cls(state="not_approved", reason=refusal, responder=rejected_by or None)
+
+
+def manifest_promotion(decision: Decision, outcome: Outcome) -> dict[str, Any]:
+    """The manifest's ``promotion``: the gate's decision with every number it used, and ``outcome``.
+
+    ``promoted`` is true only once the pointer moved to this run; the gate's own verdict, which the
+    decision calls ``promoted``, is ``gate_passed`` here, since a pass still waits for approval
+    and for ``promote``.
+    """
+    return {
+        **decision.model_dump(mode="json"),
+        "promoted": outcome.promoted,
+        "gate_passed": decision.promoted,
+        "outcome": outcome.model_dump(mode="json"),
+    }
 
 
 def decide(

@@ -159,12 +159,26 @@ class ApprovalAnswer(BaseModel):
     option: str
     #: The responder as Airflow recorded them: ``{"id": ..., "name": ...}``.
     responded_by: dict[str, str] = Field(default_factory=dict)
+    #: No one answered in time: ``option`` is the question's default answer, which Airflow applied.
+    timed_out: bool = False
+
+    @property
+    def responder(self) -> str:
+        """Who answered, by the name Airflow shows (their id when it recorded no name); empty: no one."""
+        return self.responded_by.get("name") or self.responded_by.get("id") or ""
+
+    @property
+    def rejects(self) -> bool:
+        """Whether the answer (a person's, or the default at the timeout) is anything but Approve."""
+        return self.option != "Approve"
 
     def refusal(self, approvers: list[str]) -> str | None:
         """Why this answer does not approve a promotion under ``approvers`` (empty: anyone Airflow
         let answer); None when it does."""
-        who = self.responded_by.get("name") or self.responded_by.get("id") or ""
-        if self.option != "Approve":
+        who = self.responder
+        if self.timed_out:
+            return f"no one answered the approval in time, and its default answer {self.option!r} applied"
+        if self.rejects:
             return f"the approval was answered {self.option!r} by {who or 'nobody'}"
         if not who:
             return "the approval was answered by no recorded user"

@@ -9,19 +9,25 @@ metadata DB) as a signed-in admin.
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from typing import Any
+
+from tests.pages_client import pages_client
 
 
 def answer_when_asked(dag_id: str, task_id: str, option: str, timeout: float = 300) -> dict[str, Any]:
     """Start answering ``option`` to ``task_id``'s question in the DAG's next awaiting run, as an
     admin; the returned dict gets the API's answer (``response``), the body the approver saw
-    (``body``) and, if answering failed, why (``error``). A question it could not answer is failed,
-    so the run ends (failed) instead of waiting for ever."""
+    (``body``), the page its report link opened before the answer (``report``) and, if answering
+    failed, why (``error``). A question it could not answer is failed, so the run ends (failed)
+    instead of waiting for ever."""
 
     def answer(client: Any, task_path: str, seen: dict[str, Any]) -> Any:
         seen["body"] = client.get(f"{task_path}/hitlDetails").json().get("body")
+        link = re.search(r"\[Open the run report\]\(([^)]+)\)", seen["body"] or "")
+        seen["report"] = pages_client().get(link[1]).text if link else None
         return client.patch(f"{task_path}/hitlDetails", json={"chosen_options": [option], "params_input": {}})
 
     return act_when_asked(dag_id, task_id, answer, ("approver", "admin"), timeout)

@@ -230,6 +230,7 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
         verified = run.get_task_instance("verify_image").xcom_pull(task_ids="verify_image")
         bandwidth = run.get_task_instance("check_rdma").xcom_pull(task_ids="check_rdma")
         trained = run.get_task_instance("train").xcom_pull(task_ids="train")
+        promoted = run.get_task_instance("promote").xcom_pull(task_ids="promote")
         creates = {
             r.body["DisplayName"].rsplit("-", 1)[0]: r.body for r in cloud.dlc.requests_for("CreateJob")
         }
@@ -240,6 +241,10 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
         published_report = cloud.oss.get(BUCKET, manifest_key.replace("manifest.json", "report.html"))
     assert report_page_answer.status_code == 200
     assert report_page_answer.content == published_report and AK not in report_page_answer.text
+    # The set on OSS says what promote decided (it was published before), whichever it was: the
+    # session's champion may be another test's.
+    assert manifest["promotion"]["promoted"] is promoted["promoted"]
+    assert manifest["promotion"]["outcome"]["state"] == ("promoted" if promoted["promoted"] else "held")
     verify, check, create = (
         creates[f"cifar10-retrain-{task}"] for task in ("verify-image", "check-rdma", "train")
     )

@@ -13,7 +13,7 @@ import pytest
 
 from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.operators.ownership import installation_id
-from aliyun_training.pages.urls import pipeline_page
+from aliyun_training.pages.urls import pipeline_page, report_page
 from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
 from tests.dags.scores_pipeline import approval_pipeline, land_version, registry_client, scores_pipeline
@@ -42,6 +42,12 @@ def _run(
     published = run.get_task_instance("publish_artifacts").xcom_pull(task_ids="publish_artifacts")
     promoted = run.get_task_instance("promote").xcom_pull(task_ids="promote")
     return {"run_id": run.run_id, **published, "promote": promoted}
+
+
+def _outcome(run: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The run's published manifest's ``promotion`` and its report, as they are now."""
+    manifest = json.loads(Path(run["manifest_uri"]).read_text())
+    return manifest["promotion"], Path(run["report_uri"]).read_text()
 
 
 def _row(table: str, run_id: str) -> str:
@@ -103,10 +109,14 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert events[1]["metrics"]["test_accuracy"] == pytest.approx(0.32)
     assert events[1]["registry_uri"].startswith("models:/scores/")
 
-    # The same decision in the manifest, the report and the task log.
+    # The same decision in the manifest, the report and the task log; the files of a promoted
+    # model say so once promote moved the pointer (they were published before it did).
     manifest = json.loads(Path(worse["manifest_uri"]).read_text())
-    assert manifest["promotion"] == decisions["worse"]
+    assert {key: manifest["promotion"][key] for key in decisions["worse"]} == decisions["worse"]
+    assert manifest["promotion"]["outcome"]["state"] == "held"
     assert "Not promoted</strong>" in Path(worse["report_uri"]).read_text()
+    assert [_outcome(r)[0]["promoted"] for r in runs.values()] == [True, False, False, True]
+    assert "<strong>Promoted to champion</strong>" in _outcome(better)[1]
     log = capfd.readouterr().out
     assert "Promotion gate (evaluation): not promoted: test_accuracy 0.305 misses" in log
 
@@ -158,8 +168,20 @@ def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approv
 
     assert approved["response"] == 200 and rejected["response"] == 200
     assert "| test_accuracy | 0.6 | - |" in approved["body"], "the approver sees the comparison"
+    assert "- test_loss 1.2 ≤ max 2" in approved["body"], "each guard with its bound"
+    assert f"[Open the run report]({report_page('scores_approved', first['run_id'])})" in approved["body"]
+    # The report the link opened while the approver was asked: awaiting them, not promoted yet.
+    assert "<strong>Awaiting approval</strong>" in approved["report"]
+    assert "Promoted to champion" not in approved["report"]
     assert first["promotion"]["needs_approval"] and first["promote"]["promoted"]
     assert second["promotion"]["promoted"] and second["promote"] is None, "rejected: promote skipped"
+    # Once promote decided, the published files say what became of each.
+    (promoted, promoted_report), (refused, refused_report) = _outcome(first), _outcome(second)
+    assert promoted["promoted"] is True and promoted["outcome"]["state"] == "promoted"
+    assert "<strong>Promoted to champion, approved by approver</strong>" in promoted_report
+    assert refused["promoted"] is False and refused["outcome"]["state"] == "not_approved"
+    assert "<strong>Not approved by approver</strong>" in refused_report
+    assert "Promoted to champion" not in refused_report and "Awaiting approval" not in refused_report
     events = asset_event_extras("approved_champion")[before:]
     assert [e["run_id"] for e in events] == [first["run_id"]]
     assert (

@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aliyun_training.artifacts import oss_publication
-from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
-from aliyun_training.records import ArtifactSet, BuiltImage, JobResult, StagedDataset
+from aliyun_training.artifacts.collect import ArtifactError, RunInfo, publish_artifacts
+from aliyun_training.artifacts.outcome import record_outcome
+from aliyun_training.promotion import Approval, Comparison, Decision, Outcome, PromotionRule, decide
+from aliyun_training.records import ApprovalAnswer, ArtifactSet, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.oss import OssClientConfig
 from aliyun_training.validation import SpecError
 from fakes.cloud import emulated_oss, publisher_outputs
@@ -47,7 +49,8 @@ def oss(monkeypatch: pytest.MonkeyPatch) -> Iterator[OssEmulator]:
         yield emulator
 
 
-def _publish(output: Path) -> ArtifactSet:
+def _publish(output: Path, run: RunInfo | None = None) -> ArtifactSet:
+    """The set of the job that wrote ``output``; published by ``run``, it awaits approval."""
     job = JobResult(
         job_id=f"dlc-{output.name}",
         display_name="cifar10-run",
@@ -62,7 +65,27 @@ def _publish(output: Path) -> ArtifactSet:
         dataset=DATASET,
         runtime=RUNTIME,
         oss=OssClientConfig.from_connection("alibaba_cloud_default"),
+        run=run,
+        gate=(
+            (
+                lambda metrics: decide(
+                    APPROVED, Comparison.of_final_metrics(metrics, None), run.run_id, "manual"
+                )
+            )
+            if run
+            else None
+        ),
     )
+
+
+def _run(run_id: str) -> RunInfo:
+    return RunInfo(
+        dag_id="cifar10_retrain", run_id=run_id, logical_date=None, run_type="manual", params={}, url="/"
+    )
+
+
+#: A rule the first model passes, to wait for approval.
+APPROVED = PromotionRule(metric="final_test_accuracy", approval=Approval())
 
 
 def _set(oss: OssEmulator) -> dict[str, bytes]:
@@ -286,3 +309,78 @@ def test_concurrent_publishers_leave_one_complete_set(oss, tmp_path, trial):
     winners = [i for i in published if outputs[i] == _set(oss)]
     assert len(winners) == 1, "every object of the set comes from one publisher, one that published"
     _assert_one_complete_set(oss, outputs[winners[0]])
+
+
+# -- the promotion's outcome, recorded in the published set once promote decided ------------------
+
+REJECTED = ApprovalAnswer(option="Reject", responded_by={"id": "alice", "name": "alice"})
+
+
+def _refused(artifacts: ArtifactSet) -> tuple[Decision, Outcome]:
+    decision = Decision.model_validate(artifacts.promotion)
+    return decision, Outcome.refused(REJECTED, REJECTED.refusal([]) or "")
+
+
+def _promotion(oss: OssEmulator) -> dict:
+    return json.loads(oss.get(BUCKET, PREFIX + "manifest.json"))["promotion"]
+
+
+def test_the_outcome_replaces_the_manifest_and_the_report_objects_and_nothing_else(oss, tmp_path):
+    files = publisher_outputs(tmp_path / "out", "ours")
+    artifacts = _publish(tmp_path / "out", _run("manual__1"))
+    assert _promotion(oss)["outcome"]["state"] == "awaiting_approval"
+    assert b"Awaiting approval</strong>" in oss.get(BUCKET, PREFIX + "report.html")
+    oss.clear_records()
+
+    recorded = record_outcome(
+        artifacts,
+        *_refused(artifacts),
+        ("cifar10_retrain", "manual__1"),
+        OssClientConfig.from_connection("alibaba_cloud_default"),
+    )
+
+    assert recorded is True
+    promotion = _promotion(oss)
+    assert promotion["promoted"] is False and promotion["outcome"]["state"] == "not_approved"
+    assert b"<strong>Not approved by alice</strong>" in oss.get(BUCKET, PREFIX + "report.html")
+    assert _writes(oss) == [LOCK, PREFIX + "report.html", PREFIX + "manifest.json"], "the manifest last"
+    _assert_one_complete_set(oss, files)
+
+
+def test_the_outcome_is_not_recorded_in_a_set_another_run_published_since(oss, tmp_path, caplog):
+    publisher_outputs(tmp_path / "first", "first")
+    publisher_outputs(tmp_path / "second", "second")
+    ours = _publish(tmp_path / "first", _run("manual__1"))
+    _publish(tmp_path / "second", _run("manual__2"))
+    before = {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)}
+    oss.clear_records()
+
+    recorded = record_outcome(
+        ours,
+        *_refused(ours),
+        ("cifar10_retrain", "manual__1"),
+        OssClientConfig.from_connection("alibaba_cloud_default"),
+    )
+
+    assert recorded is False
+    assert {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)} == before
+    assert _writes(oss) == [LOCK], "only the lock"
+    assert "published by run manual__2 of cifar10_retrain" in caplog.text
+
+
+def test_a_publisher_holding_the_lock_keeps_the_outcome_from_being_written_meanwhile(oss, tmp_path):
+    publisher_outputs(tmp_path / "out", "ours")
+    artifacts = _publish(tmp_path / "out", _run("manual__1"))
+    holder = "pid 4242 on airflow-worker-2"
+    oss.put(BUCKET, LOCK, _lock_body(holder, datetime.now(UTC) + timedelta(minutes=4)))
+    before = {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)}
+
+    with pytest.raises(ArtifactError, match=f"its lock {LOCK_URI} is held by {holder}"):
+        record_outcome(
+            artifacts,
+            *_refused(artifacts),
+            ("cifar10_retrain", "manual__1"),
+            OssClientConfig.from_connection("alibaba_cloud_default"),
+        )
+
+    assert {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)} == before

@@ -5,13 +5,26 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
+from html import escape
 from pathlib import Path
 
 import pytest
 
-from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.collect import ArtifactError, RunInfo, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.artifacts.report import metric_chart_svg, render_report
-from aliyun_training.records import BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.promotion import (
+    Approval,
+    Bounds,
+    Comparison,
+    Decision,
+    Outcome,
+    PromotionRule,
+    decide,
+)
+from aliyun_training.records import ApprovalAnswer, BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.staging.publish import publication_lock
 from aliyun_training.validation import SpecError
 
 EPOCHS = [
@@ -408,3 +421,195 @@ def test_a_run_that_staged_nothing_and_planned_no_fixed_dataset_fails_naming_the
     ):
         operator.execute({})  # type: ignore[arg-type]
     assert not (tmp_path / "artifacts").exists(), "nothing is published"
+
+
+def test_the_wall_time_shows_its_exact_seconds_only_where_the_duration_rounds_them(tmp_path):
+    artifacts = _publish(tmp_path, _job(_job_output(tmp_path)))
+    manifest = _manifest(artifacts)
+    longer = {**manifest, "job": {**manifest["job"], "wall_seconds": 247.3}}
+
+    assert "<td>41.5 s, 0.0230 node-hours</td>" in Path(artifacts.report_uri).read_text()
+    assert "<td>4 min 07 s (247.3 s), 0.0230 node-hours</td>" in render_report(longer)
+
+
+# -- the promotion's outcome: what the files say before and after promote decides -----------------
+
+RUN = RunInfo(
+    dag_id="cifar10_retrain",
+    run_id="manual__2026-11-22T10:00:00+00:00",
+    logical_date=None,
+    run_type="manual",
+    params={},
+    url="/dags/cifar10_retrain/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
+)
+#: The run as ``record_outcome`` names it: its DAG id and run id.
+RUN_IDS = (RUN.dag_id, RUN.run_id)
+#: The first model passes the gate (its final test loss is 1.20) and waits for alice's approval.
+APPROVED = PromotionRule(
+    metric="final_test_accuracy",
+    guards={"final_test_loss": Bounds(max=2.0)},
+    approval=Approval(approvers=["alice"]),
+)
+
+
+def _gated(tmp_path: Path, rule: PromotionRule = APPROVED):
+    def gate(metrics: dict) -> Decision:
+        return decide(rule, Comparison.of_final_metrics(metrics, None), RUN.run_id, RUN.run_type)
+
+    return publish_artifacts(
+        model="cifar10-resnet",
+        artifact_root=str(tmp_path / "artifacts"),
+        job=_job(_job_output(tmp_path)),
+        dataset=DATASET,
+        runtime=RUNTIME,
+        run=RUN,
+        gate=gate,
+    )
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_pass_that_needs_approval_is_published_as_awaiting_approval_not_as_promoted(tmp_path):
+    artifacts = _gated(tmp_path)
+
+    promotion = _manifest(artifacts)["promotion"]
+    report = Path(artifacts.report_uri).read_text()
+    assert promotion["promoted"] is False and promotion["gate_passed"] is True
+    assert promotion["outcome"]["state"] == "awaiting_approval"
+    assert "<strong>Awaiting approval</strong>: the gate passed it" in report
+    assert "Promoted to champion" not in report
+    assert "<td>passed: the first model: final_test_accuracy 0.63, every guard passed</td>" in report
+    assert "<th>Guard</th><td>final_test_loss 1.2 ≤ max 2: passed</td>" in report
+    # The task's record is the gate's decision, which the approval and promote tasks act on.
+    assert artifacts.promotion is not None
+    assert artifacts.promotion["promoted"] is True and artifacts.promotion["needs_approval"] is True
+
+
+@pytest.mark.parametrize(
+    ("rule", "state", "says"),
+    [
+        (
+            PromotionRule(metric="final_test_accuracy"),
+            "awaiting_promotion",
+            "<strong>Awaiting promotion</strong>: the gate passed it",
+        ),
+        (
+            PromotionRule(metric="final_test_accuracy", guards={"final_test_loss": Bounds(max=1.0)}),
+            "held",
+            "<strong>Not promoted</strong>: guard failed: final_test_loss 1.2 is not at most 1",
+        ),
+    ],
+)
+def test_a_pass_without_approval_awaits_promote_and_a_hold_is_final(tmp_path, rule, state, says):
+    artifacts = _gated(tmp_path, rule)
+
+    promotion = _manifest(artifacts)["promotion"]
+    report = Path(artifacts.report_uri).read_text()
+    assert promotion["promoted"] is False and promotion["outcome"]["state"] == state
+    assert says in report and "Promoted to champion" not in report
+    assert ("<th>Gate</th>" in report) is (state != "held"), "a hold is the gate's own outcome"
+
+
+ALICE = {"id": "alice", "name": "alice"}
+
+
+@pytest.mark.parametrize(
+    ("answer", "state", "headline"),
+    [
+        (ApprovalAnswer(option="Reject", responded_by=ALICE), "not_approved", "Not approved by alice"),
+        (ApprovalAnswer(option="Reject", timed_out=True), "approval_timed_out", "Approval timed out"),
+        (ApprovalAnswer(option="Approve", responded_by={"id": "mallory"}), "not_approved", "Not approved"),
+    ],
+)
+def test_a_refused_promotion_is_recorded_in_the_manifest_and_the_report_and_nothing_else(
+    tmp_path, answer, state, headline
+):
+    artifacts = _gated(tmp_path)
+    decision = Decision.model_validate(artifacts.promotion)
+    target = Path(artifacts.uri)
+    before = _files(target)
+    refusal = answer.refusal(APPROVED.approval.approvers)
+    assert refusal is not None
+
+    assert record_outcome(artifacts, decision, Outcome.refused(answer, refusal), RUN_IDS) is True
+
+    after = _files(target)
+    manifest = json.loads(after.pop("manifest.json"))
+    report = after.pop("report.html").decode()
+    assert after == {k: v for k, v in before.items() if k not in ("manifest.json", "report.html")}
+    assert manifest["promotion"]["promoted"] is False and manifest["promotion"]["outcome"]["state"] == state
+    assert {**manifest, "promotion": None} == {**json.loads(before["manifest.json"]), "promotion": None}
+    assert f"<strong>{headline}</strong>: {escape(refusal)}" in report
+    assert "Awaiting approval" not in report and "Promoted to champion" not in report
+    assert sorted(p.name for p in target.parent.iterdir()) == [
+        ".train-cifar10-run-1a2b3c4d5e.lock",
+        target.name,
+    ]
+
+
+def test_a_promotion_is_recorded_once(tmp_path):
+    artifacts = _gated(tmp_path)
+    decision = Decision.model_validate(artifacts.promotion)
+    promoted = Outcome(state="promoted", reason=decision.reason, responder="alice")
+
+    assert record_outcome(artifacts, decision, promoted, RUN_IDS) is True
+    assert record_outcome(artifacts, decision, promoted, RUN_IDS) is False, "it says so already"
+
+    promotion = _manifest(artifacts)["promotion"]
+    assert promotion["promoted"] is True and promotion["outcome"]["state"] == "promoted"
+    assert (
+        "<strong>Promoted to champion, approved by alice</strong>" in Path(artifacts.report_uri).read_text()
+    )
+
+
+def test_the_outcome_is_never_recorded_in_a_set_another_run_published(tmp_path, caplog):
+    artifacts = _gated(tmp_path)
+    decision = Decision.model_validate(artifacts.promotion)
+    before = _files(Path(artifacts.uri))
+
+    recorded = record_outcome(
+        artifacts, decision, Outcome(state="promoted", reason="r"), (RUN.dag_id, "manual__another")
+    )
+
+    assert recorded is False
+    assert _files(Path(artifacts.uri)) == before
+    assert (
+        f"is not the one run manual__another of cifar10_retrain published (published by run {RUN.run_id}"
+        in (caplog.text)
+    )
+
+
+def test_recording_waits_for_a_publisher_of_the_set_and_never_writes_beside_it(tmp_path):
+    artifacts = _gated(tmp_path)
+    decision = Decision.model_validate(artifacts.promotion)
+    target = Path(artifacts.uri)
+    before = _files(target)
+    done = threading.Event()
+
+    def record() -> None:
+        record_outcome(artifacts, decision, Outcome(state="promoted", reason="r"), RUN_IDS)
+        done.set()
+
+    with publication_lock(target, "artifact_root", wait=False):
+        threading.Thread(target=record, daemon=True).start()
+        assert not done.wait(0.5), "it waits while a publisher holds the set"
+        assert _files(target) == before
+    assert done.wait(10)
+    assert _manifest(artifacts)["promotion"]["promoted"] is True
+
+
+def test_a_link_at_the_report_is_replaced_never_written_through(tmp_path):
+    artifacts = _gated(tmp_path)
+    decision = Decision.model_validate(artifacts.promotion)
+    elsewhere = tmp_path / "precious.html"
+    elsewhere.write_text("keep me")
+    report = Path(artifacts.report_uri)
+    report.unlink()
+    report.symlink_to(elsewhere)
+
+    record_outcome(artifacts, decision, Outcome(state="promoted", reason="r"), RUN_IDS)
+
+    assert elsewhere.read_text() == "keep me"
+    assert not report.is_symlink() and "Promoted to champion" in report.read_text()

@@ -200,3 +200,59 @@ def test_a_guard_on_a_non_finite_metric_fails_whatever_its_bound() -> None:
     assert decision.reason == (
         "guard failed: final_test_loss is Infinity, not a finite number: no comparison can use it"
     )
+
+
+@pytest.mark.parametrize(
+    ("bounds", "value", "text"),
+    [
+        ({"max": 3.0}, 0.41, "test_loss 0.41 ≤ max 3"),
+        ({"max": 2.0}, 2.5, "test_loss 2.5 > max 2"),
+        ({"min": 0.1, "max": 2.0}, 0.05, "test_loss 0.05 < min 0.1 and ≤ max 2"),
+        ({"max": 2.0}, None, "test_loss (no number) needs ≤ max 2"),
+    ],
+)
+def test_a_guard_reads_as_its_value_beside_each_bound_it_keeps_or_breaks(
+    bounds: dict[str, float], value: float | None, text: str
+) -> None:
+    rule = PromotionRule(metric="final_test_accuracy", guards={"test_loss": bounds})
+    metrics = {"final_test_accuracy": 0.9, **({} if value is None else {"test_loss": value})}
+
+    (guard,) = decide(rule, Comparison(candidate=metrics), "manual__1", "manual").guards
+
+    assert guard.text() == text
+
+
+def test_an_approval_that_timed_out_leaves_promote_to_record_it_and_says_no_one_answered() -> None:
+    from datetime import UTC, datetime
+
+    from airflow.sdk import DAG, BaseOperator
+
+    from aliyun_training.operators.approval import PromotionApprovalOperator
+    from aliyun_training.promotion import Approval, Outcome
+    from aliyun_training.records import ApprovalAnswer
+
+    with DAG("scores_approved", schedule=None):
+        ask = PromotionApprovalOperator(
+            task_id="approve_promotion", published=None, approval=Approval(), model="scores"
+        )
+        ask >> BaseOperator(task_id="promote")
+    event = {
+        "chosen_options": ["Reject"],
+        "params_input": {},
+        "responded_at": datetime(2026, 11, 25, tzinfo=UTC),
+        "responded_by_user": None,
+        "timedout": True,
+    }
+
+    # No task instance in the context: Airflow's ApprovalOperator would need one to skip promote.
+    answer = ApprovalAnswer.model_validate(ask.execute_complete({}, event))  # type: ignore[arg-type]
+
+    assert answer.timed_out and answer.rejects
+    refusal = answer.refusal([])
+    assert refusal == "no one answered the approval in time, and its default answer 'Reject' applied"
+    outcome = Outcome.refused(answer, refusal)
+    assert (outcome.state, outcome.headline, outcome.promoted) == (
+        "approval_timed_out",
+        "Approval timed out",
+        False,
+    )

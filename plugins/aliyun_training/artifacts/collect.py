@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.artifacts.report import render_report
+from aliyun_training.promotion import Outcome, manifest_promotion
 from aliyun_training.records import (
     ArtifactSet,
     BandwidthCheck,
@@ -148,9 +149,11 @@ def publish_artifacts(
 ) -> ArtifactSet:
     """Collect the job's outputs, write manifest.json and report.html, publish atomically.
 
-    ``gate``, given the set's metrics, decides whether the model is promoted; its decision is
-    recorded in the manifest, the report and the returned set (moving the champion is the caller's,
-    once the set is published).
+    ``gate``, given the set's metrics, decides whether the model is promoted; its decision is the
+    returned set's, and the manifest and the report record it with what is known of the outcome at
+    publication (``promotion.Outcome.at_publication``: a pass waits for approval or for the
+    champion to move, which is the caller's once the set is published; ``artifacts.outcome``
+    records the final outcome in the set then).
 
     ``dataset`` is the staged version, or the fixed dataset the job mounted when nothing was staged.
     ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
@@ -161,6 +164,7 @@ def publish_artifacts(
     with _job_outputs(job, oss, kept) as output:
         written = read_metrics(job, output)
         metrics = summarize_metrics(written, kept.report_metrics)
+        decision = gate(metrics) if gate else None
         manifest: dict[str, Any] = {
             "model": model,
             "version": f"{dataset.version}/{job.display_name}",
@@ -179,14 +183,20 @@ def publish_artifacts(
                 "gpu_hours": job.gpu_hours,
             },
             "stages": stage_timings(run, dataset, job),
-            "promotion": gate(metrics).model_dump(mode="json") if gate else None,
+            "promotion": (
+                manifest_promotion(decision, Outcome.at_publication(decision, run.run_id if run else None))
+                if decision
+                else None
+            ),
         }
         if not artifact_root.startswith("oss://"):
-            return _publish_locally(Path(artifact_root), output, manifest, started, kept)
-        with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
-            built = Path(scratch) / "set"
-            manifest = _assemble(built, output, manifest, started, kept)
-            return _upload(built, manifest, artifact_root, _require(oss, FIELD))
+            published = _publish_locally(Path(artifact_root), output, manifest, started, kept)
+        else:
+            with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
+                built = Path(scratch) / "set"
+                manifest = _assemble(built, output, manifest, started, kept)
+                published = _upload(built, manifest, artifact_root, require_oss(oss, FIELD))
+    return published.model_copy(update={"promotion": decision.model_dump(mode="json") if decision else None})
 
 
 def _publish_locally(
@@ -243,7 +253,8 @@ def _assemble(
 
 
 def _record(uri: str, manifest_uri: str, report_uri: str, manifest: dict[str, Any]) -> ArtifactSet:
-    """The published set as the task returns it, with the summary metrics."""
+    """The published set as the task returns it, with the summary metrics (the gate's decision is
+    the caller's to add)."""
     metrics = manifest["metrics"]
     return ArtifactSet(
         uri=uri,
@@ -254,7 +265,6 @@ def _record(uri: str, manifest_uri: str, report_uri: str, manifest: dict[str, An
             metrics["series"][0]: metrics[metrics["series"][0]],
             **{f"final_{key}": metrics[f"final_{key}"] for key in metrics["series"]},
         },
-        promotion=manifest.get("promotion"),
     )
 
 
@@ -270,7 +280,8 @@ def _upload(built: Path, manifest: dict[str, Any], artifact_root: str, oss: OssC
     return _record(target, target + MANIFEST_NAME, target + REPORT_NAME, manifest)
 
 
-def _require(oss: OssClientConfig | None, field: str) -> OssClientConfig:
+def require_oss(oss: OssClientConfig | None, field: str) -> OssClientConfig:
+    """The OSS settings an ``oss://`` location of ``field`` needs; ArtifactError when none were given."""
     if oss is None:
         raise ArtifactError(f"{field} is an oss:// URI but no OSS connection settings were given")
     return oss
@@ -281,7 +292,7 @@ def _job_outputs(job: JobResult, oss: OssClientConfig | None, kept: KeptOutputs)
     """The job's output directory on this machine: where it is, or downloaded from OSS for the set."""
     if job.output_uri and job.output_uri.startswith("oss://"):
         with tempfile.TemporaryDirectory(prefix="job-outputs-") as scratch:
-            config = _require(oss, "the job's output_uri")
+            config = require_oss(oss, "the job's output_uri")
             yield _download_outputs(job, job.output_uri, config, Path(scratch), kept)
         return
     if not job.output_uri or not Path(job.output_uri).is_dir():

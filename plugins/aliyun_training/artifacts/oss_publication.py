@@ -20,6 +20,9 @@ manifest.json last. What keeps publishers apart, and away from objects that are 
    publisher whose lock was broken never commits a set.
 4. Objects of the previous set that the new one no longer has are deleted; the lock is released.
 
+``revise_on_oss`` rewrites objects of a published set (its manifest and report, once the promotion's
+outcome is known: ``artifacts.outcome``) under the same lock, each by one PutObject.
+
 A reader of the previous manifest may meet objects of the new set while it is uploaded (objects are
 overwritten in place); the manifest's sha256 per file tells them apart.
 
@@ -53,7 +56,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.artifacts.collect import FIELD, MANIFEST_NAME, ArtifactError
+from aliyun_training.artifacts.collect import FIELD, MANIFEST_NAME, REPORT_NAME, ArtifactError
 from aliyun_training.oss_location import OssLocation, parse_oss_uri
 from aliyun_training.staging.oss import (
     OssClientConfig,
@@ -66,7 +69,7 @@ from aliyun_training.staging.sources import with_retries
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
     from pathlib import Path
 
 #: How long a lock holds without renewal; the holder renews it every RENEW_SECONDS.
@@ -93,6 +96,40 @@ def publish_to_oss(built: Path, target_uri: str, config: OssClientConfig) -> tup
         lock.verify()
         _delete(bucket, location.prefix, sorted(set(previous) - set(names)))
     return files, size
+
+
+def revise_on_oss(
+    target_uri: str, config: OssClientConfig, revise: Callable[[bytes | None], dict[str, bytes]]
+) -> bool:
+    """Replace objects of the set at ``target_uri`` with what ``revise`` makes of its manifest (None:
+    it has none), in ``revise``'s order; whether any was written.
+
+    Under the target's lock, as a publication: no publisher of the set writes meanwhile. PutObject
+    replaces an object whole (a reader gets the old one or the new one), and each is written only
+    while the lock is still ours.
+    """
+    location = parse_oss_uri(target_uri, field=FIELD)
+    bucket = config.bucket(location.bucket, enable_crc=True)
+    with _locked(bucket, location, [MANIFEST_NAME, REPORT_NAME]) as lock:
+        files = revise(_read_object(bucket, location.prefix + MANIFEST_NAME))
+        for name, data in files.items():
+            lock.verify()
+            with_retries(
+                functools.partial(bucket.put_object, location.prefix + name, data),
+                is_transient_oss_error,
+                ATTEMPTS,
+            )
+    return bool(files)
+
+
+def _read_object(bucket: Any, key: str) -> bytes | None:
+    """The object at ``key``; None when there is none."""
+    import oss2
+
+    try:
+        return with_retries(lambda: bucket.get_object(key).read(), is_transient_oss_error, ATTEMPTS)
+    except oss2.exceptions.NoSuchKey:
+        return None
 
 
 class _Lock:

@@ -22,6 +22,8 @@ from datetime import UTC, datetime
 from html import escape
 from typing import TYPE_CHECKING, Any, TypeGuard
 
+from aliyun_training.promotion import GuardResult, Outcome
+
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
 
@@ -241,38 +243,35 @@ def comparison_basis(decision: dict[str, Any]) -> str:
     return BASIS_TEXT.get(basis, basis)
 
 
-def _promotion_section(decision: dict[str, Any] | None) -> str:
-    """The promotion gate's decision beside the champion it was compared with, when declared."""
-    if not decision:
+def _promotion_section(promotion: dict[str, Any] | None) -> str:
+    """What became of the model (``promotion.Outcome``), the gate's pass when it passed, and the
+    numbers it compared with the champion's, when a rule is declared. The outcome is the manifest's,
+    which ``promote`` rewrites once it decided: a pass the report shows waits for that."""
+    if not promotion:
         return ""
-    verdict = "Promoted to champion" if decision["promoted"] else "Not promoted"
+    outcome = Outcome.model_validate(promotion["outcome"])
     number = "{:.6g}".format
     rows = [
-        ("Decision", f"<strong>{escape(verdict)}</strong>: {escape(decision['reason'])}"),
+        ("Outcome", f"<strong>{escape(outcome.headline)}</strong>: {escape(outcome.reason)}"),
+        *([("Gate", escape(f"passed: {promotion['reason']}"))] if promotion["gate_passed"] else []),
         (
-            decision["metric"],
+            promotion["metric"],
             escape(
-                f"this run {number(decision['candidate']) if decision['candidate'] is not None else '-'}; "
-                f"champion {number(decision['champion']) if decision['champion'] is not None else '-'}"
-                + (f" ({decision['champion_run_id']})" if decision["champion_run_id"] else " (none yet)")
+                f"this run {number(promotion['candidate']) if promotion['candidate'] is not None else '-'}; "
+                f"champion {number(promotion['champion']) if promotion['champion'] is not None else '-'}"
+                + (f" ({promotion['champion_run_id']})" if promotion["champion_run_id"] else " (none yet)")
                 + (
-                    f"; needed {'at least' if decision['direction'] == 'max' else 'at most'} "
-                    f"{number(decision['required'])}"
-                    if decision["required"] is not None
+                    f"; needed {'at least' if promotion['direction'] == 'max' else 'at most'} "
+                    f"{number(promotion['required'])}"
+                    if promotion["required"] is not None
                     else ""
                 )
             ),
         ),
-        ("Compared on", escape(comparison_basis(decision))),
+        ("Compared on", escape(comparison_basis(promotion))),
         *(
-            (
-                f"guard {guard['metric']}",
-                escape(
-                    f"{'-' if guard['value'] is None else number(guard['value'])}: "
-                    f"{'passed' if guard['passed'] else 'FAILED'}"
-                ),
-            )
-            for guard in decision["guards"]
+            ("Guard", escape(f"{guard.text()}: {'passed' if guard.passed else 'FAILED'}"))
+            for guard in map(GuardResult.model_validate, promotion["guards"])
         ),
     ]
     return f"<h2>Promotion</h2>\n<table>\n{_rows(rows)}\n</table>"
@@ -302,6 +301,13 @@ def _gpu_hours(job: dict[str, Any], attempts: list[dict[str, Any]]) -> str:
     if len(attempts) > 1:
         text += f" this try; {sum(a['gpu_hours'] for a in attempts):.4f} over all {len(attempts)} tries"
     return text
+
+
+def _wall_time(seconds: float) -> str:
+    """The job's wall time as a duration, with its exact seconds where the duration rounds them
+    (a minute or more): "4 min 07 s (247.3 s)", but "43.3 s" once."""
+    readable, exact = duration(seconds), f"{seconds:.1f} s"
+    return readable if readable == exact else f"{readable} ({exact})"
 
 
 def _epoch_duration(seconds: Sequence[object]) -> str:
@@ -336,13 +342,7 @@ def render_report(manifest: dict[str, Any]) -> str:
             "Job",
             escape(f"{job['display_name']} on {job['backend']} ({job['status']})") + _small(job["job_id"]),
         ),
-        (
-            "Wall time",
-            escape(
-                f"{duration(job['wall_seconds'])} ({job['wall_seconds']:.1f} s), "
-                f"{job['node_hours']:.4f} node-hours"
-            ),
-        ),
+        ("Wall time", escape(f"{_wall_time(job['wall_seconds'])}, {job['node_hours']:.4f} node-hours")),
         ("GPU-hours", escape(_gpu_hours(job, attempts))),
         *_waited_row(job),
         (

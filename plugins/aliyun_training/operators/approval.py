@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from aliyun_training.pages.urls import report_page
 from aliyun_training.promotion import Approval, Decision
 from aliyun_training.records import ApprovalAnswer, ArtifactSet
 from aliyun_training.upstream import ReturnedRecordsMixin
@@ -26,10 +27,12 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
 
     The task waits in Airflow's ``awaiting_input`` state, holding no worker slot. Approve lets the
     ``promote`` task move the pointer; Reject, or no answer within ``approval.timeout_hours`` (the
-    default answer is Reject), skips it: the run still succeeds, with its candidate registered.
-    It returns the answer (``ApprovalAnswer``: the option and who chose it, as Airflow recorded
-    them), which ``promote`` checks against the rule's approvers: marking this task successful
-    without an answer leaves no sealed answer, and ``promote`` moves nothing.
+    default answer is Reject), does not: ``promote`` records that outcome in the published report
+    and manifest and then skips, and the run still succeeds, with its candidate registered.
+    It returns the answer (``ApprovalAnswer``: the option, who chose it and whether the timeout
+    chose it, as Airflow recorded them), which ``promote`` checks against the rule's approvers:
+    marking this task successful without an answer leaves no sealed answer, and ``promote`` moves
+    nothing.
 
     :param published: the publish task's ArtifactSet record (an XComArg).
     :param approval: the promotion rule's ``Approval``.
@@ -50,21 +53,28 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
 
     def execute(self, context: Context) -> Any:
         record = validate_record(ArtifactSet, self.published) if self.published else None
-        decision = Decision.model_validate(record.promotion) if record and record.promotion else None
-        if decision is None or not decision.needs_approval:
-            raise AirflowSkipException(
-                decision.reason if decision else "nothing was published: there is nothing to approve"
-            )
-        self.body = approval_body(decision, record)
+        if record is None or record.promotion is None:
+            raise AirflowSkipException("nothing was published: there is nothing to approve")
+        decision = Decision.model_validate(record.promotion)
+        if not decision.needs_approval:
+            raise AirflowSkipException(decision.reason)
+        run = context["dag_run"]
+        self.body = approval_body(decision, record, report_page(run.dag_id, run.run_id))
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
-        """The answer, once Airflow resumed the task with it (Reject skips ``promote`` here)."""
-        response = super().execute_complete(context, event)
+        """The answer, once Airflow resumed the task with it.
+
+        HITLOperator's reading of it, not ApprovalOperator's: that one skips ``promote`` on Reject,
+        and ``promote`` must run to record the outcome in the published report and manifest (it
+        skips itself then).
+        """
+        response = HITLOperator.execute_complete(self, context, event)
         responder = response.get("responded_by_user") or {}
         answer = ApprovalAnswer(
             option=response["chosen_options"][0],
             responded_by={key: str(value) for key, value in dict(responder).items() if value is not None},
+            timed_out=bool(event.get("timedout")),
         )
         refusal = answer.refusal(self.approvers)
         if refusal:
@@ -74,23 +84,27 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
         return answer.model_dump(mode="json")
 
 
-def approval_body(decision: Decision, record: ArtifactSet | None) -> str:
-    """The comparison in Markdown, as the approver reads it in the UI."""
-    rows = [
-        f"| {decision.metric} | {_value(decision.candidate)} | {_value(decision.champion)} |",
-        *(f"| {g.metric} (guard) | {_value(g.value)} | |" for g in decision.guards),
-    ]
-    registered = (record.registered or {}).get("uri") if record else None
+def approval_body(decision: Decision, record: ArtifactSet, report_url: str) -> str:
+    """The comparison in Markdown, as the approver reads it in the UI: the decisive metric beside
+    the champion's, each guard beside its bounds, and a link to the run report (``report_url``, the
+    pages' address of the run's report, which reads it from wherever it was published)."""
+    registered = (record.registered or {}).get("uri")
     return "\n".join(
         [
             f"**Gate passed** ({decision.basis}): {decision.reason}.",
             "",
             f"| metric | candidate | champion ({decision.champion_run_id or 'none'}) |",
             "|---|---|---|",
-            *rows,
+            f"| {decision.metric} | {_value(decision.candidate)} | {_value(decision.champion)} |",
             "",
-            f"Dataset version: {record.dataset_version if record else '?'}; "
-            f"registered as {registered or '-'}; report: {record.report_uri if record else '-'}",
+            *(
+                ["Guards:", *(f"- {guard.text()}" for guard in decision.guards), ""]
+                if decision.guards
+                else []
+            ),
+            f"Dataset version: {record.dataset_version}; registered as {registered or '-'}",
+            "",
+            f"[Open the run report]({report_url}) (published at `{record.report_uri}`)",
         ]
     )
 

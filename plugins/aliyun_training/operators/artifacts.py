@@ -130,7 +130,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 job=job,
                 dataset=dataset,
                 runtime=runtime,
-                oss=_oss_config(plan, job),
+                oss=oss_config(plan, plan.artifact_root or "", job.output_uri or ""),
                 bandwidth=validate_record(BandwidthCheck, self.bandwidth) if self.bandwidth else None,
                 kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
                 run=self._run_info(context),
@@ -316,8 +316,10 @@ def _iso(moment: datetime | None) -> str | None:
     return moment.isoformat() if moment else None
 
 
-def _oss_config(plan: ArtifactsPlan, job: JobResult) -> OssClientConfig | None:
-    if not any(uri.startswith("oss://") for uri in (plan.artifact_root or "", job.output_uri or "")):
+def oss_config(plan: ArtifactsPlan, *uris: str) -> OssClientConfig | None:
+    """The OSS settings of the plan's connection where one of ``uris`` is on OSS; None otherwise (a
+    run that never touches OSS needs no connection)."""
+    if not any(uri.startswith("oss://") for uri in uris):
         return None
     from aliyun_training.staging.oss import OssClientConfig
 

@@ -5,14 +5,16 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Asset, AssetAlias, BaseOperator
-from airflow.sdk.exceptions import AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.model_registry.records import RegisteredVersion
+from aliyun_training.operators.artifacts import oss_config
 from aliyun_training.plan.models import ArtifactsPlan
-from aliyun_training.promotion import CHAMPION_KEY, Champion, Decision
+from aliyun_training.promotion import CHAMPION_KEY, Champion, Decision, Outcome
 from aliyun_training.records import ApprovalAnswer, ArtifactSet, JobResult
 from aliyun_training.upstream import ReturnedRecordsMixin
-from aliyun_training.validation import validate_record
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -33,12 +35,18 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
     model version, its metrics and the registry URI, so a deployment DAG scheduled on it runs on
     real promotions only.
 
+    The set was published before anyone answered, so its manifest and report say the candidate
+    awaits approval (or this task): whatever it decides (``promotion.Outcome``), this task first
+    rewrites them to say so (``artifacts.outcome``), before the pointer moves. A Reject, or the
+    approval's timeout, then skips this task, as Airflow's approval does with the task after it.
+
     :param published: the publish task's ArtifactSet record (an XComArg); None skips.
     :param job_result: the training task's JobResult: where the new champion's job wrote.
-    :param artifacts: the run plan's ``ArtifactsPlan`` (its registry, its rule's approvers).
+    :param artifacts: the run plan's ``ArtifactsPlan`` (its registry, its rule's approvers, the
+        connection that writes a set on OSS).
     :param approval: the approval task's ``ApprovalAnswer`` where the rule asks for one: the pointer
-        moves only on Approve by one of the rule's approvers. A task marked successful, cleared or
-        timed out leaves no such answer, and nothing moves.
+        moves only on Approve by one of the rule's approvers. A task marked successful or cleared
+        leaves no such answer, and nothing moves.
     :param champion: the champion Asset.
     """
 
@@ -73,28 +81,94 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         if published.promotion is None:
             raise AirflowSkipException("the pipeline declares no promotion rule")
         decision = Decision.model_validate(published.promotion)
-        run_id = context["dag_run"].run_id
-        if not decision.promoted:
-            self.log.info("Not promoted: %s", decision.reason)
-            return {"promoted": False, "run_id": run_id, "reason": decision.reason}
         plan = validate_record(ArtifactsPlan, self.artifacts)
-        refusal = self._unapproved(plan, decision, run_id)
-        if refusal:
-            self.log.warning("Not promoted: %s", refusal)
-            return {"promoted": False, "run_id": run_id, "reason": refusal}
+        answer = validate_record(ApprovalAnswer, self.approval) if self.approval else None
+        run_id = context["dag_run"].run_id
         state = context["asset_state_store"][self.champion]
         stored = state.get(CHAMPION_KEY)
         current = Champion.model_validate(stored) if stored else None
+        outcome = self._outcome(plan, decision, answer, current, run_id)
+        # The files first: failing to write them fails this try before anything moves or is
+        # announced, and the retry does both.
+        self._record_outcome(context, plan, published, decision, outcome)
+        if answer is not None and answer.rejects:
+            raise AirflowSkipException(f"not promoted: {outcome.reason}")
+        record = {"promoted": outcome.promoted, "run_id": run_id, "reason": outcome.reason}
+        if not outcome.promoted:
+            return record
+        registered = (
+            current.registered
+            if current is not None and current.run_id == run_id
+            else self._move(context, plan, published, decision)
+        )
+        return {
+            **record,
+            "model_version": registered.version if registered else None,
+            "registry_uri": registered.uri if registered else None,
+            "replaced": decision.champion_run_id,
+        }
+
+    def _outcome(
+        self,
+        plan: ArtifactsPlan,
+        decision: Decision,
+        answer: ApprovalAnswer | None,
+        current: Champion | None,
+        run_id: str,
+    ) -> Outcome:
+        """What becomes of the candidate: promoted only where the gate passed it, the approval (where
+        the rule asks for one) granted it, and the champion is still the one the gate compared with."""
+        if not decision.promoted:
+            self.log.info("Not promoted: %s", decision.reason)
+            return Outcome.at_publication(decision, run_id)
+        refusal = self._unapproved(plan, decision, answer, run_id)
+        if refusal:
+            self.log.warning("Not promoted: %s", refusal)
+            return Outcome.refused(answer, refusal)
+        approver = (answer.responder or None) if answer else None
         if current is not None and current.run_id == run_id:
             self.log.info("This run's model is the champion already (a retry): nothing to move")
-            return self._record(run_id, "already the champion", current.registered, decision.champion_run_id)
+            return Outcome(state="promoted", reason="already the champion", responder=approver)
         if (current.run_id if current else None) != decision.champion_run_id:
             reason = (
                 f"the champion changed to {current.run_id if current else 'none'} after the gate compared "
                 f"with {decision.champion_run_id or 'none'}: not promoted (clear evaluate to compare again)"
             )
             self.log.warning("Not promoted: %s", reason)
-            return {"promoted": False, "run_id": run_id, "reason": reason}
+            return Outcome(state="held", reason=reason)
+        return Outcome(state="promoted", reason=decision.reason, responder=approver)
+
+    def _record_outcome(
+        self,
+        context: Context,
+        plan: ArtifactsPlan,
+        published: ArtifactSet,
+        decision: Decision,
+        outcome: Outcome,
+    ) -> None:
+        """Rewrite the set's manifest and report with the outcome, which was not known when it was
+        published."""
+        run = context["dag_run"]
+        try:
+            rewritten = record_outcome(
+                published, decision, outcome, (run.dag_id, run.run_id), oss_config(plan, published.uri)
+            )
+        except SpecError as exc:
+            raise AirflowFailException(str(exc)) from None
+        if rewritten:
+            self.log.info(
+                "Recorded the outcome (%s) in %s and %s",
+                outcome.headline,
+                published.manifest_uri,
+                published.report_uri,
+            )
+
+    def _move(
+        self, context: Context, plan: ArtifactsPlan, published: ArtifactSet, decision: Decision
+    ) -> RegisteredVersion | None:
+        """Make this run's model the champion: the registry's pointer, the champion Asset's state and
+        its event; the registered version it points at."""
+        run_id = context["dag_run"].run_id
         registered = RegisteredVersion.model_validate(published.registered) if published.registered else None
         if registered is not None:
             assert plan.registry is not None, "a registered candidate has a registry"
@@ -111,7 +185,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             outputs_uri=job.output_uri if job else None,
             registered=registered,
         )
-        state.set(CHAMPION_KEY, champion.model_dump(mode="json"))
+        context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
         context["outlet_events"][self.promotions].add(
             self.champion,
             extra={
@@ -130,9 +204,11 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             registered.uri if registered else published.uri,
             decision.champion_run_id or "nothing",
         )
-        return self._record(run_id, decision.reason, registered, decision.champion_run_id)
+        return registered
 
-    def _unapproved(self, plan: ArtifactsPlan, decision: Decision, run_id: str) -> str | None:
+    def _unapproved(
+        self, plan: ArtifactsPlan, decision: Decision, answer: ApprovalAnswer | None, run_id: str
+    ) -> str | None:
         """Why the promotion lacks the approval the plan's rule asks for; None when it has it (or
         needs none: this run is the champion already, a retry after its promotion).
 
@@ -142,22 +218,9 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         rule = plan.promotion
         if rule is None or rule.approval is None or decision.champion_run_id == run_id:
             return None
-        if not self.approval:
+        if answer is None:
             return (
                 "the rule asks for approval, and approve_promotion left no answer (it was marked "
                 "successful, or never answered); clear approve_promotion to ask again"
             )
-        return validate_record(ApprovalAnswer, self.approval).refusal(rule.approval.approvers)
-
-    @staticmethod
-    def _record(
-        run_id: str, reason: str, registered: RegisteredVersion | None, replaced: str | None
-    ) -> dict[str, Any]:
-        return {
-            "promoted": True,
-            "run_id": run_id,
-            "reason": reason,
-            "model_version": registered.version if registered else None,
-            "registry_uri": registered.uri if registered else None,
-            "replaced": replaced,
-        }
+        return answer.refusal(rule.approval.approvers)
