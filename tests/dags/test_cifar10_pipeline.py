@@ -88,7 +88,7 @@ def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event
     # The provider's pages: the pipeline lists the run, whose report is the published file.
     pages = pages_client()
     listing = pages.get(pipeline_page("cifar10_retrain"))
-    assert listing.status_code == 200 and run.run_id in listing.text and f"<td>{VERSION}</td>" in listing.text
+    assert listing.status_code == 200 and run.run_id in listing.text and f"dataset {VERSION}<" in listing.text
     assert report_page("cifar10_retrain", run.run_id).replace("&", "&amp;") in listing.text
     answer = pages.get(report_page("cifar10_retrain", run.run_id))
     assert answer.status_code == 200

@@ -7,26 +7,25 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from airflow.dag_processing.dagbag import DagBag, sync_bag_to_db
+from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.pages.urls import PREFIX, pipeline_page, plan_page, report_page
+from aliyun_training.pages.runs import run_gpu_hours
+from aliyun_training.pages.urls import PREFIX, airflow_dag_url, pipeline_page, plan_page, report_page
+from aliyun_training.pipelines.folder import broken_declaration_dag
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
-from tests.pages_client import pages_client
+from tests.pages_client import deploy, pages_client, turn_on
 
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
+#: A declaration error as the loader words it, with markup a file's content could carry.
+BROKEN_ERROR = "team-b.yaml: resources.max_nodes: <b>0</b> is below 1 (fix: set max_nodes to 1 or more)"
 
 
 @pytest.fixture(scope="module")
 def deployed(airflow_db: Path) -> DagBag:
-    from airflow.dag_processing.bundles.manager import DagBundlesManager
-    from airflow.utils.session import create_session
-
-    with create_session() as session:
-        DagBundlesManager().sync_bundles_to_db(session=session)
     bag = DagBag(dag_folder=str(DAG_FILE))
     assert not bag.import_errors
-    sync_bag_to_db(bag, "dags-folder", None)
+    deploy(*bag.dags.values())
     return bag
 
 
@@ -37,6 +36,61 @@ def test_the_list_shows_the_declared_pipelines_and_not_the_reconciler(deployed: 
     for dag_id in ("cifar10_retrain", "imagenet_resnet_retrain"):
         assert f"href='{pipeline_page(dag_id)}'" in page.text
     assert RECONCILER_DAG_ID not in page.text
+
+
+def test_the_index_says_of_each_pipeline_when_it_runs_next_and_what_it_has_not_done_yet(
+    deployed: DagBag,
+) -> None:
+    from airflow.models.dag import DagModel
+    from airflow.models.dagrun import DagRun
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete
+
+    # Turned on (the trigger form does it), the weekly pipeline runs next Sunday; the monthly one is off.
+    next_sunday = turn_on("cifar10_retrain")
+    with create_session() as session:
+        session.execute(delete(DagRun).where(DagRun.dag_id == "imagenet_resnet_retrain"))
+        monthly = session.get(DagModel, "imagenet_resnet_retrain")
+        assert monthly is not None
+        monthly.is_paused = True
+
+    page = pages_client().get(f"{PREFIX}/").text
+
+    pipelines = page.split("<tbody>", 1)[1].split("</tbody>", 1)[0].split("<tr>")[1:]
+    rows = {row.split("</a>", 1)[0].rsplit(">", 1)[1]: row for row in pipelines}
+    assert next_sunday is not None and f"<td>{next_sunday:%Y-%m-%d %H:%M} UTC</td>" in rows["cifar10_retrain"]
+    assert ">paused</span>" in rows["imagenet_resnet_retrain"]
+    assert "no runs yet" in rows["imagenet_resnet_retrain"]
+    assert "<td class='number'>—</td>" in rows["imagenet_resnet_retrain"], "no job recorded: unknown"
+
+
+def test_the_index_lists_a_declaration_that_did_not_load_with_its_error_escaped(deployed: DagBag) -> None:
+    dag = broken_declaration_dag(Path("team-b.yaml"), BROKEN_ERROR)
+    deploy(dag)
+    dag_id = dag.dag_id
+
+    page = pages_client().get(f"{PREFIX}/").text
+    hidden = pages_client(role=None).get(f"{PREFIX}/").text
+
+    pipelines, broken = page.split("<h2>Declarations that did not load</h2>", 1)
+    assert dag_id not in pipelines and f"href='{pipeline_page(dag_id)}'" not in page
+    assert f"<a href='{airflow_dag_url(dag_id)}'>{dag_id}</a>" in broken
+    assert "max_nodes: &lt;b&gt;0&lt;/b&gt; is below 1 (fix: set max_nodes to 1 or more)" in broken
+    assert "<b>0</b>" not in page
+    assert "cifar10_retrain" in pipelines, "the other pipelines loaded"
+    assert dag_id not in hidden and "did not load" not in hidden, "a user who may read no DAG sees none"
+
+
+def test_a_run_counts_each_job_of_its_tries_once_at_its_largest_record() -> None:
+    # Try 1 lost track of job a at 2 GPU-hours, try 2 saw it end at 3.5, then ran job b.
+    attempts = [
+        {"job_id": "a", "gpu_hours": 2.0},
+        {"job_id": "a", "gpu_hours": 3.5},
+        {"job_id": "b", "gpu_hours": 8.0},
+    ]
+
+    assert run_gpu_hours({"job_id": "b", "gpu_hours": 8.0, "attempts": attempts}) == 11.5
+    assert run_gpu_hours({"job_id": "b", "gpu_hours": 8.0}) == 8.0, "a record from before tries were kept"
 
 
 def test_a_pipeline_with_no_runs_says_how_to_start_one(deployed: DagBag) -> None:

@@ -10,16 +10,36 @@ from typing import Any
 
 import pendulum
 import pytest
+from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.operators.ownership import installation_id
-from aliyun_training.pages.urls import pipeline_page, report_page
+from aliyun_training.pages.urls import PREFIX, pipeline_page, report_page
+from aliyun_training.pipelines.folder import broken_declaration_dag
 from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
-from tests.dags.scores_pipeline import approval_pipeline, land_version, registry_client, scores_pipeline
-from tests.pages_client import pages_client
+from tests.dags.scores_pipeline import (
+    DAG_FILE,
+    approval_pipeline,
+    land_version,
+    registry_client,
+    scores_pipeline,
+)
+from tests.pages_client import (
+    deploy,
+    pages_client,
+    screenshot_pages,
+    start_runs_when_their_tasks_did,
+    turn_on,
+)
 
 CHAMPION = "scores_champion"
+#: A declaration file's error as the loader words it: the file, each key and its fix.
+BROKEN_ERROR = (
+    "pipeline declaration pipelines/team-b.yaml: - pipeline.schedule: 'weekly' has 1 fields, not five "
+    "(fix: five cron fields, e.g. '0 3 * * 1', or a preset: @daily, @weekly, @monthly) - "
+    "training.code_dir: Field required (fix: the training code's folder)"
+)
 
 
 @pytest.fixture
@@ -28,11 +48,18 @@ def dag(airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.
 
 
 def _run(
-    dag: Any, skill: float, loss: float = 1.2, day: int = 1, version: str = "v1", answer: Any = None
+    dag: Any,
+    skill: float,
+    loss: float = 1.2,
+    day: int = 1,
+    version: str = "v1",
+    answer: Any = None,
+    moment: pendulum.DateTime | None = None,
 ) -> dict[str, Any]:
     """One run whose model has ``skill`` and ``loss``: its publish and promote records. The run id
-    follows from ``day``: running a day again clears and reruns every task of that run."""
-    moment = pendulum.datetime(2026, 11, day, tz="UTC")
+    follows from ``day`` (or ``moment``, when given): running a day again clears and reruns every
+    task of that run."""
+    moment = moment or pendulum.datetime(2026, 11, day, tz="UTC")
     run = dag.test(
         logical_date=moment,
         run_after=moment,
@@ -51,13 +78,15 @@ def _outcome(run: dict[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def _row(table: str, run_id: str) -> str:
-    """The row of the run in the pipeline page's table of runs (its tooltips name other runs)."""
-    return table.split(f"<tr><td><code>{run_id}</code>", 1)[1].split("</tr>", 1)[0]
+    """The row of the run in the pipeline page's table of runs, by the link its run id is (the
+    tooltips of its model name the run too)."""
+    [row] = [row for row in table.split("<tr>") if f">{run_id}</a>" in row]
+    return row
 
 
 @pytest.mark.slow
 def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registered_once(
-    dag: Any, local_root: Path, capfd: pytest.CaptureFixture[str]
+    dag: Any, local_root: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     land_version(local_root, "v1", difficulty=0.0)
     land_version(local_root, "v2", difficulty=0.3)
@@ -128,11 +157,11 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert ">held</span>" in labels[worse["run_id"]]
     assert "title='guard failed: test_loss 2.5 is not at most 2'>held</span>" in labels[unguarded["run_id"]]
     for r in runs.values():
-        version = f"<span title='{r['registered']['uri']}'>v{r['registered']['version']}</span>"
-        assert version in labels[r["run_id"]] and ">on evaluation</small>" in labels[r["run_id"]]
+        model = f"{r['registered']['uri']}'>v{r['registered']['version']} · dataset {r['dataset_version']}<"
+        assert model in labels[r["run_id"]] and ">on evaluation</small>" in labels[r["run_id"]]
     # Every run and dataset version, oldest first, with the champion after each from promote's records.
-    assert table.count("<tr><td><code>") == 4
-    assert (table.count("<td>v1</td>"), table.count("<td>v2</td>")) == (1, 3)
+    assert table.count("<td class='model'>") == 4
+    assert (table.count("· dataset v1<"), table.count("· dataset v2<")) == (1, 3)
     legend = page.split("<h2>Across runs</h2>", 1)[1].split("</ol>", 1)[0]
     assert [line.endswith("— champion") for line in legend.split("</li>")[:4]] == [True, False, False, True]
     timeline = page.split("<h2>Champion after each run</h2>", 1)[1].split("<h2>Runs</h2>", 1)[0]
@@ -141,7 +170,9 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert [r["run_id"] in step for r, step in zip(runs.values(), steps, strict=True)] == [True] * 4
     assert [first["run_id"] in c for c in champions_after] == [True, True, True, False]
     latest = champions_after[3]
-    assert better["run_id"] in latest and f">v{better['registered']['version']}<" in latest
+    assert (
+        better["run_id"] in latest and f">run 4: v{better['registered']['version']} · dataset v2<" in latest
+    )
     assert "dataset v1" in champions_after[0] and "dataset v2" in champions_after[3]
     assert [step.startswith("<tr class='moved'>") for step in steps] == [True, False, False, True]
 
@@ -152,6 +183,35 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert again["promote"]["reason"] == "already the champion"
     assert len(registry.search_model_versions("name = 'scores'")) == 4
     assert len(asset_event_extras(CHAMPION)) == before + 2
+
+    # Today's run on a new version (0.6 there beats the champion's 0.52): the index reads the
+    # pipeline at a glance, with its champion's model, the gate's score and since when, its latest
+    # run, and the GPU-hours its jobs used (none here: the jobs ran on CPUs).
+    land_version(local_root, "v3", difficulty=0.1)
+    today = _run(dag, skill=0.7, version="v3", moment=pendulum.now("UTC"))
+    start_runs_when_their_tasks_did("scores_retrain")
+    # Beside the declared pipelines (the weekly one turned on) and a declaration that did not load.
+    monkeypatch.delenv("ALIYUN_TRAINING_PIPELINES_DIR")
+    deploy(*DagBag(dag_folder=str(DAG_FILE)).dags.values())
+    turn_on("cifar10_retrain")
+    broken = broken_declaration_dag(Path("pipelines/team-b.yaml"), BROKEN_ERROR)
+    deploy(broken)
+    pages = pages_client()
+    index = pages.get(f"{PREFIX}/").text
+    [listed] = [row for row in index.split("<tr>") if ">scores_retrain</a>" in row]
+    champion, last_run, _, used = listed.split("<td")[2:]
+    assert f">v{today['registered']['version']} · dataset v3</strong>" in champion
+    assert "<small>test_accuracy 0.6</small><small class='muted'>since " in champion
+    assert f"title='{today['run_id']}'>success</a>" in last_run
+    assert used.startswith(" class='number'>0.0</td></tr>"), "jobs were recorded: zero, not unknown"
+    assert f">{broken.dag_id}</a>" in index.split("<h2>Declarations that did not load</h2>", 1)[1]
+    screenshot_pages(
+        {
+            "pipelines-index": index,
+            "pipeline-history": pages.get(pipeline_page("scores_retrain")).text,
+            "run-report": pages.get(report_page("scores_retrain", today["run_id"])).text,
+        }
+    )
 
 
 @pytest.mark.slow

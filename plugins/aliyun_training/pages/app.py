@@ -26,8 +26,10 @@ from aliyun_training.pages.runs import (
     PLAN_TASK,
     PUBLISH_TASK,
     PageNotFound,
+    broken_declarations,
     pipeline_dag_ids,
     pipeline_runs,
+    pipeline_summaries,
     read_report,
     task_record,
 )
@@ -42,9 +44,11 @@ def create_app() -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def pipelines(user: GetUserDep, session: SessionDep) -> str:
-        """The deployed training pipelines this user may read."""
+        """The deployed training pipelines this user may read, and the declarations that did not load."""
         readable = get_auth_manager().get_authorized_dag_ids(user=user, method="GET", session=session)
-        return views.pipelines_index(sorted(set(pipeline_dag_ids(session)) & readable))
+        dag_ids = sorted(set(pipeline_dag_ids(session)) & readable)
+        broken = [b for b in broken_declarations(session) if b.dag_id in readable]
+        return views.pipelines_index(pipeline_summaries(session, dag_ids), broken)
 
     @app.get("/pipelines/{dag_id}", response_class=HTMLResponse, dependencies=read_runs)
     def pipeline(dag_id: str, session: SessionDep) -> str:

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
@@ -23,6 +22,7 @@ log = logging.getLogger(__name__)
 #: The tasks whose records the pages read; the DAG factory names its tasks with these.
 CONFIGURE_TASK = "configure"
 PLAN_TASK = "show_plan"
+TRAIN_TASK = "train"
 PUBLISH_TASK = "publish_artifacts"
 PROMOTE_TASK = "promote"
 APPROVE_TASK = "approve_promotion"
@@ -30,6 +30,8 @@ APPROVE_TASK = "approve_promotion"
 RETURN_VALUE = "return_value"
 #: The tag every DAG built from a pipeline declaration carries, and no other DAG of the package.
 PIPELINE_TAG = "training"
+#: The tag of the DAG that stands for a declaration file that did not load, in its pipeline's place.
+BROKEN_DECLARATION_TAG = "invalid-declaration"
 #: The tasks whose records count only once they succeeded: a cleared one still holds its old XCom.
 _SUCCEEDED_ONLY = (PUBLISH_TASK, PROMOTE_TASK)
 #: The states of a task that has not finished (yet): an approval waits in the last three.
@@ -87,6 +89,32 @@ class ChampionAfter:
     changed: bool
 
 
+@dataclass(frozen=True)
+class PipelineSummary:
+    """One pipeline as the index lists it: what a team asks of it at a glance."""
+
+    dag_id: str
+    #: The champion after the newest run the gate decided on; None where no gate decided yet.
+    champion: ChampionAfter | None
+    latest: RunRow | None
+    #: Whether the scheduler starts runs of it now (a paused pipeline only runs when triggered).
+    paused: bool
+    #: When the scheduler creates its next time-scheduled run; None without a time schedule.
+    next_run: datetime | None
+    #: Whether a new dataset version landing starts a run (an asset schedule).
+    on_new_version: bool
+    #: What this month's runs' training jobs used; None where no such run recorded a job.
+    gpu_hours: float | None
+
+
+@dataclass(frozen=True)
+class BrokenDeclaration:
+    """A declaration file that did not load: the DAG that stands for it and its error on one line."""
+
+    dag_id: str
+    error: str
+
+
 def promotion_status(row: RunRow) -> tuple[str, str] | None:
     """What the run did to the champion and why (the gate's reason); None where there is no gate.
 
@@ -132,16 +160,53 @@ def champions_after(rows: list[RunRow]) -> list[ChampionAfter]:
 
 def pipeline_dag_ids(session: Session) -> list[str]:
     """The ids of the deployed DAGs built from a pipeline declaration."""
-    from airflow.models.dag import DagModel, DagTag
+    return [model.dag_id for model in _tagged(session, PIPELINE_TAG)]
+
+
+def broken_declarations(session: Session) -> list[BrokenDeclaration]:
+    """The declaration files of this deployment that did not load, by the DAGs that stand for them:
+    the loader gives each the error (file, key path and fix) as its description."""
+    return [
+        BrokenDeclaration(model.dag_id, model.description or "")
+        for model in _tagged(session, BROKEN_DECLARATION_TAG)
+    ]
+
+
+def pipeline_summaries(session: Session, dag_ids: list[str]) -> list[PipelineSummary]:
+    """Each of the pipelines ``dag_ids``: its champion, latest run, next run and this month's GPU-hours."""
+    from airflow.models.dag import DagModel
     from sqlalchemy import select
 
-    return list(
-        session.scalars(
-            select(DagModel.dag_id)
-            .join(DagTag, DagTag.dag_id == DagModel.dag_id)
-            .where(DagTag.name == PIPELINE_TAG, DagModel.is_stale.is_(False))
-        ).all()
-    )
+    models = {m.dag_id: m for m in session.scalars(select(DagModel).where(DagModel.dag_id.in_(dag_ids)))}
+    month = datetime.now(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    summaries = []
+    for dag_id in dag_ids:
+        model, rows = models[dag_id], pipeline_runs(session, dag_id)
+        timeline = champions_after(rows)
+        summaries.append(
+            PipelineSummary(
+                dag_id=dag_id,
+                champion=timeline[-1] if timeline else None,
+                latest=rows[0] if rows else None,
+                paused=bool(model.is_paused),
+                next_run=model.next_dagrun_create_after,
+                on_new_version=model.asset_expression is not None,
+                gpu_hours=_gpu_hours_since(session, dag_id, month),
+            )
+        )
+    return summaries
+
+
+def run_gpu_hours(trained: dict[str, Any]) -> float:
+    """The GPU-hours a run's training task used (its ``JobResult``): every try's job once, at its
+    largest record, as the run's ``max_gpu_hours`` budget counts them (a try that lost track of a
+    job and the try that watched it end both record it). A record from before tries were recorded
+    counts its own job."""
+    largest: dict[str, float] = {}
+    for attempt in trained.get("attempts") or [trained]:
+        job_id = str(attempt.get("job_id"))
+        largest[job_id] = max(largest.get(job_id, 0.0), float(attempt.get("gpu_hours") or 0.0))
+    return sum(largest.values())
 
 
 def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRow]:
@@ -224,6 +289,38 @@ def read_report(published: dict[str, Any], alibaba_cloud_conn_id: str | None) ->
     if report != folder / REPORT_NAME or report.is_symlink() or not report.is_file():
         raise PageNotFound(f"no report at {report_uri}: it was moved or removed, or is not the set's own")
     return report.read_text(encoding="utf-8")
+
+
+def _tagged(session: Session, tag: str) -> list[Any]:
+    """The deployed (not stale) ``DagModel``s carrying ``tag``, by dag_id."""
+    from airflow.models.dag import DagModel, DagTag
+    from sqlalchemy import select
+
+    return list(
+        session.scalars(
+            select(DagModel)
+            .join(DagTag, DagTag.dag_id == DagModel.dag_id)
+            .where(DagTag.name == tag, DagModel.is_stale.is_(False))
+            .order_by(DagModel.dag_id)
+        ).all()
+    )
+
+
+def _gpu_hours_since(session: Session, dag_id: str, start: datetime) -> float | None:
+    """The GPU-hours of the training jobs of the pipeline's runs that ended after ``start`` or have
+    not ended; None where none of them recorded a training job (a failed one records none)."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import or_, select
+
+    run_ids = list(
+        session.scalars(
+            select(DagRun.run_id).where(
+                DagRun.dag_id == dag_id, or_(DagRun.end_date.is_(None), DagRun.end_date >= start)
+            )
+        ).all()
+    )
+    trained = _xcoms(session, dag_id, run_ids, [(TRAIN_TASK, RETURN_VALUE)]).values()
+    return sum(run_gpu_hours(record) for record in trained) if trained else None
 
 
 def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[str, str, str], Any]:

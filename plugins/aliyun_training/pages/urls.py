@@ -30,10 +30,15 @@ def plan_page(dag_id: str, run_id: str) -> str:
     return page_path("runs", dag_id, run_id, "plan")
 
 
-def airflow_run_url(dag_id: str, run_id: str) -> str:
-    """The run's page in Airflow's own UI: a whole address under ``[api] base_url``, or a path on
+def airflow_dag_url(dag_id: str) -> str:
+    """The DAG's page in Airflow's own UI: a whole address under ``[api] base_url``, or a path on
     the API server's origin when it is not set (a report opened from its file then says so)."""
-    return f"{_base_url()}/dags/{quote(dag_id, safe='')}/runs/{quote(run_id, safe='')}"
+    return f"{_base_url()}/dags/{quote(dag_id, safe='')}"
+
+
+def airflow_run_url(dag_id: str, run_id: str) -> str:
+    """The run's page in Airflow's own UI, under its DAG's."""
+    return f"{airflow_dag_url(dag_id)}/runs/{quote(run_id, safe='')}"
 
 
 def _base_url() -> str:

@@ -1,32 +1,39 @@
-"""The pages' HTML: the list of pipelines, a pipeline's runs, and a page for what is not there.
+"""The pages' HTML: the index of pipelines, a pipeline's runs, and a page for what is not there.
 
 Self-contained pages (inline CSS, no script), every value escaped: run ids, versions and metric
-names come from runs that anyone allowed to trigger the DAG could shape.
+names come from runs that anyone allowed to trigger the DAG could shape, and a broken declaration's
+error quotes its file. A model is named by its registry version and the dataset version it trained
+on, which a team knows it by; the run id, long and telling nothing of the model, is a small link.
 """
 
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from aliyun_training.artifacts.report import comparison_basis, duration, metric_charts
 from aliyun_training.pages.runs import CHAMPION, champions_after, promotion_status
-from aliyun_training.pages.urls import airflow_run_url, pipeline_page, plan_page, report_page
+from aliyun_training.pages.urls import airflow_dag_url, airflow_run_url, pipeline_page, plan_page, report_page
 
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from aliyun_training.pages.runs import ChampionAfter, RunRow
+    from aliyun_training.pages.runs import BrokenDeclaration, ChampionAfter, PipelineSummary, RunRow
 
+#: Tables scroll inside their box rather than widen the page; a run id breaks anywhere; an SVG
+#: chart draws its y-axis labels left of its box (a long tick would otherwise be cut off).
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:78em;padding:0 1em;color:#1b1f24}"
-    "table{border-collapse:collapse;width:100%}th,td{text-align:left;padding:.35em .6em;"
-    "border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
+    ".table{overflow-x:auto}table{border-collapse:collapse;width:100%}th,td{text-align:left;"
+    "padding:.35em .6em;border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
     ".state-success{color:#1a7f37}.state-failed{color:#cf222e}.state-running,.state-queued{color:#9a6700}"
-    ".charts{display:flex;flex-wrap:wrap;gap:8px}ol.muted{list-style:none;padding:0}"
+    ".charts{display:flex;flex-wrap:wrap;gap:8px}.charts svg{overflow:visible}"
+    "ol.muted{list-style:none;padding:0}"
     "code{font-size:.9em}.muted{color:#57606a}.promotion-champion{color:#1a7f37;font-weight:bold}"
     ".promotion-not-approved{color:#cf222e}.promotion-awaiting-approval,.promotion-pending{color:#9a6700}"
-    "tr.moved td{background:#dafbe1}small{display:block}"
+    "tr.moved td{background:#dafbe1}small{display:block}.model{min-width:11em;max-width:18em}"
+    ".run-id{font-family:monospace;overflow-wrap:anywhere}.number{text-align:right}"
+    ".error{font-family:monospace;font-size:.85em;overflow-wrap:anywhere;white-space:pre-wrap}"
 )
 
 
@@ -38,46 +45,128 @@ def page(title: str, body: str) -> str:
     )
 
 
-def pipelines_index(dag_ids: list[str]) -> str:
-    """The training pipelines the user may read, each linking to its page."""
-    items = "".join(f"<li><a href='{escape(pipeline_page(d))}'>{escape(d)}</a></li>" for d in dag_ids)
-    listing = f"<ul>{items}</ul>" if items else "<p>No training pipeline you may read is deployed.</p>"
-    return page("Training pipelines", f"<h1>Training pipelines</h1>{listing}")
+def pipelines_index(summaries: list[PipelineSummary], broken: list[BrokenDeclaration]) -> str:
+    """The training pipelines the user may read, one line each: its champion, its latest run, when
+    it runs next and what its training used this month; then the declaration files that did not
+    load, each with its error, since their pipelines are missing from the list above."""
+    rows = "".join(_summary_row(summary) for summary in summaries)
+    listing = (
+        "<div class='table'><table><thead><tr><th>Pipeline</th><th>Champion</th><th>Last run</th>"
+        "<th>Next run</th><th class='number' title='GPUs times hours of the training jobs of the runs "
+        "that ended this month (UTC) or are under way'>GPU-hours this month</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table></div>"
+        if rows
+        else "<p>No training pipeline you may read is deployed.</p>"
+    )
+    return page("Training pipelines", f"<h1>Training pipelines</h1>{listing}{_broken(broken)}")
+
+
+def _summary_row(summary: PipelineSummary) -> str:
+    """The pipeline's line; its last run by state and when it ended, the run id on hover (a team
+    asks whether it worked and how fresh it is, not which run it was)."""
+    dag_id = summary.dag_id
+    latest = summary.latest
+    last = (
+        f"<a class='state-{escape(latest.state)}' href='{escape(airflow_run_url(dag_id, latest.run_id))}' "
+        f"title='{escape(latest.run_id)}'>{escape(latest.state)}</a>"
+        f"<small class='muted'>{_when(latest.ended or latest.started)}</small>"
+        if latest
+        else "<span class='muted'>no runs yet</span>"
+    )
+    used = summary.gpu_hours
+    return (
+        f"<tr><td><a href='{escape(pipeline_page(dag_id))}'>{escape(dag_id)}</a></td>"
+        f"<td>{_champion(summary.champion)}</td><td>{last}</td><td>{_next_run(summary)}</td>"
+        f"<td class='number'>{'—' if used is None else f'{used:,.1f}'}</td></tr>"
+    )
+
+
+def _champion(step: ChampionAfter | None) -> str:
+    """The champion by its model, the gate's metric when it was promoted and since when (the end of
+    the run that promoted it); a dash where no gate decided yet."""
+    if step is None:
+        return "<span class='muted'>—</span>"
+    champion = step.champion
+    if champion is None:
+        return (
+            f"<code>{escape(step.champion_run_id)}</code>"
+            if step.champion_run_id
+            else "<span class='muted'>none yet</span>"
+        )
+    decision = champion.promotion or {}
+    score = decision.get("candidate")
+    metric = f"{decision.get('metric')} {score:.4g}" if isinstance(score, int | float) else ""
+    since = champion.ended or champion.started
+    return (
+        f"<strong title='{escape(_model_title(champion))}'>{escape(_model_name(champion))}</strong>"
+        f"<small>{escape(metric)}</small>"
+        + (f"<small class='muted'>since {_when(since)}</small>" if since else "")
+    )
+
+
+def _next_run(summary: PipelineSummary) -> str:
+    """When the scheduler starts the pipeline's next run, in words: its next time, a new version's
+    landing, or only when someone triggers it."""
+    ways = ([_when(summary.next_run)] if summary.next_run else []) + (
+        ["when a new dataset version lands"] if summary.on_new_version else []
+    )
+    if not ways:
+        return "<span class='muted'>manual</span>"
+    if summary.paused:
+        return "<span class='muted' title='turned off: it runs only when triggered'>paused</span>"
+    return " or ".join(ways)
+
+
+def _broken(broken: list[BrokenDeclaration]) -> str:
+    """The declarations that did not load, each linking to its DAG in Airflow, whose docs hold the
+    whole error; nothing where every declaration loaded."""
+    if not broken:
+        return ""
+    rows = "".join(
+        f"<tr><td><a href='{escape(airflow_dag_url(b.dag_id))}'>{escape(b.dag_id)}</a></td>"
+        f"<td class='error'>{escape(b.error)}</td></tr>"
+        for b in broken
+    )
+    return (
+        "<h2>Declarations that did not load</h2><p class='muted'>Each file's pipeline is off until the "
+        "file is fixed; the DAG standing for it shows the whole error.</p><div class='table'><table>"
+        f"<thead><tr><th>DAG</th><th>Error</th></tr></thead><tbody>{rows}</tbody></table></div>"
+    )
 
 
 def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
-    """A pipeline's runs, newest first: state, version, backend, final metrics and their pages."""
+    """A pipeline's runs, newest first: model, state, backend, final metrics and their pages."""
     metric_names = sorted({name for row in rows for name in row.metrics})
     head = "".join(
         f"<th>{escape(h)}</th>"
-        for h in ["Run", "Type", "State", "Logical date", "Dataset version", "Model", "Backend", "Took"]
+        for h in ["Model", "State", "Type", "Logical date", "Backend", "Took"]
         + [name.removeprefix("final_").replace("_", " ") for name in metric_names]
         + ["Promotion", "Pages"]
     )
     body = "".join(_run_row(dag_id, row, metric_names) for row in rows)
     table = (
-        f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+        f"<div class='table'><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>"
         if rows
         else "<p>No runs yet: trigger one from the DAG's page.</p>"
     )
     return page(
         f"{dag_id}: training runs",
         f"<h1>{escape(dag_id)}</h1>{_history(rows)}{_champion_timeline(rows)}<h2>Runs</h2>"
-        "<p class='muted'>Newest first, with the dataset version each trained on, its model's version "
-        f"in the registry and its final metrics.</p>{table}",
+        "<p class='muted'>Newest first: each run's model by its version in the registry and the dataset "
+        f"version it trained on, with its final metrics.</p>{table}",
     )
 
 
 def _history(rows: list[RunRow]) -> str:
     """The final metrics of the runs that published a model, oldest first, charted run by run, with
-    which dataset version each was and which became champion."""
+    which model each was and which became champion."""
     published = [row for row in reversed(rows) if row.metrics]
     if len(published) < 2:
         return ""
     names = sorted({name.removeprefix("final_") for row in published for name in row.metrics})
     series = {name: [row.metrics.get(f"final_{name}") for row in published] for name in names}
     legend = "".join(
-        f"<li>run {i}: {escape(row.dataset_version or '')} <code>{escape(row.run_id)}</code>"
+        f"<li title='{escape(_model_title(row))}'>run {i}: {escape(_model_name(row))}"
         f"{' — champion' if _became_champion(row) else ''}</li>"
         for i, row in enumerate(published, 1)
     )
@@ -88,17 +177,17 @@ def _history(rows: list[RunRow]) -> str:
 
 
 def _champion_timeline(rows: list[RunRow]) -> str:
-    """Oldest first, which run's model was the champion after each run the gate decided on."""
+    """Oldest first, which model was the champion after each run the gate decided on."""
     timeline = champions_after(rows)
     if not timeline:
         return ""
     number = {step.run.run_id: i for i, step in enumerate(timeline, 1)}
     body = "".join(_timeline_row(i, step, number) for i, step in enumerate(timeline, 1))
     return (
-        "<h2>Champion after each run</h2><p class='muted'>Oldest first: a promotion makes its run the "
-        "champion (highlighted), any other outcome leaves the one before it.</p><table><thead><tr>"
-        "<th>#</th><th>Run</th><th>Dataset version</th><th>Model</th><th>Promotion</th>"
-        f"<th>Champion after it</th></tr></thead><tbody>{body}</tbody></table>"
+        "<h2>Champion after each run</h2><p class='muted'>Oldest first: a promotion makes its run's model "
+        "the champion (highlighted), any other outcome leaves the one before it.</p><div class='table'>"
+        "<table><thead><tr><th>#</th><th>Model</th><th>Promotion</th><th>Champion after it</th></tr>"
+        f"</thead><tbody>{body}</tbody></table></div>"
     )
 
 
@@ -106,18 +195,15 @@ def _timeline_row(i: int, step: ChampionAfter, number: dict[str, int]) -> str:
     row, champion = step.run, step.champion
     if step.champion_run_id is None:
         after = "<span class='muted'>none yet</span>"
+    elif champion is None:
+        after = f"<code>{escape(step.champion_run_id)}</code>"
     else:
-        which = f"run {number[step.champion_run_id]}: " if step.champion_run_id in number else ""
-        details = []
-        if champion is not None and champion.registered:
-            details.append(f"model {_version(champion.registered)}")
-        if champion is not None and champion.dataset_version:
-            details.append(f"dataset {escape(champion.dataset_version)}")
-        after = f"{which}<code>{escape(step.champion_run_id)}</code>" + "".join(f", {d}" for d in details)
+        which = f"run {number[champion.run_id]}: " if champion.run_id in number else ""
+        after = f"<span title='{escape(_model_title(champion))}'>{which}{escape(_model_name(champion))}"
+        after += "</span>"
     moved = " class='moved'" if step.changed else ""
     return (
-        f"<tr{moved}><td>{i}</td><td><code>{escape(row.run_id)}</code></td>"
-        f"<td>{escape(row.dataset_version or '')}</td><td>{_version(row.registered)}</td>"
+        f"<tr{moved}><td>{i}</td><td title='{escape(_model_title(row))}'>{escape(_model_name(row))}</td>"
         f"<td>{_promotion(row)}</td><td>{after}</td></tr>"
     )
 
@@ -127,22 +213,40 @@ def not_found_page(message: str) -> str:
 
 
 def _run_row(dag_id: str, row: RunRow, metric_names: list[str]) -> str:
-    links = [f"<a href='{escape(airflow_run_url(dag_id, row.run_id))}'>Airflow run</a>"]
+    links = []
     if row.has_report:
-        links.append(f"<a href='{escape(report_page(dag_id, row.run_id))}'>Run report</a>")
+        links.append(f"<a href='{escape(report_page(dag_id, row.run_id))}'>Report</a>")
     if row.has_plan:
-        links.append(f"<a href='{escape(plan_page(dag_id, row.run_id))}'>Run plan</a>")
+        links.append(f"<a href='{escape(plan_page(dag_id, row.run_id))}'>Plan</a>")
     metrics = "".join(
-        f"<td>{row.metrics[name]:.4g}</td>" if name in row.metrics else "<td></td>" for name in metric_names
+        f"<td class='number'>{row.metrics[name]:.4g}</td>" if name in row.metrics else "<td></td>"
+        for name in metric_names
     )
     return (
-        f"<tr><td><code>{escape(row.run_id)}</code></td><td>{escape(row.run_type)}</td>"
-        f"<td class='state-{escape(row.state)}'>{escape(row.state)}</td>"
-        f"<td>{_when(row.logical_date)}</td><td>{escape(row.dataset_version or '')}</td>"
-        f"<td>{_version(row.registered)}</td>"
-        f"<td>{escape(row.backend or '')}</td><td>{_took(row.started, row.ended)}</td>{metrics}"
+        f"<tr><td class='model'><span title='{escape(_model_title(row))}'>{escape(_model_name(row))}</span>"
+        f"<small><a class='run-id' href='{escape(airflow_run_url(dag_id, row.run_id))}' "
+        f"title='Open the run in Airflow'>{escape(row.run_id)}</a></small></td>"
+        f"<td class='state-{escape(row.state)}'>{escape(row.state)}</td><td>{escape(row.run_type)}</td>"
+        f"<td>{_when(row.logical_date)}</td><td>{escape(row.backend or '')}</td>"
+        f"<td>{_took(row.started, row.ended)}</td>{metrics}"
         f"<td>{_promotion(row, basis=True)}</td><td>{' · '.join(links)}</td></tr>"
     )
+
+
+def _model_name(row: RunRow) -> str:
+    """The run's model as a team names it, "v7 · dataset 2026-11-22": its version in the registry
+    (none before it is registered) and the dataset version it trained on (none before it is known)."""
+    version = (row.registered or {}).get("version")
+    names = ([f"v{version}"] if version is not None else []) + (
+        [f"dataset {row.dataset_version}"] if row.dataset_version else []
+    )
+    return " · ".join(names) or "no model"
+
+
+def _model_title(row: RunRow) -> str:
+    """What a model's name shows on hover: the run that trained it and its registry URI."""
+    uri = (row.registered or {}).get("uri")
+    return f"run {row.run_id}" + (f", {uri}" if uri else "")
 
 
 def _promotion(row: RunRow, basis: bool = False) -> str:
@@ -167,14 +271,6 @@ def _promotion(row: RunRow, basis: bool = False) -> str:
 def _became_champion(row: RunRow) -> bool:
     status = promotion_status(row)
     return status is not None and status[0] == CHAMPION
-
-
-def _version(registered: dict[str, Any] | None) -> str:
-    """The registry's version of a model ("v3"), its registry URI on hover; empty when unregistered."""
-    if not registered or registered.get("version") is None:
-        return ""
-    uri, version = str(registered.get("uri") or ""), str(registered["version"])
-    return f"<span title='{escape(uri)}'>v{escape(version)}</span>"
 
 
 def _when(moment: datetime | None) -> str:
