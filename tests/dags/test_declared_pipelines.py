@@ -14,9 +14,10 @@ from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.declaration import load_declaration
 from aliyun_training.operators.prepare import DatasetPrepareOperator
+from aliyun_training.pages.runs import BROKEN_DECLARATION_TAG
 from aliyun_training.pages.urls import report_page
 from aliyun_training.pipelines import load_pipelines, training_pipeline
-from aliyun_training.pipelines.folder import BROKEN_DECLARATION_TAG, broken_dag_id
+from aliyun_training.pipelines.folder import broken_dag_id
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]
@@ -141,7 +142,7 @@ def test_each_broken_declaration_is_a_failing_dag_of_its_own_naming_file_and_key
     refused = {dag.dag_id: dag for dag in bag.dags.values() if BROKEN_DECLARATION_TAG in dag.tags}
     files = ["broken", "typo", *loose, "team_a"]
     assert set(refused) == {broken_dag_id(folder / f"{name}.yaml") for name in files}, "one DAG per file"
-    assert refused[broken_dag_id(broken)].description.startswith(f"pipeline declaration {broken}")
+    assert refused[broken_dag_id(broken)].description.startswith(f"{broken.name}: - ")
     assert [task.task_id for task in refused[broken_dag_id(typo)].tasks] == ["declaration_error"]
     error = "\n".join(dag.doc_md or "" for dag in refused.values())
     assert f"pipeline declaration {broken}" in error and "dataset.name: Field required" in error

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
+from aliyun_training.pages.runs import BROKEN_DECLARATION_TAG
 from aliyun_training.pipelines import load_pipelines
-from aliyun_training.pipelines.folder import BROKEN_DECLARATION_PREFIX, BROKEN_DECLARATION_TAG
+from aliyun_training.pipelines.folder import BROKEN_DECLARATION_PREFIX
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from tests.dags.test_declared_pipelines import DAG_FILE
 
@@ -197,3 +198,14 @@ def _recorded() -> tuple[dict[str, bool], dict[str, str]]:
                 if model.dag_id.startswith(BROKEN_DECLARATION_PREFIX)
             },
         )
+
+
+def test_a_long_error_is_cut_in_the_dag_list_after_its_last_whole_item(tmp_path: Path) -> None:
+    path = _declare(tmp_path, "long.yaml", "long_retrain", "digits")
+    path.write_text(path.read_text() + "".join(f"unknown_key_number_{n}: 1\n" for n in range(20)))
+
+    (dag,) = [dag for dag in load_pipelines(tmp_path).values() if BROKEN_DECLARATION_TAG in dag.tags]
+
+    assert len(dag.description) <= 300 and dag.description.startswith("long.yaml: "), dag.description
+    assert dag.description.endswith(" …") and "unknown_key_number_19" not in dag.description
+    assert "unknown_key_number_19" in dag.doc_md, "the docs hold the whole error"

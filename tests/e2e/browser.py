@@ -63,11 +63,30 @@ class Browser:
         self.shot(f"{task_id}-details")
         return str(link.get_attribute("href"))
 
-    def open(self, url: str, shot: str) -> str:
-        """Open ``url`` as a user following a link; the page's text."""
+    def dag_docs(self, dag_id: str, showing: str) -> str:
+        """The DAG's docs as its page's "Dag Docs" button shows them, once they show ``showing``."""
+        from selenium.webdriver.common.by import By
+
+        self.driver.get(f"{self.url}/dags/{dag_id}")
+        self.driver.find_element(By.XPATH, f"//*[contains(text(), '{dag_id}')]")
+        self.shot(dag_id)
+        self.driver.find_element(
+            By.XPATH, "//button[contains(., 'Dag Docs') or @aria-label='Dag Docs']"
+        ).click()
+        docs = self.driver.find_element(
+            By.XPATH, f"//*[contains(text(), '{showing}')]/ancestor::*[@role='dialog']"
+        )
+        self.shot(f"{dag_id}-docs")
+        return str(docs.text)
+
+    def open(self, url: str, shot: str, showing: str | None = None) -> str:
+        """Open ``url`` as a user following a link; the page's text, once it shows ``showing`` (a page
+        of the UI's single-page app draws its content after the page loaded)."""
         from selenium.webdriver.common.by import By
 
         self.driver.get(url)
+        if showing is not None:
+            self.driver.find_element(By.XPATH, f"//*[contains(text(), '{showing}')]")
         text = str(self.driver.find_element(By.TAG_NAME, "body").text)
         self.shot(shot)
         return text

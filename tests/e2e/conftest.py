@@ -10,6 +10,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -19,11 +20,18 @@ import pytest
 from fakes.account import Account, emulated_account
 from fakes.deployment import PROJECT_DIR, Deployment, deployment
 from fakes.environment_files import pipelines_folder
+from tests.dags.scores_pipeline import DECLARATION, EVALUATE, TRAIN, land_version
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
 DAG_ID = "cifar10_retrain"
+#: The pipeline beside it whose promotions wait for a person (tests/dags/scores_pipeline.py's): its
+#: job and evaluation take a second, so a run reaches its approval quickly.
+APPROVED_DAG_ID = "scores_approved"
+#: A declaration file one team broke (a misspelled key), in every deployment's folder: the other
+#: pipelines must stay listed, scheduled and runnable beside it.
+BROKEN_FILE = "team-b-broken.yaml"
 #: Shorter than production so failure detection fits a test: a dead worker's task is noticed after
 #: 20 s, a dead triggerer's triggers move after 10 s, and a retry starts 5 s after its failure
 #: (the DAG's retry_delay, 1 min with exponential backoff, caps at this global maximum). The DAG
@@ -100,15 +108,16 @@ def _started(
         _synthetic_dataset(local_root / "object-store" / "cifar10" / scheduled)
     else:
         tuning["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = "False"
+    # Every task process parses the DAG file: the runs here are CIFAR-10's, with the account's MLflow
+    # store, which every deployment against the account shares; beside it, a small pipeline with an
+    # approval and a broken declaration.
+    folder = pipelines_folder(root / "pipelines", "cifar10", tracking_uri=shared_registry(account))
+    _declare_beside(folder, local_root)
     env = {
         **account.connections(),
         "ALIYUN_TRAINING_LOCAL_ROOT": str(local_root),
         "ALIYUN_TRAINING_ENVIRONMENT_DIR": str(account.environment_dir),
-        # Every task process parses the DAG file: the runs here are CIFAR-10's, so only it is declared,
-        # with the account's MLflow store, which every deployment against the account shares.
-        "ALIYUN_TRAINING_PIPELINES_DIR": str(
-            pipelines_folder(root / "pipelines", "cifar10", tracking_uri=shared_registry(account))
-        ),
+        "ALIYUN_TRAINING_PIPELINES_DIR": str(folder),
     }
     with deployment(root, env, tuning, triggerer=triggerer) as airflow:
         reporter = request.config.pluginmanager.get_plugin("terminalreporter")
@@ -119,6 +128,20 @@ def _started(
         airflow.wait_for_dag(DAG_ID)
         airflow.unpause(DAG_ID)
         yield airflow
+
+
+def _declare_beside(folder: Path, local_root: Path) -> None:
+    """The approval pipeline (with a landed version to train on) and the broken file, in ``folder``."""
+    approval = "approval: {timeout_hours: 1}"
+    (folder / "scores.yaml").write_text(
+        DECLARATION.format(dag_id=APPROVED_DAG_ID, model="approved", approval=approval)
+    )
+    (folder / "code").mkdir(exist_ok=True)
+    (folder / "code" / "train.py").write_text(textwrap.dedent(TRAIN))
+    (folder / "code" / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
+    land_version(local_root, "v1", difficulty=0.0)
+    broken = (folder / "scores.yaml").read_text().replace(APPROVED_DAG_ID, "team_b_retrain")
+    (folder / BROKEN_FILE).write_text(broken.replace("model: approved", "modle: team-b"))
 
 
 def shared_registry(account: Account) -> str:

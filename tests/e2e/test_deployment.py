@@ -24,11 +24,12 @@ from aliyun_training.kubernetes.names import INSTALLATION_LABEL
 from aliyun_training.model_registry.mlflow import champion_alias
 from aliyun_training.operators.ownership import derived_installation_id
 from aliyun_training.pages.urls import pipeline_page
+from aliyun_training.pipelines.folder import BROKEN_DECLARATION_PREFIX
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from fakes.account import TRAIN_PREFIX, Account, dlc_lifetime, kube_lifetime
 from fakes.deployment import ADMIN, PROJECT_DIR, Deployment, wait_until
 from tests.e2e.browser import browser
-from tests.e2e.conftest import DAG_ID, latest_weekly_date, shared_registry
+from tests.e2e.conftest import APPROVED_DAG_ID, BROKEN_FILE, DAG_ID, latest_weekly_date, shared_registry
 from tests.e2e.runs import (
     RUN_TIMEOUT,
     arena_conf,
@@ -413,6 +414,39 @@ def _wait_for_asset_runs(airflow: Deployment, count: int, timeout: float) -> lis
 
     wait_until(started, timeout, f"{count} asset-triggered run(s) of {LANDING_DAG_ID}", lambda: found)
     return found["runs"]
+
+
+def test_a_broken_declaration_shows_its_error_and_hides_no_pipeline_whose_approval_run_completes(
+    airflow: Deployment, shots: Path
+) -> None:
+    """One team's misspelled key, in the folder since the deployment started: what the dag-processor
+    recorded keeps every pipeline active, the broken file is a failing DAG of its own, and a run of
+    another pipeline that waits for a person completes once answered (the file does not strand it)."""
+    broken = f"{BROKEN_DECLARATION_PREFIX}{BROKEN_FILE}"
+    dags = {dag["dag_id"]: dag for dag in airflow.ok("GET", "/dags", params={"limit": 100})["dags"]}
+    assert {DAG_ID, APPROVED_DAG_ID, broken} <= set(dags)
+    assert not any(dag["is_stale"] for dag in dags.values())
+    assert f"{BROKEN_FILE}: - artifacts.modle: Extra inputs are not permitted" in dags[broken]["description"]
+    assert airflow.ok("GET", "/importErrors")["total_entries"] == 0, "the DAG file itself loads"
+
+    airflow.unpause(APPROVED_DAG_ID)
+    run_id = airflow.trigger(APPROVED_DAG_ID, {}, logical("2026-11-26"))
+    airflow.wait_for_task(APPROVED_DAG_ID, run_id, "approve_promotion", {"awaiting_input"}, RUN_TIMEOUT)
+    with browser(airflow.url, shots) as user:
+        user.sign_in(ADMIN, airflow.password, f"/dags/{DAG_ID}")
+        listed = user.open(f"{airflow.url}/dags", "dags-beside-a-broken-declaration", showing=broken)
+        index = user.open(f"{airflow.url}/aliyun-training/", "pipelines-index-with-a-broken-declaration")
+        docs = user.dag_docs(broken, showing="artifacts.modle")
+    task = f"/dags/{APPROVED_DAG_ID}/dagRuns/{run_id}/taskInstances/approve_promotion/-1/hitlDetails"
+    airflow.ok("PATCH", task, json={"chosen_options": ["Approve"], "params_input": {}})
+
+    assert airflow.wait_for_run(APPROVED_DAG_ID, run_id, RUN_TIMEOUT) == "success"
+    assert airflow.task_states(APPROVED_DAG_ID, run_id)["promote"] == "success"
+    assert airflow.xcom(APPROVED_DAG_ID, run_id, "promote")["promoted"] is True
+    assert DAG_ID in listed and APPROVED_DAG_ID in listed and broken in listed
+    assert broken in index and "artifacts.modle" in index, "the pipelines index lists the broken file"
+    assert "artifacts.modle: Extra inputs are not permitted" in docs, "the DAG's docs show the error"
+    assert f"Pipeline declaration {BROKEN_FILE} did not load" in docs
 
 
 def test_no_secret_reaches_any_service_or_task_log(airflow: Deployment) -> None:

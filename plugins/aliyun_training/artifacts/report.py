@@ -79,6 +79,8 @@ def metric_chart_svg(
 
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{_WIDTH}" height="{_HEIGHT}" role="img" '
+        # Long tick labels (4 significant digits, a percentage) reach left of the plot's padding.
+        'overflow="visible" '
         f'aria-label="{escape(", ".join(_label(name) for name in series))} per {escape(x_label)}">',
         f'<line x1="{_PAD}" y1="{_HEIGHT - _PAD}" x2="{_WIDTH - _PAD}" y2="{_HEIGHT - _PAD}" stroke="#555"/>',
         f'<line x1="{_PAD}" y1="{_PAD}" x2="{_PAD}" y2="{_HEIGHT - _PAD}" stroke="#555"/>',

@@ -25,11 +25,12 @@ from aliyun_training.declaration import (
     declaration_files,
     load_declaration,
 )
+from aliyun_training.pages.runs import BROKEN_DECLARATION_TAG
 
 #: Every broken declaration file's DAG id starts with this; no declared pipeline may take it.
 BROKEN_DECLARATION_PREFIX = "invalid_declaration__"
-#: The tag of the broken declarations' DAGs: the DAG list's filter, and what the pipelines index lists.
-BROKEN_DECLARATION_TAG = "invalid-declaration"
+#: How long a broken declaration's DAG description may be: the DAG list shows it in one line.
+DESCRIPTION_LENGTH = 300
 
 
 def load_pipelines(folder: str | Path, environment_dir: str | Path | None = None) -> dict[str, DAG]:
@@ -78,12 +79,12 @@ def broken_declaration_dag(path: Path, error: str) -> DAG:
 
     Scheduled ``@once`` and not paused, its one run fails at once with the error (the run's failure
     is what the DAG list and a deployment's alerting show); its description is the error on one
-    line and its docs the whole error. The file's own pipeline, if it ever loaded, is gone from the
+    line (the file's name, then its first items) and its docs the whole error. The file's own pipeline, if it ever loaded, is gone from the
     DAG list until the file is fixed: nothing of a broken declaration can be trusted to run.
     """
     with DAG(
         dag_id=broken_dag_id(path),
-        description=" ".join(error.split())[:300],
+        description=_one_line(error.replace(f"pipeline declaration {path}", path.name, 1)),
         doc_md=f"### Pipeline declaration `{path.name}` did not load\n\n"
         f"```\n{error}\n```\n\nThe folder's other pipelines loaded. Fix the file: at the next parse "
         "this DAG goes and the pipeline it declares takes its place.",
@@ -96,6 +97,18 @@ def broken_declaration_dag(path: Path, error: str) -> DAG:
     ) as dag:
         _declaration_error(error)
     return dag
+
+
+def _one_line(error: str) -> str:
+    """The error on one line, cut after its last whole item (``- key: problem (fix: ...)``) that fits,
+    else after a whole word."""
+    line = " ".join(error.split())
+    if len(line) <= DESCRIPTION_LENGTH:
+        return line
+    cut = line.rfind(" - ", 0, DESCRIPTION_LENGTH - 2)
+    if cut <= line.find(" - "):
+        cut = line.rfind(" ", 0, DESCRIPTION_LENGTH - 2)
+    return line[:cut] + " …"
 
 
 def broken_dag_id(path: Path) -> str:
@@ -132,10 +145,11 @@ def _conflicts(declarations: dict[Path, PipelineDeclaration], reserved: dict[str
 
     A dag_id of the provider's own DAGs (``reserved``, by the DAG each names), or one of the broken
     declarations' ids, would silently replace it. A model name (``artifacts.model``, else
-    ``dataset.name``) is the registered model, the champion Asset and its pointer, and the artifact sets' folder: two pipelines of one model would
-    move one champion between each other's models. Neither file is more the model's owner than the
-    other, and taking the first by file name would let a new file take the model by its name, so
-    every file of a shared model is refused, naming the others; the other pipelines load.
+    ``dataset.name``) is the registered model, the champion Asset and its pointer, and the artifact
+    sets' folder: two pipelines of one model would move one champion between each other's models.
+    Neither file is more the model's owner than the other, and taking the first by file name would
+    let a new file take the model by its name, so every file of a shared model is refused, naming
+    the others; the other pipelines load.
     """
     by_model: dict[str, list[Path]] = {}
     for path, declaration in declarations.items():
