@@ -325,6 +325,16 @@ def _promotion(oss: OssEmulator) -> dict:
     return json.loads(oss.get(BUCKET, PREFIX + "manifest.json"))["promotion"]
 
 
+def _record_refusal(artifacts: ArtifactSet) -> bool:
+    """Record, as run manual__1's promote would, that its candidate was not approved."""
+    return record_outcome(
+        artifacts,
+        *_refused(artifacts),
+        ("cifar10_retrain", "manual__1"),
+        OssClientConfig.from_connection("alibaba_cloud_default"),
+    )
+
+
 def test_the_outcome_replaces_the_manifest_and_the_report_objects_and_nothing_else(oss, tmp_path):
     files = publisher_outputs(tmp_path / "out", "ours")
     artifacts = _publish(tmp_path / "out", _run("manual__1"))
@@ -332,12 +342,7 @@ def test_the_outcome_replaces_the_manifest_and_the_report_objects_and_nothing_el
     assert b"Awaiting approval</strong>" in oss.get(BUCKET, PREFIX + "report.html")
     oss.clear_records()
 
-    recorded = record_outcome(
-        artifacts,
-        *_refused(artifacts),
-        ("cifar10_retrain", "manual__1"),
-        OssClientConfig.from_connection("alibaba_cloud_default"),
-    )
+    recorded = _record_refusal(artifacts)
 
     assert recorded is True
     promotion = _promotion(oss)
@@ -355,12 +360,7 @@ def test_the_outcome_is_not_recorded_in_a_set_another_run_published_since(oss, t
     before = {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)}
     oss.clear_records()
 
-    recorded = record_outcome(
-        ours,
-        *_refused(ours),
-        ("cifar10_retrain", "manual__1"),
-        OssClientConfig.from_connection("alibaba_cloud_default"),
-    )
+    recorded = _record_refusal(ours)
 
     assert recorded is False
     assert {key: oss.get(BUCKET, key) for key in oss.keys(BUCKET, PREFIX)} == before
