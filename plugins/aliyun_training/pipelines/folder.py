@@ -79,8 +79,9 @@ def broken_declaration_dag(path: Path, error: str) -> DAG:
 
     Scheduled ``@once`` and not paused, its one run fails at once with the error (the run's failure
     is what the DAG list and a deployment's alerting show); its description is the error on one
-    line (the file's name, then its first items) and its docs the whole error. The file's own pipeline, if it ever loaded, is gone from the
-    DAG list until the file is fixed: nothing of a broken declaration can be trusted to run.
+    line (the file's name, then its first items) and its docs the whole error. The file's own
+    pipeline, if it ever loaded, is gone from the DAG list until the file is fixed: nothing of a
+    broken declaration can be trusted to run.
     """
     with DAG(
         dag_id=broken_dag_id(path),
