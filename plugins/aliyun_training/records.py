@@ -8,7 +8,7 @@ about is in ``spec``.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ from aliyun_training.failures import FailureClass
 from aliyun_training.registry import Backend
 from aliyun_training.spec import DATASET_VERSION_PATTERN, DatasetMount, TrainingJobSpec
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable
 
 H = TypeVar("H")
 
@@ -80,6 +83,17 @@ class BuiltImage(BaseModel):
     ibv_devices: list[str] = Field(default_factory=list)
     #: The bandwidth check's programs found in the image (ib_write_bw, mpirun, all_reduce_perf).
     tools: list[str] = Field(default_factory=list)
+
+
+def jobs_gpu_hours(records: Iterable[tuple[str, float]], excluding: str | None = None) -> float:
+    """The GPU-hours of the jobs in ``records`` (job id, GPU-hours), each job once at its largest
+    record, but ``excluding``: two tries may have recorded one job, one that lost track of it and
+    one that watched it end. The run's ``max_gpu_hours`` budget and the pages' monthly use count so."""
+    per_job: dict[str, float] = {}
+    for job_id, gpu_hours in records:
+        if job_id != excluding:
+            per_job[job_id] = max(per_job.get(job_id, 0.0), gpu_hours)
+    return round(sum(per_job.values()), 6)
 
 
 class Attempt(BaseModel):

@@ -41,7 +41,7 @@ from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
-from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset
+from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, jobs_gpu_hours
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner, mounted_output_uri
 from aliyun_training.triggers.training import TrainingJobTrigger
@@ -283,7 +283,8 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         limit = self.plan.max_gpu_hours
         if limit is None:
             return None
-        used = gpu_hours_used(_stored_attempts(context), excluding=handle.job_id)
+        attempts = _stored_attempts(context)
+        used = jobs_gpu_hours(((a.job_id, a.gpu_hours) for a in attempts), excluding=handle.job_id)
         self.log.info("GPU-hour budget: %.3f of %g used by earlier jobs of this task", used, limit)
         return GpuBudget(gpus=spec.nodes * spec.gpus_per_node, hours_left=max(limit - used, 0.0))
 
@@ -662,16 +663,6 @@ def saved_job(backend: TrainingBackend, owner: JobOwner | None, stored: Any, log
         else f"its owner tags name {describe_owner(found.owner)}",
     )
     return None
-
-
-def gpu_hours_used(attempts: list[Attempt], excluding: str | None = None) -> float:
-    """The GPU-hours of the jobs ``attempts`` name, each job once (its largest record: two tries may
-    have recorded one job, one that lost track of it and one that watched it end), but ``excluding``."""
-    per_job: dict[str, float] = {}
-    for attempt in attempts:
-        if attempt.job_id != excluding:
-            per_job[attempt.job_id] = max(per_job.get(attempt.job_id, 0.0), attempt.gpu_hours)
-    return round(sum(per_job.values()), 6)
 
 
 def _stored_attempts(context: Context) -> list[Attempt]:

@@ -202,11 +202,10 @@ def run_gpu_hours(trained: dict[str, Any]) -> float:
     largest record, as the run's ``max_gpu_hours`` budget counts them (a try that lost track of a
     job and the try that watched it end both record it). A record from before tries were recorded
     counts its own job."""
-    largest: dict[str, float] = {}
-    for attempt in trained.get("attempts") or [trained]:
-        job_id = str(attempt.get("job_id"))
-        largest[job_id] = max(largest.get(job_id, 0.0), float(attempt.get("gpu_hours") or 0.0))
-    return sum(largest.values())
+    from aliyun_training.records import jobs_gpu_hours
+
+    attempts = trained.get("attempts") or [trained]
+    return jobs_gpu_hours((str(a.get("job_id")), float(a.get("gpu_hours") or 0.0)) for a in attempts)
 
 
 def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRow]:
