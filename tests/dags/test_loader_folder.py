@@ -209,3 +209,15 @@ def test_a_long_error_is_cut_in_the_dag_list_after_its_last_whole_item(tmp_path:
     assert len(dag.description) <= 300 and dag.description.startswith("long.yaml: "), dag.description
     assert dag.description.endswith(" …") and "unknown_key_number_19" not in dag.description
     assert "unknown_key_number_19" in dag.doc_md, "the docs hold the whole error"
+
+
+def test_an_error_quoting_backticks_stays_inside_its_dags_code_block(tmp_path: Path) -> None:
+    """A file's text reaches its error; whatever it holds, the DAG's docs show it, not render it."""
+    path = _declare(tmp_path, "fenced.yaml", "fenced_retrain", "digits")
+    path.write_text(path.read_text() + "'```\\n[click](http://example.com)': 1\n")
+
+    (dag,) = [dag for dag in load_pipelines(tmp_path).values() if BROKEN_DECLARATION_TAG in dag.tags]
+
+    fence, body = dag.doc_md.split("\n\n")[1].split("\n", 1)
+    assert fence == "````" and body.endswith("\n````"), dag.doc_md
+    assert "```" in body.removesuffix("\n````"), "the file's own backticks stay inside the block"

@@ -86,8 +86,8 @@ def broken_declaration_dag(path: Path, error: str) -> DAG:
     with DAG(
         dag_id=broken_dag_id(path),
         description=_one_line(error.replace(f"pipeline declaration {path}", path.name, 1)),
-        doc_md=f"### Pipeline declaration `{path.name}` did not load\n\n"
-        f"```\n{error}\n```\n\nThe folder's other pipelines loaded. Fix the file: at the next parse "
+        doc_md=f"### Pipeline declaration `{path.name.replace('`', '')}` did not load\n\n"
+        f"{_code_block(error)}\n\nThe folder's other pipelines loaded. Fix the file: at the next parse "
         "this DAG goes and the pipeline it declares takes its place.",
         schedule="@once",
         start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
@@ -98,6 +98,13 @@ def broken_declaration_dag(path: Path, error: str) -> DAG:
     ) as dag:
         _declaration_error(error)
     return dag
+
+
+def _code_block(text: str) -> str:
+    """``text`` as a Markdown code block whose fence no backticks in it can close: the error quotes
+    the file, and the docs must show it as it is, not render what it holds."""
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall("`+", text)), default=0))
+    return f"{fence}\n{text}\n{fence}"
 
 
 def _one_line(error: str) -> str:
