@@ -20,14 +20,14 @@ if TYPE_CHECKING:
 
     from aliyun_training.pages.runs import BrokenDeclaration, ChampionAfter, PipelineSummary, RunRow
 
-#: Tables scroll inside their box rather than widen the page; a run id breaks anywhere; an SVG
-#: chart draws its y-axis labels left of its box (a long tick would otherwise be cut off).
+#: Tables scroll inside their box rather than widen the page; a run id breaks anywhere (the charts
+#: draw long y-axis labels outside their box themselves: ``report.metric_chart_svg``).
 _STYLE = (
     "body{font-family:system-ui,sans-serif;margin:1.5em auto;max-width:78em;padding:0 1em;color:#1b1f24}"
     ".table{overflow-x:auto}table{border-collapse:collapse;width:100%}th,td{text-align:left;"
     "padding:.35em .6em;border-bottom:1px solid #d0d7de;vertical-align:top}th{background:#f6f8fa}"
     ".state-success{color:#1a7f37}.state-failed{color:#cf222e}.state-running,.state-queued{color:#9a6700}"
-    ".charts{display:flex;flex-wrap:wrap;gap:8px}.charts svg{overflow:visible}"
+    ".charts{display:flex;flex-wrap:wrap;gap:8px}"
     "ol.muted{list-style:none;padding:0}"
     "code{font-size:.9em}.muted{color:#57606a}.promotion-champion{color:#1a7f37;font-weight:bold}"
     ".promotion-not-approved{color:#cf222e}.promotion-awaiting-approval,.promotion-pending{color:#9a6700}"
