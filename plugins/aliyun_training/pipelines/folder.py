@@ -116,7 +116,7 @@ def _one_line(error: str) -> str:
     cut = line.rfind(" - ", 0, DESCRIPTION_LENGTH - 2)
     if cut <= line.find(" - "):
         cut = line.rfind(" ", 0, DESCRIPTION_LENGTH - 2)
-    return line[:cut] + " …"
+    return line[: cut if cut > 0 else DESCRIPTION_LENGTH - 2] + " …"
 
 
 def broken_dag_id(path: Path) -> str:
