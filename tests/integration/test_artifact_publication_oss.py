@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aliyun_training.artifacts import oss_publication
-from aliyun_training.artifacts.collect import ArtifactError, RunInfo, publish_artifacts
+from aliyun_training.artifacts.collect import RunInfo, publish_artifacts
+from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.promotion import Approval, Comparison, Decision, Outcome, PromotionRule, decide
 from aliyun_training.records import ApprovalAnswer, ArtifactSet, BuiltImage, JobResult, StagedDataset

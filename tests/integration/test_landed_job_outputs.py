@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
+from aliyun_training.artifacts.collect import publish_artifacts
+from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.records import BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.oss import OssClientConfig
 from aliyun_training.staging.versions import read_json_object

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.artifacts.collect import ArtifactError, RunInfo, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.collect import RunInfo, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.artifacts.report import metric_chart_svg, render_report
 from aliyun_training.promotion import (

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.artifacts.collect import ArtifactError
+from aliyun_training.artifacts.manifest import ArtifactError
 from tests.unit.test_artifacts import EPOCHS, _job, _job_output, _publish
 
 if TYPE_CHECKING:

@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.artifacts.collect import ArtifactError, publish_artifacts
+from aliyun_training.artifacts.collect import publish_artifacts
+from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.records import ArtifactSet, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset

@@ -34,6 +34,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.artifacts.manifest import (
+    FIELD,
+    MANIFEST_NAME,
+    METRICS_NAME,
+    REPORT_NAME,
+    ArtifactError,
+    require_oss,
+)
 from aliyun_training.artifacts.report import render_report
 from aliyun_training.promotion import Outcome, manifest_promotion
 from aliyun_training.records import (
@@ -60,11 +68,6 @@ if TYPE_CHECKING:
     from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
     from aliyun_training.staging.sources import ChunkSink, SourceObject
 
-MANIFEST_NAME = "manifest.json"
-REPORT_NAME = "report.html"
-METRICS_NAME = "metrics.json"
-#: The setting that chose the target, named in every refusal.
-FIELD = "artifact_root"
 log = logging.getLogger(__name__)
 
 
@@ -85,10 +88,6 @@ class KeptOutputs:
 
 #: What a set keeps when its pipeline declares nothing else.
 DEFAULT_KEPT = KeptOutputs()
-
-
-class ArtifactError(RuntimeError):
-    """The job's outputs are missing or unreadable; nothing was published."""
 
 
 @dataclass(frozen=True)
@@ -278,13 +277,6 @@ def _upload(built: Path, manifest: dict[str, Any], artifact_root: str, oss: OssC
     files, size = publish_to_oss(built, target, oss)
     log.info("Uploaded %d artifact files (%.1f MB) to %s", files, size / 1e6, target)
     return _record(target, target + MANIFEST_NAME, target + REPORT_NAME, manifest)
-
-
-def require_oss(oss: OssClientConfig | None, field: str) -> OssClientConfig:
-    """The OSS settings an ``oss://`` location of ``field`` needs; ArtifactError when none were given."""
-    if oss is None:
-        raise ArtifactError(f"{field} is an oss:// URI but no OSS connection settings were given")
-    return oss
 
 
 @contextlib.contextmanager

@@ -56,7 +56,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.artifacts.collect import FIELD, MANIFEST_NAME, REPORT_NAME, ArtifactError
+from aliyun_training.artifacts.manifest import FIELD, MANIFEST_NAME, REPORT_NAME, ArtifactError
 from aliyun_training.oss_location import OssLocation, parse_oss_uri
 from aliyun_training.staging.oss import (
     OssClientConfig,

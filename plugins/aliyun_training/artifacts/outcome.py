@@ -23,7 +23,7 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from aliyun_training.artifacts.collect import FIELD, MANIFEST_NAME, REPORT_NAME, require_oss
+from aliyun_training.artifacts.manifest import FIELD, MANIFEST_NAME, REPORT_NAME, require_oss
 from aliyun_training.artifacts.report import render_report
 from aliyun_training.promotion import manifest_promotion
 from aliyun_training.staging.publish import publication_lock, refuse_link

@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from aliyun_training.artifacts.collect import ArtifactError, KeptOutputs, RunInfo, publish_artifacts
+from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_artifacts
+from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.links import RunReportLink
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan

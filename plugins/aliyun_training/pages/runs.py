@@ -267,7 +267,7 @@ def read_report(published: dict[str, Any], alibaba_cloud_conn_id: str | None) ->
     Only the set's own ``report.html`` is read: a local one must be a plain file directly in the
     set's folder (no link followed), an OSS one is the object under the set's prefix.
     """
-    from aliyun_training.artifacts.collect import REPORT_NAME
+    from aliyun_training.artifacts.manifest import REPORT_NAME
 
     uri, report_uri = str(published.get("uri") or ""), str(published.get("report_uri") or "")
     if uri.startswith("oss://"):
