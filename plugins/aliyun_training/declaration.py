@@ -50,6 +50,11 @@ from pydantic import (
 from pydantic_core import SchemaError
 
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
+from aliyun_training.model_registry.kinds import (
+    DEFAULT_MODEL_REGISTRY,
+    ModelRegistryKind,
+    check_declared_settings,
+)
 from aliyun_training.model_registry.records import TRACKING_URI_FIX, check_tracking_uri
 from aliyun_training.promotion import PromotionRule
 from aliyun_training.registry import Backend
@@ -441,7 +446,7 @@ class RegistryBlock(_Block):
     alibaba_cloud connection.
     """
 
-    kind: Literal["mlflow", "pai"] = "mlflow"
+    kind: ModelRegistryKind = DEFAULT_MODEL_REGISTRY
     tracking_uri: Annotated[
         str | None,
         AfterValidator(check_tracking_uri),
@@ -449,9 +454,8 @@ class RegistryBlock(_Block):
     ] = None
 
     @model_validator(mode="after")
-    def _uri_only_for_mlflow(self) -> RegistryBlock:
-        if self.kind != "mlflow" and self.tracking_uri:
-            raise ValueError("tracking_uri is an MLflow setting (fix: remove it, or use kind: mlflow)")
+    def _settings_of_its_kind(self) -> RegistryBlock:
+        check_declared_settings(self.kind, {"tracking_uri": self.tracking_uri})
         return self
 
 

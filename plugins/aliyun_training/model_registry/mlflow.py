@@ -21,9 +21,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.model_registry.records import (
+    LINEAGE,
     Candidate,
+    PlannedRegistryCall,
+    PlannedRegistryCalls,
     RegisteredVersion,
     RegistryError,
+    RegistryInputs,
     RegistrySettings,
 )
 
@@ -47,9 +51,50 @@ def champion_alias(installation: str) -> str:
     return f"{CHAMPION_ALIAS}-{installation}"
 
 
+def challenger_alias(installation: str) -> str:
+    """The alias of ``installation``'s newest candidate: ``challenger-<installation id>``."""
+    return f"{CHALLENGER_ALIAS}-{installation}"
+
+
 def embedded_tracking_uri(folder: Path) -> str:
     """The embedded registry's SQLite URI in ``folder``."""
     return f"sqlite:///{folder / 'mlflow.db'}"
+
+
+def mlflow_settings(inputs: RegistryInputs) -> RegistrySettings:
+    """The declared tracking URI, else the embedded store's under the local root."""
+    uri = inputs.tracking_uri or embedded_tracking_uri(inputs.embedded_store)
+    return RegistrySettings(kind="mlflow", model=inputs.model, tracking_uri=uri)
+
+
+def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
+    """What :class:`MlflowRegistry` sends: a version of the candidate with its lineage and metrics
+    as tags, and the challenger alias on it; promoting, the champion alias."""
+    model = settings.model
+    return PlannedRegistryCalls(
+        register=(
+            PlannedRegistryCall(
+                "mlflow",
+                "create_model_version",
+                {
+                    "name": model,
+                    "source": "<the published artifact set>",
+                    "tags": f"lineage.* ({', '.join(LINEAGE)}), metric.*",
+                },
+                note=f"at {settings.tracking_uri}; skipped when the run's version exists (a retry)",
+            ),
+            PlannedRegistryCall(
+                "mlflow",
+                "set_registered_model_alias",
+                {"name": model, "alias": challenger_alias(installation)},
+            ),
+        ),
+        promote=(
+            PlannedRegistryCall(
+                "mlflow", "set_registered_model_alias", {"name": model, "alias": champion_alias(installation)}
+            ),
+        ),
+    )
 
 
 class MlflowRegistry:
@@ -62,7 +107,7 @@ class MlflowRegistry:
         self.installation = installation
         #: This installation's pointers: deployments sharing the store never move each other's.
         self.champion_alias = champion_alias(installation)
-        self.challenger_alias = f"{CHALLENGER_ALIAS}-{installation}"
+        self.challenger_alias = challenger_alias(installation)
         self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None

@@ -27,9 +27,13 @@ from aliyun_training.hooks.aiworkspace import AIWorkspaceHook, label_pairs
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.model_registry.records import (
+    LINEAGE,
     Candidate,
+    PlannedRegistryCall,
+    PlannedRegistryCalls,
     RegisteredVersion,
     RegistryError,
+    RegistryInputs,
     RegistrySettings,
 )
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
@@ -87,6 +91,56 @@ def model_version_uri(artifacts_uri: str, region: str) -> str:
         ) from None
     endpoint = location.endpoint or oss_endpoint(region)
     return f"oss://{location.bucket_name}.{endpoint}/{location.prefix}"
+
+
+def pai_settings(inputs: RegistryInputs) -> RegistrySettings:
+    """The cloud environment's workspace, region and connection; a backend without a workspace is
+    refused naming the fix."""
+    environment = inputs.environment
+    workspace = getattr(environment, "workspace_id", None)
+    if environment is None or not workspace:
+        raise SpecError(
+            "registry.kind: PAI's model registry lives in a PAI workspace, which "
+            f"{inputs.backend} runs of {inputs.environment_file} do not name (fix: use kind: "
+            "mlflow for this backend, or set workspace_id in the environment file)"
+        )
+    return RegistrySettings(
+        kind="pai",
+        model=inputs.model,
+        workspace_id=workspace,
+        region=getattr(environment, "region", None),
+        alibaba_cloud_conn_id=environment.alibaba_cloud_conn_id,
+    )
+
+
+def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
+    """What :class:`PaiRegistry` sends: a Pending version of the candidate labelled with its
+    lineage; promoting, the champion label and the approval."""
+    workspace = {"WorkspaceId": settings.workspace_id, "ModelName": settings.model}
+    return PlannedRegistryCalls(
+        register=(
+            PlannedRegistryCall(
+                "aiworkspace",
+                "CreateModelVersion",
+                {
+                    **workspace,
+                    "Uri": "<the published artifact set>",
+                    "Labels": ", ".join(LINEAGE),
+                    "ApprovalStatus": PENDING,
+                },
+                note="skipped when a version labelled with the run's id exists (a retry)",
+            ),
+        ),
+        promote=(
+            PlannedRegistryCall(
+                "aiworkspace",
+                "CreateModelVersionLabels / UpdateModelVersion",
+                {**workspace, "Labels": f"{CHAMPION_KEY}={CHAMPION_VALUE}", "ApprovalStatus": APPROVED},
+                note=f"the label leaves the previous champion of installation {installation} (another "
+                "installation's versions keep theirs)",
+            ),
+        ),
+    )
 
 
 class PaiRegistry:

@@ -10,12 +10,17 @@ the run id the version carries) and a pointer already on that version is left as
 from __future__ import annotations
 
 import re
-from typing import Any, Literal, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qsl, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
+from aliyun_training.model_registry.kinds import ModelRegistryKind, model_registry_record
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 #: The schemes MLflow's tracking and registry stores are reached by: its REST server, a Databricks
 #: workspace, a local folder, and the SQLAlchemy databases (``<dialect>[+<driver>]``).
@@ -71,7 +76,7 @@ class RegistrySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    kind: Literal["mlflow", "pai"]
+    kind: ModelRegistryKind
     #: The registered model every candidate of the pipeline is a version of.
     model: str
     #: MLflow: the tracking URI (the embedded SQLite store's when the declaration names none).
@@ -83,10 +88,41 @@ class RegistrySettings(BaseModel):
 
     @property
     def where(self) -> str:
-        """The registry as the dry run and the logs name it."""
-        if self.kind == "mlflow":
-            return f"MLflow model registry at {self.tracking_uri}"
-        return f"PAI model registry of workspace {self.workspace_id} ({self.region})"
+        """The registry as the dry run and the logs name it (its kind's ``where``)."""
+        return model_registry_record(self.kind).where.format_map(self.model_dump())
+
+
+@dataclass(frozen=True)
+class RegistryInputs:
+    """What a run's plan resolves the declaration's ``registry`` block into settings with (each
+    kind's ``settings`` part reads what it needs)."""
+
+    #: The registered model every candidate is a version of.
+    model: str
+    #: The declaration's ``tracking_uri`` (MLflow), if it names one.
+    tracking_uri: str | None
+    #: The folder of the embedded MLflow store, under the local root.
+    embedded_store: Path
+    #: The cloud backend's environment file as loaded (its workspace, region and connection); None
+    #: on a backend without one.
+    environment: Any
+    #: The run's backend and its environment file's name, for an error naming what lacks a setting.
+    backend: str
+    environment_file: str
+
+
+#: The fields of a candidate its registered version carries as its lineage, in this order.
+LINEAGE = (
+    "installation",
+    "run_id",
+    "dag_id",
+    "dataset_version",
+    "manifest_uri",
+    "job_id",
+    "image",
+    "code_digest",
+    "declaration",
+)
 
 
 class Candidate(BaseModel):
@@ -117,17 +153,7 @@ class Candidate(BaseModel):
 
     def lineage(self) -> dict[str, str]:
         """The lineage as flat string pairs: MLflow tags and PAI labels hold strings only."""
-        fields: dict[str, Any] = {
-            "installation": self.installation,
-            "run_id": self.run_id,
-            "dag_id": self.dag_id,
-            "dataset_version": self.dataset_version,
-            "manifest_uri": self.manifest_uri,
-            "job_id": self.job_id,
-            "image": self.image,
-            "code_digest": self.code_digest,
-            "declaration": self.declaration,
-        }
+        fields = {key: getattr(self, key) for key in LINEAGE}
         return {key: str(value) for key, value in fields.items() if value is not None}
 
 
@@ -136,7 +162,7 @@ class RegisteredVersion(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    registry: Literal["mlflow", "pai"]
+    registry: ModelRegistryKind
     model: str
     version: str
     #: Where a person or a deployment finds it: ``models:/<model>/<version>`` at a tracking URI, or
@@ -160,3 +186,23 @@ class ModelRegistry(Protocol):
     def promote(self, version: RegisteredVersion) -> None:
         """Move the champion pointer to ``version`` (nothing to do when it is there already)."""
         ...
+
+
+@dataclass(frozen=True)
+class PlannedRegistryCall:
+    """One request a registry client sends, as the dry run shows it: the service, the action, the
+    body (what only the task knows, in angle brackets) and what the request depends on."""
+
+    service: str
+    action: str
+    body: dict[str, Any]
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class PlannedRegistryCalls:
+    """What a run asks of its registry: publishing registers the candidate (``register``), and
+    promoting moves the champion pointer to it (``promote``)."""
+
+    register: tuple[PlannedRegistryCall, ...]
+    promote: tuple[PlannedRegistryCall, ...]

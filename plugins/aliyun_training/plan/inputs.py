@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.model_registry.records import RegistrySettings
+from aliyun_training.model_registry import resolve_registry_settings
+from aliyun_training.model_registry.records import RegistryInputs
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, JobPlan, RunPlan
 from aliyun_training.validation import SpecError
 
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.environments import CloudEnvironment
     from aliyun_training.form import RunForm
+    from aliyun_training.model_registry.records import RegistrySettings
     from aliyun_training.records import FixedDataset
     from aliyun_training.settings import LocalPaths
     from aliyun_training.spec import Framework, TrainingJobSpec
@@ -154,28 +156,19 @@ class PlanRequest:
         )
 
     def registry_settings(self, environment: CloudEnvironment | None = None) -> RegistrySettings:
-        """The declaration's model registry, resolved: the embedded MLflow store's URI under the local
-        root when none is named; PAI's in the cloud ``environment``'s workspace and region."""
-        from aliyun_training.model_registry.mlflow import embedded_tracking_uri
-
+        """The declaration's model registry, resolved by its kind's record (e.g. the embedded MLflow
+        store under the local root when no tracking URI is named, PAI's in the cloud
+        ``environment``'s workspace and region)."""
         declared = self.declaration.registry
-        if declared.kind == "mlflow":
-            uri = declared.tracking_uri or embedded_tracking_uri(self.paths.mlflow)
-            return RegistrySettings(kind="mlflow", model=self.model, tracking_uri=uri)
-        workspace = getattr(environment, "workspace_id", None)
-        if environment is None or not workspace:
-            raise SpecError(
-                "registry.kind: PAI's model registry lives in a PAI workspace, which "
-                f"{self.form.backend.value} runs of {self.environment.name} do not name (fix: use kind: "
-                "mlflow for this backend, or set workspace_id in the environment file)"
-            )
-        return RegistrySettings(
-            kind="pai",
+        inputs = RegistryInputs(
             model=self.model,
-            workspace_id=workspace,
-            region=getattr(environment, "region", None),
-            alibaba_cloud_conn_id=environment.alibaba_cloud_conn_id,
+            tracking_uri=declared.tracking_uri,
+            embedded_store=self.paths.mlflow,
+            environment=environment,
+            backend=self.form.backend.value,
+            environment_file=self.environment.name,
         )
+        return resolve_registry_settings(declared.kind, inputs)
 
     @functools.cached_property
     def job(self) -> dict[str, Any]:

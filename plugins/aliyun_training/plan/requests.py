@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends import get_backend
-from aliyun_training.model_registry.mlflow import champion_alias
+from aliyun_training.model_registry import planned_registry_calls
 from aliyun_training.plan.models import TryContract
 from aliyun_training.records import StagedDataset
 from aliyun_training.registry import backend_record
@@ -121,72 +121,30 @@ def _evaluation_job(plan: RunPlan, image: str | None) -> list[PlannedJob]:
 
 
 def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
-    """What publishing and promoting ask of the model registry: register the candidate (every run
-    that publishes), then move the champion pointer (only when the gate, and an approver, pass it)."""
+    """What publishing and promoting ask of the model registry, as its kind's record plans them:
+    register the candidate (every run that publishes), then move the champion pointer (only when
+    the gate, and an approver, pass it)."""
     registry = plan.artifacts.registry
     if registry is None:
         return []
-    model, gate = registry.model, plan.artifacts.promotion
-    lineage = "run_id, dag_id, dataset_version, manifest_uri, job_id, image, code_digest, declaration"
-    promote_note = "only when the gate passes the candidate" + (
-        " and a person approves it" if gate and gate.approval else ""
+    gate = plan.artifacts.promotion
+    calls = planned_registry_calls(registry, plan.installation)
+    registered = [
+        PlannedRequest(call.service, call.action, call.body, "publish_artifacts", call.note)
+        for call in calls.register
+    ]
+    if gate is None:
+        return registered
+    condition = "only when the gate passes the candidate" + (
+        " and a person approves it" if gate.approval else ""
     )
-    if registry.kind == "mlflow":
-        registered = [
-            PlannedRequest(
-                "mlflow",
-                "create_model_version",
-                {
-                    "name": model,
-                    "source": "<the published artifact set>",
-                    "tags": f"lineage.* ({lineage}), metric.*",
-                },
-                "publish_artifacts",
-                note=f"at {registry.tracking_uri}; skipped when the run's version exists (a retry)",
-            ),
-            PlannedRequest(
-                "mlflow",
-                "set_registered_model_alias",
-                {"name": model, "alias": f"challenger-{plan.installation}"},
-                "publish_artifacts",
-            ),
-        ]
-        moved = [
-            PlannedRequest(
-                "mlflow",
-                "set_registered_model_alias",
-                {"name": model, "alias": champion_alias(plan.installation)},
-                "promote",
-                note=promote_note,
-            )
-        ]
-    else:
-        workspace = {"WorkspaceId": registry.workspace_id, "ModelName": model}
-        registered = [
-            PlannedRequest(
-                "aiworkspace",
-                "CreateModelVersion",
-                {
-                    **workspace,
-                    "Uri": "<the published artifact set>",
-                    "Labels": lineage,
-                    "ApprovalStatus": "Pending",
-                },
-                "publish_artifacts",
-                note="skipped when a version labelled with the run's id exists (a retry)",
-            )
-        ]
-        moved = [
-            PlannedRequest(
-                "aiworkspace",
-                "CreateModelVersionLabels / UpdateModelVersion",
-                {**workspace, "Labels": "champion=true", "ApprovalStatus": "Approved"},
-                "promote",
-                note=f"{promote_note}; the label leaves the previous champion of installation "
-                f"{plan.installation} (another installation's versions keep theirs)",
-            )
-        ]
-    return [*registered, *(moved if gate else [])]
+    moved = [
+        PlannedRequest(
+            call.service, call.action, call.body, "promote", "; ".join(filter(None, (condition, call.note)))
+        )
+        for call in calls.promote
+    ]
+    return [*registered, *moved]
 
 
 def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]:
