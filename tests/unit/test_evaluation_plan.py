@@ -7,9 +7,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.operators.evaluation import EvaluationInputs, _comparison
 from aliyun_training.plan import local
 from aliyun_training.plan.evaluation import evaluation_plan
+from aliyun_training.plan.models import EvaluationContract
 from aliyun_training.registry import Backend
 from aliyun_training.settings import LocalPaths
 from aliyun_training.validation import SpecError
@@ -100,18 +100,30 @@ def test_the_pai_registry_on_a_backend_without_a_workspace_is_refused_naming_the
 def test_an_evaluation_json_that_is_missing_or_malformed_fails_naming_what_to_write(
     document: object, champion: str | None, message: str
 ) -> None:
-    inputs = EvaluationInputs(
+    contract = EvaluationContract(
         candidate_dir="/c", champion_dir="/p" if champion else "", champion_run_id=champion
     )
 
     with pytest.raises(SpecError, match=message):
-        _comparison(document, inputs, "/out")
+        contract.comparison(document, "/out")
 
 
 def test_champion_scores_the_job_was_not_asked_for_are_ignored() -> None:
-    inputs = EvaluationInputs(candidate_dir="/c")
+    contract = EvaluationContract(candidate_dir="/c")
 
-    comparison = _comparison({"candidate": {"acc": 1}, "champion": {"acc": 0.5}}, inputs, "/out")
+    comparison = contract.comparison({"candidate": {"acc": 1}, "champion": {"acc": 0.5}}, "/out")
 
     assert comparison.champion is None and comparison.candidate == {"acc": 1.0}
     assert comparison.basis == "evaluation"
+
+
+def test_the_contract_tells_the_job_both_models_and_the_run_s_own_version_where_it_scores_on_it() -> None:
+    contract = EvaluationContract(candidate_dir="/c", champion_dir="/p", champion_run_id="manual__1")
+
+    assert contract.env() == {"CANDIDATE_DIR": "/c", "CHAMPION_DIR": "/p"}
+    assert contract.env("/data/v1") == {
+        "CANDIDATE_DIR": "/c",
+        "CHAMPION_DIR": "/p",
+        "EVAL_DATA_DIR": "/data/v1",
+    }
+    assert EvaluationContract(candidate_dir="/c").env()["CHAMPION_DIR"] == "", "no champion: empty"

@@ -5,11 +5,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from aliyun_training.operators.training import TrainingJobOperator, image_reference
-from aliyun_training.plan.models import EvaluationPlan, JobPlan
-from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison
+from aliyun_training.plan.models import EVALUATION_FILE, EvaluationContract, EvaluationPlan, JobPlan
+from aliyun_training.promotion import CHAMPION_KEY, Champion
 from aliyun_training.records import JobResult, StagedDataset
 from aliyun_training.registry import backend_record
 from aliyun_training.spec import node_output_path
@@ -22,20 +21,8 @@ if TYPE_CHECKING:
     from aliyun_training.monitor import JobOutcome
     from aliyun_training.spec import TrainingJobSpec
 
-#: What the evaluation command writes into its OUTPUT_DIR.
-EVALUATION_FILE = "evaluation.json"
 #: The task state key of what the first try chose to score (a retry scores the same models).
 INPUTS_KEY = "evaluation_inputs"
-
-
-class EvaluationInputs(BaseModel):
-    """Where the job reads the candidate and the champion, as its nodes see them."""
-
-    model_config = ConfigDict(frozen=True)
-
-    candidate_dir: str
-    champion_dir: str = ""
-    champion_run_id: str | None = None
 
 
 class EvaluationOperator(TrainingJobOperator):
@@ -43,10 +30,11 @@ class EvaluationOperator(TrainingJobOperator):
     the version they were measured on and the job's id.
 
     The job runs on the run's backend like the prepare job (deferred while it runs, stopped when
-    the task is killed) with ``CANDIDATE_DIR`` (the training job's outputs), ``CHAMPION_DIR`` (the
-    champion's job outputs, read from the champion Asset's state; empty without a champion, or when
-    they are not under this environment's outputs any more) and ``EVAL_DATA_DIR``. The champion is
-    chosen once, at the first try, and kept in the task's state: a retry scores the same two models.
+    the task is killed) under its ``EvaluationContract``: ``CANDIDATE_DIR`` (the training job's
+    outputs), ``CHAMPION_DIR`` (the champion's job outputs, read from the champion Asset's state; empty
+    without a champion, or when they are not under this environment's outputs any more) and
+    ``EVAL_DATA_DIR``. The champion is chosen once, at the first try, and kept in the task's state:
+    a retry scores the same two models.
 
     :param evaluation: the run plan's ``EvaluationPlan`` (templated); None skips the task.
     :param job_result: the training task's JobResult (an XComArg): the candidate.
@@ -72,7 +60,7 @@ class EvaluationOperator(TrainingJobOperator):
         )
         self.job_result = job_result
         self.champion = champion
-        self._inputs: EvaluationInputs | None = None
+        self._inputs: EvaluationContract | None = None
 
     @property
     def evaluated(self) -> EvaluationPlan:
@@ -108,12 +96,10 @@ class EvaluationOperator(TrainingJobOperator):
         assert inputs is not None, "_prepare chooses the inputs first"
         staged = validate_record(StagedDataset, self.dataset) if self.dataset and plan.own_version else None
         spec = plan.job.shaped(staged, image_reference(self.image) if self.image else None)
-        env = {"CANDIDATE_DIR": inputs.candidate_dir, "CHAMPION_DIR": inputs.champion_dir}
-        if plan.own_version:
-            env["EVAL_DATA_DIR"] = spec.env.get("DATA_DIR", "")
+        env = inputs.env(spec.env.get("DATA_DIR", "") if plan.own_version else None)
         return spec.model_copy(update={"env": {**spec.env, **env}})
 
-    def _chosen_inputs(self, context: Context) -> EvaluationInputs:
+    def _chosen_inputs(self, context: Context) -> EvaluationContract:
         """The models this task scores: the first try's choice, else the candidate and the
         champion as they are now.
 
@@ -125,7 +111,7 @@ class EvaluationOperator(TrainingJobOperator):
         store, ti = context["task_state_store"], context["ti"]
         kept = opened_state(store.get(INPUTS_KEY), ti, INPUTS_KEY)
         if kept:
-            return EvaluationInputs.model_validate(kept)
+            return EvaluationContract.model_validate(kept)
         if store.get(INPUTS_KEY):
             self.log.warning("The kept evaluation inputs are not the ones this task kept: chosen again")
         candidate = validate_record(JobResult, self.job_result)
@@ -139,7 +125,7 @@ class EvaluationOperator(TrainingJobOperator):
                 champion.run_id,
                 champion.outputs_uri,
             )
-        inputs = EvaluationInputs(
+        inputs = EvaluationContract(
             candidate_dir=self._node_path(candidate.output_uri) or "",
             champion_dir=champion_dir or "",
             champion_run_id=champion.run_id if champion_dir and champion else None,
@@ -169,7 +155,7 @@ class EvaluationOperator(TrainingJobOperator):
             document = read_json_object(
                 folder, EVALUATION_FILE, plan.alibaba_cloud_conn_id, field="output_uri"
             )
-            comparison = _comparison(document, inputs, folder)
+            comparison = inputs.comparison(document, folder)
         except SpecError as exc:
             raise AirflowFailException(str(exc)) from None
         self.log.info(
@@ -184,35 +170,3 @@ class EvaluationOperator(TrainingJobOperator):
             "dataset_version": plan.dataset_version,
             "job_id": result["job_id"],
         }
-
-
-def _comparison(document: Any, inputs: EvaluationInputs, folder: str) -> Comparison:
-    """evaluation.json as the gate reads it; a missing or malformed one names what to write."""
-    where = f"{folder.rstrip('/')}/{EVALUATION_FILE}"
-    shape = '{"candidate": {"<metric>": <number>}, "champion": {"<metric>": <number>} or null}'
-    if not isinstance(document, dict):
-        raise SpecError(f"evaluation.command: it wrote no {where} (fix: write {shape})")
-    champion = document.get("champion") if inputs.champion_run_id else None
-    if inputs.champion_run_id and not isinstance(champion, dict):
-        raise SpecError(
-            f"evaluation.command: {where} has no champion scores although CHAMPION_DIR was given (fix: "
-            f"score $CHAMPION_DIR too and write {shape})"
-        )
-    try:
-        return Comparison(
-            candidate=_numbers(document.get("candidate")),
-            champion=_numbers(champion) if champion is not None else None,
-            champion_run_id=inputs.champion_run_id,
-            basis="evaluation",
-        )
-    except (ValidationError, ValueError) as exc:
-        raise SpecError(f"evaluation.command: {where} is not {shape} ({exc})") from None
-
-
-def _numbers(scores: Any) -> dict[str, float]:
-    if not isinstance(scores, dict) or not scores:
-        raise ValueError("each model's scores are a non-empty object of numbers")
-    bad = [k for k, v in scores.items() if isinstance(v, bool) or not isinstance(v, int | float)]
-    if bad:
-        raise ValueError(f"{bad} are not numbers")
-    return {key: float(value) for key, value in scores.items()}

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from aliyun_training.plan.inputs import DatasetChoice
-from aliyun_training.plan.models import EvaluationPlan, JobPlan
+from aliyun_training.plan.models import EvaluationContract, EvaluationPlan, JobPlan
 from aliyun_training.plan.side_jobs import side_job_spec
 from aliyun_training.spec import DatasetMount
 from aliyun_training.validation import SpecError
@@ -53,7 +53,7 @@ def evaluation_plan(
         memory_gib=evaluation.memory_gib,
         timeout_minutes=evaluation.timeout_minutes,
         # The training job's environment: a fixed dataset's DATA_DIR is where it reads its version.
-        env={**like.env, **({"EVAL_DATA_DIR": path} if fixed else {})},
+        env={**like.env, **(EvaluationContract.data_env(path) if fixed else {})},
         gpus=evaluation.gpus,
         datasets=[
             *like.datasets,

@@ -12,11 +12,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.model_registry.records import RegistrySettings
-from aliyun_training.promotion import PromotionRule
+from aliyun_training.promotion import Comparison, PromotionRule
 from aliyun_training.records import FixedDataset, StagedDataset, mount_staged
 from aliyun_training.registry import Backend
 from aliyun_training.spec import (
@@ -218,6 +218,75 @@ class EvaluationPlan(PlanPart):
     own_version: bool
     #: The connection an ``oss://`` evaluation.json is read through.
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+
+
+#: What the evaluation command writes into its OUTPUT_DIR.
+EVALUATION_FILE = "evaluation.json"
+#: The shape of evaluation.json, as an error names what to write.
+_EVALUATION_SHAPE = '{"candidate": {"<metric>": <number>}, "champion": {"<metric>": <number>} or null}'
+
+
+class EvaluationContract(BaseModel):
+    """What the evaluation job is told and what it must write, as :class:`TryContract` is a
+    checkpointed job's: the job outputs of the candidate (``CANDIDATE_DIR``) and of the champion
+    (``CHAMPION_DIR``, empty when there is none to score) as its nodes see them and, when it scores
+    on the run's own version, where that version is (``EVAL_DATA_DIR``). It writes each model's
+    scores into ``$OUTPUT_DIR/evaluation.json``, which :meth:`comparison` reads for the gate.
+
+    The evaluation task fills one in at its first try and keeps it, so a retry scores the same two
+    models; the dry run shows it with placeholders (``plan.requests``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    candidate_dir: str
+    champion_dir: str = ""
+    #: The run of the champion whose outputs ``champion_dir`` holds; None: only the candidate is scored.
+    champion_run_id: str | None = None
+
+    @staticmethod
+    def data_env(data_dir: str) -> dict[str, str]:
+        """Where the job reads the version both models are scored on."""
+        return {"EVAL_DATA_DIR": data_dir}
+
+    def env(self, data_dir: str | None = None) -> dict[str, str]:
+        """The job's variables; ``data_dir`` is where it reads the run's own version, if it scores
+        on that (a fixed version's is in the planned spec already)."""
+        env = {"CANDIDATE_DIR": self.candidate_dir, "CHAMPION_DIR": self.champion_dir}
+        return {**env, **self.data_env(data_dir)} if data_dir is not None else env
+
+    def comparison(self, document: Any, folder: str) -> Comparison:
+        """The ``document`` the job wrote into ``folder`` (evaluation.json, parsed) as the gate reads
+        it; a missing or malformed one names what to write. The champion's scores count only where
+        the job was given a champion."""
+        where = f"{folder.rstrip('/')}/{EVALUATION_FILE}"
+        if not isinstance(document, dict):
+            raise SpecError(f"evaluation.command: it wrote no {where} (fix: write {_EVALUATION_SHAPE})")
+        champion = document.get("champion") if self.champion_run_id else None
+        if self.champion_run_id and not isinstance(champion, dict):
+            raise SpecError(
+                f"evaluation.command: {where} has no champion scores although CHAMPION_DIR was given (fix: "
+                f"score $CHAMPION_DIR too and write {_EVALUATION_SHAPE})"
+            )
+        try:
+            return Comparison(
+                candidate=_scores(document.get("candidate")),
+                champion=_scores(champion) if champion is not None else None,
+                champion_run_id=self.champion_run_id,
+                basis="evaluation",
+            )
+        except (ValidationError, ValueError) as exc:
+            raise SpecError(f"evaluation.command: {where} is not {_EVALUATION_SHAPE} ({exc})") from None
+
+
+def _scores(scores: Any) -> dict[str, float]:
+    """One model's scores in evaluation.json: a non-empty object of numbers."""
+    if not isinstance(scores, dict) or not scores:
+        raise ValueError("each model's scores are a non-empty object of numbers")
+    bad = [k for k, v in scores.items() if isinstance(v, bool) or not isinstance(v, int | float)]
+    if bad:
+        raise ValueError(f"{bad} are not numbers")
+    return {key: float(value) for key, value in scores.items()}
 
 
 class ArtifactsPlan(PlanPart):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends import get_backend
 from aliyun_training.model_registry import planned_registry_calls
-from aliyun_training.plan.models import TryContract
+from aliyun_training.plan.models import EvaluationContract, TryContract
 from aliyun_training.records import StagedDataset
 from aliyun_training.registry import backend_record
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
@@ -109,13 +109,19 @@ EVALUATION_NOTE = (
 )
 
 
+#: The evaluation job's contract as the dry run shows it: what the task fills in, as placeholders.
+PLANNED_EVALUATION = EvaluationContract(
+    candidate_dir="<train's output directory>", champion_dir="<the champion's, or empty>"
+)
+
+
 def _evaluation_job(plan: RunPlan, image: str | None) -> list[PlannedJob]:
     if plan.evaluation is None:
         return []
     job = plan.evaluation.job
-    env = {"CANDIDATE_DIR": "<train's output directory>", "CHAMPION_DIR": "<the champion's, or empty>"}
-    if plan.evaluation.own_version:
-        env["EVAL_DATA_DIR"] = "<DATA_DIR: the version the run trained on>"
+    env = PLANNED_EVALUATION.env(
+        "<DATA_DIR: the version the run trained on>" if plan.evaluation.own_version else None
+    )
     spec = job.spec.model_copy(update={"image": image or job.spec.image, "env": {**job.spec.env, **env}})
     return [PlannedJob("evaluate", job, spec, plan.job_tries.get("evaluate", 1), note=EVALUATION_NOTE)]
 
