@@ -2,11 +2,11 @@
 
 A backend is made of parts that live in several layers: its environment model (``environments``),
 its planner and the constructor settings it derives from the environment (``plan``), its backend
-class (``backends``), the rules its platform enforces on a spec, its preflight groups, the tasks
-the DAG's ``route`` adds for it and its label on the trigger form. Each of those places reads the
-backend's :class:`BackendRecord` instead of switching on its name, so adding a backend is one
-package plus one entry in :data:`BACKENDS` (docs/architecture.md walks through the local backend as
-the example).
+class (``backends``), its preflight groups, the tasks the DAG's ``route`` adds for it and its label
+on the trigger form. Each of those places reads the backend's :class:`BackendRecord` instead of
+switching on its name, so adding a backend is one package plus one entry in :data:`BACKENDS`
+(docs/architecture.md walks through the local backend as the example). The rules a platform
+enforces on a spec are its backend's (``TrainingBackend.check``), applied by its planner.
 
 The record sits below the layers its parts live in, so it names code parts by import path
 (``"package.module:attribute"``), the way Airflow's provider metadata names hook classes: nothing
@@ -75,8 +75,6 @@ class BackendRecord:
     backend_config: str
     #: The ``TrainingBackend`` class.
     backend_class: str
-    #: ``(TrainingJobSpec) -> None``: rules the platform enforces, raising ValueError; empty: none.
-    spec_rules: str = ""
 
     def part(self, field: str) -> Any:
         """The code part named by ``field`` (e.g. ``"planner"``), imported on first use."""
@@ -118,7 +116,6 @@ BACKENDS: tuple[BackendRecord, ...] = (
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
         backend_config="aliyun_training.plan.dlc:dlc_backend_config",
         backend_class="aliyun_training.backends.dlc.backend:DlcBackend",
-        spec_rules="aliyun_training.backends.dlc.request:check_spec",
     ),
     BackendRecord(
         name=Backend.ACK,

@@ -270,8 +270,6 @@ class TrainingJobSpec(BaseModel):
         self._check_elastic_range()
         if record.cloud and not self.image:
             raise ValueError(f"image: the {self.backend.value} backend needs a container image; set image")
-        if record.spec_rules:
-            record.part("spec_rules")(self)
         return self
 
     def _check_elastic_range(self) -> None:

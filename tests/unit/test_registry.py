@@ -44,13 +44,11 @@ def test_every_part_of_a_record_resolves_to_what_its_place_expects(record: objec
     assert list(inspect.signature(record.part("planner")).parameters) == ["request"]
     backend_class = record.part("backend_class")
     assert inspect.isclass(backend_class)
-    for call in ("submit", "planned_requests", "status", "logs", "stop", "classify", "launched"):
+    for call in ("check", "submit", "planned_requests", "status", "logs", "stop", "classify", "launched"):
         assert callable(getattr(backend_class, call, None)), (backend_class, call)
     assert record.frameworks <= {framework.value for framework in Framework}
     assert bool(record.frameworks) == bool(record.frameworks_note)
     assert set(record.preflight_groups) <= set(CHECK_GROUPS)
-    if record.spec_rules:
-        assert callable(record.part("spec_rules"))
 
 
 def test_the_records_name_every_backend_once_and_the_form_derives_their_overrides() -> None:
@@ -93,8 +91,9 @@ def test_no_module_outside_the_registry_and_the_backends_own_switches_on_a_backe
 
 
 def test_checking_any_backends_spec_imports_no_airflow_and_no_cloud_sdk() -> None:
-    """The spec's rules of a backend come through its record, below the layers that import
-    Airflow: validating a spec loads no hook, SDK or Airflow module (the staging pod has none)."""
+    """The spec's rules of each backend (frameworks, an image) come from its record, below the
+    layers that import Airflow: validating a spec loads no hook, SDK or Airflow module (the staging
+    pod has none)."""
     script = (
         "import sys\n"
         "from aliyun_training.spec import TrainingJobSpec\n"

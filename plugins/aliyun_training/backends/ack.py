@@ -229,9 +229,13 @@ class AckBackend:
             ),
         ]
 
+    def check(self, spec: TrainingJobSpec, name: str) -> None:
+        """What the cluster would refuse only after pods sat Pending (``arena_manifests.check``)."""
+        check(spec, name, self.settings)
+
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Create the CR, then the ConfigMap that makes it arena's (owned by the CR)."""
-        check(spec, name, self.settings)
+        self.check(spec, name)
         kind = job_kind(spec, self.settings)
         hook = self._hook()
         namespace = self.settings.namespace

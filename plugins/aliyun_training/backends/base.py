@@ -141,6 +141,11 @@ class TrainingBackend(Protocol):
     def config(self) -> dict[str, Any]:
         """JSON-serializable settings that rebuild this backend in another process."""
 
+    def check(self, spec: TrainingJobSpec, name: str) -> None:
+        """Refuse ``spec`` sent as ``name`` for what the platform would refuse only after a wait (in a
+        queue, or with pods Pending), with no call (SpecError). The training operator checks before
+        it looks for a job or sends one, and ``submit`` checks what it sends."""
+
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Launch ``spec`` under the deterministic ``name``."""
 

@@ -208,6 +208,9 @@ class LocalBackend(OffloadedAsyncMixin):
 
     # -- submit and find -------------------------------------------------------------------------
 
+    def check(self, spec: TrainingJobSpec, name: str) -> None:
+        """Nothing beyond the spec's own rules: the processes start here, with what the spec names."""
+
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """Launch ``spec``; if a job under ``name`` is still active, return it instead of a second one."""
         self.root.mkdir(parents=True, exist_ok=True)

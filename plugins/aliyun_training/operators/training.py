@@ -214,6 +214,7 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
                 output_root=str(local_paths().outputs),
             )
             backend = self._backend(spec.backend)
+            backend.check(spec, name)
         except SpecError as exc:
             # Retrying cannot fix a bad spec: fail at once, before anything is submitted.
             raise AirflowFailException(str(exc)) from None

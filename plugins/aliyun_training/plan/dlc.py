@@ -4,6 +4,9 @@ A staged version is copied onto CPFS (on a worker that mounts it, or by a CPFS d
 and registered as a PAI dataset version, which the job mounts by id at ``dataset.mount_path``;
 without a ``staging`` block the job mounts the environment's fixed dataset and reads
 ``<mount_path>/<version>``. ``output_uri`` is mounted read-write at ``output_root`` on every node.
+
+DLC's own rules on a spec (``backends.dlc.request.check_spec``: what it would refuse only after a
+queue) are checked here, on every job the run starts, so a bad setting fails the plan.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backends.dlc.request import check_spec
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.evaluation import mounted_evaluation_source
@@ -61,8 +65,9 @@ def plan_run(request: PlanRequest) -> RunPlan:
             "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
         }
     )
+    check_spec(spec)
     backend_config = dlc_backend_config(env)
-    return cloud.cloud_run_plan(
+    run = cloud.cloud_run_plan(
         request,
         env,
         job=request.job_plan(
@@ -84,6 +89,10 @@ def plan_run(request: PlanRequest) -> RunPlan:
         ),
         raw=_raw_mount(request),
     )
+    for side_job in (run.prepare, run.evaluation):
+        if side_job is not None:
+            check_spec(side_job.job.spec)
+    return run
 
 
 def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:

@@ -7,6 +7,6 @@
 - ``failures``: why a job failed, from DLC's verdict to the failing node's output;
 - ``backend``: :class:`DlcBackend`, the calls, each through ``hooks.dlc.DlcHook``.
 
-The package imports none of them itself: the spec checks DLC's rules (``request.check_spec``)
+The package imports none of them itself: the DLC planner checks DLC's rules (``request.check_spec``)
 without loading the backend's calls and the Airflow hooks they use.
 """

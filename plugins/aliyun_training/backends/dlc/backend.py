@@ -39,7 +39,7 @@ from aliyun_training.backends.dlc.logs import (
     log_since,
     unseen,
 )
-from aliyun_training.backends.dlc.request import INSTALLATION_TAG, NAME_TAG, create_job_request
+from aliyun_training.backends.dlc.request import INSTALLATION_TAG, NAME_TAG, check_spec, create_job_request
 from aliyun_training.backends.dlc.status import (
     DLC_STATES,
     QUEUE_STATUSES,
@@ -214,8 +214,13 @@ class DlcBackend:
 
     # -- submit and find -------------------------------------------------------------------------
 
+    def check(self, spec: TrainingJobSpec, name: str) -> None:
+        """DLC's rules on a spec (``request.check_spec``); they do not depend on the job's name."""
+        check_spec(spec)
+
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """CreateJob once: a retry after a lost response first looks for the job it may have made."""
+        self.check(spec, name)
         request = self.create_request(spec, name)
 
         def existing() -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
 from aliyun_training.spec import Framework, JobOwner, ResourceType, TrainingJobSpec
+from aliyun_training.validation import SpecError
 
 #: Set by DLC on Lingjun nodes to match the RDMA fabric; hand-set values select the wrong NICs.
 DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
@@ -41,30 +42,40 @@ LAUNCHER_MEMORY = "4Gi"
 
 
 def check_spec(spec: TrainingJobSpec) -> None:
-    """Rules PAI-DLC enforces only after minutes in a queue, checked when the spec is built (ValueError)."""
+    """Refuse what PAI-DLC would refuse only after minutes in a queue (SpecError, worded as the spec's
+    own errors are): the DLC planner checks every job it plans, and :meth:`DlcBackend.check` a job
+    about to be looked for or sent."""
+    problem = _spec_problem(spec)
+    if problem:
+        raise SpecError(f"Invalid TrainingJobSpec:\n  - {problem}")
+
+
+def _spec_problem(spec: TrainingJobSpec) -> str | None:
+    """The first rule of DLC's that ``spec`` breaks, as ``field: what is wrong; the fix``."""
     network = sorted(name for name in spec.env if name.startswith(DLC_NETWORK_ENV_PREFIXES))
     if network:
-        raise ValueError(
+        return (
             f"env: {network} are set by DLC on every node to match the RDMA network; remove them "
             "(hand-set values pick the wrong NICs and NCCL falls back to TCP)"
         )
     if spec.resource_type is ResourceType.LINGJUN and not spec.quota_id:
-        raise ValueError(
+        return (
             "quota_id: Lingjun resources are only usable through a resource quota; set quota_id "
             "to the quota's id (PAI console, Resource Quota)"
         )
     if spec.resource_type is ResourceType.LINGJUN and spec.gpus_per_node > LINGJUN_GPUS_PER_NODE:
-        raise ValueError(
+        return (
             f"gpus_per_node: a Lingjun node has {LINGJUN_GPUS_PER_NODE} GPUs, not {spec.gpus_per_node}; "
             "use more nodes instead"
         )
     if not spec.quota_id and not spec.ecs_spec:
-        raise ValueError("ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec")
+        return "ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec"
     if spec.quota_id and spec.gpus_per_node and not spec.gpu_type:
-        raise ValueError(
+        return (
             f"gpu_type: {spec.gpus_per_node} GPUs per node requested from quota {spec.quota_id} without "
             "a GPU type; set gpu_type to the quota's GPU model"
         )
+    return None
 
 
 def roles(spec: TrainingJobSpec) -> list[tuple[str, int, bool]]:
