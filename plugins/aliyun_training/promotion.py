@@ -27,9 +27,6 @@ from aliyun_training.model_registry.records import RegisteredVersion
 from aliyun_training.records import ApprovalAnswer, ArtifactSet
 from aliyun_training.validation import field_fix
 
-#: The key of the champion pointer in the champion Asset's state.
-CHAMPION_KEY = "champion"
-
 _METRIC = Annotated[
     str,
     Field(

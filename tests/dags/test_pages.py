@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.pages.runs import run_gpu_hours
 from aliyun_training.pages.urls import PREFIX, airflow_dag_url, pipeline_page, plan_page, report_page
 from aliyun_training.pipelines.folder import broken_declaration_dag
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
@@ -79,18 +78,6 @@ def test_the_index_lists_a_declaration_that_did_not_load_with_its_error_escaped(
     assert "<b>0</b>" not in page
     assert "cifar10_retrain" in pipelines, "the other pipelines loaded"
     assert dag_id not in hidden and "did not load" not in hidden, "a user who may read no DAG sees none"
-
-
-def test_a_run_counts_each_job_of_its_tries_once_at_its_largest_record() -> None:
-    # Try 1 lost track of job a at 2 GPU-hours, try 2 saw it end at 3.5, then ran job b.
-    attempts = [
-        {"job_id": "a", "gpu_hours": 2.0},
-        {"job_id": "a", "gpu_hours": 3.5},
-        {"job_id": "b", "gpu_hours": 8.0},
-    ]
-
-    assert run_gpu_hours({"job_id": "b", "gpu_hours": 8.0, "attempts": attempts}) == 11.5
-    assert run_gpu_hours({"job_id": "b", "gpu_hours": 8.0}) == 8.0, "a record from before tries were kept"
 
 
 def test_a_pipeline_with_no_runs_says_how_to_start_one(deployed: DagBag) -> None:

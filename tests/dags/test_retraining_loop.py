@@ -5,6 +5,7 @@ announce the champion only when the pointer moves."""
 from __future__ import annotations
 
 import json
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -255,6 +256,10 @@ def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approv
     page = pages_client().get(pipeline_page("scores_approved")).text
     table = page.split("<h2>Runs</h2>", 1)[1]
     assert ">not approved</span>" in _row(table, second["run_id"])
+    # The page says what the report says: the outcome promote recorded, with its reason.
+    assert f"title='{escape(refused['outcome']['reason'])}'>not approved</span>" in _row(
+        table, second["run_id"]
+    )
     assert ">champion</span>" in _row(table, first["run_id"])
     timeline = page.split("<h2>Champion after each run</h2>", 1)[1].split("<tbody>", 1)[1].split("</tr>")
     assert [first["run_id"] in step.rsplit("<td>", 1)[1] for step in timeline[:2]] == [True, True]

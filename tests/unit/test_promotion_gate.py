@@ -147,17 +147,31 @@ def test_a_malformed_rule_is_refused_naming_the_field(block: dict, field: str) -
     assert field in str(refused.value)
 
 
-def test_a_publish_task_with_a_rule_but_no_champion_asset_is_refused_when_the_dag_is_built() -> None:
+def test_a_publish_task_with_a_rule_but_no_champion_asset_is_refused_before_it_publishes(
+    tmp_path: Path,
+) -> None:
+    """The rule reaches the gate through the run's plan only, so a task built without the Asset its
+    pointer is kept on is refused when the plan brings a rule, before anything is published."""
+    from airflow.sdk.exceptions import AirflowFailException
+
     from aliyun_training.operators.artifacts import ArtifactsOperator
 
-    with pytest.raises(ValueError, match="a promotion rule needs the champion Asset its pointer is kept on"):
-        ArtifactsOperator(
-            task_id="publish_artifacts",
-            artifacts={"model": "digits"},
-            job_result=None,
-            runtime=None,
-            promotion=LOSS,
-        )
+    operator = ArtifactsOperator(
+        task_id="publish_artifacts",
+        artifacts={
+            "model": "digits",
+            "artifact_root": str(tmp_path / "artifacts"),
+            "promotion": LOSS.model_dump(mode="json"),
+        },
+        job_result={"job_id": "dlc-1"},
+        runtime=None,
+    )
+
+    with pytest.raises(
+        AirflowFailException, match="a promotion rule needs the champion Asset its pointer is kept on"
+    ):
+        operator.execute({})  # type: ignore[arg-type]
+    assert not (tmp_path / "artifacts").exists(), "nothing is published"
 
 
 NON_FINITE = [float("nan"), float("inf"), float("-inf"), 10**400]

@@ -10,10 +10,11 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
+from aliyun_training.champion import ChampionPointer
 from aliyun_training.links import RunReportLink
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
-from aliyun_training.promotion import CHAMPION_KEY, Champion, Comparison, Decision, PromotionRule, decide
+from aliyun_training.promotion import Comparison, Decision, decide
 from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.staging.versions import version_order
 from aliyun_training.upstream import ReturnedRecordsMixin
@@ -56,9 +57,10 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
     :param runtime: the BuiltImage the job ran in, or a list of candidates of which the first present
         one is used.
     :param bandwidth: the RDMA bandwidth check's BandwidthCheck, if the run measured one.
-    :param promotion: the declaration's ``PromotionRule``; None: every published model is only a
-        candidate. With a rule, ``champion`` is the Asset whose state holds the champion pointer
-        (an inlet: the decision reads it); the ``promote`` task moves it.
+    :param champion: the Asset whose state holds the champion pointer (an inlet: the gate reads
+        it), given where the pipeline declares a promotion rule; the gate applies the plan's rule
+        (``ArtifactsPlan.promotion``; None: every published model is only a candidate), and the
+        ``promote`` task moves the pointer.
     :param evaluation: the evaluation task's record (its ``comparison``: candidate and champion
         scored on the same data), or None: the gate compares final metrics.
 
@@ -86,17 +88,13 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         planned_dataset: DatasetPlan | dict[str, Any] | None = None,
         dataset: Any = None,
         bandwidth: Any = None,
-        promotion: PromotionRule | None = None,
         champion: Asset | None = None,
         evaluation: Any = None,
         **kwargs: Any,
     ) -> None:
-        if promotion is not None:
-            if champion is None:
-                raise ValueError("a promotion rule needs the champion Asset its pointer is kept on")
+        if champion is not None:
             kwargs["inlets"] = [*kwargs.get("inlets", []), champion]
         super().__init__(**kwargs)
-        self.promotion = promotion
         self.champion = champion
         self.evaluation = evaluation
         self.artifacts = (
@@ -119,12 +117,17 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             raise AirflowSkipException(plan.unavailable)
         if not self.job_result:
             raise AirflowSkipException("the training task did not run: there is nothing to publish")
+        if plan.promotion is not None and self.champion is None:
+            raise AirflowFailException(
+                "a promotion rule needs the champion Asset its pointer is kept on (fix: build the task "
+                "with champion=, as the pipeline's DAG does for a declaration with a promotion rule)"
+            )
         try:
             job = validate_record(JobResult, self.job_result)
             dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
             check_collectable(job, plan.outputs_root)
-            gate = self._gate(context, dataset.version)
+            gate = self._gate(context, plan, dataset.version)
             artifacts = publish_artifacts(
                 model=plan.model,
                 artifact_root=plan.artifact_root or "",
@@ -177,18 +180,19 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             )
         return artifacts.model_dump(mode="json")
 
-    def _gate(self, context: Context, version: str) -> Callable[[dict[str, Any]], Decision] | None:
-        """The decision on this run's numbers, trained on ``version``, against the champion as it is
-        now; None without a rule.
+    def _gate(
+        self, context: Context, plan: ArtifactsPlan, version: str
+    ) -> Callable[[dict[str, Any]], Decision] | None:
+        """The decision of the plan's rule on this run's numbers, trained on ``version``, against
+        the champion as it is now; None without a rule.
 
         With an evaluation record the numbers are its scores of both models on the same data; when
         that job could not read the champion's outputs, the champion's recorded numbers stand in.
         """
-        rule, champion_asset = self.promotion, self.champion
+        rule, champion_asset = plan.promotion, self.champion
         if rule is None or champion_asset is None:
             return None
-        stored = context["asset_state_store"][champion_asset].get(CHAMPION_KEY)
-        champion = Champion.model_validate(stored) if stored else None
+        champion = ChampionPointer(context["asset_state_store"][champion_asset]).read()
         run = context["dag_run"]
         evaluated = Comparison.model_validate(self.evaluation["comparison"]) if self.evaluation else None
         if evaluated is not None and champion is not None and evaluated.champion_run_id != champion.run_id:

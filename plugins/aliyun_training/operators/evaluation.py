@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from aliyun_training.champion import ChampionPointer
 from aliyun_training.operators.training import TrainingJobOperator, image_reference
 from aliyun_training.plan.models import EVALUATION_FILE, EvaluationContract, EvaluationPlan, JobPlan
-from aliyun_training.promotion import CHAMPION_KEY, Champion
 from aliyun_training.records import JobResult, StagedDataset
 from aliyun_training.registry import backend_record
 from aliyun_training.spec import node_output_path
@@ -31,7 +31,7 @@ class EvaluationOperator(TrainingJobOperator):
 
     The job runs on the run's backend like the prepare job (deferred while it runs, stopped when
     the task is killed) under its ``EvaluationContract``: ``CANDIDATE_DIR`` (the training job's
-    outputs), ``CHAMPION_DIR`` (the champion's job outputs, read from the champion Asset's state; empty
+    outputs), ``CHAMPION_DIR`` (the champion's job outputs, read from the champion pointer; empty
     without a champion, or when they are not under this environment's outputs any more) and
     ``EVAL_DATA_DIR``. The champion is chosen once, at the first try, and kept in the task's state:
     a retry scores the same two models.
@@ -115,8 +115,7 @@ class EvaluationOperator(TrainingJobOperator):
         if store.get(INPUTS_KEY):
             self.log.warning("The kept evaluation inputs are not the ones this task kept: chosen again")
         candidate = validate_record(JobResult, self.job_result)
-        stored = context["asset_state_store"][self.champion].get(CHAMPION_KEY)
-        champion = Champion.model_validate(stored) if stored else None
+        champion = ChampionPointer(context["asset_state_store"][self.champion]).read()
         champion_dir = self._node_path(champion.outputs_uri) if champion and champion.outputs_uri else None
         if champion and champion_dir is None:
             self.log.warning(

@@ -8,10 +8,11 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.outcome import record_outcome
+from aliyun_training.champion import OUTCOME_KEY, ChampionChanged, ChampionPointer, moved_since
 from aliyun_training.model_registry.records import RegisteredVersion
 from aliyun_training.operators.artifacts import oss_config
 from aliyun_training.plan.models import ArtifactsPlan
-from aliyun_training.promotion import CHAMPION_KEY, Champion, Decision, Outcome
+from aliyun_training.promotion import Champion, Decision, Outcome
 from aliyun_training.records import ApprovalAnswer, ArtifactSet, JobResult
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
@@ -19,15 +20,18 @@ from aliyun_training.validation import SpecError, validate_record
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
+    from aliyun_training.model_registry.records import ModelRegistry
+
 
 class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
     """Make the published candidate the champion when its gate decided so: compare and set.
 
     The pointer lives in the champion Asset's state and in the model registry (MLflow's
-    ``champion`` alias, PAI's ``champion`` label). This task moves both only if the champion is
-    still the one the gate compared with: a run that waited (for an approval, say) while another
-    run promoted its model is not promoted over a champion it was never compared with. One
-    task of the DAG runs at a time, so reading and moving the pointer is one step.
+    ``champion`` alias, PAI's ``champion`` label), and this task is the only one that moves it
+    (``champion.ChampionPointer``): both, and only if the champion is still the one the gate
+    compared with. A run that waited (for an approval, say) while another run promoted its model
+    is not promoted over a champion it was never compared with, whether the pointer had moved when
+    this task read it or moves before it writes.
 
     Idempotent: the registry is moved first and is a no-op when already there; a retry after the
     state was set finds this run the champion and neither moves nor announces anything again. The
@@ -37,8 +41,10 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
 
     The set was published before anyone answered, so its manifest and report say the candidate
     awaits approval (or this task): whatever it decides (``promotion.Outcome``), this task first
-    rewrites them to say so (``artifacts.outcome``), before the pointer moves. A Reject, or the
-    approval's timeout, then skips this task, as Airflow's approval does with the task after it.
+    rewrites them to say so (``artifacts.outcome``), before the pointer moves, and returns it too
+    (``outcome``), so the pages say what the report says. A Reject, or the approval's timeout,
+    then skips this task, as Airflow's approval does with the task after it; it leaves the outcome
+    under the XCom key ``champion.OUTCOME_KEY`` first, sealed like a returned record.
 
     :param published: the publish task's ArtifactSet record (an XComArg); None skips.
     :param job_result: the training task's JobResult: where the new champion's job wrote.
@@ -84,25 +90,29 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         plan = validate_record(ArtifactsPlan, self.artifacts)
         answer = validate_record(ApprovalAnswer, self.approval) if self.approval else None
         run_id = context["dag_run"].run_id
-        state = context["asset_state_store"][self.champion]
-        stored = state.get(CHAMPION_KEY)
-        current = Champion.model_validate(stored) if stored else None
+        pointer = ChampionPointer(context["asset_state_store"][self.champion])
+        current = pointer.read()
         outcome = self._outcome(plan, decision, answer, current, run_id)
         # The files first: failing to write them fails this try before anything moves or is
         # announced, and the retry does both.
         self._record_outcome(context, plan, published, decision, outcome)
         if answer is not None and answer.rejects:
+            self._leave_outcome(context, outcome)
             raise AirflowSkipException(f"not promoted: {outcome.reason}")
-        record = {"promoted": outcome.promoted, "run_id": run_id, "reason": outcome.reason}
         if not outcome.promoted:
-            return record
-        registered = (
-            current.registered
-            if current is not None and current.run_id == run_id
-            else self._move(context, plan, published, decision)
-        )
+            return _returned(run_id, outcome)
+        if current is not None and current.run_id == run_id:
+            registered = current.registered
+        else:
+            try:
+                registered = self._move(context, pointer, plan, published, decision)
+            except ChampionChanged as changed:
+                held = _held(changed)
+                self.log.warning("Not promoted: %s", held.reason)
+                self._record_outcome(context, plan, published, decision, held)
+                return _returned(run_id, held)
         return {
-            **record,
+            **_returned(run_id, outcome),
             "model_version": registered.version if registered else None,
             "registry_uri": registered.uri if registered else None,
             "replaced": decision.champion_run_id,
@@ -129,14 +139,23 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         if current is not None and current.run_id == run_id:
             self.log.info("This run's model is the champion already (a retry): nothing to move")
             return Outcome(state="promoted", reason="already the champion", responder=approver)
-        if (current.run_id if current else None) != decision.champion_run_id:
-            reason = (
-                f"the champion changed to {current.run_id if current else 'none'} after the gate compared "
-                f"with {decision.champion_run_id or 'none'}: not promoted (clear evaluate to compare again)"
-            )
-            self.log.warning("Not promoted: %s", reason)
-            return Outcome(state="held", reason=reason)
+        if moved_since(current, decision.champion_run_id):
+            held = _held(ChampionChanged(current, decision.champion_run_id))
+            self.log.warning("Not promoted: %s", held.reason)
+            return held
         return Outcome(state="promoted", reason=decision.reason, responder=approver)
+
+    def _leave_outcome(self, context: Context, outcome: Outcome) -> None:
+        """Push ``outcome`` and its seal: a skipped task returns nothing for the pages to read."""
+        from aliyun_training.seals import SEAL_KEY, seal
+
+        ti = context["ti"]
+        value = outcome.model_dump(mode="json")
+        map_index = -1 if ti.map_index is None else ti.map_index
+        ti.xcom_push(OUTCOME_KEY, value)
+        ti.xcom_push(
+            SEAL_KEY, {OUTCOME_KEY: seal(value, ti.dag_id, ti.run_id, ti.task_id, OUTCOME_KEY, map_index)}
+        )
 
     def _record_outcome(
         self,
@@ -164,18 +183,17 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             )
 
     def _move(
-        self, context: Context, plan: ArtifactsPlan, published: ArtifactSet, decision: Decision
+        self,
+        context: Context,
+        pointer: ChampionPointer,
+        plan: ArtifactsPlan,
+        published: ArtifactSet,
+        decision: Decision,
     ) -> RegisteredVersion | None:
-        """Make this run's model the champion: the registry's pointer, the champion Asset's state and
-        its event; the registered version it points at."""
+        """Make this run's model the champion, if the pointer still names the one the gate compared
+        with (``ChampionChanged`` otherwise), and announce it; the registered version it points at."""
         run_id = context["dag_run"].run_id
         registered = RegisteredVersion.model_validate(published.registered) if published.registered else None
-        if registered is not None:
-            assert plan.registry is not None, "a registered candidate has a registry"
-            from aliyun_training.model_registry import open_registry
-            from aliyun_training.operators.ownership import installation_id
-
-            open_registry(plan.registry, installation_id()).promote(registered)
         job = validate_record(JobResult, self.job_result) if self.job_result else None
         champion = Champion(
             run_id=run_id,
@@ -185,7 +203,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             outputs_uri=job.output_uri if job else None,
             registered=registered,
         )
-        context["asset_state_store"][self.champion].set(CHAMPION_KEY, champion.model_dump(mode="json"))
+        pointer.compare_and_set(decision.champion_run_id, champion, _registry(plan) if registered else None)
         context["outlet_events"][self.promotions].add(
             self.champion,
             extra={
@@ -224,3 +242,27 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
                 "successful, or never answered); clear approve_promotion to ask again"
             )
         return answer.refusal(rule.approval.approvers)
+
+
+def _held(changed: ChampionChanged) -> Outcome:
+    """The outcome of a candidate the gate compared with a champion that is not the champion now."""
+    return Outcome(state="held", reason=f"{changed}: not promoted (clear evaluate to compare again)")
+
+
+def _returned(run_id: str, outcome: Outcome) -> dict[str, Any]:
+    """What the task returns of ``outcome`` (``promoted`` true only where the pointer moved to the run)."""
+    return {
+        "promoted": outcome.promoted,
+        "run_id": run_id,
+        "reason": outcome.reason,
+        "outcome": outcome.model_dump(mode="json"),
+    }
+
+
+def _registry(plan: ArtifactsPlan) -> ModelRegistry:
+    """The plan's model registry, as this installation sees it (its SDK imported only now)."""
+    from aliyun_training.model_registry import open_registry
+    from aliyun_training.operators.ownership import installation_id
+
+    assert plan.registry is not None, "a registered candidate has a registry"
+    return open_registry(plan.registry, installation_id())

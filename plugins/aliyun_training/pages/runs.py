@@ -14,6 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.champion import OUTCOME_KEY, promote_outcome
+
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
@@ -32,8 +34,13 @@ RETURN_VALUE = "return_value"
 PIPELINE_TAG = "training"
 #: The tag of the DAG that stands for a declaration file that did not load, in its pipeline's place.
 BROKEN_DECLARATION_TAG = "invalid-declaration"
-#: The tasks whose records count only once they succeeded: a cleared one still holds its old XCom.
-_SUCCEEDED_ONLY = (PUBLISH_TASK, PROMOTE_TASK)
+#: The records that count only while their task is in the given state: a cleared task still holds
+#: its old XComs. ``promote`` returns its record when it succeeds, and leaves its outcome when it skips.
+_COUNTED_WHEN = {
+    (PUBLISH_TASK, RETURN_VALUE): "success",
+    (PROMOTE_TASK, RETURN_VALUE): "success",
+    (PROMOTE_TASK, OUTCOME_KEY): "skipped",
+}
 #: The states of a task that has not finished (yet): an approval waits in the last three.
 _UNFINISHED = {"none", "scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting"}
 _AWAITING = {"awaiting_input", "deferred", "running"}
@@ -46,6 +53,15 @@ CHAMPION, HELD, NOT_APPROVED, AWAITING_APPROVAL, PENDING = (
     "awaiting approval",
     "pending",
 )
+#: The label of each ``promotion.Outcome`` state.
+_LABELS = {
+    "promoted": CHAMPION,
+    "held": HELD,
+    "not_approved": NOT_APPROVED,
+    "approval_timed_out": NOT_APPROVED,
+    "awaiting_approval": AWAITING_APPROVAL,
+    "awaiting_promotion": PENDING,
+}
 
 
 class PageNotFound(LookupError):
@@ -73,6 +89,9 @@ class RunRow:
     registered: dict[str, Any] | None = None
     #: What the ``promote`` task returned: ``promoted`` true only where the pointer moved to this run.
     promoted: dict[str, Any] | None = None
+    #: The outcome (``promotion.Outcome`` as JSON) ``promote`` left when it skipped: a Reject, or an
+    #: approval that timed out.
+    skipped_outcome: dict[str, Any] | None = None
     #: The states of the ``promote`` and ``approve_promotion`` tasks (None: the run has no such task).
     promote_state: str | None = None
     approval_state: str | None = None
@@ -116,23 +135,27 @@ class BrokenDeclaration:
 
 
 def promotion_status(row: RunRow) -> tuple[str, str] | None:
-    """What the run did to the champion and why (the gate's reason); None where there is no gate.
+    """What the run did to the champion and why; None where there is no gate.
 
-    Only ``promote``'s record moves the pointer: a gate that passed a model leaves it a candidate
-    until a person approves it (where the rule asks) and ``promote`` succeeds. A run from before
-    the promote task existed (it has none, and is over) was promoted by its gate's decision alone.
+    Once ``promote`` ran, its outcome (``promotion.Outcome``, the record the run's manifest and
+    report carry too) says it, with its reason. Before, the gate's decision and the tasks' states
+    do: a gate that passed a model leaves it a candidate until a person approves it (where the
+    rule asks) and ``promote`` succeeds. A run from before the promote task existed (it has none,
+    and is over) was promoted by its gate's decision alone.
     """
     decision = row.promotion
     if not decision:
         return None
     reason = str(decision.get("reason", ""))
-    if row.promoted is not None:
-        return (CHAMPION if row.promoted.get("promoted") else HELD), str(row.promoted.get("reason", reason))
+    recorded = promote_outcome(row.promoted, row.skipped_outcome)
+    if recorded is not None:
+        return _LABELS[recorded.state], recorded.reason
     if not decision.get("promoted"):
         return HELD, reason
     if row.approval_state in _AWAITING:
         return AWAITING_APPROVAL, f"the gate passed it ({reason}); it waits for a person to approve"
     if decision.get("needs_approval") and row.promote_state == "skipped":
+        # A promote from before it left its outcome when it skipped.
         return NOT_APPROVED, f"the gate passed it ({reason}), but it was rejected or not answered in time"
     if row.promote_state is None and row.state not in ("queued", "running"):
         return CHAMPION, reason
@@ -218,9 +241,10 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
     ).all()
     run_ids = [run.run_id for run in runs]
     values = _returned(session, dag_id, run_ids)
-    states = _states(session, dag_id, run_ids, [*_SUCCEEDED_ONLY, APPROVE_TASK])
+    states = _states(session, dag_id, run_ids, [PUBLISH_TASK, PROMOTE_TASK, APPROVE_TASK])
     for run_id, task_id, key in list(values):
-        if task_id in _SUCCEEDED_ONLY and states.get((run_id, task_id)) != "success":
+        counted = _COUNTED_WHEN.get((task_id, key))
+        if counted is not None and states.get((run_id, task_id)) != counted:
             del values[(run_id, task_id, key)]
     rows = []
     for run in runs:
@@ -245,6 +269,7 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
                 promotion=published.get("promotion"),
                 registered=published.get("registered"),
                 promoted=values.get((run.run_id, PROMOTE_TASK, RETURN_VALUE)),
+                skipped_outcome=values.get((run.run_id, PROMOTE_TASK, OUTCOME_KEY)),
                 promote_state=states.get((run.run_id, PROMOTE_TASK)),
                 approval_state=states.get((run.run_id, APPROVE_TASK)),
                 has_plan=(run.run_id, PLAN_TASK, RETURN_VALUE) in values,
@@ -333,6 +358,7 @@ def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[s
             (CONFIGURE_TASK, "dataset"),
             (PUBLISH_TASK, RETURN_VALUE),
             (PROMOTE_TASK, RETURN_VALUE),
+            (PROMOTE_TASK, OUTCOME_KEY),
         ],
     )
     from airflow.models.xcom import XComModel

@@ -226,7 +226,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             runtime=[Returned("verify_image"), Returned("training_runtime")],
             bandwidth=Returned("check_rdma"),
             outlets=[model],
-            promotion=declaration.promotion,
+            # The gate applies the plan's rule (artifacts.promotion) to the champion this Asset keeps.
             champion=champion if declaration.promotion else None,
             evaluation=Returned("evaluate") if declaration.evaluation else None,
             trigger_rule="none_failed_min_one_success",
