@@ -38,6 +38,13 @@ from aliyun_training.backends.arena_manifests import (
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.registry import backend_record
+from aliyun_training.spec import (
+    MAX_CPUS_PER_NODE,
+    MAX_MEMORY_GIB_PER_NODE,
+    CpusPerNode,
+    MemoryGibPerNode,
+    SharedMemoryGibPerNode,
+)
 from aliyun_training.validation import (
     HIJACKING_FIX,
     IMAGE_REFERENCE_PATTERN,
@@ -377,13 +384,15 @@ class CloudEnvironment(UsePolicy):
     #: Repositories the trigger form may pin an image from, besides the build's and ``image``'s.
     allowed_image_repositories: list[str] = Field(default_factory=list)
     cpu_per_node: Annotated[
-        int, Field(ge=1, le=512, json_schema_extra=overridable("use 1 to 512 CPUs per node"))
+        CpusPerNode, Field(json_schema_extra=overridable(f"use 1 to {MAX_CPUS_PER_NODE} CPUs per node"))
     ] = 8
     memory_gib_per_node: Annotated[
-        int, Field(ge=1, le=4096, json_schema_extra=overridable("use 1 to 4096 GiB per node"))
+        MemoryGibPerNode,
+        Field(json_schema_extra=overridable(f"use 1 to {MAX_MEMORY_GIB_PER_NODE} GiB per node")),
     ] = 32
     shared_memory_gib_per_node: Annotated[
-        int, Field(ge=0, le=4096, json_schema_extra=overridable("use 0 to 4096 GiB per node"))
+        SharedMemoryGibPerNode,
+        Field(json_schema_extra=overridable(f"use 0 to {MAX_MEMORY_GIB_PER_NODE} GiB per node")),
     ] = 0
     #: A run may turn RDMA off (e.g. to compare against TCP); turning it on where there is none
     #: fails in preflight.

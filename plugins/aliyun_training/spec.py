@@ -31,10 +31,13 @@ MAX_TIMEOUT_MINUTES = 60 * 24 * 30
 #: The most nodes and GPUs per node a job may ask for, wherever a size is set.
 MAX_NODES = 128
 MAX_GPUS_PER_NODE = 16
+#: The most CPUs and GiB of memory (shared memory included) a node may ask for.
+MAX_CPUS_PER_NODE = 512
+MAX_MEMORY_GIB_PER_NODE = 4096
 
 # The one definition of each size and timeout: the spec, the declaration's resources (defaults and
-# bounds of the form), the trigger form's model and its Params' JSON Schema (``form.form_schema``)
-# all use these, so their bounds cannot disagree.
+# bounds of the form), the environment files' node resources, the trigger form's model and its
+# Params' JSON Schema (``form.form_schema``) all use these, so their bounds cannot disagree.
 Nodes = Annotated[
     int, Field(ge=1, le=MAX_NODES, json_schema_extra=field_fix(f"use between 1 and {MAX_NODES} nodes"))
 ]
@@ -48,6 +51,25 @@ GpusPerNode = Annotated[
 ]
 TimeoutMinutes = Annotated[
     int, Field(ge=1, le=MAX_TIMEOUT_MINUTES, json_schema_extra=field_fix("use 1 minute up to 30 days"))
+]
+CpusPerNode = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_CPUS_PER_NODE,
+        json_schema_extra=field_fix(f"request between 1 and {MAX_CPUS_PER_NODE} CPUs per node"),
+    ),
+]
+MemoryGibPerNode = Annotated[
+    int,
+    Field(
+        ge=1,
+        le=MAX_MEMORY_GIB_PER_NODE,
+        json_schema_extra=field_fix(f"request between 1 and {MAX_MEMORY_GIB_PER_NODE} GiB per node"),
+    ),
+]
+SharedMemoryGibPerNode = Annotated[
+    int, Field(ge=0, le=MAX_MEMORY_GIB_PER_NODE, json_schema_extra=field_fix("use 0 up to the node's memory"))
 ]
 
 #: Variables the platforms inject into every node; a spec that sets them would break rendezvous.
@@ -187,15 +209,9 @@ class TrainingJobSpec(BaseModel):
         Nodes | None, Field(json_schema_extra=field_fix(f"use nodes up to {MAX_NODES}, or leave it unset"))
     ] = None
     gpus_per_node: GpusPerNode = 0
-    cpu: Annotated[
-        int, Field(ge=1, le=512, json_schema_extra=field_fix("request between 1 and 512 CPUs per node"))
-    ] = 1
-    memory_gib: Annotated[
-        int, Field(ge=1, le=4096, json_schema_extra=field_fix("request between 1 and 4096 GiB per node"))
-    ] = 4
-    shared_memory_gib: Annotated[
-        int, Field(ge=0, le=4096, json_schema_extra=field_fix("use 0 up to the node's memory"))
-    ] = 0
+    cpu: CpusPerNode = 1
+    memory_gib: MemoryGibPerNode = 4
+    shared_memory_gib: SharedMemoryGibPerNode = 0
     image: Annotated[
         str | None, Field(json_schema_extra=field_fix("give a full image reference, e.g. registry/repo:tag"))
     ] = None

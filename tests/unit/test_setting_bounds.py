@@ -1,5 +1,6 @@
 """Each size and timeout has one definition of its bounds, which the spec, the declaration, the
-trigger form's model and its Params' schema all read: what one refuses, every one refuses."""
+environment files, the trigger form's model and its Params' schema all read: what one refuses,
+every one refuses."""
 
 from __future__ import annotations
 
@@ -9,8 +10,15 @@ from typing import Any
 import pytest
 
 from aliyun_training.declaration import PipelineDeclaration, load_declaration
-from aliyun_training.form import form_schema, parse_form
-from aliyun_training.spec import MAX_NODES, MAX_TIMEOUT_MINUTES, TrainingJobSpec
+from aliyun_training.environments import AckEnvironment, CloudEnvironment, DlcEnvironment
+from aliyun_training.form import form_schema, overrides_schema, parse_form
+from aliyun_training.spec import (
+    MAX_CPUS_PER_NODE,
+    MAX_MEMORY_GIB_PER_NODE,
+    MAX_NODES,
+    MAX_TIMEOUT_MINUTES,
+    TrainingJobSpec,
+)
 from aliyun_training.validation import SpecError
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "cifar10.yaml"
@@ -77,3 +85,41 @@ def test_every_place_a_node_count_is_set_takes_the_same_bounds(
     assert schema["minimum"] == 1 and schema["maximum"] == declaration.resources.max_nodes <= MAX_NODES
     assert _refused_by_form(declaration, nodes=schema["maximum"] + 1)
     assert not _refused_by_form(declaration, nodes=schema["maximum"])
+
+
+#: A node's resources as the spec names them, and as the environment files and the form's
+#: backend_overrides do.
+NODE_RESOURCES = [
+    ("cpu", "cpu_per_node", 1, MAX_CPUS_PER_NODE),
+    ("memory_gib", "memory_gib_per_node", 1, MAX_MEMORY_GIB_PER_NODE),
+    ("shared_memory_gib", "shared_memory_gib_per_node", 0, MAX_MEMORY_GIB_PER_NODE),
+]
+
+
+@pytest.mark.parametrize(("spec_field", "setting", "least", "most"), NODE_RESOURCES)
+@pytest.mark.parametrize("environment", [DlcEnvironment, AckEnvironment])
+def test_every_place_a_nodes_cpus_and_memory_are_set_takes_the_same_bounds(
+    declaration: PipelineDeclaration,
+    environment: type[CloudEnvironment],
+    spec_field: str,
+    setting: str,
+    least: int,
+    most: int,
+) -> None:
+    for value, refused in [(least - 1, True), (least, False), (most, False), (most + 1, True)]:
+        assert _refused_by_spec(**{spec_field: value}) is refused, (spec_field, value)
+        assert _refused_by_environment(environment, **{setting: value}) is refused, (setting, value)
+        assert _refused_by_form(declaration, backend="dlc", backend_overrides={setting: value}) is refused, (
+            setting,
+            value,
+        )
+    schema = overrides_schema()["properties"][setting]
+    assert (schema["minimum"], schema["maximum"]) == (least, most)
+
+
+def _refused_by_environment(environment: type[CloudEnvironment], **settings: Any) -> bool:
+    try:
+        environment.model_validate(settings)
+    except ValueError:
+        return True
+    return False
