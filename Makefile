@@ -19,7 +19,7 @@ export PATH := $(BIN):$(PATH)
 # 6 GB): twice the cores, at least 4. A value set in the environment wins.
 export AIRFLOW__CORE__PARALLELISM ?= $(shell cores=$$(nproc); echo $$(( 2 * cores > 4 ? 2 * cores : 4 )))
 
-.PHONY: demo ui test browser lint style bench lock clean
+.PHONY: demo ui check test browser lint style bench lock clean
 
 # pip only bootstraps uv (its pin in constraints.txt), which installs the locked set several times
 # faster and, like pip, compiles it to bytecode. torch stays with pip: pip's configuration (a local
@@ -105,6 +105,16 @@ ui: $(VENV)/.editable
 # The suite mostly waits (deployments, polls, subprocesses), so it runs on more pytest-xdist workers
 # than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.
 TEST_WORKERS ?= 4
+
+# The inner loop, at most a minute on a quiet 2-core machine: the style checks, mypy (incremental:
+# seconds once .mypy_cache holds its first run) and every test not marked slow or e2e (the unit tests,
+# the emulators' and the quick integration tests against them), beside each other.
+CHECK_WORKERS ?= 2
+check: $(VENV)/.editable style
+	mypy > .mypy-check.log 2>&1 & typecheck=$$!; \
+	python -m pytest -q -n $(CHECK_WORKERS) -m "not slow and not e2e" --durations=5 tests; tests=$$?; \
+	wait $$typecheck; typed=$$?; cat .mypy-check.log; rm -f .mypy-check.log; \
+	test $$tests -eq 0 && test $$typed -eq 0
 
 # mypy's first run over the package and the Airflow it types against takes about a minute of one
 # core; make test runs it beside the tests (which leave a core idle while they wait) and fails when

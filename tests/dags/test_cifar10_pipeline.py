@@ -37,6 +37,8 @@ from tests.pages_client import pages_client
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+pytestmark = pytest.mark.slow
+
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 VERSION = "2026-11-22"
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -59,7 +61,6 @@ def dag(airflow_db: Path):
     return dag
 
 
-@pytest.mark.slow
 def test_a_tiny_run_trains_on_two_nodes_and_publishes_a_manifest_and_asset_event(
     dag, local_root: Path, make_dataset: Callable[..., Path], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -115,7 +116,6 @@ def test_invalid_params_fail_the_run_before_any_stage(dag, local_root: Path, con
     assert not (local_root / "cpfs").exists() and not (local_root / "runs").exists()
 
 
-@pytest.mark.slow
 def test_a_failed_configure_fails_the_report_naming_it_and_nothing_after_runs(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -138,7 +138,6 @@ def test_a_failed_configure_fails_the_report_naming_it_and_nothing_after_runs(
     assert "did not finish" not in log
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("skip_preflight", [False, True])
 def test_checks_that_do_not_run_are_skipped_with_their_reason_and_the_run_goes_on(
     dag, local_root: Path, make_dataset: Callable[..., Path], skip_preflight: bool
@@ -211,7 +210,6 @@ def _script_dlc_jobs(cloud: Any) -> JobOutputs:
     return outputs
 
 
-@pytest.mark.slow
 def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_publishes_from_oss(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -314,7 +312,6 @@ def test_a_dlc_run_passes_the_preflight_group_waits_for_capacity_submits_and_pub
     assert event["manifest_uri"] == f"oss://{BUCKET}/{manifest_key}"
 
 
-@pytest.mark.slow
 def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -339,7 +336,6 @@ def test_a_failing_preflight_stops_the_run_before_staging_or_submitting(
     assert states["train"] == states["publish_artifacts"] == "upstream_failed" and created == 0
 
 
-@pytest.mark.slow
 def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_from_oss(
     dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,7 +402,6 @@ def test_an_arena_run_creates_the_job_on_the_cluster_and_publishes_its_outputs_f
     assert asset_event_extras("cifar10_model")[-1]["job_id"] == trained["job_id"]
 
 
-@pytest.mark.slow
 def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_them(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -432,7 +427,6 @@ def test_a_cloud_run_without_output_settings_trains_and_skips_publishing_naming_
     assert uploaded == []
 
 
-@pytest.mark.slow
 def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     dag, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -494,7 +488,6 @@ def test_a_dry_run_on_ack_shows_its_plan_and_makes_only_read_calls(
     assert not (local_root / "cpfs" / "datasets" / "cifar10" / VERSION).exists()
 
 
-@pytest.mark.slow
 def test_a_dry_run_on_dlc_without_its_connection_shows_its_plan_beside_the_failures_and_fails(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -531,7 +524,6 @@ READ_ACTIONS = ("Describe", "Get", "List", "Check")
 OSS_READS = {"ListObjectsV2", "ListObjects", "HeadObject", "GetObject", "GetObjectMeta", "GetBucketInfo"}
 
 
-@pytest.mark.slow
 def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_calls(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -586,7 +578,6 @@ def test_a_dry_run_on_dlc_runs_preflight_shows_its_plan_and_makes_only_read_call
     assert document["gpu_hour_ceiling"] == sum(j["gpu_hours"] for j in document["cost"]["jobs"]) == 65.5
 
 
-@pytest.mark.slow
 def test_every_stage_of_a_dlc_run_uses_the_environments_connection(
     dag, local_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -20,6 +20,8 @@ from aliyun_training.pipelines import load_pipelines, training_pipeline
 from aliyun_training.pipelines.folder import broken_dag_id
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 
+pytestmark = pytest.mark.slow
+
 PROJECT_DIR = Path(__file__).resolve().parents[2]
 DAG_FILE = PROJECT_DIR / "dags" / "training_pipelines.py"
 RAW = "2026-11-01"
@@ -36,7 +38,6 @@ def _states(run) -> dict[str, str]:
     return {ti.task_id: ti.state for ti in run.get_task_instances()}
 
 
-@pytest.mark.slow
 def test_the_imagenet_pipeline_prepares_shards_once_stages_them_trains_and_publishes(
     airflow_db: Path, local_root: Path
 ) -> None:
@@ -179,7 +180,6 @@ def test_the_form_types_the_declared_parameters_and_refuses_a_bad_one(tmp_path: 
         declaration_param.resolve(51)
 
 
-@pytest.mark.slow
 def test_the_readme_guide_adds_a_model_and_dry_runs_it(
     airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -23,6 +23,8 @@ from aliyun_training.pipelines.folder import BROKEN_DECLARATION_PREFIX
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from tests.dags.test_declared_pipelines import DAG_FILE
 
+pytestmark = pytest.mark.slow
+
 DECLARATION = """\
     pipeline:
       dag_id: {dag_id}

@@ -14,6 +14,8 @@ from aliyun_training.pipelines.folder import broken_declaration_dag
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
 from tests.pages_client import deploy, pages_client, turn_on
 
+pytestmark = pytest.mark.slow
+
 DAG_FILE = Path(__file__).resolve().parents[2] / "dags" / "training_pipelines.py"
 RUN_ID = "manual__2026-11-22T10:00:00+00:00"
 #: A declaration error as the loader words it, with markup a file's content could carry.

@@ -34,6 +34,8 @@ from tests.pages_client import (
     turn_on,
 )
 
+pytestmark = pytest.mark.slow
+
 CHAMPION = "scores_champion"
 #: A declaration file's error as the loader words it: the file, each key and its fix.
 BROKEN_ERROR = (
@@ -85,7 +87,6 @@ def _row(table: str, run_id: str) -> str:
     return row
 
 
-@pytest.mark.slow
 def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registered_once(
     dag: Any, local_root: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -215,7 +216,6 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     )
 
 
-@pytest.mark.slow
 def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approved(
     airflow_db: Path, local_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -14,6 +14,7 @@ import shlex
 from typing import TYPE_CHECKING, Any
 
 import pendulum
+import pytest
 
 from aliyun_training.backends.base import JobState
 from aliyun_training.backends.local import LocalBackend
@@ -28,7 +29,7 @@ from tests.dags.scores_pipeline import approval_pipeline, land_version, registry
 if TYPE_CHECKING:
     from pathlib import Path
 
-    import pytest
+pytestmark = pytest.mark.slow
 
 #: The role that may trigger runs and edit task instances, XComs and task state: not an administrator.
 USER_ROLE = "user"

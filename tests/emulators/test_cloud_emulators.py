@@ -239,6 +239,7 @@ def test_snat_entries_are_paged(network: NetworkEmulator, vpc: VpcClient, standa
     assert [e.source_cidr for e in entries] == ["172.16.0.0/24", "172.16.1.0/24"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("call", "code"),
     [
@@ -454,6 +455,7 @@ def test_denied_ram_action_answers_no_permission(ram_emulator: RamEmulator, ram:
 # --------------------------------------------------------------------------------- faults
 
 
+@pytest.mark.slow
 def test_slow_fault_delays_every_emulator(
     network: NetworkEmulator,
     vpc: VpcClient,

@@ -142,6 +142,7 @@ def many_keys(oss: OssEmulator) -> list[str]:
     return sorted([*keys, "v1/special key+%&ü.bin"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("iterator", [oss2.ObjectIterator, oss2.ObjectIteratorV2])
 def test_iterators_page_through_thousands_of_keys(
     oss: OssEmulator, bucket: oss2.Bucket, many_keys: list[str], iterator: type
@@ -258,6 +259,7 @@ def test_conditional_get_and_delete(oss: OssEmulator, bucket: oss2.Bucket) -> No
     assert bucket.batch_delete_objects(["src.bin", "dst.bin"]).deleted_keys == ["src.bin", "dst.bin"]
 
 
+@pytest.mark.slow
 def test_large_object_streams(oss: OssEmulator, bucket: oss2.Bucket, tmp_path: Path) -> None:
     data = generated_bytes(1, "big", 24 * 1024 * 1024)
     oss.put(BUCKET, "big.bin", data)
@@ -425,6 +427,7 @@ def test_slow_fault_and_latency_delay_answers(oss: OssEmulator, bucket: oss2.Buc
     assert time.monotonic() - started >= 0.2
 
 
+@pytest.mark.slow
 def test_bandwidth_cap_is_per_connection(oss: OssEmulator, bucket: oss2.Bucket) -> None:
     data = generated_bytes(2, "bw", 2_000_000)
     oss.put(BUCKET, "k", data)
@@ -479,6 +482,7 @@ def test_stop_cuts_pooled_connections(oss: OssEmulator, bucket: oss2.Bucket) -> 
 # ------------------------------------------------------------------------------ separate process
 
 
+@pytest.mark.slow
 def test_subprocess_serves_and_generates_objects() -> None:
     proc, endpoint = start_subprocess({AK: SK}, buckets=["bench"], latency_ms=1)
     try:

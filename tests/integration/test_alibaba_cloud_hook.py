@@ -193,6 +193,7 @@ def test_secret_is_masked_even_when_the_extras_are_rejected() -> None:
     assert secret not in redact(f"error near {secret}")
 
 
+@pytest.mark.slow
 def test_sts_issued_secret_and_token_are_masked_after_assume_role(
     monkeypatch: pytest.MonkeyPatch, dlc: DlcEmulator, sts: StsEmulator
 ) -> None:

@@ -242,6 +242,7 @@ def test_an_object_at_the_lock_key_that_is_no_lock_is_refused_and_kept(oss, tmp_
     assert oss.get(BUCKET, LOCK) == b"not a lock" and oss.keys(BUCKET, PREFIX) == []
 
 
+@pytest.mark.slow
 def test_the_holder_renews_its_lock_while_it_uploads(oss, tmp_path, monkeypatch):
     monkeypatch.setattr(oss_publication, "RENEW_SECONDS", 0.05)
     oss.fail_next("PutObject", "slow", key=PREFIX + "model.pt", seconds=1.0)
@@ -253,6 +254,7 @@ def test_the_holder_renews_its_lock_while_it_uploads(oss, tmp_path, monkeypatch)
     assert _writes(oss).count(LOCK) >= 3, "created, then renewed while model.pt was uploading"
 
 
+@pytest.mark.slow
 def test_a_publisher_whose_lock_was_taken_over_never_writes_its_manifest(oss, tmp_path):
     oss.fail_next("PutObject", "slow", key=PREFIX + "model.pt", seconds=2.0)
     publisher_outputs(tmp_path / "out", "ours")
@@ -280,6 +282,7 @@ def test_a_publisher_whose_lock_was_taken_over_never_writes_its_manifest(oss, tm
     assert oss.get(BUCKET, LOCK) == other, "the other holder's lock is not released by us"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("trial", range(TRIALS))
 def test_concurrent_publishers_leave_one_complete_set(oss, tmp_path, trial):
     outputs = {
@@ -369,6 +372,7 @@ def test_the_outcome_is_not_recorded_in_a_set_another_run_published_since(oss, t
     assert "published by run manual__2 of cifar10_retrain" in caplog.text
 
 
+@pytest.mark.slow
 def test_a_publisher_holding_the_lock_keeps_the_outcome_from_being_written_meanwhile(oss, tmp_path):
     publisher_outputs(tmp_path / "out", "ours")
     artifacts = _publish(tmp_path / "out", _run("manual__1"))

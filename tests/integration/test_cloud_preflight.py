@@ -95,6 +95,7 @@ def report_task(groups: tuple[str, ...] = ("network", "quota", "permissions")) -
     return report
 
 
+@pytest.mark.slow
 def test_a_complete_network_quota_and_role_pass_every_check(cloud: Cloud) -> None:
     findings = run_check(cloud, "network") + run_check(cloud, "quota") + run_check(cloud, "permissions")
 
@@ -112,6 +113,7 @@ def test_a_complete_network_quota_and_role_pass_every_check(cloud: Cloud) -> Non
     assert all(f["verdict"] == "PASS" for f in findings), findings
 
 
+@pytest.mark.slow
 def test_a_missing_vpc_is_named_with_where_to_create_it(cloud: Cloud) -> None:
     vpc = {
         "vpc_id": "vpc-missing",
@@ -328,6 +330,7 @@ def test_quota_findings_name_the_mismatch_and_the_fix(
     assert found["verdict"] == "FAIL" and found["found"] == found_text and found["fix"] == fix_text
 
 
+@pytest.mark.slow
 def test_a_quota_of_the_wrong_resource_type_is_rejected(cloud: Cloud) -> None:
     cloud.studio.add_quota("quota-ecs", resource_type="ECS", gpu_type="GU8TF", allocatable_gpus=64)
 
@@ -349,6 +352,7 @@ def test_a_busy_quota_warns_that_the_job_will_wait(cloud: Cloud) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
     cloud.ram.add_role("thin-role")
     cloud.ram.attach_policy(
@@ -374,6 +378,7 @@ def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_permissions",
@@ -392,6 +397,7 @@ def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
     }
 
 
+@pytest.mark.slow
 def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(
     cloud: Cloud, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -507,6 +513,7 @@ def test_skipped_checks_are_listed_as_not_applicable_with_their_reasons_and_fail
     assert cloud.network.requests == [] and cloud.studio.requests == []
 
 
+@pytest.mark.slow
 def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_room_appears(
     cloud: Cloud,
 ) -> None:

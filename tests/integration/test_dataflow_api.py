@@ -163,6 +163,7 @@ def test_the_same_client_token_twice_makes_one_task(nas):
     assert start_import("stage-cifar10-other-run") != first
 
 
+@pytest.mark.slow
 def test_retried_creates_under_faults_make_one_task(nas):
     nas.faults = FaultPlan(
         throttle_rate=0.4, unavailable_rate=0.3, seed=3, actions=frozenset({"CreateDataFlowTask"})

@@ -105,6 +105,7 @@ def operator(**overrides: Any) -> TrainingJobOperator:
     )
 
 
+@pytest.mark.slow
 def test_the_spec_becomes_a_create_job_request_the_sdk_model_accepts(connected: DlcEmulator) -> None:
     ctx = task_context()
     defer(operator(), ctx)
@@ -160,6 +161,7 @@ def create_job_id(dlc: DlcEmulator) -> str:
     return job_id
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("framework", "job_type", "roles"),
     [
@@ -186,6 +188,7 @@ def test_each_framework_maps_to_its_dlc_job_type_and_roles(
             assert (resources["CPU"], resources["Memory"], resources["GPU"]) == ("2", "4Gi", "0")
 
 
+@pytest.mark.slow
 def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
     connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -224,6 +227,7 @@ def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
     assert result["console_url"].startswith("https://pai.console.aliyun.com/?regionId=cn-wulanchabu")
 
 
+@pytest.mark.slow
 def test_a_failed_job_fails_the_task_with_reason_code_logs_events_and_sanity_checks(
     connected: DlcEmulator,
 ) -> None:
@@ -260,6 +264,7 @@ def test_a_failed_job_fails_the_task_with_reason_code_logs_events_and_sanity_che
     assert "sanity check #1 GPUCheck: Failed GPU 3 has XID 79" in message
 
 
+@pytest.mark.slow
 def test_throttling_and_server_errors_on_30_percent_of_calls_do_not_fail_the_run(
     connected: DlcEmulator,
 ) -> None:
@@ -273,6 +278,7 @@ def test_throttling_and_server_errors_on_30_percent_of_calls_do_not_fail_the_run
     assert len(connected.jobs) == 1, "a throttled CreateJob must not lead to a second job"
 
 
+@pytest.mark.slow
 def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_creating_another(
     connected: DlcEmulator,
 ) -> None:
@@ -351,6 +357,7 @@ def test_a_job_under_the_task_name_that_the_task_did_not_launch_fails_it_and_is_
     assert DlcBackend(workspace_id="ws-1").status(squatting).state.value == "running"
 
 
+@pytest.mark.slow
 def test_an_sts_token_expiring_mid_wait_is_refreshed_without_failing(
     dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -407,6 +414,7 @@ def test_a_client_error_fails_at_once_with_code_message_and_request_id(connected
     assert f"RequestId: {failure.value.request_id}" in str(failure.value)
 
 
+@pytest.mark.slow
 def test_secrets_never_reach_task_logs_trigger_kwargs_or_xcom(
     connected: DlcEmulator, capfd: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:

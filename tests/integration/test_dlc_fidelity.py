@@ -87,6 +87,7 @@ def test_without_extended_cidrs_the_vpcs_cidr_blocks_are_read_once_and_sent_with
     assert network.count("DescribeVpcs") == 1, "the VPC is read once per backend"
 
 
+@pytest.mark.slow
 def test_secondary_and_user_cidr_blocks_of_the_vpc_are_sent_too(
     connected: DlcEmulator, network: NetworkEmulator
 ) -> None:
@@ -226,6 +227,7 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
     assert datetime.fromisoformat(horizon_query["StartTime"]) < datetime.now(UTC) - timedelta(days=30)
 
 
+@pytest.mark.slow
 def test_find_pages_past_a_full_page_of_fuzzy_matches_to_the_exact_name(connected: DlcEmulator) -> None:
     clock = ManualClock()
     connected.clock = clock
@@ -259,6 +261,7 @@ def finished_job(dlc: DlcEmulator, lines: list[str], running_seconds: float) -> 
     return backend, handle
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wanted", [50, 1500])  # 1500: windows alternate too wide / too narrow
 def test_the_tail_of_a_log_much_longer_than_max_lines_is_its_real_end(
     connected: DlcEmulator, wanted: int
@@ -362,6 +365,7 @@ def test_a_log_read_right_after_a_status_reuses_what_the_status_read(connected: 
 # -- failure evidence ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_failure_shows_the_newest_events_of_a_job_with_many(connected: DlcEmulator) -> None:
     connected.default_script = JobScript(
         phases=[("Creating", 0.05)], final="Failed", events=[f"event {i}" for i in range(1, 31)]

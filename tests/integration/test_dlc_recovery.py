@@ -83,6 +83,7 @@ NCCL_FAILURE = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "expected", "evidence"),
     [
@@ -291,6 +292,7 @@ def test_a_failed_status_carries_dlc_reason_code_and_the_sub_statuses(connected:
 # -- launched: our jobs that have not ended ----------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_launched_lists_every_unended_job_of_this_installation_over_several_pages(
     connected: DlcEmulator,
 ) -> None:
@@ -422,6 +424,7 @@ def first_dropped_then_answered(rate: float) -> int:
 # -- STS tokens through a long wait ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_async_polling_of_one_job_outlives_one_sts_token_after_another(
     dlc: DlcEmulator, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -104,6 +104,7 @@ def test_without_a_version_the_dry_run_takes_the_newest_landed_one_and_needs_its
     assert "--dataset-version: the newest landed version is found by listing" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: Path) -> None:
     (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
     env = {**os.environ, "PYTHONPATH": "plugins", "ALIYUN_TRAINING_LOCAL_ROOT": str(tmp_path)}
@@ -125,6 +126,7 @@ def test_the_local_dry_run_runs_as_a_module_and_prints_only_its_json(tmp_path: P
     assert document["checks"]["preflight"] == {"skipped": "not checked: the dry run ran without preflight"}
 
 
+@pytest.mark.slow
 def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_stderr(tmp_path: Path) -> None:
     (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
     generator = PROJECT_DIR / "include" / "training" / "make_synthetic_cifar10.py"

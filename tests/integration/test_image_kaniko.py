@@ -286,6 +286,7 @@ def test_cache_service_account_and_resources_are_settings() -> None:
     assert f"--cache-repo={REGISTRY}/ml/train-cache" in cached["spec"]["containers"][0]["args"]
 
 
+@pytest.mark.slow
 def test_no_registry_credential_is_ever_sent_returned_logged_or_reported(
     fake: KubernetesFake, clock: SteppedClock, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -315,6 +316,7 @@ def test_no_registry_credential_is_ever_sent_returned_logged_or_reported(
 # -- lifecycle -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_build_runs_to_success_and_its_termination_message_is_the_digest(
     fake: KubernetesFake, clock: SteppedClock
 ) -> None:
@@ -356,6 +358,7 @@ def test_submitting_again_reattaches_instead_of_creating_a_second_pod(
     assert len(posts(fake, "configmaps")) == 1 and fake.count("PUT") == 0
 
 
+@pytest.mark.slow
 async def test_a_failed_build_names_the_failing_step_and_is_replaced_on_resubmit(
     fake: KubernetesFake, clock: SteppedClock
 ) -> None:
@@ -435,6 +438,7 @@ def test_a_pod_built_from_other_inputs_is_replaced(fake: KubernetesFake, clock: 
     assert len(posts(fake, "pods")) == 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("secret", "error"),
     [
@@ -574,6 +578,7 @@ async def test_a_deleted_context_map_fails_the_build_and_a_resubmit_recreates_it
     assert (await builder.apoll(again)).state == "succeeded"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("outcome", "expected"), harness.CANNOT_START_YET)
 async def test_a_pod_that_cannot_start_keeps_running_with_the_reason_as_progress(
     fake: KubernetesFake, clock: SteppedClock, outcome: str, expected: str

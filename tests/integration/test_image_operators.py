@@ -284,6 +284,7 @@ def test_the_tag_changes_with_the_build_args(registry: RegistryEmulator) -> None
     assert result["tag"] == other and result["uri"].endswith(f"/ml/train:{other}")
 
 
+@pytest.mark.slow
 def test_a_missing_tag_is_built_by_a_kaniko_pod_that_pushes_it(
     registry: RegistryEmulator, kube: KubernetesFake
 ) -> None:
@@ -404,6 +405,7 @@ def test_a_failed_kaniko_build_fails_the_task_naming_the_failing_step(
     assert "exit status 100" in message and "exited with code 1" in message
 
 
+@pytest.mark.slow
 def test_an_acr_build_is_polled_to_success_and_pushes_the_tag(registry: RegistryEmulator, acr: Acr) -> None:
     tag = expected_tag()
     op, ctx = acr_operator(registry, acr), task_context()
@@ -610,6 +612,7 @@ def test_a_good_image_is_verified_with_its_versions(cluster: Cluster) -> None:
     ).model_dump(mode="json")
 
 
+@pytest.mark.slow
 def test_the_verify_job_is_one_node_with_one_gpu_running_the_check_in_the_image(cluster: Cluster) -> None:
     cluster.script(probe_log())
     ctx = task_context()
@@ -636,6 +639,7 @@ def test_the_verify_job_is_one_node_with_one_gpu_running_the_check_in_the_image(
         assert all(m["mountPath"] != "/mnt/data" for m in container["volumeMounts"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("report", "expected"),
     [
@@ -695,6 +699,7 @@ def rdma_operator(backend: str, line_rate_gbps: Any = 200, **overrides: Any) -> 
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("line_rate", "verdict"),
     [(200, "PASS"), (250, "WARN")],
@@ -732,6 +737,7 @@ def test_the_rdma_device_reaches_the_check_command_quoted() -> None:
     assert "-d mlx5_0; reboot" not in command
 
 
+@pytest.mark.slow
 def test_dlc_runs_all_reduce_perf_as_an_mpi_job_over_rdma(dlc: DlcEmulator) -> None:
     cluster = Cluster("dlc", dlc=dlc)
     cluster.script(sample("rdma/all_reduce_perf_2x8.txt"))
@@ -750,6 +756,7 @@ def test_dlc_runs_all_reduce_perf_as_an_mpi_job_over_rdma(dlc: DlcEmulator) -> N
     assert body["Envs"]["NCCL_DEBUG"] == "INFO"
 
 
+@pytest.mark.slow
 def test_nccl_falling_back_to_sockets_fails_saying_rdma_is_not_in_use(dlc: DlcEmulator) -> None:
     cluster = Cluster("dlc", dlc=dlc)
     cluster.script(sample("rdma/nccl_socket_fallback.txt"))

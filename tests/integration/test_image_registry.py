@@ -70,6 +70,7 @@ def test_existing_tag_answers_its_digest_after_the_token_dance(registry):
         assert media_type in manifests[-1].accept
 
 
+@pytest.mark.slow
 def test_manifest_list_and_digest_references_are_found(registry):
     digest = registry.put_manifest("ml/train", "multiarch", media_type=OCI_INDEX)
     assert image_digest(f"{registry.host}/ml/train:multiarch", CONN) == digest
@@ -147,6 +148,7 @@ def test_basic_challenge_registry(monkeypatch, caplog):
     assert_secret_absent(caplog.text)
 
 
+@pytest.mark.slow
 def test_5xx_is_retried_then_reported_as_retryable(registry, caplog):
     digest = registry.put_manifest("ml/train", "abc")
     registry.fail_next(1, status=503)

@@ -72,6 +72,7 @@ def two_epochs(shard_version: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
     two_epochs: tuple[Path, str, list[dict]],
 ) -> None:
@@ -91,6 +92,7 @@ def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 def test_torchrun_resumes_after_the_latest_checkpoint(
     shard_version: Path, two_epochs: tuple[Path, str, list[dict]]
 ) -> None:
@@ -106,6 +108,7 @@ def test_torchrun_resumes_after_the_latest_checkpoint(
     assert (out / "checkpoints" / "epoch-0003" / "COMPLETE").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.slow
 def test_mpirun_ranks_train_the_same_shares_as_torchrun(
     shard_version: Path, two_epochs: tuple[Path, str, list[dict]], tmp_path: Path

@@ -119,6 +119,7 @@ def test_with_no_landed_version_the_run_fails_naming_each_and_what_it_lacks(
     ), "a pipeline that takes the newest has no run that waits"
 
 
+@pytest.mark.slow
 def test_without_a_marker_one_look_refuses_an_upload_in_progress_and_a_settled_version_waits_for_the_second(
     source: Source, tmp_path: Path
 ) -> None:

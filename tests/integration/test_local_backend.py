@@ -66,6 +66,7 @@ def test_every_node_gets_the_rendezvous_variables_dlc_injects(backend: LocalBack
     assert status.started is not None and status.finished is not None and status.finished >= status.started
 
 
+@pytest.mark.slow
 def test_submitting_an_active_name_again_returns_the_running_job(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
@@ -84,6 +85,7 @@ def test_submitting_an_active_name_again_returns_the_running_job(
     backend.stop(first)
 
 
+@pytest.mark.slow
 def test_a_failing_node_fails_the_job_names_the_rank_and_stops_the_others(backend: LocalBackend) -> None:
     spec = TrainingJobSpec(
         nodes=2,
@@ -103,6 +105,7 @@ def test_a_failing_node_fails_the_job_names_the_rank_and_stops_the_others(backen
     assert job_pids(f"{handle.job_id}:") == set(), "rank 0 kept running after rank 1 failed"
 
 
+@pytest.mark.slow
 def test_stop_kills_every_process_including_ones_in_their_own_session(backend: LocalBackend) -> None:
     # setsid mimics torchrun, whose workers run in new sessions out of reach of a process-group kill.
     spec = TrainingJobSpec(nodes=2, command="setsid sleep 300 & trap '' TERM; sleep 300")
@@ -115,6 +118,7 @@ def test_stop_kills_every_process_including_ones_in_their_own_session(backend: L
     assert backend.status(handle).state is JobState.STOPPED
 
 
+@pytest.mark.slow
 def test_status_logs_and_stop_work_after_the_launching_process_died(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
@@ -195,6 +199,7 @@ def test_logs_merge_the_nodes_in_the_order_their_lines_came_also_across_a_read_b
     assert backend.logs(handle, chunks[-1].cursor).lines == []
 
 
+@pytest.mark.slow
 def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBackend) -> None:
     handle = backend.submit(TrainingJobSpec(nodes=2, command="sleep 300"), "oom")
     wait_running(backend, handle, processes=4)

@@ -31,6 +31,7 @@ def _candidate(run_id: str, accuracy: float = 0.9, installation: str = "team-a")
     )
 
 
+@pytest.mark.slow
 def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_run_id_holds(
     tmp_path: Path,
 ) -> None:
@@ -48,6 +49,7 @@ def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_r
     assert first.uri == f"models:/digits/1 at {embedded_tracking_uri(tmp_path)}"
 
 
+@pytest.mark.slow
 def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_nothing(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
@@ -75,6 +77,7 @@ def _register_many(folder: str, prefix: str, count: int) -> None:
         registry.register(_candidate(f"{prefix}{number}"))
 
 
+@pytest.mark.slow
 def test_two_deployments_registering_at_once_into_one_embedded_store_lose_nothing(tmp_path: Path) -> None:
     """Both create the store's tables on first use and write in turn: every candidate is there once."""
     context = multiprocessing.get_context("spawn")
@@ -104,6 +107,7 @@ def test_an_unreachable_tracking_server_fails_naming_the_registry_and_the_fix(
         open_registry(settings, "team-a").champion()
 
 
+@pytest.mark.slow
 def test_deployments_sharing_a_store_each_move_their_own_champion_and_only_their_own_versions(
     tmp_path: Path,
 ) -> None:

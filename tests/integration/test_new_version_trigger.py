@@ -134,6 +134,7 @@ def announced(trigger: NewVersionTrigger, store: StateStore, polls: int = 4, eve
     return asyncio.run(collect())
 
 
+@pytest.mark.slow
 def test_versions_there_at_the_first_look_are_the_baseline_and_only_a_version_landing_later_is_announced(
     source: Source,
 ) -> None:
@@ -159,6 +160,7 @@ def test_versions_there_at_the_first_look_are_the_baseline_and_only_a_version_la
     assert store.values[WATERMARK_KEY]["announced"] == "2026-11-15"
 
 
+@pytest.mark.slow
 def test_two_new_versions_are_announced_oldest_first_each_once_a_run_took_the_one_before(
     source: Source,
 ) -> None:
@@ -180,6 +182,7 @@ def test_two_new_versions_are_announced_oldest_first_each_once_a_run_took_the_on
     assert (second, after) == (["v11"], [])
 
 
+@pytest.mark.slow
 def test_a_version_still_uploading_at_the_first_look_is_announced_once_it_lands(source: Source) -> None:
     store = StateStore()
     source.land("2026-11-01")
@@ -207,6 +210,7 @@ def test_without_a_marker_the_baseline_is_taken_a_poll_later_and_a_new_version_l
     assert landed == ["2026-11-08"]
 
 
+@pytest.mark.slow
 def test_an_announcement_no_run_takes_holds_the_next_back_for_the_take_timeout_only(source: Source) -> None:
     store = StateStore()
     announced(source.trigger(), store)

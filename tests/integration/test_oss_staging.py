@@ -88,6 +88,7 @@ def gets(oss: OssEmulator, version: str, key: str) -> int:
     return oss.count("GetObject", key=f"cifar10/{version}/{key}", status=None)
 
 
+@pytest.mark.slow
 def test_a_version_is_staged_verified_by_crc64_and_big_objects_come_in_ranges(oss, tmp_path):
     uri = put_version(oss, "v1")
 
@@ -106,6 +107,7 @@ def test_a_version_is_staged_verified_by_crc64_and_big_objects_come_in_ranges(os
     assert gets(oss, "v1", "labels.json") == 1
 
 
+@pytest.mark.slow
 def test_listing_pages_through_more_than_a_thousand_objects(oss, tmp_path):
     for i in range(1203):
         oss.put(BUCKET, f"many/v1/part-{i:05d}", i.to_bytes(4, "big"))
@@ -117,6 +119,7 @@ def test_listing_pages_through_more_than_a_thousand_objects(oss, tmp_path):
     assert (tmp_path / "v1" / "part-01202").read_bytes() == (1202).to_bytes(4, "big")
 
 
+@pytest.mark.slow
 def test_an_unchanged_rerun_transfers_zero_bytes(oss, tmp_path):
     uri = put_version(oss, "v1")
     first = stage_dataset(source(uri), tmp_path, "v1")
@@ -175,6 +178,7 @@ def test_an_object_corrupted_every_time_fails_and_publishes_nothing(oss, tmp_pat
     assert not (tmp_path / "v1").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", ["unavailable", "drop", "slow"])
 def test_unavailable_dropped_and_slow_reads_are_retried(oss, tmp_path, fault):
     uri = put_version(oss, "v1")
@@ -244,6 +248,7 @@ def test_an_empty_prefix_says_to_upload_the_version(oss, tmp_path):
     assert not (tmp_path / "v9").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("uri", "message"),
     [
@@ -324,6 +329,7 @@ def _cli(uri: str, target: Path, oss: OssEmulator) -> subprocess.Popen[str]:
     )
 
 
+@pytest.mark.slow
 def test_the_cli_stages_from_oss_with_credentials_from_the_environment(oss, tmp_path):
     uri = put_version(oss, "v1")
 
@@ -337,6 +343,7 @@ def test_the_cli_stages_from_oss_with_credentials_from_the_environment(oss, tmp_
     assert {r.access_key_id for r in oss.records("GetObject")} == {AK}
 
 
+@pytest.mark.slow
 def test_a_run_killed_mid_copy_resumes_without_fetching_finished_files_again(oss, tmp_path):
     for i in range(40):
         oss.put(BUCKET, f"slow/v1/file-{i:03d}", os.urandom(1024))
@@ -416,6 +423,7 @@ def test_artifacts_are_uploaded_with_the_manifest_last(oss, tmp_path, monkeypatc
     assert {f["path"] for f in manifest["files"]} >= {"checkpoints/epoch-1.pt", "metrics.json"}
 
 
+@pytest.mark.slow
 def test_a_failed_upload_is_retried_and_a_bad_artifact_root_is_named(oss, tmp_path):
     (tmp_path / "set").mkdir()
     (tmp_path / "set" / "a.txt").write_text("a")
@@ -531,12 +539,14 @@ def test_keys_that_alias_or_clash_on_a_filesystem_are_rejected_before_copying(os
     assert oss.count("GetObject") == 0 and not (tmp_path / "v1").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("uri", [f"oss://{BUCKET}/data#2024/v1/", f"oss://{BUCKET}/data?x/v1/"])
 def test_a_prefix_that_urlparse_would_cut_short_is_rejected(oss, uri):
     with pytest.raises(SpecError, match=r"contains '\?', '#' or ';'"):
         source(uri)
 
 
+@pytest.mark.slow
 def test_files_an_earlier_failed_run_left_are_not_published(oss, tmp_path):
     uri = put_version(oss, "v1")
     oss.fail_next("GetObject", "unavailable", times=engine.READ_ATTEMPTS, key="cifar10/v1/test.npz")

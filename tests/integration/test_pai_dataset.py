@@ -57,6 +57,7 @@ def creates(emulator: AIWorkspaceEmulator) -> int:
     return sum(emulator.count(action) for action in CREATES)
 
 
+@pytest.mark.slow
 def test_first_registration_creates_the_dataset_whose_v1_is_the_version(workspace):
     dataset_id, version = register(URI_A, labels={"pipeline": "cifar10"}, description="CIFAR-10")
     assert version == "v1"
@@ -112,6 +113,7 @@ def test_an_existing_version_is_reused_by_uri(workspace):
     assert creates(workspace) == before
 
 
+@pytest.mark.slow
 def test_a_new_uri_makes_a_new_version(workspace):
     dataset_id, _ = register(URI_A)
     assert register(URI_B) == (dataset_id, "v2")
@@ -133,6 +135,7 @@ def test_datasets_of_other_workspaces_are_not_reused(workspace):
     assert other != mine
 
 
+@pytest.mark.slow
 def test_versions_are_found_beyond_the_first_page(workspace):
     dataset_id, _ = register(URI_A)
     dataset = workspace.datasets[dataset_id]

@@ -251,6 +251,7 @@ def test_a_refused_call_names_the_workspace_the_model_and_the_permission(workspa
     )
 
 
+@pytest.mark.slow
 def test_artifacts_outside_oss_are_refused_before_any_call(workspace):
     local = candidate("run-a").model_copy(update={"artifacts_uri": "/srv/artifacts/cifar10/run-a/"})
 

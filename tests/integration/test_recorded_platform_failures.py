@@ -66,6 +66,7 @@ def _classified(backend: Any, handle: JobHandle) -> tuple[Any, Any]:
     return status, backend.classify(status, details, tail)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", DLC_CASES, ids=[case["name"] for case in DLC_CASES])
 def test_dlc_reads_each_recorded_failure_as_its_class(connected: DlcEmulator, case: dict[str, Any]) -> None:
     job_id = connected.replay(case)
@@ -85,6 +86,7 @@ def test_dlc_reads_each_recorded_failure_as_its_class(connected: DlcEmulator, ca
 KUBERNETES_CASES = json.loads((DATA / "kubernetes" / "recorded_failures.json").read_text())["cases"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", KUBERNETES_CASES, ids=[case["name"] for case in KUBERNETES_CASES])
 def test_ack_reads_each_recorded_failure_as_its_class(
     fake: KubernetesFake, clock: ManualClock, case: dict[str, Any]

@@ -174,6 +174,7 @@ def test_the_recovery_table_is_configurable_per_class(local_root: Path) -> None:
     assert (str(copied), copied.failure) == (str(failed), failed.failure)
 
 
+@pytest.mark.slow
 def test_a_run_past_its_gpu_hours_is_stopped_with_class_budget(local_root: Path) -> None:
     op = operator(local_root, "sleep 60", gpus_per_node=1)
     op.job["max_gpu_hours"] = 0.0002  # 0.72 s of one GPU
@@ -209,6 +210,7 @@ def test_the_next_try_gets_only_what_the_run_budget_leaves(local_root: Path) -> 
     assert budget is not None and (budget.gpus, budget.hours_left) == (2, 0.25)
 
 
+@pytest.mark.slow
 def test_a_clear_does_not_give_back_the_gpu_hours_of_the_earlier_rounds_job(local_root: Path) -> None:
     """The task is cleared while its job runs: the new round stops that job, counts its GPU-hours,
     and its own job gets only what is left of the run's budget."""
@@ -251,6 +253,7 @@ def _kill_node_after_checkpoint(local_root: Path, node: int, epoch: int, killed:
         time.sleep(0.02)
 
 
+@pytest.mark.slow
 @pytest.mark.xdist_group("torchrun")
 def test_a_lost_node_is_retried_and_resumes_at_the_next_epoch(local_root: Path, make_dataset: Any) -> None:
     data = make_dataset("2026-12-01", train=512, test=64)
@@ -334,6 +337,7 @@ def test_a_corrupt_checkpoint_is_skipped_for_the_one_before(local_root: Path) ->
 SLOW_TO_STOP = "trap 'sleep 1.5; exit 143' TERM; sleep 60 & wait"
 
 
+@pytest.mark.slow
 def test_a_retry_waits_for_a_stopping_job_then_launches_a_new_one(local_root: Path) -> None:
     store = MemoryStore()
     first = operator(local_root, SLOW_TO_STOP)
@@ -367,6 +371,7 @@ def test_the_failure_callback_stops_the_saved_job_that_still_runs(local_root: Pa
     assert runs.status(handle).state is JobState.STOPPED
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "owner",
     [
@@ -404,6 +409,7 @@ def _owned_job(local_root: Path, name: str, owner: JobOwner) -> JobHandle:
     return backend(local_root).submit(op.plan.spec.model_copy(update={"owner": owner}), name)
 
 
+@pytest.mark.slow
 def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_root: Path) -> None:
     waiting = JobOwner(
         installation=INSTALLATION, dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train", try_number=1
@@ -449,6 +455,7 @@ def test_the_reconciler_stops_jobs_no_task_waits_for_and_keeps_the_others(local_
             runs.stop(handle)
 
 
+@pytest.mark.slow
 def test_a_failed_run_stops_its_own_jobs_but_not_one_its_cleared_task_waits_for(local_root: Path) -> None:
     mine = JobOwner(installation=INSTALLATION, dag_id="cifar10_retrain", run_id=RUN_ID, task_id="train")
     other = mine.model_copy(update={"run_id": "scheduled__2026-11-24T00:00:00+00:00"})

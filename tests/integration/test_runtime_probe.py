@@ -109,6 +109,7 @@ def test_a_runtime_without_torch_fails_the_task_saying_how_to_install_it_there(t
     assert f"fix: install it into that interpreter, e.g. {python} -m pip install torch" in message
 
 
+@pytest.mark.slow
 @IMPORTS_TORCH
 def test_probe_file_prints_one_json_line_with_torch():
     import torch

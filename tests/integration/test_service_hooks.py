@@ -54,6 +54,7 @@ def connect(monkeypatch: pytest.MonkeyPatch, **extras: Any) -> None:
 # -- the base and its service hooks ---------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("hook_class", "service"),
     [
@@ -178,6 +179,7 @@ def test_quota_capacity_is_the_quota_its_free_gpus_and_its_queue_sync_and_async(
     assert sync.capacity.free == 24 and sync.quota.quota_id == asynchronous.quota.quota_id == "quota1"
 
 
+@pytest.mark.slow
 def test_an_unknown_quota_is_none_sync_and_async_and_its_queue_is_not_asked(
     studio: PaiStudioEmulator,
 ) -> None:
@@ -186,6 +188,7 @@ def test_an_unknown_quota_is_none_sync_and_async_and_its_queue_is_not_asked(
     assert studio.count("GetQuota") == 2 and studio.count("ListQuotaWorkloads") == 0
 
 
+@pytest.mark.slow
 def test_a_refused_key_is_an_error_not_a_missing_quota_sync_and_async(
     studio: PaiStudioEmulator, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -227,6 +230,7 @@ def test_vpc_and_ecs_reads_answer_none_for_what_does_not_exist(network: NetworkE
     assert ecs.describe_security_group("sg-nope") is None
 
 
+@pytest.mark.slow
 def test_ram_reads_a_role_and_its_policy_documents(monkeypatch: pytest.MonkeyPatch) -> None:
     document = {"Version": "1", "Statement": [{"Effect": "Allow", "Action": "vpc:*", "Resource": "*"}]}
     with RamEmulator({AK: SK}) as ram:

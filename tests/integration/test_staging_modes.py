@@ -277,6 +277,7 @@ def dlc_spec() -> dict[str, Any]:
     return dlc_job(command=JOB_COMMAND, env={"EPOCHS": "3"}, output_dir="/mnt/output/run-1")
 
 
+@pytest.mark.slow
 def test_a_dlc_job_mounts_the_staged_pai_dataset_version_at_the_mount_path(
     cloud: Cloud, tmp_path: Path
 ) -> None:
@@ -392,6 +393,7 @@ def stage_by_pod(kube: KubernetesFake) -> dict[str, Any]:
     return op.execute_complete(context, event)
 
 
+@pytest.mark.slow
 def test_pod_staging_defers_then_registers_the_version_as_its_own_bound_claim(
     kube: KubernetesFake, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -412,6 +414,7 @@ def test_pod_staging_defers_then_registers_the_version_as_its_own_bound_claim(
     assert staging_pods() == [], "the staging pod is deleted once its result is read"
 
 
+@pytest.mark.slow
 def test_a_failing_staging_pod_fails_the_task_with_its_error_line(kube: KubernetesFake) -> None:
     error = f"error: source {SOURCE} changed while it was copied (fix: retry once it is complete)"
     kube.script_for(
@@ -438,6 +441,7 @@ def test_a_failing_staging_pod_fails_the_task_with_its_error_line(kube: Kubernet
     assert volumes == ["cpfs-root"], "nothing is registered for a failed staging"
 
 
+@pytest.mark.slow
 def test_an_ack_job_mounts_the_staged_claim_read_only_at_the_mount_path(kube: KubernetesFake) -> None:
     staged = stage_by_pod(kube)
     train = TrainingJobOperator(
@@ -546,6 +550,7 @@ def test_a_source_replaced_during_the_import_fails_the_task(cloud: Cloud) -> Non
     assert cloud.workspace.dataset_named("cifar10", WORKSPACE) is None, "a mixed copy is never registered"
 
 
+@pytest.mark.slow
 def test_a_failed_import_task_fails_the_task_with_the_service_error(cloud: Cloud) -> None:
     cloud.upload()
     reason = "Failed to read the source storage: AccessDenied"
@@ -560,6 +565,7 @@ def test_a_failed_import_task_fails_the_task_with_the_service_error(cloud: Cloud
     assert f"dataflow staging of {VERSION} failed" in str(failure.value) and reason in str(failure.value)
 
 
+@pytest.mark.slow
 def test_resubmitting_the_same_import_answers_the_same_task(cloud: Cloud) -> None:
     cloud.upload()
     first = deferred(dataflow_operator(), task_context())
@@ -571,6 +577,7 @@ def test_resubmitting_the_same_import_answers_the_same_task(cloud: Cloud) -> Non
     assert len(tokens) == 1
 
 
+@pytest.mark.slow
 def test_a_retry_after_a_failed_import_starts_a_new_task_and_succeeds(cloud: Cloud) -> None:
     cloud.upload()
     cloud.nas.fail_next_task("Failed to read the source storage: AccessDenied")
@@ -620,6 +627,7 @@ def test_killing_a_deferred_pod_staging_deletes_the_pod(kube: KubernetesFake) ->
     assert kube.count("DELETE", f"/pods/{trigger.handle['pod']}") == 1
 
 
+@pytest.mark.slow
 def test_killing_a_deferred_import_cancels_the_task(cloud: Cloud) -> None:
     cloud.upload()
     trigger = deferred(dataflow_operator(), task_context())
@@ -658,6 +666,7 @@ def staging_operator(run: RunPlan) -> DatasetStagingOperator:
     return DatasetStagingOperator(task_id="stage_dataset", staging=run.staging, poll_interval=0.01)
 
 
+@pytest.mark.slow
 def test_a_dlc_environment_with_a_data_flow_stages_and_registers_end_to_end(
     cloud: Cloud, tmp_path: Path
 ) -> None:
@@ -686,6 +695,7 @@ def test_a_dlc_environment_with_a_data_flow_stages_and_registers_end_to_end(
     assert json.loads(version.options or "{}") == {"mountPath": MOUNT_PATH}
 
 
+@pytest.mark.slow
 def test_an_arena_environment_with_a_staging_pod_stages_and_registers_end_to_end(
     kube: KubernetesFake, tmp_path: Path
 ) -> None:

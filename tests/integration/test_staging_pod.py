@@ -194,6 +194,7 @@ def test_key_names_are_configurable_and_no_secret_means_the_default_credential_c
     assert "serviceAccountName" not in rrsa["spec"]
 
 
+@pytest.mark.slow
 def test_no_secret_value_is_ever_sent_returned_or_reported(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = succeeding()
     stager = PodStager(**settings())
@@ -216,6 +217,7 @@ def test_no_secret_value_is_ever_sent_returned_or_reported(fake: KubernetesFake,
 # -- lifecycle -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_a_pod_runs_to_success_and_its_json_line_becomes_the_staged_dataset(
     fake: KubernetesFake, clock: SteppedClock
 ) -> None:
@@ -254,6 +256,7 @@ def test_submitting_again_reattaches_instead_of_creating_a_second_pod(
     harness.assert_submitting_again_reattaches(fake, PodStager(**settings()), succeeding(), clock, 2, 10)
 
 
+@pytest.mark.slow
 async def test_a_failed_pod_reports_exit_code_reason_and_log_tail_and_is_replaced_on_resubmit(
     fake: KubernetesFake, clock: SteppedClock
 ) -> None:
@@ -280,6 +283,7 @@ async def test_a_failed_pod_reports_exit_code_reason_and_log_tail_and_is_replace
     assert len(pod_posts(fake)) == 2 and fake.count("DELETE", f"/pods/{stager.pod_name}") == 1
 
 
+@pytest.mark.slow
 async def test_an_oom_killed_pod_suggests_more_memory(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = TrainingScript(phases=[("Running", 1.0)], outcome="OOMKilled", log_lines=["Staged"])
     stager = PodStager(**settings(memory="8Gi"))
@@ -290,6 +294,7 @@ async def test_an_oom_killed_pod_suggests_more_memory(fake: KubernetesFake, cloc
     assert "raise memory from 8Gi or lower workers" in status.message
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("outcome", "expected"), harness.CANNOT_START_YET)
 async def test_a_pod_that_cannot_start_keeps_running_with_the_reason_as_progress(
     fake: KubernetesFake, clock: SteppedClock, outcome: str, expected: str
@@ -320,6 +325,7 @@ def test_config_errors_that_waiting_cannot_fix_are_fatal() -> None:
     assert pending_problem(pod("ContainerCreating", "")) == ("waiting for the container to start", False)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("overrides", "error"),
     [
@@ -348,6 +354,7 @@ async def test_a_deleted_pod_is_a_failure(fake: KubernetesFake) -> None:
     await harness.assert_a_deleted_pod_fails(fake, PodStager(**settings()), succeeding(), "staging")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("phase", ["Running", "Failed"])
 async def test_a_pod_deleted_between_its_status_and_its_log_leaves_no_error_body_as_log(
     fake: KubernetesFake, clock: SteppedClock, monkeypatch: pytest.MonkeyPatch, phase: str
@@ -372,10 +379,12 @@ async def test_a_pod_deleted_between_its_status_and_its_log_leaves_no_error_body
         assert "NotFound" not in text and '"kind"' not in text
 
 
+@pytest.mark.slow
 def test_stop_deletes_the_pod_and_a_gone_pod_is_fine(fake: KubernetesFake) -> None:
     harness.stop_twice(fake, PodStager(**settings()), succeeding())  # already gone the second time: no error
 
 
+@pytest.mark.slow
 def test_stop_never_deletes_a_newer_attempts_pod(fake: KubernetesFake) -> None:
     harness.stop_an_older_handle(fake, PodStager(**settings()), succeeding())
 

@@ -132,6 +132,7 @@ def test_execute_saves_the_handle_and_defers_with_the_spec_timeout(
     stop_job(runs, saved)
 
 
+@pytest.mark.slow
 def test_retry_after_the_launching_worker_died_reattaches_and_launches_once(
     runs: Path, context: dict[str, Any], tmp_path: Path
 ) -> None:
@@ -183,6 +184,7 @@ def test_a_retry_returns_the_succeeded_job_its_round_launched_but_never_saved(
     assert [path.parent.name for path in runs.glob("**/job.json")] == [FIRST_ROUND_NAME], "no second job"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("command", "outcome", "cleared"),
     [("sleep 0.5; exit 4", "failed", False), ("true", "succeeded", True)],
@@ -212,6 +214,7 @@ def test_a_retry_after_a_failure_and_a_clear_after_a_success_launch_a_new_job(
     stop_job(runs, again.handle)
 
 
+@pytest.mark.slow
 def test_a_cleared_task_stops_the_job_its_earlier_round_still_runs_and_launches_its_own(
     runs: Path, context: dict[str, Any]
 ) -> None:
@@ -248,6 +251,7 @@ def test_a_failed_rank_fails_the_task_naming_the_rank_with_its_last_lines(
     assert "rank 0" not in message
 
 
+@pytest.mark.slow
 def test_a_script_error_on_rank_5_of_a_2x4_job_fails_the_task_naming_that_rank_and_its_node(
     runs: Path, context: dict[str, Any], capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -283,6 +287,7 @@ def test_a_script_error_on_rank_5_of_a_2x4_job_fails_the_task_naming_that_rank_a
 JOB_LINE = re.compile(r"\[node-\d\] line \d of rank \d")
 
 
+@pytest.mark.slow
 def test_the_train_log_interleaves_both_ranks_in_order_and_ends_with_the_final_status(
     runs: Path, context: dict[str, Any], tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -338,6 +343,7 @@ def test_a_bad_spec_fails_without_retry_before_anything_is_launched(
     assert not runs.exists() or not any(runs.iterdir())
 
 
+@pytest.mark.slow
 def test_a_succeeded_job_returns_its_result_with_wall_time_and_node_hours(
     runs: Path, context: dict[str, Any]
 ) -> None:

@@ -147,6 +147,7 @@ async def test_a_vanished_run_directory_yields_an_error_event(backend: LocalBack
 
 
 @pytest.mark.slow
+@pytest.mark.slow
 async def test_on_kill_while_deferred_leaves_no_training_process(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
@@ -170,6 +171,7 @@ async def test_on_kill_while_deferred_leaves_no_training_process(
     assert backend.status(handle).state.value == "stopped"
 
 
+@pytest.mark.slow
 async def test_cleanup_never_stops_the_job(backend: LocalBackend) -> None:
     trigger = make_trigger(backend, TrainingJobSpec(nodes=1, command="sleep 300"), "survives")
     handle = trigger.job_handle

@@ -88,6 +88,7 @@ def test_a_failed_look_is_not_yet_and_the_next_look_lands(oss) -> None:
     assert look(oss, "_SUCCESS").landed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("marker", ["_SUCCESS", None])
 def test_a_missing_bucket_is_a_setting_to_fix_not_a_version_still_to_land(oss, marker: str | None) -> None:
     with pytest.raises(SpecError) as missing:

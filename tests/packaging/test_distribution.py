@@ -47,6 +47,7 @@ PLUGIN_ENTRY_POINT = f"{PLUGIN_NAME} = aliyun_training.plugin:AliyunTrainingPlug
 PROVIDER = "aliyun-training-pipelines"
 #: The slow tests share the wheel and its environment, so they run on one pytest-xdist worker.
 SHARES_THE_WHEEL = pytest.mark.xdist_group("wheel")
+pytestmark = pytest.mark.slow
 #: The user Airflow's simple auth manager has by default, and the file it writes the password to.
 ADMIN = "admin"
 PASSWORDS_FILE = "simple_auth_manager_passwords.json.generated"
@@ -166,7 +167,6 @@ def python(wheel: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return _install(wheel, tmp_path_factory.mktemp("installed") / "venv")
 
 
-@pytest.mark.slow
 @SHARES_THE_WHEEL
 def test_the_wheel_installs_a_provider_airflow_finds(wheel: Path, python: Path, tmp_path: Path) -> None:
     with zipfile.ZipFile(wheel) as archive:
@@ -226,7 +226,6 @@ def test_the_wheel_installs_a_provider_airflow_finds(wheel: Path, python: Path, 
     assert manifest["metrics"]["final_train_loss"] < manifest["metrics"]["train_loss"][0]
 
 
-@pytest.mark.slow
 @SHARES_THE_WHEEL
 def test_the_installed_plugin_serves_its_pages_with_airflows_defaults(python: Path, tmp_path: Path) -> None:
     """Nothing configured but a fresh home: the lazy provider discovery, no plugins folder holding

@@ -134,6 +134,7 @@ def test_the_form_hides_the_standard_fields_the_connection_does_not_use(
     assert AlibabaCloudHook.get_ui_field_behaviour() == behaviour
 
 
+@pytest.mark.slow
 def test_a_role_from_the_form_is_assumed_as_from_plain_extras(
     monkeypatch: pytest.MonkeyPatch, form: ConnectionHookMetaData
 ) -> None:
@@ -157,6 +158,7 @@ def test_a_role_from_the_form_is_assumed_as_from_plain_extras(
     assert form_credential.security_token and plain_credential.security_token
 
 
+@pytest.mark.slow
 def test_fields_left_empty_in_the_form_read_as_unset(
     monkeypatch: pytest.MonkeyPatch, form: ConnectionHookMetaData
 ) -> None:

@@ -50,6 +50,7 @@ def test_the_table_covers_every_service_the_hook_wires() -> None:
     assert set(OFFICIAL_PUBLIC_ENDPOINTS) | {"oss"} == set(SERVICES)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", sorted(OFFICIAL_PUBLIC_ENDPOINTS))
 def test_each_client_resolves_the_official_public_endpoint_of_the_default_region(
     monkeypatch: pytest.MonkeyPatch, service: str

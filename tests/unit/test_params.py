@@ -68,6 +68,7 @@ def test_the_help_under_a_bounded_field_says_its_bounds() -> None:
     assert (params["max_gpu_hours"].description or "").endswith(" a number above 0 up to 1000000.")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("conf", "refusal"),
     [

@@ -90,6 +90,7 @@ def test_no_module_outside_the_registry_and_the_backends_own_switches_on_a_backe
     assert switching == []
 
 
+@pytest.mark.slow
 def test_checking_any_backends_spec_imports_no_airflow_and_no_cloud_sdk() -> None:
     """The spec's rules of each backend (frameworks, an image) come from its record, below the
     layers that import Airflow: validating a spec loads no hook, SDK or Airflow module (the staging

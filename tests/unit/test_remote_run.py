@@ -71,6 +71,7 @@ def test_a_mode_taken_by_one_run_cannot_be_registered_by_another() -> None:
     assert remote_runs("staging")["pod"] is PodStager
 
 
+@pytest.mark.slow
 def test_finding_every_run_imports_no_cloud_sdk() -> None:
     """The scheduler and DAG parsing build runs (configure's checks): that must cost no SDK import."""
     code = (

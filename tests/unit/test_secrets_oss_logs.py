@@ -45,6 +45,7 @@ def oss(monkeypatch: pytest.MonkeyPatch, token: str, sts_secret: str) -> Iterato
         assert emulator.internal_errors == []
 
 
+@pytest.mark.slow
 def test_debug_logs_of_an_sts_request_show_the_request_but_not_the_token(
     oss: OssEmulator, token: str, caplog: pytest.LogCaptureFixture
 ) -> None:

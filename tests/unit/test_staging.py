@@ -459,6 +459,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow
 def test_cli_prints_the_staged_dataset_as_json(source, target_root):
     result = _cli("--source", _uri(source), "--target", str(target_root), "--version", "v1", "--workers", "2")
 
@@ -470,6 +471,7 @@ def test_cli_prints_the_staged_dataset_as_json(source, target_root):
     assert _published_files(target_root / "v1") == SOURCE_FILES
 
 
+@pytest.mark.slow
 def test_cli_exits_2_on_bad_input(source, target_root):
     result = _cli("--source", _uri(source), "--target", str(target_root), "--version", "../x")
 
@@ -478,6 +480,7 @@ def test_cli_exits_2_on_bad_input(source, target_root):
     assert result.stdout == ""
 
 
+@pytest.mark.slow
 def test_cli_exits_1_when_staging_fails(source, tmp_path):
     blocker = tmp_path / "blocker"
     blocker.write_text("")
