@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
-from aliyun_training.backends.arena_manifests import (
+from aliyun_training.backends.ack.request import (
     DEFAULT_MPI_API_VERSION,
     DEFAULT_RDMA_RESOURCE,
     MaxGpusPerNode,

@@ -130,7 +130,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         planner="aliyun_training.plan.ack:plan_run",
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
         backend_config="aliyun_training.plan.ack:ack_backend_config",
-        backend_class="aliyun_training.backends.ack:AckBackend",
+        backend_class="aliyun_training.backends.ack.backend:AckBackend",
     ),
 )
 

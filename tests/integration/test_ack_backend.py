@@ -10,8 +10,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk.exceptions import AirflowException, AirflowFailException
 
-from aliyun_training.backends import ack
-from aliyun_training.backends.ack import AckBackend
+from aliyun_training.backends.ack import backend as ack_backend
+from aliyun_training.backends.ack import logs as ack_logs
+from aliyun_training.backends.ack.backend import AckBackend
 from aliyun_training.backends.base import JobState
 from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.kubernetes.names import job_name
@@ -447,7 +448,7 @@ def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
 
         clock.advance(20)
         fake.reconcile()
-        monkeypatch.setattr(ack, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
+        monkeypatch.setattr(ack_backend, "POD_LIST_MAX_AGE_SECONDS", 0.0)  # that status call is long past
         assert backend.logs(handle).lines[-1] == "[node-1] Training finished"
         assert asyncio.run(backend.alogs(handle)).lines[-1] == "[node-1] Training finished"
 
@@ -459,7 +460,7 @@ def test_every_nodes_log_arrives_once_in_time_order_however_the_reads_are_cut(
     other node's later lines until the next read, and the per-pod cursors drop what was seen. (On
     the real clock: the log API takes ``sinceSeconds``, counted back from the server's now.)"""
     lines = [f"step {i:03d} " + "x" * 40 for i in range(120)]
-    monkeypatch.setattr(ack, "LOG_BYTES_PER_POLL", 400)
+    monkeypatch.setattr(ack_logs, "LOG_BYTES_PER_POLL", 400)
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 3.0)], log_lines=lines)
     backend = AckBackend(**settings())
     handle = backend.submit(TrainingJobSpec.parse(spec()), NAME)

@@ -17,8 +17,8 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiException
 
-from aliyun_training.backends.ack import AckBackend
-from aliyun_training.backends.arena_manifests import GROUP, build_job
+from aliyun_training.backends.ack.backend import AckBackend
+from aliyun_training.backends.ack.request import GROUP, build_job
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
 from aliyun_training.hooks import kubernetes as kube_hooks

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.backends.ack import AckBackend
+from aliyun_training.backends.ack.backend import AckBackend
 from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.declaration import DeclarationError, PipelineDeclaration, declare

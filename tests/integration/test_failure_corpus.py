@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.backends.ack import AckBackend
+from aliyun_training.backends.ack.backend import AckBackend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.backends.dlc.failures import classify_dlc
 from aliyun_training.backends.local import LocalBackend, classify_local

@@ -19,7 +19,7 @@ import pytest
 from airflow.sdk.definitions.retry_policy import RetryAction
 from airflow.sdk.exceptions import TaskDeferred
 
-from aliyun_training.backends.arena_manifests import GROUP
+from aliyun_training.backends.ack.request import GROUP
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.failures import FailureClass
 from aliyun_training.monitor import JobMonitor

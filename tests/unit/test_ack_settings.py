@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from aliyun_training.backends.ack import AckBackend
-from aliyun_training.backends.arena_manifests import AckSettings, ack_settings, check, claim_name
+from aliyun_training.backends.ack.backend import AckBackend
+from aliyun_training.backends.ack.request import AckSettings, ack_settings, check, claim_name
 from aliyun_training.kubernetes.names import JOB_NAME_MAX, job_name
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError

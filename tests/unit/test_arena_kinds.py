@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aliyun_training.backends.arena_manifests import AckSettings, build_configmap, build_job
+from aliyun_training.backends.ack.request import AckSettings, build_configmap, build_job
 from aliyun_training.spec import TrainingJobSpec
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import yaml
 
-from aliyun_training.backends.arena_manifests import (
+from aliyun_training.backends.ack.request import (
     AckSettings,
     build_configmap,
     build_job,

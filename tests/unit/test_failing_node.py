@@ -11,7 +11,7 @@ from typing import Any
 
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
-from aliyun_training.backends.ack import _status
+from aliyun_training.backends.ack.status import job_status
 from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.dlc.backend import DlcBackend
 
@@ -71,6 +71,6 @@ def test_ack_names_the_node_whose_container_terminated_first() -> None:
     handle = JobHandle(backend="arena", job_id="pytorchjobs/v1/u-1", name="j")
     pods = [ack_pod("j-master-0", "2026-12-01T10:07:03Z"), ack_pod("j-worker-0", "2026-12-01T10:07:01Z")]
 
-    status = _status(handle, job, pods)
+    status = job_status(handle, job, pods)
 
     assert (status.state, status.failed_node) == (JobState.FAILED, 1)

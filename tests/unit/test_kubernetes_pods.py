@@ -9,7 +9,8 @@ import pytest
 from kubernetes import client
 from kubernetes_asyncio import client as async_client
 
-from aliyun_training.backends.ack import AckBackend, _pod_problems
+from aliyun_training.backends.ack.backend import AckBackend
+from aliyun_training.backends.ack.status import pod_problem_lines
 from aliyun_training.backends.base import JobState, JobStatus
 from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.pod_status import PodProblem, pending_problem, pod_problems
@@ -98,7 +99,7 @@ def test_a_pending_pod_names_its_first_problem_and_whether_waiting_fixes_it() ->
 
 
 def test_the_ack_backend_words_every_problem_of_every_pod() -> None:
-    assert _pod_problems([pod_json()]) == [
+    assert pod_problem_lines([pod_json()]) == [
         f"pod job-worker-0: Unschedulable {NO_NODE}",
         f"pod job-worker-0: CreateContainerConfigError {MISSING_SECRET}",
         "pod job-worker-0: container sidecar OOMKilled (exit code 137)",
@@ -181,7 +182,7 @@ def test_a_worker_restarted_in_place_keeps_how_its_last_run_ended() -> None:
     failed = JobStatus(state=JobState.FAILED, raw="Failed", reason="PyTorchJob job is failed", failed_node=0)
 
     assert pod_problems(data) == [PodProblem("exited", "OOMKilled", "", "pytorch", 137)]
-    failure = AckBackend(namespace="training").classify(failed, _pod_problems([data]), [])
+    failure = AckBackend(namespace="training").classify(failed, pod_problem_lines([data]), [])
     assert failure.failure_class is FailureClass.USER_CODE, failure.evidence
     assert failure.evidence == ["pod job-worker-0: container pytorch OOMKilled (exit code 137)"]
 
@@ -220,7 +221,7 @@ def test_the_ack_backend_classifies_what_a_node_or_controller_did_to_a_pod_as_pr
     status = JobStatus(state=JobState.FAILED, raw="Failed", reason_code=reason, exit_code=137)
 
     failure = AckBackend().classify(
-        status, _pod_problems([pod]), ["RuntimeError: NCCL error: remote peer closed"]
+        status, pod_problem_lines([pod]), ["RuntimeError: NCCL error: remote peer closed"]
     )
 
     assert failure.failure_class is FailureClass.PREEMPTION
@@ -239,7 +240,9 @@ def test_a_disruption_target_without_a_pod_reason_is_preemption_too(disruption: 
     pod = ended_pod("", message, disruption)
     del pod["status"]["reason"]
 
-    failure = AckBackend().classify(JobStatus(state=JobState.FAILED, raw="Failed"), _pod_problems([pod]), [])
+    failure = AckBackend().classify(
+        JobStatus(state=JobState.FAILED, raw="Failed"), pod_problem_lines([pod]), []
+    )
 
     assert failure.failure_class is FailureClass.PREEMPTION
     assert failure.evidence[0] == f"pod job-master-0: DisruptionTarget {disruption} {message}"

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from aliyun_training.backends.arena_manifests import ack_settings
+from aliyun_training.backends.ack.request import ack_settings
 from aliyun_training.environments import AckEnvironment, EnvironmentFileError, load_environment
 from aliyun_training.plan import ack
 from aliyun_training.registry import Backend

@@ -7,7 +7,7 @@ import logging
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc
 
-from aliyun_training.backends.ack import _status
+from aliyun_training.backends.ack.status import job_status
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
 from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.failures import classify_dlc
@@ -179,7 +179,7 @@ def _job(*conditions: tuple[str, str], replicas: dict | None = None) -> dict:
 def test_the_newest_true_condition_decides_the_kubeflow_job_state(
     conditions: list[tuple[str, str]], state: JobState, raw: str
 ) -> None:
-    status = _status(
+    status = job_status(
         JobHandle(backend="arena", job_id="pytorchjobs/v1/u1", name="job"), _job(*conditions), []
     )
 
@@ -191,8 +191,8 @@ def test_kubeflow_status_reports_replica_counts_and_detects_a_replaced_job() -> 
         ("Created", "True"), ("Running", "True"), replicas={"Master": {"active": 1}, "Worker": {"active": 3}}
     )
 
-    status = _status(JobHandle(backend="arena", job_id="pytorchjobs/v1/u1", name="job"), job, [])
+    status = job_status(JobHandle(backend="arena", job_id="pytorchjobs/v1/u1", name="job"), job, [])
 
     assert status.reason == "PyTorchJobRunning; replicas Master: active 1, Worker: active 3"
     with pytest.raises(LookupError, match="replaced by a newer attempt"):
-        _status(JobHandle(backend="arena", job_id="pytorchjobs/v1/other", name="job"), job, [])
+        job_status(JobHandle(backend="arena", job_id="pytorchjobs/v1/other", name="job"), job, [])

@@ -83,7 +83,7 @@ def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
 
     The cluster's own rules (names, NCCL variables, API versions) are checked here, before anything runs.
     """
-    from aliyun_training.backends.arena_manifests import ack_settings
+    from aliyun_training.backends.ack.request import ack_settings
 
     backend_config: dict[str, Any] = {
         "kubernetes_conn_id": env.kubernetes_conn_id,

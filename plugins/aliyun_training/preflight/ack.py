@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from aliyun_training.backends.arena_manifests import claim_name
+from aliyun_training.backends.ack.request import claim_name
 from aliyun_training.findings import Finding, Verdict
 
 if TYPE_CHECKING:
-    from aliyun_training.backends.ack import AckBackend
+    from aliyun_training.backends.ack.backend import AckBackend
     from aliyun_training.spec import TrainingJobSpec
 
 
