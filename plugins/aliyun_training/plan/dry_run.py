@@ -64,17 +64,20 @@ def staging_check(plan: RunPlan) -> dict[str, Any]:
 
 
 def image_check(plan: RunPlan) -> dict[str, Any]:
-    """The image the jobs run in and, for a build, whether its tag is already in the registry."""
+    """The image the jobs run in and, for a build, whether its tag is already in the registry.
+
+    A registry that refuses the credentials or cannot be reached is this check's error, shown in the
+    plan beside the others: the dry run still writes its plan."""
     image = plan.image
     reference = planned_image(image)
     if image is None or not image.mode or image.pinned:
         return {"image": reference, "build": False}
     if image.force_rebuild:
         return {"image": reference, "build": True, "exists": None, "why": "force_rebuild is set"}
-    from aliyun_training.image.registry import RegistryAuthError, image_digest
+    from aliyun_training.image.registry import RegistryAuthError, RegistryUnavailableError, image_digest
 
     try:
         digest = image_digest(reference or "", image.registry_conn_id)
-    except RegistryAuthError as exc:
+    except (RegistryAuthError, RegistryUnavailableError) as exc:
         return {"image": reference, "error": str(exc)}
     return {"image": reference, "exists": bool(digest), "digest": digest, "build": not digest}
