@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 AK, SK = "LTAI-remote-run", "remote-run-secret"
 FILE_SYSTEM, DATA_FLOW = "bmcpfs-0123abcd", "df-0123abcd"
-#: The staging run's settings, as the staging operator hands them to ``remote.remote_run``.
+#: The staging run's settings, as the staging operator hands them to ``remote_runs.remote_run``.
 CONFIG = {
     "file_system_id": FILE_SYSTEM,
     "data_flow_id": DATA_FLOW,

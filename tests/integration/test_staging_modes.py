@@ -25,7 +25,7 @@ from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.records import StagedDataset
-from aliyun_training.remote import remote_run
+from aliyun_training.remote_runs import remote_run
 from aliyun_training.seals import opened_state
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager

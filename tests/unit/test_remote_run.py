@@ -11,7 +11,7 @@ import pytest
 
 from aliyun_training.image.acr import AcrBuilder
 from aliyun_training.image.kaniko import KanikoBuilder
-from aliyun_training.remote import register_remote_run, remote_run, remote_runs
+from aliyun_training.remote_runs import remote_run, remote_runs, runs_by_mode
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
 from aliyun_training.validation import SpecError
@@ -51,22 +51,23 @@ def test_bad_settings_fail_when_the_run_is_built_naming_the_field() -> None:
         remote_run("image", "kaniko", {"destination": "r.example.com/ml/train:0123456789abcdef"})
 
 
-def test_every_run_is_found_under_the_kind_and_mode_it_registered() -> None:
+def test_every_run_is_found_under_its_kind_and_the_mode_it_names() -> None:
     assert remote_runs("staging") == {"pod": PodStager, "dataflow": DataFlowStager}
     assert remote_runs("image") == {"kaniko": KanikoBuilder, "acr": AcrBuilder}
-    assert (PodStager.kind, PodStager.mode) == ("staging", "pod")  # type: ignore[attr-defined]
-    assert (KanikoBuilder.kind, KanikoBuilder.mode) == ("image", "kaniko")  # type: ignore[attr-defined]
+    assert (PodStager.mode, DataFlowStager.mode) == ("pod", "dataflow")
+    assert (KanikoBuilder.mode, AcrBuilder.mode) == ("kaniko", "acr")
 
 
-def test_a_mode_taken_by_one_run_cannot_be_registered_by_another() -> None:
-    remote_runs("staging")
+def test_a_mode_taken_by_one_run_cannot_be_taken_by_another() -> None:
+    class AnotherStager(PodStager):
+        pass
 
-    taken = re.escape("staging mode 'pod' is taken by aliyun_training.staging.pod.PodStager")
+    taken = re.escape(
+        "staging mode 'pod' is taken by aliyun_training.staging.pod.PodStager; "
+        f"{__name__}.{AnotherStager.__qualname__} cannot take it"
+    )
     with pytest.raises(ValueError, match=taken):
-
-        @register_remote_run("staging", "pod")
-        class AnotherStager:
-            pass
+        runs_by_mode("staging", (PodStager, AnotherStager))
 
     assert remote_runs("staging")["pod"] is PodStager
 
@@ -76,7 +77,7 @@ def test_finding_every_run_imports_no_cloud_sdk() -> None:
     """The scheduler and DAG parsing build runs (configure's checks): that must cost no SDK import."""
     code = (
         f"import sys; sys.path.insert(0, {str(PLUGINS_DIR)!r})\n"
-        "from aliyun_training.remote import KINDS, remote_runs\n"
+        "from aliyun_training.remote_runs import KINDS, remote_runs\n"
         "assert all(remote_runs(kind) for kind in KINDS)\n"
         "roots = {name.split('.')[0] for name in sys.modules}\n"
         "print(sorted(r for r in roots if r.startswith(('alibabacloud_', 'oss2', 'kubernetes'))))\n"

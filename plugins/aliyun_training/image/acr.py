@@ -70,7 +70,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.hooks.cr import not_found
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.remote import RemoteStatus, register_remote_run
+from aliyun_training.remote import RemoteStatus
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
 if TYPE_CHECKING:
@@ -222,13 +222,10 @@ def build_record_request(settings: AcrBuildSettings, repo_id: str) -> Any:
     )
 
 
-@register_remote_run("image", "acr")
 class AcrBuilder:
-    """RemoteRun over one ACR Enterprise build record (mode ``acr``)."""
+    """RemoteRun over one ACR Enterprise build record."""
 
-    #: Set by ``register_remote_run``.
-    kind: ClassVar[str]
-    mode: ClassVar[str]
+    mode: ClassVar[str] = "acr"
 
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(AcrBuildSettings, config)

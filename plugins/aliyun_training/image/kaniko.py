@@ -72,7 +72,6 @@ from aliyun_training.kubernetes.pods import (
     text_lines,
     where,
 )
-from aliyun_training.remote import register_remote_run
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
 log = logging.getLogger(__name__)
@@ -379,10 +378,10 @@ def build_pod(settings: KanikoSettings | dict[str, Any]) -> dict[str, Any]:
 # -- the run --------------------------------------------------------------------------------------
 
 
-@register_remote_run("image", "kaniko")
 class KanikoBuilder(PodRun[KanikoSettings]):
     """RemoteRun that builds and pushes an image from a kaniko pod on ACK."""
 
+    mode = "kaniko"
     noun = "image build"
     component = COMPONENT
     container = CONTAINER

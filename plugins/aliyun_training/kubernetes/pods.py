@@ -212,9 +212,7 @@ class PodRun(Generic[S]):
     places to add what a kind of pod knows more.
     """
 
-    #: The kind and the handle's "mode": what the subclass is registered under
-    #: (``remote.register_remote_run``).
-    kind: ClassVar[str]
+    #: The mode the run is chosen by, also written into its handle.
     mode: ClassVar[str]
     #: What the pod is, in messages and logs: "<noun> pod ns/name ...".
     noun: ClassVar[str]

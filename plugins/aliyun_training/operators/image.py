@@ -98,7 +98,7 @@ class ImageBuildOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator):
     def _build_unless_present(self, context: Context, plan: ImagePlan) -> dict[str, Any]:
         from aliyun_training.image.context import build_context, image_reference, image_tag
         from aliyun_training.image.registry import RegistryAuthError, image_digest
-        from aliyun_training.remote import remote_run
+        from aliyun_training.remote_runs import remote_run
 
         files = build_context(plan.context_path, plan.code_dir)
         tag = image_tag(files, plan.build_args)

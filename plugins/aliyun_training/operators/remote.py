@@ -35,7 +35,7 @@ class RemoteRunMixin(DeferralMixin):
     team's pod, other settings) has no valid seal and is never stopped.
     """
 
-    #: ``staging`` or ``image``: which runs ``remote.remote_run`` builds.
+    #: ``staging`` or ``image``: which runs ``remote_runs.remote_run`` builds.
     remote_kind: str
     #: The ``task_state_store`` key of the saved run.
     remote_key: str
@@ -65,12 +65,12 @@ class RemoteRunMixin(DeferralMixin):
 
     def remote_result(self, mode: str, outcome: RemoteRunOutcome) -> Any:
         """What the finished run produced, from the settings and handle its outcome carries."""
-        from aliyun_training.remote import remote_run
+        from aliyun_training.remote_runs import remote_run
 
         return remote_run(self.remote_kind, mode, outcome.config).result(outcome.handle)
 
     def stop_after_deferral_timeout(self, context: Context) -> None:
-        from aliyun_training.remote import remote_run
+        from aliyun_training.remote_runs import remote_run
         from aliyun_training.seals import opened_state
 
         stored = context["task_state_store"].get(self.remote_key)

@@ -117,7 +117,7 @@ class DatasetStagingOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator)
             raise AirflowException(str(exc)) from None
 
     def _stager(self, mode: str, config: dict[str, Any]) -> Any:
-        from aliyun_training.remote import remote_run
+        from aliyun_training.remote_runs import remote_run
 
         return remote_run("staging", mode, config)
 

@@ -183,7 +183,7 @@ def _acr_inherited(environment: CloudEnvironment) -> dict[str, Any]:
 def _check_builder(mode: str, builder: dict[str, Any], repository: str, tag: str) -> None:
     """The builder's settings model accepts them: a bad id fails now, not after the wait for a build."""
     from aliyun_training.image.context import image_reference
-    from aliyun_training.remote import remote_run
+    from aliyun_training.remote_runs import remote_run
 
     reference = image_reference(repository, tag)
     target = {"destination": reference} if mode == "kaniko" else {"image": reference}
@@ -240,7 +240,7 @@ def artifacts_plan(request: PlanRequest, environment: CloudEnvironment) -> Artif
 
 def check_remote_staging(staging: StagingPlan) -> None:
     """The remote stager's settings model accepts them: fail now, naming the setting."""
-    from aliyun_training.remote import remote_run
+    from aliyun_training.remote_runs import remote_run
 
     if staging.mode != "direct":
         remote_run("staging", staging.mode, staging.remote_config())

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.records import StagedDataset
-from aliyun_training.remote import RemoteStatus, register_remote_run
+from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.sources import SourceObject, StagingError
 from aliyun_training.validation import SpecError, field_fix, validate_record
@@ -60,13 +60,10 @@ class DataFlowStagerSettings(BaseModel):
     version: Annotated[str, Field(pattern=DATASET_VERSION_PATTERN)]
 
 
-@register_remote_run("staging", "dataflow")
 class DataFlowStager:
     """RemoteRun over a CPFS data flow import task."""
 
-    #: Set by ``register_remote_run``.
-    kind: ClassVar[str]
-    mode: ClassVar[str]
+    mode: ClassVar[str] = "dataflow"
 
     def __init__(self, **config: Any) -> None:
         self.settings = validate_record(DataFlowStagerSettings, config)

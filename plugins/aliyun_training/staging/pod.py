@@ -41,7 +41,6 @@ from pydantic import Field, field_validator, model_validator
 from aliyun_training.kubernetes.names import managed_labels, stable_name
 from aliyun_training.kubernetes.pods import PodRun, PodSettings, bare_pod, read_or_none, tail_text, where
 from aliyun_training.records import StagedDataset
-from aliyun_training.remote import register_remote_run
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
@@ -198,10 +197,10 @@ def build_pod(settings: PodStagerSettings | dict[str, Any]) -> dict[str, Any]:
     return bare_pod(settings, metadata, container, volumes)
 
 
-@register_remote_run("staging", "pod")
 class PodStager(PodRun[PodStagerSettings]):
     """RemoteRun that runs the staging CLI in a pod on ACK mounting the CPFS root claim."""
 
+    mode = "pod"
     noun = "staging"
     component = COMPONENT
     container = CONTAINER

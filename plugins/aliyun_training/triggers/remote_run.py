@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aliyun_training.records import OutcomeStatus, TriggerOutcome
-from aliyun_training.remote import RemoteRun, remote_run
+from aliyun_training.remote_runs import remote_run
 from aliyun_training.triggers.base import PollingTrigger
+
+if TYPE_CHECKING:
+    from aliyun_training.remote import RemoteRun
 
 
 class RemoteRunOutcome(TriggerOutcome[dict[str, Any]]):
