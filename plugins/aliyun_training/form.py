@@ -129,12 +129,20 @@ class RunForm(BaseModel):
     backend_overrides: RunOverrides = Field(default_factory=RunOverrides)  # type: ignore[valid-type]
 
     @model_validator(mode="after")
-    def _image_only_for_cloud_backends(self) -> RunForm:
-        """The local backend runs the worker's own Python, so an image would be silently ignored."""
-        if self.image and not backend_record(self.backend).cloud:
+    def _image_settings_only_for_cloud_backends(self) -> RunForm:
+        """The local backend runs the worker's own Python and builds no image, so a pinned image or a
+        forced rebuild would be silently ignored; their defaults (none, off) are what it runs with."""
+        if backend_record(self.backend).cloud:
+            return self
+        if self.image:
             raise ValueError(
                 f"image: the {self.backend.value} backend runs no image, so {self.image!r} would be "
                 "ignored (fix: leave image empty, or choose a cloud backend)"
+            )
+        if self.force_rebuild:
+            raise ValueError(
+                f"force_rebuild: the {self.backend.value} backend builds no image, so force_rebuild "
+                "would be ignored (fix: leave force_rebuild off, or choose a cloud backend)"
             )
         return self
 

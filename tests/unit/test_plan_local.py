@@ -3,17 +3,23 @@
 Covers what the plans made through ``resolve_run`` (tests/unit/test_pipeline.py) leave out: the
 optional ``local.json`` becoming the backend's settings (without its use policy) or its defaults
 when absent, the staging and disk check of the chosen version, where outputs may be collected
-from, and a prepare stage's job reading and writing plain paths of the local object store.
+from, a prepare stage's job reading and writing plain paths of the local object store, and the
+form's image settings, which a local run refuses unless left at their defaults.
 """
 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pytest
+
+from aliyun_training.form import TriggerFormError, parse_form
+from aliyun_training.params import param_defaults
 from aliyun_training.plan import local
 from aliyun_training.registry import Backend
 from aliyun_training.settings import LocalPaths
+from fakes.environment_files import cifar10
 from tests.plan_requests import VERSION, cifar10_request, imagenet_prepare_request
 
 if TYPE_CHECKING:
@@ -27,8 +33,9 @@ def store(tmp_path: Path) -> str:
     return f"file://{LocalPaths(tmp_path).object_store}/{{dataset}}/{{version}}/"
 
 
-def request(tmp_path: Path, environment: Path) -> PlanRequest:
-    """A two-process CIFAR-10 run of VERSION on this machine, with ``environment`` as its local.json."""
+def request(tmp_path: Path, environment: Path, **form: Any) -> PlanRequest:
+    """A two-process CIFAR-10 run of VERSION on this machine, with ``environment`` as its local.json
+    (``form`` adds to the form)."""
     return cifar10_request(
         tmp_path,
         environment,
@@ -36,6 +43,7 @@ def request(tmp_path: Path, environment: Path) -> PlanRequest:
         template=store(tmp_path),
         parameters={"epochs": 1, "batch_size": 32},
         timeout_minutes=30,
+        **form,
     )
 
 
@@ -111,3 +119,46 @@ def test_a_prepare_job_reads_and_writes_plain_paths_of_the_object_store(tmp_path
         run.staging is not None
         and run.staging.source_uri == f"file://{objects}/imagenet-shards/{chosen.version}/"
     )
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        (
+            "image",
+            "registry.example.com/team/train:v3",
+            "image: the local backend runs no image, so 'registry.example.com/team/train:v3' would be "
+            "ignored (fix: leave image empty, or choose a cloud backend)",
+        ),
+        (
+            "force_rebuild",
+            True,
+            "force_rebuild: the local backend builds no image, so force_rebuild would be ignored "
+            "(fix: leave force_rebuild off, or choose a cloud backend)",
+        ),
+    ],
+)
+def test_a_local_run_refuses_an_image_setting_naming_the_field_why_and_the_fix(
+    field: str, value: Any, message: str
+) -> None:
+    """The worker's own Python runs the job: an image to run or rebuild would be silently ignored."""
+    declaration = cifar10()
+
+    with pytest.raises(TriggerFormError) as excinfo:
+        parse_form({**param_defaults(declaration), "backend": "local", field: value}, declaration)
+
+    assert message in str(excinfo.value)
+
+
+def test_the_forms_defaults_plan_a_local_run_with_the_workers_runtime(tmp_path: Path) -> None:
+    """What a run that sets nothing sends (the DAG's Params, the CLI's dry run) is never refused."""
+    declaration = cifar10()
+    defaults = {**param_defaults(declaration), "backend": "local"}
+
+    form = parse_form(defaults, declaration)
+    run = local.plan_run(
+        request(tmp_path, tmp_path / "local.json", image=form.image, force_rebuild=form.force_rebuild)
+    )
+
+    assert (form.image, form.force_rebuild) == (None, False)
+    assert (run.image, run.job.spec.image) == (None, None)

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 def plan_run(request: PlanRequest) -> RunPlan:
     request.form.overrides()  # the local backend reads none: any override is refused, named
+    # Nor does it read image or force_rebuild (it runs the worker's Python): the form refuses them.
     paths, version = request.paths, request.version
     environment = load_local_environment(request.environment)
     staging_root = str(paths.cpfs / "datasets" / request.dataset)
