@@ -85,6 +85,7 @@ def configmaps() -> list[str]:
     return [cm.metadata.name for cm in hook.core_v1_client.list_namespaced_config_map(NS).items]
 
 
+@pytest.mark.slow
 def test_a_job_runs_to_success_with_every_nodes_log_streamed_while_deferred(
     fake: KubernetesFake, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -118,6 +119,7 @@ def test_a_job_runs_to_success_with_every_nodes_log_streamed_while_deferred(
     assert result["output_uri"] == "/mnt/data/outputs/run-1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("script", "expected"),
     [
@@ -140,6 +142,7 @@ def test_a_failed_job_fails_the_task_naming_the_pod_and_reason(
     assert "Last log lines of node" in message
 
 
+@pytest.mark.slow
 def test_a_job_stuck_pending_names_why_when_the_timeout_stops_it(
     fake: KubernetesFake, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -167,6 +170,7 @@ def test_a_job_stuck_pending_names_why_when_the_timeout_stops_it(
     assert custom_objects(fake) == [] and f"{NAME}-pytorchjob" not in configmaps()
 
 
+@pytest.mark.slow
 def test_killed_while_deferred_deletes_the_cr_and_the_configmap(fake: KubernetesFake) -> None:
     fake.default_script = TrainingScript(phases=[("Created", 0.05), ("Running", 60.0)])
     trigger = defer(operator(), task_context())
@@ -238,6 +242,7 @@ def test_another_installations_job_under_the_task_name_fails_the_task_and_is_not
     assert fake.count("POST", "/pytorchjobs") == 1 and fake.count("DELETE", "/pytorchjobs") == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("framework", "plural", "version", "backend_settings"),
     [
@@ -258,6 +263,7 @@ def test_tfjob_and_mpijob_submit_and_succeed(
     assert job["metadata"]["labels"]["app"] == job["kind"].lower()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("framework", ["tensorflow", "mpi"])
 def test_tfjob_and_mpijob_failures_carry_the_reason(fake: KubernetesFake, framework: str) -> None:
     fake.default_script = TrainingScript(outcome="ExitCode", exit_code=2)
@@ -320,6 +326,7 @@ def test_arena_delete_deletes_every_kind_of_job_this_backend_submits(
     assert fake.count("DELETE", f"/{plural}/{NAME}") == 1
 
 
+@pytest.mark.slow
 def test_mpijob_v2beta1_workers_leave_the_command_to_the_launcher_and_run_sshd(fake: KubernetesFake) -> None:
     backend = AckBackend(**settings())
     handle = backend.submit(TrainingJobSpec.parse(spec(framework="mpi")), NAME)
@@ -342,6 +349,7 @@ def test_mpijob_v2beta1_workers_leave_the_command_to_the_launcher_and_run_sshd(f
     assert status.state is JobState.SUCCEEDED, status.reason
 
 
+@pytest.mark.slow
 def test_an_elastic_job_is_a_pytorchjob_of_workers_with_the_operators_rendezvous(
     fake: KubernetesFake,
 ) -> None:
@@ -372,6 +380,7 @@ def test_an_elastic_job_is_a_pytorchjob_of_workers_with_the_operators_rendezvous
     assert backend.logs(handle).lines[-2:] == ["[node-0] Training finished", "[node-1] Training finished"]
 
 
+@pytest.mark.slow
 def test_status_and_failure_details_read_every_page_of_pods_and_events(
     fake: KubernetesFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -414,6 +423,7 @@ def test_bad_cluster_settings_fail_the_task_before_anything_is_created(
     assert fake.count("POST") == 0
 
 
+@pytest.mark.slow
 def test_logs_and_tail_on_a_fresh_backend_need_no_status_call_first(fake: KubernetesFake) -> None:
     """A retried worker or a new triggerer builds a new backend: it reads the pods itself."""
     lines = [f"epoch {i}" for i in range(1, 6)]
@@ -453,6 +463,7 @@ def test_a_poll_lists_the_pods_once_and_a_later_log_read_lists_them_again(
         assert asyncio.run(backend.alogs(handle)).lines[-1] == "[node-1] Training finished"
 
 
+@pytest.mark.slow
 def test_every_nodes_log_arrives_once_in_time_order_however_the_reads_are_cut(
     fake: KubernetesFake, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -168,6 +168,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("script", "expected", "evidence"), CASES)
 def test_each_failure_is_classified_from_what_the_cluster_says(
     fake: KubernetesFake, clock: ManualClock, script: TrainingScript, expected: FailureClass, evidence: str
@@ -326,6 +327,7 @@ def test_launched_reports_a_job_being_deleted_as_stopping_and_skips_a_kind_the_c
 # -- stopping --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_stopped_job_is_stopping_until_its_pods_are_gone(fake: KubernetesFake, clock: ManualClock) -> None:
     fake.default_script = TrainingScript(phases=LONG_RUN, stop_seconds=20.0)
     ack = backend()
@@ -405,6 +407,7 @@ def _expiring(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualCloc
     return kubernetes_fake(tmp_path, monkeypatch, clock, conn_id=CONN_ID, user=user)
 
 
+@pytest.mark.slow
 def test_a_wait_goes_on_after_the_token_file_is_rotated_and_the_old_token_expired(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> None:
@@ -436,6 +439,7 @@ def test_a_wait_goes_on_after_the_token_file_is_rotated_and_the_old_token_expire
     ]
 
 
+@pytest.mark.slow
 def test_a_wait_goes_on_after_the_exec_plugin_hands_out_a_new_token(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> None:
@@ -457,6 +461,7 @@ def test_a_wait_goes_on_after_the_exec_plugin_hands_out_a_new_token(
         assert [r.status for r in fake.requests].count(401) == 1, "the sync client reran the plugin once"
 
 
+@pytest.mark.slow
 def test_credentials_still_rejected_after_reloading_fail_the_call(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, clock: ManualClock
 ) -> None:

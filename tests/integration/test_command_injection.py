@@ -197,6 +197,7 @@ def ack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[KubernetesF
         yield server
 
 
+@pytest.mark.slow
 def test_every_hostile_value_reaches_an_ack_job_as_one_argument(
     probe: dict[str, Any], tmp_path: Path, ack: KubernetesFake
 ) -> None:

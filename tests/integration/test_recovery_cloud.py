@@ -107,6 +107,7 @@ def test_a_config_failure_on_dlc_runs_one_job_and_fails_the_task(connected: DlcE
     assert store[ATTEMPTS_KEY][0]["failure_class"] == "config"
 
 
+@pytest.mark.slow
 def test_a_preemption_on_dlc_runs_a_second_job_that_resumes(connected: DlcEmulator) -> None:
     connected.script_for(
         "retrain-train",
@@ -172,6 +173,7 @@ def test_a_config_failure_on_ack_runs_one_job_and_fails_the_task(
     assert len(store[ATTEMPTS_KEY]) == 1
 
 
+@pytest.mark.slow
 def test_a_preemption_on_ack_runs_a_second_job_that_resumes(fake: KubernetesFake, clock: ManualClock) -> None:
     fake.default_script = TrainingScript(outcome="Evicted", failing_replica="master")
     op, store = ack_operator(), MemoryTaskStateStore()
@@ -192,6 +194,7 @@ def test_a_preemption_on_ack_runs_a_second_job_that_resumes(fake: KubernetesFake
     assert result["attempts"][0]["job_id"] != result["attempts"][1]["job_id"], "two jobs ran"
 
 
+@pytest.mark.slow
 def test_a_training_job_whose_image_cannot_be_pulled_fails_as_config_within_a_few_polls_and_frees_its_nodes(
     fake: KubernetesFake, clock: ManualClock
 ) -> None:
@@ -283,6 +286,7 @@ def test_a_worker_oom_killed_and_restarted_in_place_on_ack_fails_as_user_code_na
     assert "failed: user_code (pod" in log and "-worker-0: container pytorch OOMKilled" in log
 
 
+@pytest.mark.slow
 def test_a_dlc_job_whose_torchrun_was_stopped_from_outside_resumes_though_it_printed_a_traceback(
     connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
 ) -> None:
