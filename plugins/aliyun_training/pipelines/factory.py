@@ -34,6 +34,7 @@ from aliyun_training.pages.runs import CONFIGURE_TASK
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
+from aliyun_training.pipelines.task_params import params_copied_once
 from aliyun_training.pipelines.watch import pipeline_schedule, take_landed_version, version_inlets
 from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.registry import backend_record
@@ -88,7 +89,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
     champion = Asset(
         name=f"{declaration.model_name}_champion", uri=f"model://{declaration.model_name}/champion"
     )
-    with DAG(
+    dag = DAG(
         dag_id=settings.dag_id,
         description=settings.description
         or f"Retrain {declaration.model_name} on {declaration.dataset.name}.",
@@ -114,7 +115,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
         # A failed run (its dagrun_timeout included) stops whatever job it still has.
         on_failure_callback=StopRunJobs(watched_backends(declaration, environment_dir)),
-    ) as dag:
+    )
+    with dag, params_copied_once(dag):
 
         @task(multiple_outputs=True, inlets=version_inlets(declaration))
         def configure(
