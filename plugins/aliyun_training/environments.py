@@ -35,6 +35,7 @@ from aliyun_training.backends.ack.request import (
     RdmaResource,
     Username,
 )
+from aliyun_training.backends.dlc.request import Priority
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
 from aliyun_training.registry import backend_record
@@ -448,9 +449,7 @@ class DlcEnvironment(CloudEnvironment):
     ecs_spec: PlainId | None = None
     gpu_type: PlainId | None = None
     #: DLC job priority within the quota (1-9); the trigger form may change it per run.
-    priority: Annotated[
-        int, Field(ge=1, le=9, json_schema_extra=overridable("use a priority from 1 to 9"))
-    ] = 1
+    priority: Annotated[Priority, Field(json_schema_extra=overridable("use a priority from 1 to 9"))] = 1
     image_registry_conn_id: str | None = None
     vpc: VpcSettings = Field(default_factory=VpcSettings)
     dataset: DlcDatasetSettings = Field(default_factory=DlcDatasetSettings)

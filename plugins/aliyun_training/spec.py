@@ -245,15 +245,10 @@ class TrainingJobSpec(BaseModel):
         str | None,
         Field(json_schema_extra=field_fix("give the resource quota id (ResourceId), e.g. quota1xxxx")),
     ] = None
-    ecs_spec: Annotated[
-        str | None,
-        Field(json_schema_extra=field_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge")),
-    ] = None
     rdma: bool = False
     #: Who launched the job, set by the training operator; tagged on the job, never part of what
     #: the job computes (the checkpoint key leaves it out).
     owner: JobOwner | None = None
-    priority: Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))] = 1
 
     @field_validator("env")
     @classmethod

@@ -77,7 +77,6 @@ def spec(**overrides: Any) -> dict[str, Any]:
     job = dlc_job(
         shared_memory_gib=64,
         rdma=True,
-        priority=3,
         command=(
             "torchrun --nnodes=$WORLD_SIZE --node_rank=$RANK --master_addr=$MASTER_ADDR "
             "--master_port=$MASTER_PORT --nproc_per_node=8 train.py"
@@ -99,6 +98,7 @@ def operator(**overrides: Any) -> TrainingJobOperator:
                 "workspace_id": "ws-1",
                 "vpc": VPC,
                 "image_registry_conn_id": "training_registry",
+                "job_settings": {"priority": 3},
             },
         },
         poll_interval=0.05,

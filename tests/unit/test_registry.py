@@ -99,7 +99,7 @@ def test_checking_any_backends_spec_imports_no_airflow_and_no_cloud_sdk() -> Non
         "import sys\n"
         "from aliyun_training.spec import TrainingJobSpec\n"
         "for backend in ('local', 'dlc', 'arena'):\n"
-        "    TrainingJobSpec.parse({'backend': backend, 'command': 'x', 'image': 'r/i:1', 'ecs_spec': 'e'})\n"
+        "    TrainingJobSpec.parse({'backend': backend, 'command': 'x', 'image': 'r/i:1'})\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'airflow', 'alibabacloud_pai_dlc20201203', "
         "'kubernetes', 'oss2'}))\n"
     )

@@ -120,9 +120,7 @@ def test_dlc_backend_without_image_is_rejected():
 
 
 def test_dlc_backend_with_image_and_mpi_is_accepted():
-    spec = TrainingJobSpec.parse(
-        _spec(backend="dlc", framework="mpi", image="registry/repo:tag", ecs_spec="ecs.gn6v-c8g1.2xlarge")
-    )
+    spec = TrainingJobSpec.parse(_spec(backend="dlc", framework="mpi", image="registry/repo:tag"))
 
     assert spec.backend is Backend.DLC
     assert spec.framework is Framework.MPI

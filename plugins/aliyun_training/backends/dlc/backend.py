@@ -39,7 +39,13 @@ from aliyun_training.backends.dlc.logs import (
     log_since,
     unseen,
 )
-from aliyun_training.backends.dlc.request import INSTALLATION_TAG, NAME_TAG, check_spec, create_job_request
+from aliyun_training.backends.dlc.request import (
+    INSTALLATION_TAG,
+    NAME_TAG,
+    DlcJobSettings,
+    check_spec,
+    create_job_request,
+)
 from aliyun_training.backends.dlc.status import (
     DLC_STATES,
     QUEUE_STATUSES,
@@ -62,7 +68,7 @@ from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.hooks.paistudio import PaiStudioHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.spec import JobOwner, TrainingJobSpec
-from aliyun_training.validation import SpecError
+from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
@@ -103,7 +109,10 @@ class DlcBackend:
         image_registry_conn_id: str | None = None,
         region: str | None = None,
         log_lines_per_poll: int = 500,
+        job_settings: DlcJobSettings | dict[str, Any] | None = None,
     ) -> None:
+        #: DLC's own part of the jobs this backend sends (the ECS spec, the priority).
+        self.job_settings = validate_record(DlcJobSettings, job_settings or {})
         self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
         self.workspace_id = workspace_id
         self.vpc = vpc
@@ -127,6 +136,7 @@ class DlcBackend:
             "image_registry_conn_id": self.image_registry_conn_id,
             "region": self.region,
             "log_lines_per_poll": self.log_lines_per_poll,
+            "job_settings": self.job_settings.model_dump(),
         }
 
     # -- request ---------------------------------------------------------------------------------
@@ -137,6 +147,7 @@ class DlcBackend:
         return create_job_request(
             spec,
             name,
+            job_settings=self.job_settings,
             workspace_id=self.workspace_id,
             region=self.hook.region,
             vpc=self.vpc,
@@ -165,6 +176,7 @@ class DlcBackend:
         request = create_job_request(
             spec,
             name,
+            job_settings=self.job_settings,
             workspace_id=self.workspace_id,
             region=self.region or "<region of the connection>",
             vpc=self.vpc,
@@ -215,8 +227,9 @@ class DlcBackend:
     # -- submit and find -------------------------------------------------------------------------
 
     def check(self, spec: TrainingJobSpec, name: str) -> None:
-        """DLC's rules on a spec (``request.check_spec``); they do not depend on the job's name."""
-        check_spec(spec)
+        """DLC's rules on a spec with this backend's ``job_settings`` (``request.check_spec``); they do
+        not depend on the job's name."""
+        check_spec(spec, self.job_settings)
 
     def submit(self, spec: TrainingJobSpec, name: str) -> JobHandle:
         """CreateJob once: a retry after a lost response first looks for the job it may have made."""

@@ -1,14 +1,17 @@
 """The CreateJob request for a ``TrainingJobSpec``, built with no call and no connection so a dry run
-can show it: replicas per role, resources, mounts, the VPC and the owner tags."""
+can show it: replicas per role, resources, mounts, the VPC and the owner tags; and DLC's own part
+of a job (:class:`DlcJobSettings`), which the generic spec leaves out."""
 
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
 from aliyun_training.spec import Framework, JobOwner, ResourceType, TrainingJobSpec
-from aliyun_training.validation import SpecError
+from aliyun_training.validation import SpecError, field_fix
 
 #: Set by DLC on Lingjun nodes to match the RDMA fabric; hand-set values select the wrong NICs.
 DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
@@ -40,18 +43,38 @@ LAUNCHER_CPU = "2"
 
 LAUNCHER_MEMORY = "4Gi"
 
+#: A DLC job's priority within its quota, wherever it is set (dlc.json, the form, the job).
+Priority = Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))]
 
-def check_spec(spec: TrainingJobSpec) -> None:
+
+class DlcJobSettings(BaseModel):
+    """DLC's own part of a job: what CreateJob takes that no other backend has and nothing but DLC's
+    request reads. The DLC planner fills it from dlc.json (the form may change the priority), and it
+    travels with the job among the backend's settings (``DlcBackend(job_settings=...)``), so every
+    job the run starts on DLC (training, prepare, evaluation, the image checks) gets the same."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: The pay-as-you-go ECS instance type each node runs on when the job has no quota.
+    ecs_spec: Annotated[
+        str | None,
+        Field(json_schema_extra=field_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge")),
+    ] = None
+    priority: Priority = 1
+
+
+def check_spec(spec: TrainingJobSpec, job_settings: DlcJobSettings) -> None:
     """Refuse what PAI-DLC would refuse only after minutes in a queue (SpecError, worded as the spec's
     own errors are): the DLC planner checks every job it plans, and :meth:`DlcBackend.check` a job
     about to be looked for or sent."""
-    problem = _spec_problem(spec)
+    problem = _spec_problem(spec, job_settings)
     if problem:
         raise SpecError(f"Invalid TrainingJobSpec:\n  - {problem}")
 
 
-def _spec_problem(spec: TrainingJobSpec) -> str | None:
-    """The first rule of DLC's that ``spec`` breaks, as ``field: what is wrong; the fix``."""
+def _spec_problem(spec: TrainingJobSpec, job_settings: DlcJobSettings) -> str | None:
+    """The first rule of DLC's that ``spec`` with DLC's ``job_settings`` breaks, as ``field: what is
+    wrong; the fix``."""
     network = sorted(name for name in spec.env if name.startswith(DLC_NETWORK_ENV_PREFIXES))
     if network:
         return (
@@ -68,7 +91,7 @@ def _spec_problem(spec: TrainingJobSpec) -> str | None:
             f"gpus_per_node: a Lingjun node has {LINGJUN_GPUS_PER_NODE} GPUs, not {spec.gpus_per_node}; "
             "use more nodes instead"
         )
-    if not spec.quota_id and not spec.ecs_spec:
+    if not spec.quota_id and not job_settings.ecs_spec:
         return "ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec"
     if spec.quota_id and spec.gpus_per_node and not spec.gpu_type:
         return (
@@ -97,8 +120,10 @@ def create_job_request(
     vpc: dict[str, Any] | None,
     extended_cidrs: list[str],
     image_config: Any | None,
+    job_settings: DlcJobSettings | None = None,
 ) -> Any:
-    """The CreateJob request that runs ``spec`` under the job name ``name``, in the SDK's own models.
+    """The CreateJob request that runs ``spec`` with DLC's ``job_settings`` (None: their defaults) under the
+    job name ``name``, in the SDK's own models.
 
     Pure: no call, no connection, no secret beyond what ``image_config`` carries. ``region`` is the
     job's (the endpoint of bare OSS mounts); ``vpc`` is the environment's ``{vpc_id, switch_id,
@@ -109,6 +134,7 @@ def create_job_request(
     """
     from alibabacloud_pai_dlc20201203 import models
 
+    job_settings = job_settings or DlcJobSettings()
     job_specs = []
     for role, pods, gpus in roles(spec):
         resources = (
@@ -128,7 +154,7 @@ def create_job_request(
                 image=spec.image,
                 pod_count=pods,
                 resource_config=resources,
-                ecs_spec=None if spec.quota_id else spec.ecs_spec,
+                ecs_spec=None if spec.quota_id else job_settings.ecs_spec,
                 image_config=image_config,
             )
         )
@@ -156,7 +182,7 @@ def create_job_request(
         user_vpc=_user_vpc(vpc, extended_cidrs),
         settings=models.JobSettings(enable_rdma=spec.rdma or None, tags=job_tags(spec, name)),
         job_max_running_time_minutes=spec.timeout_minutes,
-        priority=spec.priority,
+        priority=job_settings.priority,
     )
 
 
