@@ -147,17 +147,19 @@ def start_emulator(running: bool) -> DlcEmulator:
     return emulator
 
 
+#: DLC's own settings of the benchmark's jobs: GU8TF nodes of a quota.
+JOB_SETTINGS = {"quota_id": "quota12345", "gpu_type": "GU8TF"}
+
+
 def job_spec() -> Any:
-    """A one-node, eight-GPU PyTorch job on a Lingjun quota."""
+    """A one-node, eight-GPU PyTorch job (in the quota of ``JOB_SETTINGS``)."""
     from aliyun_training.spec import TrainingJobSpec
 
     return TrainingJobSpec(
         backend="dlc",
         gpus_per_node=8,
-        gpu_type="GU8TF",
         cpu=96,
         memory_gib=800,
-        quota_id="quota12345",
         image="registry.example.com/train/pytorch:2.13",
         command="torchrun --nproc_per_node=8 train.py",
     )
@@ -171,7 +173,7 @@ async def create_jobs(count: int) -> list[str]:
     """
     from aliyun_training.backends.dlc.backend import DlcBackend
 
-    backend, spec = DlcBackend(CONN_ID), job_spec()
+    backend, spec = DlcBackend(CONN_ID, job_settings=JOB_SETTINGS), job_spec()
     client = backend.hook.conn
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 

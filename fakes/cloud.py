@@ -4,8 +4,9 @@ The ``alibaba_cloud_default`` connection points every service at its emulator ov
 account holds a complete Lingjun setup: a network every preflight check passes, a quota with room,
 a RAM role with the reference DLC policy and an empty bucket. Tests then break one piece at a time.
 
-Also the training job specs the tests submit to DLC and to ACK (arena), each test adding its own
-fields, and :class:`JobOutputs`, which plays a training job writing its outputs to OSS.
+Also the training job specs the tests submit to DLC (with DLC's own settings of the job) and to ACK
+(arena), each test adding its own fields, and :class:`JobOutputs`, which plays a training job
+writing its outputs to OSS.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     import pytest
+
+    from aliyun_training.backends.dlc.backend import DlcBackend
 
 AK, SK = "LTAI-preflight", "preflight-secret-value"
 POLICY_FILE = (
@@ -137,20 +140,30 @@ def use_alibaba_connection(
 # -- training job specs ----------------------------------------------------------------------------
 
 
+#: DLC's own settings of the jobs ``dlc_job`` describes: Lingjun nodes of GU8TF GPUs in quota12345.
+DLC_JOB_SETTINGS: dict[str, Any] = {"resource_type": "lingjun", "quota_id": "quota12345", "gpu_type": "GU8TF"}
+
+
 def dlc_job(**fields: Any) -> dict[str, Any]:
-    """A DLC job spec on two Lingjun nodes of eight GU8TF GPUs in quota12345, with ``fields`` added."""
+    """A DLC job spec on two nodes of eight GPUs (in the quota of ``DLC_JOB_SETTINGS``), with
+    ``fields`` added."""
     return {
         "backend": "dlc",
         "nodes": 2,
         "gpus_per_node": 8,
-        "gpu_type": "GU8TF",
         "cpu": 96,
         "memory_gib": 800,
-        "resource_type": "lingjun",
-        "quota_id": "quota12345",
         "image": TRAIN_IMAGE,
         **fields,
     }
+
+
+def dlc_backend(job_settings: dict[str, Any] | None = None, **config: Any) -> DlcBackend:
+    """A ``DlcBackend`` with ``config`` that runs ``dlc_job``'s jobs: with ``DLC_JOB_SETTINGS``, and
+    ``job_settings`` changing some of them."""
+    from aliyun_training.backends.dlc.backend import DlcBackend
+
+    return DlcBackend(job_settings={**DLC_JOB_SETTINGS, **(job_settings or {})}, **config)
 
 
 def arena_job(**fields: Any) -> dict[str, Any]:
@@ -266,25 +279,37 @@ class JobOutputs:
 # -- preflight against the emulated cloud ------------------------------------------------------------
 
 
-def preflight_spec(**overrides: Any) -> dict[str, Any]:
-    """A 2 x 8-GPU Lingjun DLC job in ``quota1``, as the cloud preflight scenarios check it."""
+def preflight_job(
+    backend_config: dict[str, Any] | None = None, job_settings: dict[str, Any] | None = None, **spec: Any
+) -> dict[str, Any]:
+    """A 2 x 8-GPU Lingjun DLC job in ``quota1`` (a ``JobPlan``'s dict), as the cloud preflight
+    scenarios check it: ``spec`` changes its spec, ``job_settings`` DLC's own settings (the quota,
+    its resource type and GPU model) and ``backend_config`` adds the backend's other settings."""
     return {
-        "backend": "dlc",
-        "nodes": 2,
-        "gpus_per_node": 8,
-        "gpu_type": "GU8TF",
-        "resource_type": "lingjun",
-        "quota_id": "quota1",
-        "image": "registry.example.com/train:1",
-        "command": "torchrun train.py",
-        **overrides,
+        "spec": {
+            "backend": "dlc",
+            "nodes": 2,
+            "gpus_per_node": 8,
+            "image": "registry.example.com/train:1",
+            "command": "torchrun train.py",
+            **spec,
+        },
+        "backend_config": {
+            **(backend_config or {}),
+            "job_settings": {**DLC_JOB_SETTINGS, "quota_id": QUOTA, **(job_settings or {})},
+        },
     }
 
 
 def run_check(
-    cloud: Cloud, group: str, vpc: dict[str, str] | None = None, **spec_overrides: Any
+    cloud: Cloud,
+    group: str,
+    vpc: dict[str, str] | None = None,
+    job_settings: dict[str, Any] | None = None,
+    **spec: Any,
 ) -> list[dict]:
-    """Run one preflight check group against ``cloud`` as the DAG's task does; return its findings."""
+    """Run one preflight check group against ``cloud`` as the DAG's task does, for ``preflight_job``
+    with ``job_settings`` and ``spec``; return its findings."""
     from aliyun_training.operators.preflight import PreflightCheckOperator
 
     ids = cloud.ids
@@ -296,10 +321,7 @@ def run_check(
     operator = PreflightCheckOperator(
         task_id=f"check_{group}",
         group=group,
-        job={
-            "spec": preflight_spec(**spec_overrides),
-            "backend_config": {"workspace_id": "ws-1", "vpc": network},
-        },
+        job=preflight_job({"workspace_id": "ws-1", "vpc": network}, job_settings, **spec),
         preflight={
             "lingjun_regions": ["cn-wulanchabu"],
             "zone_id": ids.zone_id,

@@ -16,21 +16,23 @@ from aliyun_training.operators.training import TrainingJobOperator
 
 JOBS = int(os.environ.get("MONITORING_COST_JOBS", "200"))
 POLL_INTERVAL = float(os.environ.get("MONITORING_COST_POLL_INTERVAL", "10"))
-#: One Lingjun node of eight GPUs; the emulator keeps the job Running far past the measurement.
+#: One Lingjun node of eight GPUs (the quota's, in BACKEND_CONFIG); the emulator keeps the job
+#: Running far past the measurement.
 SPEC = {
     "backend": "dlc",
     "nodes": 1,
     "gpus_per_node": 8,
-    "gpu_type": "GU8TF",
     "cpu": 96,
     "memory_gib": 800,
-    "resource_type": "lingjun",
-    "quota_id": "quota12345",
     "image": "registry.example.com/train/pytorch:2.13",
     "command": "torchrun --nproc_per_node=8 train.py",
     "timeout_minutes": 180,
 }
-BACKEND_CONFIG = {"alibaba_cloud_conn_id": "alibaba_cloud_default", "workspace_id": "ws-bench"}
+BACKEND_CONFIG = {
+    "alibaba_cloud_conn_id": "alibaba_cloud_default",
+    "workspace_id": "ws-bench",
+    "job_settings": {"resource_type": "lingjun", "quota_id": "quota12345", "gpu_type": "GU8TF"},
+}
 
 for dag_id, deferrable in (("monitoring_cost_deferred", True), ("monitoring_cost_sync", False)):
     # Deferred tasks do not count against max_active_tasks, blocking ones do: all N may run at once.

@@ -94,13 +94,6 @@ class Framework(StrEnum):
     ELASTIC_BATCH = "elastic_batch"
 
 
-class ResourceType(StrEnum):
-    """Which DLC resources run the job: Lingjun (always through a quota) or ECS."""
-
-    LINGJUN = "lingjun"
-    ECS = "ecs"
-
-
 def invalid_env_names(names: Iterable[str]) -> list[str]:
     """The names that are not portable environment variable names (letters, digits and ``_``)."""
     return sorted(name for name in names if not _ENV_NAME.fullmatch(name))
@@ -189,7 +182,8 @@ class DatasetMount(BaseModel):
 
 
 class TrainingJobSpec(BaseModel):
-    """One distributed training job, independent of the platform that runs it."""
+    """One distributed training job, independent of the platform that runs it: what one platform
+    alone takes (DLC's quota, GPU model, ECS spec, priority) travels among its backend's settings."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -235,16 +229,6 @@ class TrainingJobSpec(BaseModel):
         str | None, Field(json_schema_extra=field_fix("give where the job writes checkpoints and metrics"))
     ] = None
     timeout_minutes: TimeoutMinutes = 24 * 60
-    gpu_type: Annotated[
-        str | None, Field(json_schema_extra=field_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
-    ] = None
-    resource_type: Annotated[ResourceType, Field(json_schema_extra=field_fix("use lingjun or ecs"))] = (
-        ResourceType.ECS
-    )
-    quota_id: Annotated[
-        str | None,
-        Field(json_schema_extra=field_fix("give the resource quota id (ResourceId), e.g. quota1xxxx")),
-    ] = None
     rdma: bool = False
     #: Who launched the job, set by the training operator; tagged on the job, never part of what
     #: the job computes (the checkpoint key leaves it out).

@@ -27,8 +27,7 @@ from aliyun_training.preflight.permissions import required_actions
 from aliyun_training.seals import SEAL_KEY, seals
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.triggers.quota import QuotaCapacityTrigger
-from fakes.cloud import POLICY_FILE, Cloud, emulated_cloud, run_check
-from fakes.cloud import preflight_spec as spec
+from fakes.cloud import POLICY_FILE, Cloud, emulated_cloud, preflight_job, run_check
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -289,7 +288,7 @@ def test_lingjun_outside_its_regions_fails_naming_where_it_is_offered(cloud: Clo
     operator = PreflightCheckOperator(
         task_id="check_network",
         group="network",
-        job={"spec": spec(), "backend_config": {"region": "cn-hangzhou", "vpc": None}},
+        job=preflight_job({"region": "cn-hangzhou", "vpc": None}),
         preflight={"lingjun_regions": ["cn-wulanchabu"]},
     )
 
@@ -303,13 +302,13 @@ def test_lingjun_outside_its_regions_fails_naming_where_it_is_offered(cloud: Clo
     ("overrides", "check", "found_text", "fix_text"),
     [
         (
-            {"quota_id": "quota-nope"},
+            {"job_settings": {"quota_id": "quota-nope"}},
             "quota",
             "quota quota-nope does not exist in cn-wulanchabu",
             "use a quota id from the PAI console (Resource Quota) of this region",
         ),
         (
-            {"gpu_type": "A100"},
+            {"job_settings": {"gpu_type": "A100"}},
             "gpu_type",
             "quota quota1 has GU8TF GPUs, the job asks for A100",
             "set gpu_type to GU8TF or use a quota with A100",
@@ -334,7 +333,7 @@ def test_quota_findings_name_the_mismatch_and_the_fix(
 def test_a_quota_of_the_wrong_resource_type_is_rejected(cloud: Cloud) -> None:
     cloud.studio.add_quota("quota-ecs", resource_type="ECS", gpu_type="GU8TF", allocatable_gpus=64)
 
-    found = finding(run_check(cloud, "quota", quota_id="quota-ecs"), "quota_type")
+    found = finding(run_check(cloud, "quota", job_settings={"quota_id": "quota-ecs"}), "quota_type")
 
     assert found["found"] == "quota quota-ecs holds ECS resources, the job asks for lingjun"
     assert found["fix"] == "set resource_type to ecs or use a lingjun quota"
@@ -363,7 +362,7 @@ def test_a_role_missing_actions_lists_each_missing_action(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_permissions",
         group="permissions",
-        job={"spec": spec(), "backend_config": {"workspace_id": "ws-1"}},
+        job=preflight_job({"workspace_id": "ws-1"}),
         preflight={"role_name": "thin-role", "policy_file": str(POLICY_FILE)},
     )
 
@@ -383,7 +382,7 @@ def test_a_missing_role_says_to_create_it(cloud: Cloud) -> None:
     operator = PreflightCheckOperator(
         task_id="check_permissions",
         group="permissions",
-        job={"spec": spec(), "backend_config": {"workspace_id": "ws-1"}},
+        job=preflight_job({"workspace_id": "ws-1"}),
         preflight={"role_name": "no-such-role", "policy_file": str(POLICY_FILE)},
     )
 
@@ -408,7 +407,9 @@ def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(
     }
     xcoms = {
         ("preflight.check_network", "return_value"): run_check(cloud, "network", vpc=vpc),
-        ("preflight.check_quota", "return_value"): run_check(cloud, "quota", gpu_type="A100"),
+        ("preflight.check_quota", "return_value"): run_check(
+            cloud, "quota", job_settings={"gpu_type": "A100"}
+        ),
     }
     states = {
         "configure": "success",
@@ -433,7 +434,7 @@ def test_the_report_lists_every_finding_and_fails_once_with_all_of_them(
 
 def test_findings_rewritten_through_the_rest_api_fail_the_report_naming_them(cloud: Cloud) -> None:
     """A user who may write XComs turns a failed check's findings into a PASS: the report refuses them."""
-    failing = run_check(cloud, "quota", gpu_type="A100")
+    failing = run_check(cloud, "quota", job_settings={"gpu_type": "A100"})
     states = {"configure": "success", **{f"preflight.check_{g}": "success" for g in ("network", "quota")}}
     ti = TaskInstance(
         states,
@@ -519,7 +520,7 @@ def test_the_capacity_sensor_defers_while_the_quota_is_full_and_resumes_when_roo
 ) -> None:
     cloud.studio.set_allocated("quota1", 60)
     cloud.studio.add_workload("quota1", "dlc-ahead")
-    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec()}, poke_interval=0.05, timeout=30)
+    sensor = QuotaCapacitySensor(task_id="wait", job=preflight_job(), poke_interval=0.05, timeout=30)
 
     with pytest.raises(TaskDeferred) as deferred:
         sensor.execute({})
@@ -544,7 +545,7 @@ def test_skip_preflight_skips_the_check_warns_and_leaves_the_reason(
     cloud: Cloud, capfd: pytest.CaptureFixture[str]
 ) -> None:
     operator = PreflightCheckOperator(
-        task_id="check_network", group="network", job={"spec": spec()}, skip="True"
+        task_id="check_network", group="network", job=preflight_job(), skip="True"
     )
     ti = TaskInstance()
 
@@ -587,7 +588,7 @@ def test_the_capacity_sensor_times_out_by_failing_or_skipping_as_configured(
 ) -> None:
     from airflow.sdk.bases.operator import TRIGGER_FAIL_REPR, TriggerFailureReason
 
-    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec()}, timeout=60, soft_fail=soft_fail)
+    sensor = QuotaCapacitySensor(task_id="wait", job=preflight_job(), timeout=60, soft_fail=soft_fail)
 
     with pytest.raises(expected):
         sensor.resume_execution(TRIGGER_FAIL_REPR, {"error": TriggerFailureReason.TRIGGER_TIMEOUT}, {})
@@ -596,7 +597,9 @@ def test_the_capacity_sensor_times_out_by_failing_or_skipping_as_configured(
 def test_an_unknown_quota_fails_the_sensor_and_ends_its_trigger_alike(cloud: Cloud) -> None:
     """The sensor's poke and the trigger read the quota through one hook call (sync and async
     twins): an unknown quota is the same answer to both, never an endless wait."""
-    sensor = QuotaCapacitySensor(task_id="wait", job={"spec": spec(quota_id="quota-nope")}, timeout=30)
+    sensor = QuotaCapacitySensor(
+        task_id="wait", job=preflight_job(job_settings={"quota_id": "quota-nope"}), timeout=30
+    )
     trigger = QuotaCapacityTrigger(quota_id="quota-nope", gpus=16, poll_interval=0.05)
 
     with pytest.raises(AirflowException, match="quota quota-nope does not exist"):

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from aliyun_training.backends.ack.backend import AckBackend
-from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.local import LocalBackend
 from aliyun_training.declaration import DeclarationError, PipelineDeclaration, declare
 from aliyun_training.plan.inputs import RunContext
@@ -30,7 +29,7 @@ from aliyun_training.plan.resolve import resolve_run
 from aliyun_training.settings import LocalPaths
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
-from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
+from fakes.cloud import arena_job, dlc_backend, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator
 from fakes.environment_files import INSTALLATION
 from fakes.kube import NS, kubernetes_fake
@@ -182,7 +181,7 @@ def test_every_hostile_value_reaches_a_dlc_job_as_one_argument(
     workdir.mkdir()
     spec = TrainingJobSpec.parse(dlc_job(command=_command(probe, tmp_path), working_dir=str(workdir)))
 
-    DlcBackend(workspace_id="ws-1").submit(spec, "injection-probe")
+    dlc_backend(workspace_id="ws-1").submit(spec, "injection-probe")
 
     (create,) = dlc.requests_for("CreateJob")
     user_command = create.body["UserCommand"]

@@ -19,7 +19,7 @@ from aliyun_training.monitor import JobMonitor
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import FaultPlan
-from fakes.cloud import dlc_job, use_alibaba_connection
+from fakes.cloud import DLC_JOB_SETTINGS, dlc_backend, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.environment_files import INSTALLATION
 from fakes.paistudio import PaiStudioEmulator
@@ -89,7 +89,7 @@ def spec(**overrides: Any) -> dict[str, Any]:
     return {**job, **overrides}
 
 
-def operator(**overrides: Any) -> TrainingJobOperator:
+def operator(job_settings: dict[str, Any] | None = None, **overrides: Any) -> TrainingJobOperator:
     return TrainingJobOperator(
         task_id="train",
         job={
@@ -98,7 +98,7 @@ def operator(**overrides: Any) -> TrainingJobOperator:
                 "workspace_id": "ws-1",
                 "vpc": VPC,
                 "image_registry_conn_id": "training_registry",
-                "job_settings": {"priority": 3},
+                "job_settings": {**DLC_JOB_SETTINGS, "priority": 3, **(job_settings or {})},
             },
         },
         poll_interval=0.05,
@@ -282,7 +282,7 @@ def test_throttling_and_server_errors_on_30_percent_of_calls_do_not_fail_the_run
 def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_creating_another(
     connected: DlcEmulator,
 ) -> None:
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     job_spec = TrainingJobSpec.parse(spec(datasets=[]))
     # A CreateJob reached DLC but its answer never came back: the job exists, the caller saw an error.
     # The emulator plays the lost answer as a dropped connection on the submit's first CreateJob.
@@ -320,7 +320,7 @@ def test_a_retry_after_the_worker_died_between_create_and_save_finds_the_job_by_
     connected.default_script = JobScript(phases=[("Running", 3600.0)])  # still running when the retry looks
     ti = TaskInstanceIds()
     launched = TrainingJobSpec.parse(spec(datasets=[], owner=ti.owner.model_dump()))
-    died_after = DlcBackend(workspace_id="ws-1").submit(launched, ti.job_name)
+    died_after = dlc_backend(workspace_id="ws-1").submit(launched, ti.job_name)
     ctx = task_context()
     assert HANDLE_KEY not in ctx["task_state_store"]
 
@@ -344,7 +344,7 @@ def test_a_job_under_the_task_name_that_the_task_did_not_launch_fails_it_and_is_
 ) -> None:
     connected.default_script = JobScript(phases=[("Running", 3600.0)])
     foreign = TrainingJobSpec.parse(spec(datasets=[], owner=squatter.model_dump() if squatter else None))
-    squatting = DlcBackend(workspace_id="ws-1").submit(foreign, TaskInstanceIds().job_name)
+    squatting = dlc_backend(workspace_id="ws-1").submit(foreign, TaskInstanceIds().job_name)
 
     with pytest.raises(AirflowFailException) as failed:
         operator(datasets=[]).execute(task_context())
@@ -388,8 +388,14 @@ def test_an_sts_token_expiring_mid_wait_is_refreshed_without_failing(
     [
         ({"nodes": 0}, "nodes: Input should be greater than or equal to 1"),
         ({"env": {"NCCL_IB_HCA": "mlx5_0"}}, "['NCCL_IB_HCA'] are set by DLC on every node"),
-        ({"quota_id": None}, "quota_id: Lingjun resources are only usable through a resource quota"),
-        ({"gpu_type": None}, "gpu_type: 8 GPUs per node requested from quota quota12345 without a GPU type"),
+        (
+            {"job_settings": {"quota_id": None}},
+            "quota_id: Lingjun resources are only usable through a resource quota",
+        ),
+        (
+            {"job_settings": {"gpu_type": None}},
+            "gpu_type: 8 GPUs per node requested from quota quota12345 without a GPU type",
+        ),
         ({"gpus_per_node": 16}, "gpus_per_node: a Lingjun node has 8 GPUs, not 16"),
     ],
 )
@@ -438,7 +444,7 @@ def test_a_queued_job_logs_its_queue_position_and_reason(
         connect(monkeypatch, {"dlc": dlc.endpoint, "paistudio": studio.endpoint})
         studio.add_quota("quota12345", allocatable_gpus=16, allocated_gpus=16)
         dlc.default_script = JobScript(phases=[("Creating", 0.01), ("Queuing", 3600.0)])
-        backend = DlcBackend(workspace_id="ws-1")
+        backend = dlc_backend(workspace_id="ws-1")
         handle = backend.submit(TrainingJobSpec.parse(spec()), "queued")
         studio.add_workload("quota12345", "dlc-someone-elses-job")
         studio.add_workload("quota12345", handle.job_id, reason="the quota's GPUs are all allocated")

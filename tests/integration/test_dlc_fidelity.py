@@ -18,18 +18,19 @@ import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
 from aliyun_training.backends.base import FoundJob, JobHandle
-from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.logs import POD_LOGS_MAX_LINES, TAIL_MAX_REQUESTS
 from aliyun_training.backends.dlc.request import create_job_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
 from fakes.base import ManualClock
-from fakes.cloud import REGION, dlc_job, use_alibaba_connection
+from fakes.cloud import REGION, dlc_backend, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.network import NetworkEmulator
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from aliyun_training.backends.dlc.backend import DlcBackend
 
 AK, SK = "LTAI-dlc-fidelity", "dlc-fidelity-secret"
 DAY = 24 * 3600.0
@@ -72,7 +73,7 @@ VPC = {"vpc_id": "vpc-test", "switch_id": "vsw-test", "security_group_id": "sg-t
 def test_without_extended_cidrs_the_vpcs_cidr_blocks_are_read_once_and_sent_with_the_vswitch(
     connected: DlcEmulator, network: NetworkEmulator
 ) -> None:
-    backend = DlcBackend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
+    backend = dlc_backend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
 
     first = submitted_body(connected, backend, job_spec(), "vpc-a")
     second = submitted_body(connected, backend, job_spec(), "vpc-b")
@@ -94,7 +95,7 @@ def test_secondary_and_user_cidr_blocks_of_the_vpc_are_sent_too(
     network.add_vpc(
         "vpc-wide", "192.168.0.0/16", secondary_cidrs=("10.8.0.0/16",), user_cidrs=("100.64.0.0/10",)
     )
-    backend = DlcBackend(vpc={**VPC, "vpc_id": "vpc-wide"})
+    backend = dlc_backend(vpc={**VPC, "vpc_id": "vpc-wide"})
 
     body = submitted_body(connected, backend, job_spec(), "vpc-wide")
 
@@ -104,7 +105,7 @@ def test_secondary_and_user_cidr_blocks_of_the_vpc_are_sent_too(
 def test_extended_cidrs_from_the_environment_are_sent_as_given_without_reading_the_vpc(
     connected: DlcEmulator, network: NetworkEmulator
 ) -> None:
-    backend = DlcBackend(vpc={**VPC, "extended_cidrs": ["10.0.0.0/8", "192.168.0.0/16"]})
+    backend = dlc_backend(vpc={**VPC, "extended_cidrs": ["10.0.0.0/8", "192.168.0.0/16"]})
 
     body = submitted_body(connected, backend, job_spec(), "vpc-given")
 
@@ -115,7 +116,7 @@ def test_extended_cidrs_from_the_environment_are_sent_as_given_without_reading_t
 def test_a_vpc_without_cidr_blocks_fails_naming_extended_cidrs_before_anything_is_submitted(
     connected: DlcEmulator,
 ) -> None:
-    backend = DlcBackend(vpc={**VPC, "vpc_id": "vpc-elsewhere"})
+    backend = dlc_backend(vpc={**VPC, "vpc_id": "vpc-elsewhere"})
 
     with pytest.raises(SpecError) as failure:
         backend.submit(job_spec(), "vpc-missing")
@@ -131,13 +132,14 @@ def test_submit_sends_exactly_the_request_the_pure_builder_makes(
 ) -> None:
     """The dry run shows ``create_job_request``; submit reads the VPC's blocks, then sends that body."""
     spec = job_spec(datasets=[{"uri": "oss://pai-training/cifar10/v1/", "mount_path": "/mnt/data"}])
-    backend = DlcBackend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
+    backend = dlc_backend(workspace_id="ws-1", vpc={**VPC, "extended_cidrs": []})
 
     sent = submitted_body(connected, backend, spec, "built")
 
     built = create_job_request(
         spec,
         "built",
+        job_settings=backend.job_settings,
         workspace_id="ws-1",
         region=REGION,
         vpc=VPC,
@@ -167,8 +169,8 @@ def test_a_bare_oss_mount_is_sent_with_the_buckets_internal_endpoint_and_an_endp
         ]
     )
 
-    regional = submitted_body(connected, DlcBackend(), spec, "oss-mounts")
-    elsewhere = submitted_body(connected, DlcBackend(region="cn-beijing"), spec, "oss-mounts-bj")
+    regional = submitted_body(connected, dlc_backend(), spec, "oss-mounts")
+    elsewhere = submitted_body(connected, dlc_backend(region="cn-beijing"), spec, "oss-mounts-bj")
 
     assert [s["Uri"] for s in regional["DataSources"]] == [
         "oss://pai-training.oss-cn-wulanchabu-internal.aliyuncs.com/outputs/cifar10/",
@@ -188,7 +190,7 @@ def test_elastic_pytorch_is_a_pytorch_job_with_elastic_spec_between_min_and_max_
 ) -> None:
     spec = job_spec(framework="elastic", nodes=2, min_nodes=1, max_nodes=4)
 
-    body = submitted_body(connected, DlcBackend(), spec, "elastic")
+    body = submitted_body(connected, dlc_backend(), spec, "elastic")
 
     assert body["JobType"] == "PyTorchJob"
     assert [(s["Type"], s["PodCount"]) for s in body["JobSpecs"]] == [("Master", 1), ("Worker", 1)]
@@ -198,7 +200,7 @@ def test_elastic_pytorch_is_a_pytorch_job_with_elastic_spec_between_min_and_max_
 def test_the_working_directory_reaches_the_shell_quoted(connected: DlcEmulator) -> None:
     spec = job_spec(working_dir="/mnt/code dir;touch /tmp/owned")
 
-    body = submitted_body(connected, DlcBackend(), spec, "quoted")
+    body = submitted_body(connected, dlc_backend(), spec, "quoted")
 
     assert body["UserCommand"] == "cd '/mnt/code dir;touch /tmp/owned' && torchrun train.py"
 
@@ -211,7 +213,7 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
 ) -> None:
     clock = ManualClock(start=time.time() - 8 * DAY)
     connected.clock = clock
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     created = backend.submit(job_spec(), "long-queued")
     clock.now = time.time()
 
@@ -231,7 +233,7 @@ def test_a_job_created_8_days_ago_is_found_from_the_runs_start_though_listjobs_d
 def test_find_pages_past_a_full_page_of_fuzzy_matches_to_the_exact_name(connected: DlcEmulator) -> None:
     clock = ManualClock()
     connected.clock = clock
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     exact = backend.submit(job_spec(), "nightly")
     for index in range(100):  # newer jobs whose names contain "nightly": page 1 holds only them
         clock.advance(1)
@@ -254,7 +256,7 @@ def finished_job(dlc: DlcEmulator, lines: list[str], running_seconds: float) -> 
     dlc.default_script = JobScript(
         phases=[("Creating", 1.0), ("Running", running_seconds)], final="Failed", log_lines=lines
     )
-    backend = DlcBackend()
+    backend = dlc_backend()
     handle = backend.submit(job_spec(), "tail")
     clock.advance(running_seconds + 60)
     assert backend.status(handle).raw == "Failed"
@@ -296,7 +298,7 @@ def test_streamed_logs_read_forwards_from_the_jobs_start_each_line_once(connecte
     clock = ManualClock()
     connected.clock = clock
     connected.default_script = JobScript(phases=[("Creating", 1.0), ("Running", 30.0)], log_lines=lines)
-    backend = DlcBackend(log_lines_per_poll=500)
+    backend = dlc_backend(log_lines_per_poll=500)
     handle = backend.submit(job_spec(), "stream")
     seen: list[str] = []
     cursor: dict[str, Any] | None = None
@@ -329,20 +331,20 @@ def test_logs_and_tail_need_no_earlier_status_on_the_same_backend(connected: Dlc
     connected.default_script = JobScript(
         phases=[("Creating", 1.0), ("Running", 30.0)], final="Failed", log_lines=lines
     )
-    handle = DlcBackend().submit(job_spec(), "fresh")
+    handle = dlc_backend().submit(job_spec(), "fresh")
     clock.advance(31.0 + 60)
 
-    chunk = DlcBackend().logs(handle)
-    achunk = asyncio.run(DlcBackend().alogs(handle))
-    tail = DlcBackend().tail(handle, 0, 5)
-    atail = asyncio.run(DlcBackend().atail(handle, 0, 5))
+    chunk = dlc_backend().logs(handle)
+    achunk = asyncio.run(dlc_backend().alogs(handle))
+    tail = dlc_backend().tail(handle, 0, 5)
+    atail = asyncio.run(dlc_backend().atail(handle, 0, 5))
 
     assert chunk.lines == achunk.lines
     assert node_lines(chunk.lines, 0) == node_lines(chunk.lines, 1) == lines
     assert [pod["recent"][-1] for pod in chunk.cursor["pods"].values()] == ["epoch 29", "epoch 29"]
     assert tail == atail == lines[-5:]
     assert connected.count("GetJob") == 4, "each fresh backend read the job once"
-    assert DlcBackend().tail(handle, 5, 5) == [], "a node the job does not have has no lines"
+    assert dlc_backend().tail(handle, 5, 5) == [], "a node the job does not have has no lines"
 
 
 def test_a_log_read_right_after_a_status_reuses_what_the_status_read(connected: DlcEmulator) -> None:
@@ -351,7 +353,7 @@ def test_a_log_read_right_after_a_status_reuses_what_the_status_read(connected: 
     connected.default_script = JobScript(
         phases=[("Creating", 1.0), ("Running", 40.0)], log_lines=["a", "b", "c", "d"]
     )  # lines at 11, 21, 31 and 41 s
-    backend = DlcBackend()
+    backend = dlc_backend()
     handle = backend.submit(job_spec(), "reuse")
     clock.advance(25)
 
@@ -370,7 +372,7 @@ def test_a_failure_shows_the_newest_events_of_a_job_with_many(connected: DlcEmul
     connected.default_script = JobScript(
         phases=[("Creating", 0.05)], final="Failed", events=[f"event {i}" for i in range(1, 31)]
     )
-    backend = DlcBackend()
+    backend = dlc_backend()
     handle = backend.submit(job_spec(), "events")
 
     details = backend.failure_details(handle)

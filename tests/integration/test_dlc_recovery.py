@@ -14,22 +14,25 @@ import json
 import logging
 import random
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
-from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.request import create_job_request
 from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.hooks.credentials import MIN_DURATION_SECONDS
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import FaultPlan, ManualClock
+from fakes.cloud import dlc_backend
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.environment_files import INSTALLATION
 from fakes.sts import StsEmulator
 from tests.integration import test_dlc_backend
 from tests.integration.test_dlc_backend import AK, ROLE_ARN, SK, connect, spec
+
+if TYPE_CHECKING:
+    from aliyun_training.backends.dlc.backend import DlcBackend
 
 #: The DLC emulator and the connection to it, as test_dlc_backend sets them up.
 dlc = test_dlc_backend.dlc
@@ -238,12 +241,12 @@ def test_each_failure_class_is_produced_on_dlc_and_read_back_alike_by_the_worker
     clock = ManualClock()
     connected.clock = clock
     connected.default_script = script
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     handle = backend.submit(job_spec(), "classified")
     clock.advance(FOREVER)
 
     failure = classified(backend, handle)
-    afailure = asyncio.run(aclassified(DlcBackend(workspace_id="ws-1"), handle))
+    afailure = asyncio.run(aclassified(dlc_backend(workspace_id="ws-1"), handle))
 
     assert failure == afailure
     assert failure.failure_class is expected
@@ -274,7 +277,7 @@ def test_a_failed_status_carries_dlc_reason_code_and_the_sub_statuses(connected:
         sub_status="PreemptionRetryFailed",
         pod_sub_status={"worker-0": "Evicted", "master-0": "Normal"},
     )
-    backend = DlcBackend()
+    backend = dlc_backend()
     handle = backend.submit(job_spec(), "sub-status")
     early = backend.status(handle)
     clock.advance(FOREVER)
@@ -302,7 +305,7 @@ def test_launched_lists_every_unended_job_of_this_installation_over_several_page
     connected.script_for("queued-", JobScript(phases=[("Queuing", FOREVER)]))
     connected.script_for("run-", JobScript(phases=[("Running", FOREVER)]))
     connected.script_for("done-", JobScript(phases=[("Running", 1.0)]))
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     running = {backend.submit(job_spec(owner(i)), f"run-{i}").job_id: owner(i) for i in range(101)}
     queued = {backend.submit(job_spec(owner(200)), "queued-200").job_id: owner(200)}
     stopping = backend.submit(job_spec(owner(300)), "run-300")
@@ -314,6 +317,7 @@ def test_launched_lists_every_unended_job_of_this_installation_over_several_page
     partly = create_job_request(
         job_spec(),
         "run-partly",
+        job_settings=backend.job_settings,
         workspace_id="ws-1",
         region="cn-wulanchabu",
         vpc=None,
@@ -359,7 +363,7 @@ def test_launched_lists_every_unended_job_of_this_installation_over_several_page
 def test_owner_tags_reach_create_job_next_to_the_name_tag_and_come_back_in_get_job(
     connected: DlcEmulator,
 ) -> None:
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
 
     handle = backend.submit(job_spec(owner(7)), "tagged")
 
@@ -377,7 +381,7 @@ def test_a_stopped_job_is_stopping_until_dlc_has_torn_it_down(connected: DlcEmul
     connected.clock = clock
     connected.stopping_seconds = 30.0
     connected.default_script = JobScript(phases=[("Running", FOREVER)])
-    backend = DlcBackend()
+    backend = dlc_backend()
     handle = backend.submit(job_spec(), "stopped")
 
     backend.stop(handle)
@@ -395,7 +399,7 @@ def test_a_create_job_whose_answer_was_lost_is_not_taken_for_an_older_stopping_j
 ) -> None:
     connected.stopping_seconds = FOREVER
     connected.default_script = JobScript(phases=[("Running", FOREVER)])
-    backend = DlcBackend(workspace_id="ws-1")
+    backend = dlc_backend(workspace_id="ws-1")
     older = backend.submit(job_spec(), "again")
     backend.stop(older)
     connected.faults = FaultPlan(
@@ -449,8 +453,8 @@ def test_async_polling_of_one_job_outlives_one_sts_token_after_another(
         dlc.default_script = JobScript(
             phases=[("Creating", 1.0), ("Running", 5 * token_life)], log_lines=lines
         )
-        handle = DlcBackend(workspace_id="ws-1").submit(job_spec(), "long-wait")
-        trigger_side = DlcBackend(workspace_id="ws-1")
+        handle = dlc_backend(workspace_id="ws-1").submit(job_spec(), "long-wait")
+        trigger_side = dlc_backend(workspace_id="ws-1")
 
         async def wait() -> tuple[list[JobStatus], list[str]]:
             statuses: list[JobStatus] = []

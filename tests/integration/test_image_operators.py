@@ -33,7 +33,7 @@ from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.acr import AcrEmulator
 from fakes.base import ManualClock
-from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
+from fakes.cloud import DLC_JOB_SETTINGS, arena_job, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.kube import NS, kubernetes_fake
 from fakes.kubernetes_fake import KubernetesFake, TrainingScript
@@ -506,7 +506,10 @@ def ack_spec(**overrides: Any) -> dict[str, Any]:
 
 def job_args(backend: str, **overrides: Any) -> dict[str, Any]:
     if backend == "dlc":
-        return {"spec": dlc_spec(**overrides), "backend_config": {"workspace_id": "ws-1"}}
+        return {
+            "spec": dlc_spec(**overrides),
+            "backend_config": {"workspace_id": "ws-1", "job_settings": DLC_JOB_SETTINGS},
+        }
     return {
         "spec": ack_spec(**overrides),
         "backend_config": {"kubernetes_conn_id": K8S_CONN, "namespace": NS},

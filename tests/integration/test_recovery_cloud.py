@@ -25,6 +25,7 @@ from aliyun_training.failures import FailureClass
 from aliyun_training.monitor import JobMonitor
 from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, TrainingJobOperator
+from fakes.cloud import DLC_JOB_SETTINGS
 from fakes.dlc import DlcEmulator, JobScript
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
@@ -74,7 +75,7 @@ def dlc_operator() -> TrainingJobOperator:
         task_id="train",
         job={
             "spec": test_dlc_backend.spec(datasets=[]),
-            "backend_config": {"workspace_id": "ws-1"},
+            "backend_config": {"workspace_id": "ws-1", "job_settings": DLC_JOB_SETTINGS},
             "output_root": "/mnt/output",
         },
         poll_interval=0.05,

@@ -35,7 +35,7 @@ from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.validation import SpecError
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import ManualClock
-from fakes.cloud import arena_job, dlc_job, use_alibaba_connection
+from fakes.cloud import DLC_JOB_SETTINGS, arena_job, dlc_job, use_alibaba_connection
 from fakes.dlc import DlcEmulator
 from fakes.environment_files import resolve_configured
 from fakes.kube import NS, kubernetes_fake
@@ -287,7 +287,7 @@ def test_a_dlc_job_mounts_the_staged_pai_dataset_version_at_the_mount_path(
         task_id="train",
         job={
             "spec": dlc_spec(),
-            "backend_config": {"workspace_id": WORKSPACE},
+            "backend_config": {"workspace_id": WORKSPACE, "job_settings": DLC_JOB_SETTINGS},
             "dataset_mount_path": MOUNT_PATH,
         },
         dataset=staged,

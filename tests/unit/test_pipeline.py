@@ -56,9 +56,11 @@ def test_a_named_version_wins_over_the_run_date(tmp_path: Path) -> None:
 def test_a_dlc_run_takes_its_settings_from_the_environment_file_and_the_overrides(tmp_path: Path) -> None:
     run = resolve(tmp_path, backend="dlc", gpus_per_node=8, environment=CONFIGURED)
 
-    spec = run.job.spec
-    assert spec.quota_id == "quota1ab2" and spec.gpu_type == "GU8TF" and spec.rdma is True
-    assert spec.resource_type.value == "lingjun" and spec.image == "registry.example.com/train:1"
+    spec, dlc_settings = run.job.spec, run.job.backend_config["job_settings"]
+    assert (
+        dlc_settings["quota_id"] == "quota1ab2" and dlc_settings["gpu_type"] == "GU8TF" and spec.rdma is True
+    )
+    assert dlc_settings["resource_type"] == "lingjun" and spec.image == "registry.example.com/train:1"
     assert spec.env["DATA_DIR"] == "/mnt/data/cifar10/2026-11-22"
     assert spec.datasets[0].dataset_id == "d-cifar" and spec.datasets[0].uri is None
     assert "--nproc_per_node=8 " in spec.command

@@ -135,7 +135,7 @@ def test_an_ecs_environment_registers_its_staged_versions_for_ecs_jobs(tmp_path:
 
     assert run.staging is not None and isinstance(run.staging.registration, PaiDatasetRegistration)
     assert run.staging.registration.provider_type == "Ecs"
-    assert run.job.spec.resource_type.value == "ecs"
+    assert run.job.backend_config["job_settings"]["resource_type"] == "ecs"
     assert run.job.backend_config["job_settings"]["ecs_spec"] == "ecs.gn7i-c8g1.2xlarge"
 
 
@@ -230,7 +230,13 @@ def test_the_backend_config_uses_the_default_connection_when_alibaba_cloud_conn_
         "workspace_id": "ws-2",
         "vpc": None,
         "image_registry_conn_id": "acr_ee",
-        "job_settings": {"ecs_spec": None, "priority": 1},
+        "job_settings": {
+            "resource_type": "lingjun",
+            "quota_id": None,
+            "gpu_type": None,
+            "ecs_spec": None,
+            "priority": 1,
+        },
     }
 
 

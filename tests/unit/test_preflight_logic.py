@@ -24,9 +24,6 @@ def lingjun_spec(nodes: int = 2, gpus: int = 8) -> TrainingJobSpec:
         backend="dlc",
         nodes=nodes,
         gpus_per_node=gpus,
-        gpu_type="GU8TF",
-        resource_type="lingjun",
-        quota_id="quota1",
         image="registry/train:1",
         command="train",
     )
@@ -46,10 +43,10 @@ def test_free_gpus_are_allocatable_minus_allocated_from_the_quota_details() -> N
 
 
 def test_capacity_passes_when_it_fits_warns_when_busy_and_fails_when_it_never_can() -> None:
-    assert _check_capacity(lingjun_spec(), Capacity(64, 40)).verdict is Verdict.PASS
-    busy = _check_capacity(lingjun_spec(), Capacity(64, 56))
+    assert _check_capacity(lingjun_spec(), "quota1", Capacity(64, 40)).verdict is Verdict.PASS
+    busy = _check_capacity(lingjun_spec(), "quota1", Capacity(64, 56))
     assert busy.verdict is Verdict.WARN and "the job will wait for capacity" in busy.fix
-    never = _check_capacity(lingjun_spec(nodes=16), Capacity(64, 0))
+    never = _check_capacity(lingjun_spec(nodes=16), "quota1", Capacity(64, 0))
     assert never.verdict is Verdict.FAIL
     assert never.found == "128 GPUs needed but quota quota1 holds at most 64"
 

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from alibabacloud_pai_dlc20201203 import models as dlc_models
 
-from aliyun_training.backends.dlc.request import NAME_TAG, create_job_request
+from aliyun_training.backends.dlc.request import NAME_TAG, DlcJobSettings, create_job_request
 from aliyun_training.image.acr import AcrBuildSettings, build_record_request, rule_update_request
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.staging.dataflow_api import import_task_request
 from aliyun_training.staging.pai_dataset import create_dataset_request, create_dataset_version_request
 from aliyun_training.validation import SpecError
-from fakes.cloud import dlc_job
+from fakes.cloud import DLC_JOB_SETTINGS, dlc_job
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -65,6 +65,7 @@ def test_the_create_job_request_is_built_from_the_spec_alone() -> None:
     body = create_job_request(
         spec,
         "retrain-train",
+        job_settings=DlcJobSettings.model_validate(DLC_JOB_SETTINGS),
         workspace_id="ws-1",
         region="cn-beijing",
         vpc=VPC,
@@ -89,6 +90,7 @@ def test_a_create_job_request_without_a_vpc_or_registry_names_neither() -> None:
     body = create_job_request(
         TrainingJobSpec.parse(dlc_job(command="python train.py")),
         "plain",
+        job_settings=DlcJobSettings.model_validate(DLC_JOB_SETTINGS),
         workspace_id=None,
         region="cn-wulanchabu",
         vpc=None,

@@ -86,7 +86,12 @@ def test_allowed_overrides_change_the_job(tmp_path: Path) -> None:
     run = resolve(tmp_path, DLC, backend="dlc", gpus_per_node=8, backend_overrides=overrides)
 
     spec, dlc_settings = run.job.spec, run.job.backend_config["job_settings"]
-    assert (dlc_settings["priority"], spec.rdma, spec.cpu, spec.quota_id) == (7, False, 16, "quota9zz9")
+    assert (dlc_settings["priority"], spec.rdma, spec.cpu, dlc_settings["quota_id"]) == (
+        7,
+        False,
+        16,
+        "quota9zz9",
+    )
 
 
 def test_a_quota_the_environment_does_not_offer_is_refused(tmp_path: Path) -> None:

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
+    from aliyun_training.backends.dlc.backend import DlcBackend
     from aliyun_training.spec import TrainingJobSpec
 
 #: Check groups: every group some backend's record lists (each backend runs its own).
@@ -117,12 +118,7 @@ def group_findings(group: str, job: JobPlan, preflight: PreflightPlan | dict[str
     if group == "network":
         return _network(backend, spec, settings)
     if group == "quota":
-        from aliyun_training.hooks.alibaba_cloud import shared_hook
-        from aliyun_training.hooks.paistudio import PaiStudioHook
-        from aliyun_training.preflight.quota import check_quota
-
-        studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)  # type: ignore[attr-defined]  # dlc
-        return _guard("quota", lambda: check_quota(studio, spec))
+        return _quota(backend, spec)  # type: ignore[arg-type]
     return _permissions(backend, settings)
 
 
@@ -250,16 +246,26 @@ def _machine(
     ]
 
 
+def _quota(backend: DlcBackend, spec: TrainingJobSpec) -> list[Finding]:
+    """The quota the DLC backend's job settings name, asked of PAI Studio."""
+    from aliyun_training.hooks.alibaba_cloud import shared_hook
+    from aliyun_training.hooks.paistudio import PaiStudioHook
+    from aliyun_training.preflight.quota import check_quota
+
+    studio = shared_hook(PaiStudioHook, backend.alibaba_cloud_conn_id, backend.region)
+    return _guard("quota", lambda: check_quota(studio, spec, backend.job_settings))
+
+
 def _network(backend: Any, spec: TrainingJobSpec, settings: dict[str, Any]) -> list[Finding]:
+    from aliyun_training.backends.dlc.request import ResourceType
     from aliyun_training.hooks.alibaba_cloud import shared_hook
     from aliyun_training.hooks.ecs import EcsHook
     from aliyun_training.hooks.vpc import VpcHook
     from aliyun_training.preflight.network import NetworkSettings, check_network, check_region
-    from aliyun_training.spec import ResourceType
 
     vpc_hook = shared_hook(VpcHook, backend.alibaba_cloud_conn_id, backend.region)
     ecs_hook = shared_hook(EcsHook, backend.alibaba_cloud_conn_id, backend.region)
-    lingjun = spec.resource_type is ResourceType.LINGJUN
+    lingjun = backend.job_settings.resource_type is ResourceType.LINGJUN
     findings = _guard(
         "region", lambda: [check_region(vpc_hook.region, lingjun, settings.get("lingjun_regions") or [])]
     )

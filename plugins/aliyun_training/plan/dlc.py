@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backends.dlc.request import DlcJobSettings, check_spec
+from aliyun_training.backends.dlc.request import DlcJobSettings, ResourceType, check_spec
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import cloud
 from aliyun_training.plan.evaluation import mounted_evaluation_source
@@ -55,9 +55,6 @@ def plan_run(request: PlanRequest) -> RunPlan:
         {
             **request.job,
             **cloud.node_resources(env),
-            "resource_type": env.resource_type,
-            "quota_id": env.quota_id,
-            "gpu_type": env.gpu_type,
             "datasets": [*mounts, *cloud.output_mount(env, env.output_uri or "", output_root)],
             # A staged version's DATA_DIR is its own mount, set when the stage's record is mounted.
             "env": cloud.job_env(request, staged=staging is not None, mount_path=mount_path),
@@ -103,13 +100,20 @@ def dlc_backend_config(env: DlcEnvironment) -> dict[str, Any]:
         "workspace_id": env.workspace_id,
         "vpc": vpc.model_dump() if vpc.vpc_id and vpc.switch_id and vpc.security_group_id else None,
         "image_registry_conn_id": env.image_registry_conn_id,
-        "job_settings": dlc_job_settings(env).model_dump(),
+        "job_settings": dlc_job_settings(env).model_dump(mode="json"),
     }
 
 
 def dlc_job_settings(env: DlcEnvironment) -> DlcJobSettings:
-    """DLC's own part of every job the run starts, from the environment (with the form's priority)."""
-    return DlcJobSettings(ecs_spec=env.ecs_spec, priority=env.priority)
+    """DLC's own part of every job the run starts, from the environment (with the form's quota and
+    priority)."""
+    return DlcJobSettings(
+        resource_type=ResourceType(env.resource_type),
+        quota_id=env.quota_id,
+        gpu_type=env.gpu_type,
+        ecs_spec=env.ecs_spec,
+        priority=env.priority,
+    )
 
 
 def _raw_mount(request: PlanRequest) -> tuple[DatasetMount | None, str] | None:

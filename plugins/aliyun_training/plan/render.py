@@ -20,6 +20,7 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backends.dlc.request import DlcJobSettings
 from aliyun_training.findings import PreflightReport
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.plan.requests import planned_image
@@ -142,8 +143,9 @@ def read_document(document: dict[str, Any]) -> DryRunView:
 
 def _summary(plan: RunPlan, requests: list[dict[str, Any]], ceiling: str) -> list[tuple[str, str]]:
     spec = plan.job.spec
+    gpu_type = DlcJobSettings.from_backend_config(plan.job.backend_config).gpu_type
     training = (
-        f"{_size(spec.nodes, spec.gpus_per_node)}{f' ({spec.gpu_type})' if spec.gpu_type else ''}, "
+        f"{_size(spec.nodes, spec.gpus_per_node)}{f' ({gpu_type})' if gpu_type else ''}, "
         f"up to {spec.timeout_minutes} min a try, {plan.job_tries.get('train', 1)} tries"
     )
     if plan.job.max_gpu_hours is not None:
@@ -211,7 +213,8 @@ def _backend_place(plan: RunPlan) -> str:
         return "on the Airflow worker's machine"
     config = plan.job.backend_config
     where = [f"{label} {config[key]}" for key, label in SETTINGS if config.get(key)]
-    where += [f"quota {plan.job.spec.quota_id}"] if plan.job.spec.quota_id else []
+    quota_id = DlcJobSettings.from_backend_config(config).quota_id
+    where += [f"quota {quota_id}"] if quota_id else []
     connections = sorted({str(v) for k, v in config.items() if k.endswith("_conn_id") and v})
     where += [f"through connection {', '.join(connections)}"] if connections else []
     return ", ".join(where)

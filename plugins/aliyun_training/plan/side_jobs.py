@@ -19,10 +19,10 @@ def side_job_spec(
     gpus: int = 0,
     **settings: Any,
 ) -> TrainingJobSpec:
-    """One node running ``command``; on a cloud backend ``like`` the training job (its image, quota,
-    mounts, unless ``settings`` name others; DLC's ECS spec and priority come with the backend's
-    settings), as one PyTorch replica without RDMA. A local one (``like`` None) takes its working
-    and output directories from ``settings``."""
+    """One node running ``command``; on a cloud backend ``like`` the training job (its image and
+    mounts, unless ``settings`` name others; DLC's quota, GPU model, ECS spec and priority come with
+    the backend's settings), as one PyTorch replica without RDMA. A local one (``like`` None) takes
+    its working and output directories from ``settings``."""
     base = like.model_dump(exclude={"min_nodes", "max_nodes", "output_dir"}) if like else {"backend": backend}
     fields = {
         **base,

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.findings import Finding, Verdict
 
 if TYPE_CHECKING:
+    from aliyun_training.backends.dlc.request import DlcJobSettings
     from aliyun_training.hooks.paistudio import Capacity, PaiStudioHook
     from aliyun_training.spec import TrainingJobSpec
 
@@ -23,49 +24,52 @@ def quota_gpu_type(quota: Any) -> str | None:
     return quota.gputype or (allocatable.gputype if allocatable else None)
 
 
-def check_quota(hook: PaiStudioHook, spec: TrainingJobSpec) -> list[Finding]:
-    """The quota exists, has the right resource type and GPU model, and can hold the job."""
-    if not spec.quota_id:
+def check_quota(hook: PaiStudioHook, spec: TrainingJobSpec, job_settings: DlcJobSettings) -> list[Finding]:
+    """The quota of DLC's ``job_settings`` exists, has their resource type and GPU model, and can
+    hold ``spec``'s nodes."""
+    quota_id = job_settings.quota_id
+    if not quota_id:
         return [Finding(check="quota", verdict=Verdict.PASS, found="no quota: pay-as-you-go ECS resources")]
-    state = hook.quota_capacity(spec.quota_id)
+    state = hook.quota_capacity(quota_id)
     if state is None:
         return [
             Finding(
                 check="quota",
                 verdict=Verdict.FAIL,
-                found=f"quota {spec.quota_id} does not exist in {hook.region}",
+                found=f"quota {quota_id} does not exist in {hook.region}",
                 fix="use a quota id from the PAI console (Resource Quota) of this region",
             )
         ]
     quota = state.quota
     findings = []
-    wanted_type = spec.resource_type.value
+    wanted_type = job_settings.resource_type.value
     actual_type = (quota.resource_type or "").lower()
     if actual_type != wanted_type:
         findings.append(
             Finding(
                 check="quota_type",
                 verdict=Verdict.FAIL,
-                found=f"quota {spec.quota_id} holds {quota.resource_type} resources, "
+                found=f"quota {quota_id} holds {quota.resource_type} resources, "
                 f"the job asks for {wanted_type}",
                 fix=f"set resource_type to {actual_type} or use a {wanted_type} quota",
             )
         )
     gpu_type = quota_gpu_type(quota)
-    if spec.gpus_per_node and spec.gpu_type and gpu_type and gpu_type != spec.gpu_type:
+    wanted_gpu = job_settings.gpu_type
+    if spec.gpus_per_node and wanted_gpu and gpu_type and gpu_type != wanted_gpu:
         findings.append(
             Finding(
                 check="gpu_type",
                 verdict=Verdict.FAIL,
-                found=f"quota {spec.quota_id} has {gpu_type} GPUs, the job asks for {spec.gpu_type}",
-                fix=f"set gpu_type to {gpu_type} or use a quota with {spec.gpu_type}",
+                found=f"quota {quota_id} has {gpu_type} GPUs, the job asks for {wanted_gpu}",
+                fix=f"set gpu_type to {gpu_type} or use a quota with {wanted_gpu}",
             )
         )
-    findings.append(_check_capacity(spec, state.capacity, state.queued))
+    findings.append(_check_capacity(spec, quota_id, state.capacity, state.queued))
     return findings
 
 
-def _check_capacity(spec: TrainingJobSpec, capacity: Capacity, queued: int = 0) -> Finding:
+def _check_capacity(spec: TrainingJobSpec, quota_id: str, capacity: Capacity, queued: int = 0) -> Finding:
     needed = spec.nodes * spec.gpus_per_node
     if needed <= capacity.free:
         return Finding(
@@ -75,7 +79,7 @@ def _check_capacity(spec: TrainingJobSpec, capacity: Capacity, queued: int = 0) 
         return Finding(
             check="quota_capacity",
             verdict=Verdict.FAIL,
-            found=f"{needed} GPUs needed but quota {spec.quota_id} holds at most {capacity.allocatable}",
+            found=f"{needed} GPUs needed but quota {quota_id} holds at most {capacity.allocatable}",
             fix="lower nodes or gpus_per_node, or enlarge the quota",
         )
     return Finding(

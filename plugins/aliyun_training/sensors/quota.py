@@ -17,18 +17,17 @@ from aliyun_training.validation import validate_record
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from aliyun_training.spec import TrainingJobSpec
-
 
 class QuotaCapacitySensor(ReturnedRecordsMixin, BaseSensorOperator):
-    """Succeeds once the quota of ``spec`` can hold nodes x gpus_per_node GPUs.
+    """Succeeds once the job's quota can hold nodes x gpus_per_node GPUs.
 
     Deferrable by default: the wait runs in the triggerer, which logs the free count and the queue
     length at each poll. ``timeout`` bounds the wait (``soft_fail=True`` skips instead of failing);
-    a spec without a quota (or not on DLC) passes at once.
+    a job without a quota (or not on DLC) passes at once.
 
     :param job: the run plan's ``JobPlan`` (or its dict form, or an XComArg of it; templated): the
-        spec names the quota and the GPUs, the DLC backend settings the connection and region.
+        spec names the GPUs; the DLC backend settings name the connection, the region and, in their
+        ``job_settings``, the quota.
     """
 
     template_fields = ("job",)
@@ -50,9 +49,13 @@ class QuotaCapacitySensor(ReturnedRecordsMixin, BaseSensorOperator):
     def plan(self) -> JobPlan:
         return validate_record(JobPlan, self.job)
 
-    def _needs(self) -> tuple[TrainingJobSpec, int]:
-        spec = self.plan.spec
-        return spec, spec.nodes * spec.gpus_per_node
+    def _needs(self) -> tuple[str | None, int]:
+        """The quota DLC's job settings name (None: none to wait for) and the GPUs the spec needs."""
+        from aliyun_training.backends.dlc.request import DlcJobSettings
+
+        plan = self.plan
+        quota_id = DlcJobSettings.from_backend_config(plan.backend_config).quota_id
+        return quota_id, plan.spec.nodes * plan.spec.gpus_per_node
 
     def _connection(self) -> tuple[str, str | None]:
         config = self.plan.backend_config
@@ -67,17 +70,19 @@ class QuotaCapacitySensor(ReturnedRecordsMixin, BaseSensorOperator):
     def poke(self, context: Context) -> bool:
         from aliyun_training.preflight.quota import room_message, waiting_message
 
-        spec, gpus = self._needs()
-        if not spec.quota_id or not gpus:
-            self.log.info("No quota to wait for (backend %s, quota %s)", spec.backend.value, spec.quota_id)
+        quota_id, gpus = self._needs()
+        if not quota_id or not gpus:
+            self.log.info(
+                "No quota to wait for (backend %s, quota %s)", self.plan.spec.backend.value, quota_id
+            )
             return True
-        state = self._hook().quota_capacity(spec.quota_id)
+        state = self._hook().quota_capacity(quota_id)
         if state is None:
-            raise AirflowException(f"quota {spec.quota_id} does not exist")
+            raise AirflowException(f"quota {quota_id} does not exist")
         if state.capacity.free >= gpus:
-            self.log.info("%s", room_message(spec.quota_id, state.capacity, gpus))
+            self.log.info("%s", room_message(quota_id, state.capacity, gpus))
             return True
-        self.log.info("%s", waiting_message(spec.quota_id, state.capacity, gpus, state.queued))
+        self.log.info("%s", waiting_message(quota_id, state.capacity, gpus, state.queued))
         return False
 
     def execute(self, context: Context) -> Any:
@@ -85,10 +90,10 @@ class QuotaCapacitySensor(ReturnedRecordsMixin, BaseSensorOperator):
             return super().execute(context)
         if self.poke(context):
             return None
-        spec, gpus = self._needs()
+        quota_id, gpus = self._needs()
         self.defer(
             trigger=QuotaCapacityTrigger(
-                quota_id=spec.quota_id,  # type: ignore[arg-type]  # poke returned True without one
+                quota_id=quota_id,  # type: ignore[arg-type]  # poke returned True without one
                 gpus=gpus,
                 conn_id=self._connection()[0],
                 region=self._connection()[1],

@@ -111,7 +111,7 @@ class DlcBackend:
         log_lines_per_poll: int = 500,
         job_settings: DlcJobSettings | dict[str, Any] | None = None,
     ) -> None:
-        #: DLC's own part of the jobs this backend sends (the ECS spec, the priority).
+        #: DLC's own part of the jobs this backend sends (the quota or ECS spec, GPU model, priority).
         self.job_settings = validate_record(DlcJobSettings, job_settings or {})
         self.alibaba_cloud_conn_id = alibaba_cloud_conn_id
         self.workspace_id = workspace_id
@@ -136,7 +136,7 @@ class DlcBackend:
             "image_registry_conn_id": self.image_registry_conn_id,
             "region": self.region,
             "log_lines_per_poll": self.log_lines_per_poll,
-            "job_settings": self.job_settings.model_dump(),
+            "job_settings": self.job_settings.model_dump(mode="json"),
         }
 
     # -- request ---------------------------------------------------------------------------------

@@ -5,13 +5,17 @@ of a job (:class:`DlcJobSettings`), which the generic spec leaves out."""
 from __future__ import annotations
 
 import shlex
-from typing import Annotated, Any
+from enum import StrEnum
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
-from aliyun_training.spec import Framework, JobOwner, ResourceType, TrainingJobSpec
-from aliyun_training.validation import SpecError, field_fix
+from aliyun_training.spec import Framework, JobOwner, TrainingJobSpec
+from aliyun_training.validation import SpecError, field_fix, validate_record
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 #: Set by DLC on Lingjun nodes to match the RDMA fabric; hand-set values select the wrong NICs.
 DLC_NETWORK_ENV_PREFIXES = ("NCCL_IB_", "NCCL_SOCKET_IFNAME")
@@ -47,20 +51,46 @@ LAUNCHER_MEMORY = "4Gi"
 Priority = Annotated[int, Field(ge=1, le=9, json_schema_extra=field_fix("use a priority from 1 to 9"))]
 
 
+class ResourceType(StrEnum):
+    """Which DLC resources run the job: Lingjun (always through a quota) or ECS."""
+
+    LINGJUN = "lingjun"
+    ECS = "ecs"
+
+
 class DlcJobSettings(BaseModel):
-    """DLC's own part of a job: what CreateJob takes that no other backend has and nothing but DLC's
-    request reads. The DLC planner fills it from dlc.json (the form may change the priority), and it
-    travels with the job among the backend's settings (``DlcBackend(job_settings=...)``), so every
-    job the run starts on DLC (training, prepare, evaluation, the image checks) gets the same."""
+    """DLC's own part of a job: what CreateJob takes that no other backend has, read by DLC's request
+    and by the checks that ask PAI about the same quota (preflight, the capacity wait). The DLC
+    planner fills it from dlc.json (the form may change the quota and the priority), and it travels
+    with the job among the backend's settings (``DlcBackend(job_settings=...)``), so every job the
+    run starts on DLC (training, prepare, evaluation, the image checks) gets the same."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    resource_type: Annotated[ResourceType, Field(json_schema_extra=field_fix("use lingjun or ecs"))] = (
+        ResourceType.ECS
+    )
+    #: The resource quota the nodes come from (its ResourceId); without one, pay-as-you-go ECS.
+    quota_id: Annotated[
+        str | None,
+        Field(json_schema_extra=field_fix("give the resource quota id (ResourceId), e.g. quota1xxxx")),
+    ] = None
+    #: The quota's GPU model, which CreateJob names for every node with GPUs.
+    gpu_type: Annotated[
+        str | None, Field(json_schema_extra=field_fix("name the GPU model of the quota, e.g. GU8TF or A100"))
+    ] = None
     #: The pay-as-you-go ECS instance type each node runs on when the job has no quota.
     ecs_spec: Annotated[
         str | None,
         Field(json_schema_extra=field_fix("give a pay-as-you-go spec, e.g. ecs.gn6v-c8g1.2xlarge")),
     ] = None
     priority: Priority = 1
+
+    @classmethod
+    def from_backend_config(cls, backend_config: Mapping[str, Any]) -> DlcJobSettings:
+        """The settings a job's backend settings carry; their defaults (no quota) where they carry
+        none, as a job on another backend does."""
+        return validate_record(cls, backend_config.get("job_settings") or {})
 
 
 def check_spec(spec: TrainingJobSpec, job_settings: DlcJobSettings) -> None:
@@ -81,22 +111,22 @@ def _spec_problem(spec: TrainingJobSpec, job_settings: DlcJobSettings) -> str | 
             f"env: {network} are set by DLC on every node to match the RDMA network; remove them "
             "(hand-set values pick the wrong NICs and NCCL falls back to TCP)"
         )
-    if spec.resource_type is ResourceType.LINGJUN and not spec.quota_id:
+    if job_settings.resource_type is ResourceType.LINGJUN and not job_settings.quota_id:
         return (
             "quota_id: Lingjun resources are only usable through a resource quota; set quota_id "
             "to the quota's id (PAI console, Resource Quota)"
         )
-    if spec.resource_type is ResourceType.LINGJUN and spec.gpus_per_node > LINGJUN_GPUS_PER_NODE:
+    if job_settings.resource_type is ResourceType.LINGJUN and spec.gpus_per_node > LINGJUN_GPUS_PER_NODE:
         return (
             f"gpus_per_node: a Lingjun node has {LINGJUN_GPUS_PER_NODE} GPUs, not {spec.gpus_per_node}; "
             "use more nodes instead"
         )
-    if not spec.quota_id and not job_settings.ecs_spec:
+    if not job_settings.quota_id and not job_settings.ecs_spec:
         return "ecs_spec: without quota_id the job runs on pay-as-you-go ECS; set ecs_spec"
-    if spec.quota_id and spec.gpus_per_node and not spec.gpu_type:
+    if job_settings.quota_id and spec.gpus_per_node and not job_settings.gpu_type:
         return (
-            f"gpu_type: {spec.gpus_per_node} GPUs per node requested from quota {spec.quota_id} without "
-            "a GPU type; set gpu_type to the quota's GPU model"
+            f"gpu_type: {spec.gpus_per_node} GPUs per node requested from quota {job_settings.quota_id} "
+            "without a GPU type; set gpu_type to the quota's GPU model"
         )
     return None
 
@@ -115,15 +145,15 @@ def create_job_request(
     spec: TrainingJobSpec,
     name: str,
     *,
+    job_settings: DlcJobSettings,
     workspace_id: str | None,
     region: str,
     vpc: dict[str, Any] | None,
     extended_cidrs: list[str],
     image_config: Any | None,
-    job_settings: DlcJobSettings | None = None,
 ) -> Any:
-    """The CreateJob request that runs ``spec`` with DLC's ``job_settings`` (None: their defaults) under the
-    job name ``name``, in the SDK's own models.
+    """The CreateJob request that runs ``spec`` with DLC's ``job_settings`` (its quota or ECS spec,
+    GPU model and priority) under the job name ``name``, in the SDK's own models.
 
     Pure: no call, no connection, no secret beyond what ``image_config`` carries. ``region`` is the
     job's (the endpoint of bare OSS mounts); ``vpc`` is the environment's ``{vpc_id, switch_id,
@@ -134,18 +164,17 @@ def create_job_request(
     """
     from alibabacloud_pai_dlc20201203 import models
 
-    job_settings = job_settings or DlcJobSettings()
     job_specs = []
     for role, pods, gpus in roles(spec):
         resources = (
             models.ResourceConfig(
                 cpu=str(spec.cpu) if gpus else LAUNCHER_CPU,
                 gpu=str(spec.gpus_per_node if gpus else 0),
-                gputype=spec.gpu_type if gpus and spec.gpus_per_node else None,
+                gputype=job_settings.gpu_type if gpus and spec.gpus_per_node else None,
                 memory=f"{spec.memory_gib}Gi" if gpus else LAUNCHER_MEMORY,
                 shared_memory=f"{spec.shared_memory_gib}Gi" if spec.shared_memory_gib and gpus else None,
             )
-            if spec.quota_id
+            if job_settings.quota_id
             else None
         )
         job_specs.append(
@@ -154,7 +183,7 @@ def create_job_request(
                 image=spec.image,
                 pod_count=pods,
                 resource_config=resources,
-                ecs_spec=None if spec.quota_id else job_settings.ecs_spec,
+                ecs_spec=None if job_settings.quota_id else job_settings.ecs_spec,
                 image_config=image_config,
             )
         )
@@ -165,7 +194,7 @@ def create_job_request(
         job_specs=job_specs,
         elastic_spec=_elastic_spec(spec),
         user_command=_user_command(spec),
-        resource_id=spec.quota_id,
+        resource_id=job_settings.quota_id,
         workspace_id=workspace_id,
         envs=envs or None,
         data_sources=[
