@@ -46,7 +46,7 @@ from aliyun_training.staging.oss import OssClientConfig, OssObjectSource  # noqa
 from fakes.oss import generate_remote, start_subprocess  # noqa: E402
 
 if TYPE_CHECKING:
-    from aliyun_training.records import StagedDataset
+    from aliyun_training.stage_records import StagedDataset
 
 AK, SK = "LTAI-bench", "bench-secret"
 BUCKET = "bench-data"

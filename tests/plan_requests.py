@@ -15,8 +15,8 @@ from fakes.environment_files import INSTALLATION, PROJECT_DIR, cifar10
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from aliyun_training.backend_catalog import Backend
     from aliyun_training.declaration import PipelineDeclaration
-    from aliyun_training.registry import Backend
 
 #: The version every planned run trains on.
 VERSION = "2026-11-22"

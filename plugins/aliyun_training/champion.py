@@ -29,7 +29,7 @@ from aliyun_training.promotion import Champion, Outcome
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from aliyun_training.model_registry.records import ModelRegistry
+    from aliyun_training.model_registry.base import ModelRegistry
 
 #: The key of the champion pointer in the champion Asset's state.
 CHAMPION_KEY = "champion"

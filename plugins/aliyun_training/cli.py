@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from aliyun_training.registry import BACKENDS, backend_record
+from aliyun_training.backend_catalog import BACKENDS, backend_record
 from aliyun_training.validation import SpecError, parse_json_settings
 
 #: The run a dry run's job names are derived from, as if it were a run of the pipeline's DAG.

@@ -49,15 +49,15 @@ from pydantic import (
 )
 from pydantic_core import SchemaError
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryRule
+from aliyun_training.model_registry.base import TRACKING_URI_FIX, check_tracking_uri
 from aliyun_training.model_registry.kinds import (
     DEFAULT_MODEL_REGISTRY,
     ModelRegistryKind,
     check_declared_settings,
 )
-from aliyun_training.model_registry.records import TRACKING_URI_FIX, check_tracking_uri
 from aliyun_training.promotion import PromotionRule
-from aliyun_training.registry import Backend
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     INJECTED_ENV_VARS,

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.backends.ack.request import (
     DEFAULT_MPI_API_VERSION,
     DEFAULT_RDMA_RESOURCE,
@@ -38,7 +39,6 @@ from aliyun_training.backends.ack.request import (
 from aliyun_training.backends.dlc.request import Priority
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, KUBERNETES_DEFAULT_CONN_ID
 from aliyun_training.kubernetes.names import is_dns_label, is_dns_subdomain, json_schema
-from aliyun_training.registry import backend_record
 from aliyun_training.spec import (
     MAX_CPUS_PER_NODE,
     MAX_MEMORY_GIB_PER_NODE,
@@ -513,7 +513,7 @@ _Model = TypeVar("_Model", bound=BaseModel)
 
 
 def environment_model(backend: str) -> type[Environment]:
-    """The model of ``backend``'s environment file, as its registry record names it."""
+    """The model of ``backend``'s environment file, as its catalog record names it."""
     model: type[Environment] = backend_record(backend).part("environment_model")
     return model
 

@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, Annotated, Any, cast
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, create_model, model_validator
 from pydantic.fields import FieldInfo
 
+from aliyun_training.backend_catalog import BACKENDS, Backend, backend_record
 from aliyun_training.environments import environment_model, overridable_settings
-from aliyun_training.registry import BACKENDS, Backend, backend_record
 from aliyun_training.spec import DATASET_VERSION_PATTERN, Framework, GpusPerNode, Nodes, TimeoutMinutes
 from aliyun_training.validation import (
     PINNED_IMAGE_PATTERN,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
 from aliyun_training.failures import BLOCKING_REASONS, Failure, FailureClass
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
-from aliyun_training.records import OutcomeStatus, TriggerOutcome
+from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 
 if TYPE_CHECKING:
     import logging

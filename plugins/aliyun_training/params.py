@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import Param
 
+from aliyun_training.backend_catalog import BACKENDS, Backend, backend_record
 from aliyun_training.form import param_schemas
-from aliyun_training.registry import BACKENDS, Backend, backend_record
 
 if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration

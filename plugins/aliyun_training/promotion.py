@@ -23,8 +23,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from aliyun_training.model_registry.records import RegisteredVersion
-from aliyun_training.records import ApprovalAnswer, ArtifactSet
+from aliyun_training.model_registry.base import RegisteredVersion
+from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
 from aliyun_training.validation import field_fix
 
 _METRIC = Annotated[

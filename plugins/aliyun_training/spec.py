@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aliyun_training.registry import BACKENDS, Backend, backend_record
+from aliyun_training.backend_catalog import BACKENDS, Backend, backend_record
 from aliyun_training.validation import field_fix, validate_record
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.registry import BACKENDS
+from aliyun_training.backend_catalog import BACKENDS
 from aliyun_training.upstream import Returned
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"

@@ -20,7 +20,7 @@ from aliyun_training.artifacts.collect import RunInfo, publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.promotion import Approval, Comparison, Decision, Outcome, PromotionRule, decide
-from aliyun_training.records import ApprovalAnswer, ArtifactSet, BuiltImage, JobResult, StagedDataset
+from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.oss import OssClientConfig
 from aliyun_training.validation import SpecError
 from fakes.cloud import emulated_oss, publisher_outputs

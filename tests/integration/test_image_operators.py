@@ -26,9 +26,9 @@ from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
 from aliyun_training.operators.image import BUILD_HANDLE_KEY, ImageBuildOperator, ImageVerifyOperator
 from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.plan.models import ImagePlan
-from aliyun_training.records import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.seals import opened_state
+from aliyun_training.stage_records import BandwidthCheck, BuiltImage, ImageRef
 from aliyun_training.triggers.remote_run import RemoteRunTrigger
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.acr import AcrEmulator

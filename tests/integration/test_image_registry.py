@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from aliyun_training.image.registry import (
+from aliyun_training.image.container_registry import (
     MANIFEST_MEDIA_TYPES,
     RegistryAuthError,
     RegistryError,

@@ -10,7 +10,7 @@ import pytest
 
 from aliyun_training.artifacts.collect import publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
-from aliyun_training.records import BuiltImage, JobResult, StagedDataset
+from aliyun_training.stage_records import BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.oss import OssClientConfig
 from aliyun_training.staging.versions import read_json_object
 from aliyun_training.validation import SpecError

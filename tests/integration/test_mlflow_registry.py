@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from aliyun_training.model_registry import open_registry
+from aliyun_training.model_registry.base import Candidate, RegistryError, RegistrySettings
 from aliyun_training.model_registry.mlflow import embedded_tracking_uri
-from aliyun_training.model_registry.records import Candidate, RegistryError, RegistrySettings
 
 
 def _settings(folder: Path, model: str = "digits") -> RegistrySettings:

@@ -22,7 +22,7 @@ import pytest
 
 from aliyun_training.artifacts.collect import publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
-from aliyun_training.records import BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.stage_records import BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging import oss as oss_module
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset

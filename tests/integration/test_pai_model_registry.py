@@ -8,13 +8,13 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aliyun_training.model_registry import open_registry
-from aliyun_training.model_registry.pai import LABEL_MAX_BYTES, PaiRegistry, label_value
-from aliyun_training.model_registry.records import (
+from aliyun_training.model_registry.base import (
     Candidate,
     RegisteredVersion,
     RegistryError,
     RegistrySettings,
 )
+from aliyun_training.model_registry.pai import LABEL_MAX_BYTES, PaiRegistry, label_value
 from fakes.aiworkspace import AIWorkspaceEmulator, EmulatedModel, EmulatedModelVersion
 from fakes.cloud import BUCKET, REGION, emulated_workspace
 

@@ -32,8 +32,8 @@ from aliyun_training.operators.reconcile import OrphanedJobsOperator, StopRunJob
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.operators.training import ATTEMPTS_KEY, HANDLE_KEY, TrainingJobOperator, stop_saved_job
 from aliyun_training.plan.backends import WatchedBackend
-from aliyun_training.records import BuiltImage, JobResult, StagedDataset
 from aliyun_training.spec import JobOwner
+from aliyun_training.stage_records import BuiltImage, JobResult, StagedDataset
 from fakes.environment_files import INSTALLATION
 
 PROJECT_DIR = Path(__file__).resolve().parents[2]

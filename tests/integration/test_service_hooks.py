@@ -22,6 +22,7 @@ from aliyun_training.hooks.alibaba_cloud import (
     default_endpoint,
     shared_hook,
 )
+from aliyun_training.hooks.container_registry import ContainerRegistryHook
 from aliyun_training.hooks.cr import CrHook
 from aliyun_training.hooks.dlc import DlcHook
 from aliyun_training.hooks.ecs import EcsHook
@@ -29,7 +30,6 @@ from aliyun_training.hooks.nas import NasHook
 from aliyun_training.hooks.oss import OssHook
 from aliyun_training.hooks.paistudio import Capacity, PaiStudioHook
 from aliyun_training.hooks.ram import RamHook
-from aliyun_training.hooks.registry import ContainerRegistryHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
 from aliyun_training.hooks.vpc import VpcHook
 from aliyun_training.staging.oss import OssClientConfig

@@ -24,9 +24,9 @@ from kubernetes import client
 from aliyun_training.operators.staging import HANDLE_KEY, DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import RunPlan, StagingPlan
-from aliyun_training.records import StagedDataset
 from aliyun_training.remote_runs import remote_run
 from aliyun_training.seals import opened_state
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.dataflow import DataFlowStager
 from aliyun_training.staging.pod import PodStager
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration

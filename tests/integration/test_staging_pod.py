@@ -10,7 +10,7 @@ import pytest
 from kubernetes import client
 
 from aliyun_training.kubernetes.pod_status import pending_problem
-from aliyun_training.records import StagedDataset
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.pod import PodStager, StagingPodError, build_pod, staging_pod_name
 from aliyun_training.staging.pod import PodStagerSettings as Settings
 from aliyun_training.staging.volumes import ensure_version_volume

@@ -24,7 +24,7 @@ from aliyun_training.promotion import (
     PromotionRule,
     decide,
 )
-from aliyun_training.records import ApprovalAnswer, BandwidthCheck, BuiltImage, JobResult, StagedDataset
+from aliyun_training.stage_records import ApprovalAnswer, BandwidthCheck, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.publish import publication_lock
 from aliyun_training.validation import SpecError
 

@@ -7,10 +7,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.plan import local
 from aliyun_training.plan.evaluation import evaluation_plan
 from aliyun_training.plan.models import EvaluationContract
-from aliyun_training.registry import Backend
 from aliyun_training.settings import LocalPaths
 from aliyun_training.validation import SpecError
 from fakes.environment_files import cifar10

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.declaration import DeclarationError, declare, load_declaration
 from aliyun_training.environments import EnvironmentFileError, load_environment
 from aliyun_training.form import TriggerFormError, parse_form
-from aliyun_training.registry import Backend
 from aliyun_training.validation import SpecError
 
 PIPELINE = Path(__file__).resolve().parents[2] / "pipelines" / "cifar10.yaml"

@@ -13,6 +13,7 @@ from typing import get_args
 import pytest
 
 from aliyun_training.model_registry import open_registry, planned_registry_calls, resolve_registry_settings
+from aliyun_training.model_registry.base import LINEAGE, RegistryInputs, RegistrySettings
 from aliyun_training.model_registry.kinds import (
     DEFAULT_MODEL_REGISTRY,
     MODEL_REGISTRIES,
@@ -21,7 +22,6 @@ from aliyun_training.model_registry.kinds import (
     model_registry_record,
 )
 from aliyun_training.model_registry.mlflow import MlflowRegistry
-from aliyun_training.model_registry.records import LINEAGE, RegistryInputs, RegistrySettings
 from aliyun_training.validation import SpecError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training"

@@ -103,7 +103,7 @@ def test_a_field_the_publisher_reads_in_the_wrong_shape_is_refused_naming_the_ke
 def test_resumes_and_attempts_of_the_shapes_the_training_scripts_write_are_summarized(tmp_path: Path) -> None:
     """The shapes refused above are the ones include/training/checkpoints.py never writes."""
     from aliyun_training.artifacts.collect import attempt_summary, read_metrics
-    from aliyun_training.records import Attempt
+    from aliyun_training.stage_records import Attempt
 
     output = _job_output(tmp_path, [{**epoch, "attempt": 1 + (i > 0)} for i, epoch in enumerate(EPOCHS)])
     written = json.loads((output / "metrics.json").read_text())

@@ -21,7 +21,7 @@ from aliyun_training.pages.runs import (
     run_gpu_hours,
 )
 from aliyun_training.promotion import Approval, Comparison, Outcome, PromotionRule, decide
-from aliyun_training.records import ApprovalAnswer
+from aliyun_training.stage_records import ApprovalAnswer
 
 RULE = PromotionRule(metric="test_accuracy")
 APPROVED = PromotionRule(metric="test_accuracy", approval=Approval(approvers=["alice"]))

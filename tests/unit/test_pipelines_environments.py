@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.declaration import DeclarationError
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
-from aliyun_training.registry import Backend
 from fakes.environment_files import cifar10, write_environment
 
 if TYPE_CHECKING:

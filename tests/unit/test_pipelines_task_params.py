@@ -110,6 +110,29 @@ def test_every_task_has_its_own_deep_copy_of_the_dags_params_from_the_dag() -> N
     assert _params(dag.get_task("own")).get_param("extra").source == "task", "a task's own stay its own"
 
 
+def test_each_task_records_the_params_it_holds_as_airflow_s_tasks_do() -> None:
+    """A task keeps its ``__init__`` arguments (Airflow maps tasks with them); in the DAG Airflow builds
+    they name the very Param objects the task holds, and so they do here."""
+
+    def recorded(dag: DAG) -> dict[str, list[str]]:
+        """By task, the Params that are one object in its params and in its recorded arguments."""
+        result = {}
+        for task_ in dag.tasks:
+            arguments = vars(task_)["_BaseOperator__init_kwargs"].get("params") or ParamsDict()
+            held = _params(task_)
+            result[task_.task_id] = sorted(
+                name
+                for name in arguments
+                if name in held and arguments.get_param(name) is held.get_param(name)
+            )
+        return result
+
+    built = recorded(_dag(copied_once=True))
+
+    assert built == recorded(_dag(copied_once=False))
+    assert built["derived"] == ["backend", "nodes", "overrides"]
+
+
 def test_an_operator_that_drops_the_dags_params_still_does() -> None:
     approve = _dag(copied_once=True).get_task("approve")
 

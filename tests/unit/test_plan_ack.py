@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.backends.ack.request import ack_settings
 from aliyun_training.environments import AckEnvironment, EnvironmentFileError, load_environment
 from aliyun_training.plan import ack
-from aliyun_training.registry import Backend
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
 from fakes.environment_files import INSTALLATION, write_environment

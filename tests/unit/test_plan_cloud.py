@@ -15,12 +15,12 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.declaration import PipelineDeclaration, declare
 from aliyun_training.environments import AckEnvironment, DlcEnvironment
 from aliyun_training.form import RunForm
 from aliyun_training.plan import cloud
 from aliyun_training.plan.models import StagingPlan
-from aliyun_training.registry import Backend
 from aliyun_training.spec import TrainingJobSpec
 from aliyun_training.validation import SpecError
 from fakes.environment_files import CIFAR10, write_environment

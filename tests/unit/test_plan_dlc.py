@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.environments import DlcEnvironment
 from aliyun_training.plan import dlc
 from aliyun_training.plan.prepare import RAW_MOUNT_PATH
-from aliyun_training.registry import Backend
 from aliyun_training.staging.registration import PaiDatasetRegistration
 from aliyun_training.validation import SpecError
 from fakes.environment_files import INSTALLATION, write_environment

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.form import TriggerFormError, parse_form
 from aliyun_training.params import param_defaults
 from aliyun_training.plan import local
-from aliyun_training.registry import Backend
 from aliyun_training.settings import LocalPaths
 from fakes.environment_files import cifar10
 from tests.plan_requests import VERSION, cifar10_request, imagenet_prepare_request

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.plan.side_jobs import side_job_spec
-from aliyun_training.registry import Backend
 from aliyun_training.spec import Framework, TrainingJobSpec
 from aliyun_training.validation import SpecError
 from fakes.cloud import TRAIN_IMAGE, arena_job

@@ -6,9 +6,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.environments import StagingSettings
 from aliyun_training.plan.staging import staged_source, versions_directory
-from aliyun_training.registry import Backend
 from aliyun_training.validation import SpecError
 from tests.plan_requests import VERSION, cifar10_request
 

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from aliyun_training.declaration import DeclarationError, declare
 from aliyun_training.promotion import Champion, Comparison, PromotionRule, decide
-from aliyun_training.records import ArtifactSet
+from aliyun_training.stage_records import ArtifactSet
 
 CHAMPION = Champion(
     run_id="scheduled__2026-11-22",
@@ -243,7 +243,7 @@ def test_an_approval_that_timed_out_leaves_promote_to_record_it_and_says_no_one_
 
     from aliyun_training.operators.approval import PromotionApprovalOperator
     from aliyun_training.promotion import Approval, Outcome
-    from aliyun_training.records import ApprovalAnswer
+    from aliyun_training.stage_records import ApprovalAnswer
 
     with DAG("scores_approved", schedule=None):
         ask = PromotionApprovalOperator(

@@ -21,10 +21,10 @@ from airflow.sdk.exceptions import AirflowSkipException
 from aliyun_training import seals
 from aliyun_training.artifacts.collect import RunInfo, publish_artifacts
 from aliyun_training.champion import CHAMPION_KEY, OUTCOME_KEY
-from aliyun_training.model_registry.records import RegisteredVersion
+from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.operators.promotion import PromoteOperator
 from aliyun_training.promotion import Approval, Champion, Comparison, Decision, PromotionRule, decide
-from aliyun_training.records import ApprovalAnswer, ArtifactSet
+from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
 from tests.operator_harness import TaskInstanceIds
 from tests.unit.test_artifacts import DATASET, RUNTIME, _job, _job_output
 

@@ -22,7 +22,7 @@ import pytest
 
 from aliyun_training.artifacts.collect import publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
-from aliyun_training.records import ArtifactSet, BuiltImage, JobResult, StagedDataset
+from aliyun_training.stage_records import ArtifactSet, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
 from aliyun_training.staging.publish import partial_of

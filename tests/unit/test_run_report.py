@@ -19,7 +19,7 @@ import pytest
 
 from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.artifacts.report import image_name
-from aliyun_training.records import Attempt, JobResult
+from aliyun_training.stage_records import Attempt, JobResult
 from tests.unit.test_artifacts import DATASET, EPOCHS, RUNTIME, _job, _job_output
 
 RUN = RunInfo(

@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from aliyun_training import seals
-from aliyun_training.records import ApprovalAnswer
 from aliyun_training.seals import SealError, check, opened_state, seal, sealed_state
+from aliyun_training.stage_records import ApprovalAnswer
 from tests.operator_harness import TaskInstanceIds
 
 if TYPE_CHECKING:

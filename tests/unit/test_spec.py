@@ -7,10 +7,10 @@ import re
 
 import pytest
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.kubernetes.names import job_name
-from aliyun_training.records import BuiltImage, JobResult, StagedDataset, mount_staged
-from aliyun_training.registry import Backend
 from aliyun_training.spec import Framework, TrainingJobSpec, mounted_output_uri, node_output_path
+from aliyun_training.stage_records import BuiltImage, JobResult, StagedDataset, mount_staged
 from aliyun_training.validation import SpecError, validate_record
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")

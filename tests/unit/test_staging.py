@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from aliyun_training.records import StagedDataset
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging import engine
 from aliyun_training.staging.engine import JOURNAL_NAME, MANIFEST_NAME, StagingError, stage_dataset
 from aliyun_training.staging.opening import open_source

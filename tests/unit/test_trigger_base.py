@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk._shared.module_loading import import_string
 
-from aliyun_training.records import OutcomeStatus, TriggerOutcome
+from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 from aliyun_training.triggers.base import PollingTrigger
 
 if TYPE_CHECKING:

@@ -44,7 +44,7 @@ from aliyun_training.artifacts.manifest import (
 )
 from aliyun_training.artifacts.report import render_report
 from aliyun_training.promotion import Outcome, manifest_promotion
-from aliyun_training.records import (
+from aliyun_training.stage_records import (
     ArtifactSet,
     BandwidthCheck,
     BuiltImage,

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from aliyun_training.promotion import Decision, Outcome
-    from aliyun_training.records import ArtifactSet
+    from aliyun_training.stage_records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
 log = logging.getLogger(__name__)

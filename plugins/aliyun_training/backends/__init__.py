@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.registry import backend_record
+from aliyun_training.backend_catalog import backend_record
 
 if TYPE_CHECKING:
     from aliyun_training.backends.base import TrainingBackend

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shlex
 from pathlib import Path
 
-from aliyun_training.registry import BandwidthTest, backend_record
+from aliyun_training.backend_catalog import BandwidthTest, backend_record
 from aliyun_training.spec import Framework, TrainingJobSpec
 
 #: The programs each bandwidth test runs, which the image's verification must have found.

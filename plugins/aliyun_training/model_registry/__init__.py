@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING
 from aliyun_training.model_registry.kinds import model_registry_record
 
 if TYPE_CHECKING:
-    from aliyun_training.model_registry.kinds import ModelRegistryKind
-    from aliyun_training.model_registry.records import (
+    from aliyun_training.model_registry.base import (
         ModelRegistry,
         PlannedRegistryCalls,
         RegistryInputs,
         RegistrySettings,
     )
+    from aliyun_training.model_registry.kinds import ModelRegistryKind
 
 
 def resolve_registry_settings(kind: ModelRegistryKind, inputs: RegistryInputs) -> RegistrySettings:

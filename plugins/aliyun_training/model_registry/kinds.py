@@ -2,7 +2,7 @@
 every place that differs by kind.
 
 A kind is made of parts: how the declaration's ``registry`` block and the run's environment resolve
-into the plan's :class:`~aliyun_training.model_registry.records.RegistrySettings`, the client that
+into the plan's :class:`~aliyun_training.model_registry.base.RegistrySettings`, the client that
 registers candidates and moves the champion pointer, and the requests that client sends, which the
 dry run shows. Each place reads the kind's :class:`ModelRegistryRecord` instead of switching on its
 name, so adding a registry is one module plus one entry in :data:`MODEL_REGISTRIES`, as adding a

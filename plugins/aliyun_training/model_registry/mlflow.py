@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.model_registry.records import (
+from aliyun_training.model_registry.base import (
     LINEAGE,
     Candidate,
     PlannedRegistryCall,

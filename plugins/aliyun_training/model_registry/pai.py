@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.hooks.aiworkspace import AIWorkspaceHook, label_pairs
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
-from aliyun_training.model_registry.records import (
+from aliyun_training.model_registry.base import (
     LINEAGE,
     Candidate,
     PlannedRegistryCall,

@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from aliyun_training.pages.urls import report_page
 from aliyun_training.promotion import Approval, Decision
-from aliyun_training.records import ApprovalAnswer, ArtifactSet
+from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 

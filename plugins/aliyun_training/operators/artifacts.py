@@ -15,7 +15,7 @@ from aliyun_training.links import RunReportLink
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import Comparison, Decision, decide
-from aliyun_training.records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
+from aliyun_training.stage_records import BandwidthCheck, BuiltImage, FixedDataset, JobResult, StagedDataset
 from aliyun_training.staging.versions import version_order
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
@@ -26,8 +26,8 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-    from aliyun_training.model_registry.records import RegisteredVersion
-    from aliyun_training.records import ArtifactSet
+    from aliyun_training.model_registry.base import RegisteredVersion
+    from aliyun_training.stage_records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
 
@@ -229,7 +229,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         if plan.registry is None:
             return None
         from aliyun_training.model_registry import open_registry
-        from aliyun_training.model_registry.records import Candidate
+        from aliyun_training.model_registry.base import Candidate
 
         decision = Decision.model_validate(artifacts.promotion) if artifacts.promotion else None
         measured = decision.metrics if decision else artifacts.metrics

@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.image.jobs import BANDWIDTH_TEST_TOOLS, BANDWIDTH_TIMEOUT_MINUTES, bandwidth_spec
 from aliyun_training.operators.image import CheckJobOperator
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import RdmaCheckPlan
-from aliyun_training.records import BandwidthCheck
-from aliyun_training.registry import backend_record
 from aliyun_training.spec import Framework
+from aliyun_training.stage_records import BandwidthCheck
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:

@@ -6,12 +6,12 @@ from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.champion import ChampionPointer
 from aliyun_training.operators.training import TrainingJobOperator, image_reference
 from aliyun_training.plan.models import EVALUATION_FILE, EvaluationContract, EvaluationPlan, JobPlan
-from aliyun_training.records import JobResult, StagedDataset
-from aliyun_training.registry import backend_record
 from aliyun_training.spec import node_output_path
+from aliyun_training.stage_records import JobResult, StagedDataset
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:

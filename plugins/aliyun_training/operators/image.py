@@ -25,7 +25,7 @@ from aliyun_training.image.jobs import VERIFY_TIMEOUT_MINUTES, verification_spec
 from aliyun_training.operators.remote import RemoteRunMixin
 from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.plan.models import ImagePlan
-from aliyun_training.records import BuiltImage, ImageRef
+from aliyun_training.stage_records import BuiltImage, ImageRef
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
@@ -96,8 +96,8 @@ class ImageBuildOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator):
             raise AirflowFailException(str(exc)) from None
 
     def _build_unless_present(self, context: Context, plan: ImagePlan) -> dict[str, Any]:
+        from aliyun_training.image.container_registry import RegistryAuthError, image_digest
         from aliyun_training.image.context import build_context, image_reference, image_tag
-        from aliyun_training.image.registry import RegistryAuthError, image_digest
         from aliyun_training.remote_runs import remote_run
 
         files = build_context(plan.context_path, plan.code_dir)
@@ -126,7 +126,7 @@ class ImageBuildOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator):
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The build ended: return the pushed image, or fail with the build's failing step."""
-        from aliyun_training.records import OutcomeStatus
+        from aliyun_training.stage_records import OutcomeStatus
 
         mode = self.plan.mode or ""
         outcome = self.remote_outcome(event)

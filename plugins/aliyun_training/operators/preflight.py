@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, NoReturn
 from airflow.sdk import BaseOperator, TaskInstanceState
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
+from aliyun_training.backend_catalog import BACKENDS, backend_record, preflight_groups
 from aliyun_training.backends import get_backend
 from aliyun_training.findings import Finding, NotApplicable, PreflightReport, Verdict
 from aliyun_training.plan.models import JobPlan, PreflightPlan
-from aliyun_training.registry import BACKENDS, backend_record, preflight_groups
 from aliyun_training.upstream import Returned, ReturnedRecordsMixin, read_returned
 from aliyun_training.validation import SpecError, validate_record
 

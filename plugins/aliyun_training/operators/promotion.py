@@ -9,18 +9,18 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.champion import OUTCOME_KEY, ChampionChanged, ChampionPointer, moved_since
-from aliyun_training.model_registry.records import RegisteredVersion
+from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.operators.artifacts import oss_config
 from aliyun_training.plan.models import ArtifactsPlan
 from aliyun_training.promotion import Champion, Decision, Outcome
-from aliyun_training.records import ApprovalAnswer, ArtifactSet, JobResult
+from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet, JobResult
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from aliyun_training.model_registry.records import ModelRegistry
+    from aliyun_training.model_registry.base import ModelRegistry
 
 
 class PromoteOperator(ReturnedRecordsMixin, BaseOperator):

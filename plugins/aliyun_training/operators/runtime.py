@@ -14,7 +14,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from aliyun_training import runtime_probe
 from aliyun_training.plan.models import JobPlan
-from aliyun_training.records import BuiltImage
+from aliyun_training.stage_records import BuiltImage
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 

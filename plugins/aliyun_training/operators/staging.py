@@ -17,7 +17,7 @@ from aliyun_training.validation import SpecError, validate_record
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from aliyun_training.records import StagedDataset
+    from aliyun_training.stage_records import StagedDataset
 
 #: task_state_store key of a remote staging run, for stopping it after a timeout.
 HANDLE_KEY = "staging_run_handle"
@@ -90,7 +90,7 @@ class DatasetStagingOperator(RemoteRunMixin, ReturnedRecordsMixin, BaseOperator)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:
         """The remote run ended: turn it into a StagedDataset or fail with the run's own reason."""
-        from aliyun_training.records import OutcomeStatus
+        from aliyun_training.stage_records import OutcomeStatus
 
         plan = self.plan
         outcome = self.remote_outcome(event)

@@ -41,9 +41,9 @@ from aliyun_training.operators.deferral import DeferralMixin
 from aliyun_training.operators.ownership import installation_id, task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
-from aliyun_training.records import Attempt, JobResult, OutcomeStatus, StagedDataset, jobs_gpu_hours
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner, mounted_output_uri
+from aliyun_training.stage_records import Attempt, JobResult, OutcomeStatus, StagedDataset, jobs_gpu_hours
 from aliyun_training.triggers.training import TrainingJobTrigger
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import SpecError, validate_record

@@ -225,7 +225,7 @@ def run_gpu_hours(trained: dict[str, Any]) -> float:
     largest record, as the run's ``max_gpu_hours`` budget counts them (a try that lost track of a
     job and the try that watched it end both record it). A record from before tries were recorded
     counts its own job."""
-    from aliyun_training.records import jobs_gpu_hours
+    from aliyun_training.stage_records import jobs_gpu_hours
 
     attempts = trained.get("attempts") or [trained]
     return jobs_gpu_hours((str(a.get("job_id")), float(a.get("gpu_hours") or 0.0)) for a in attempts)

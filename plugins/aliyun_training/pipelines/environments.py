@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from aliyun_training.backend_catalog import Backend, backend_record
 from aliyun_training.declaration import DeclarationError, PipelineDeclaration
 from aliyun_training.environments import Environment, blank_required_settings, load_environment
-from aliyun_training.registry import Backend, backend_record
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:

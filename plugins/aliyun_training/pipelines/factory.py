@@ -16,6 +16,7 @@ from typing import Any
 import pendulum
 from airflow.sdk import DAG, Asset, CronTriggerTimetable, TaskGroup, task
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.declaration import PipelineBlock, PipelineDeclaration, declare, load_declaration
 from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
@@ -37,7 +38,6 @@ from aliyun_training.pipelines.environments import check_environment_use, unconf
 from aliyun_training.pipelines.task_params import params_copied_once
 from aliyun_training.pipelines.watch import pipeline_schedule, take_landed_version, version_inlets
 from aliyun_training.plan.backends import WatchedBackend
-from aliyun_training.registry import backend_record
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
@@ -140,7 +140,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         @task.branch
         def route(ti: Any = None) -> list[str]:
             """A dry run only shows its plan; a run stages when its plan says so (else it mounts its
-            environment's dataset), and takes its backend's own branches (the registry's ``route``)."""
+            environment's dataset), and takes its backend's own branches (the catalog's ``route``)."""
             plan = read_returned(ti, planned())
             if plan["dry_run"]:
                 return ["show_plan"]

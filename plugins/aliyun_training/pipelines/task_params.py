@@ -29,9 +29,10 @@ def params_copied_once(dag: DAG) -> Iterator[None]:
     """Build ``dag``'s tasks inside this block: each task's copy of the DAG's Params is made once.
 
     While the block runs, a deep copy of the DAG's Params copies each Param shallowly (sharing its
-    default and schema with the DAG's); on leaving it, each such copy a task kept becomes a deep copy
-    of itself. Every task ends with what Airflow gives it, Params that share nothing with the DAG's,
-    and every operator still sees the DAG's Params as it is built.
+    default and schema with the DAG's); on leaving it, each such copy a task kept is made deep. Every
+    task ends with what Airflow gives it, Params that share nothing with the DAG's, and every operator
+    still sees the DAG's Params as it is built, and does with its copy what it does (an approval keeps
+    only its own).
     """
     params = dag.params
     # Not through the DAG's attrs converter, which would make it a plain ParamsDict again; the same
@@ -64,14 +65,11 @@ def _copy(param: Param) -> Param:
 
 
 def _copy_deeply(task_params: ParamsDict, dag_params: ParamsDict) -> None:
-    """Make the task's Params that are shallow copies of the DAG's deep copies, all in one deep copy as
-    Airflow's is (what several of them share, they share in the copy too)."""
-    shallow = {
-        name: param
-        for name, param in task_params.items()
-        if name in dag_params
-        and param is not dag_params.get_param(name)
-        and param.schema is dag_params.get_param(name).schema
-    }
-    for name, param in copy.deepcopy(shallow).items():
-        task_params[name] = param
+    """Make the task's Params that are shallow copies of the DAG's deep copies, in place: the task's
+    record of its ``__init__`` arguments holds the same Param objects, as it does in Airflow. One memo
+    for all of them, as Airflow's one deep copy has: what several of them share, their copies share."""
+    memo: dict[int, Any] = {}
+    for name, param in task_params.items():
+        original = dag_params.get_param(name) if name in dag_params else None
+        if original is not None and param is not original and param.schema is original.schema:
+            vars(param).update(copy.deepcopy(vars(param), memo))

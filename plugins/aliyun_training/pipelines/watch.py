@@ -7,7 +7,7 @@ version it names (:func:`take_landed_version`) as if its trigger form had named 
 
 The watcher lists the source of the backend the trigger form defaults to, which is the backend an
 asset-triggered run (it has no form) runs on. That source is resolved when the DAG is parsed, as
-the trigger's arguments must be known then: the registry's ``dataset_sources`` of that backend,
+the trigger's arguments must be known then: the catalog's ``dataset_sources`` of that backend,
 which reads the backend's environment file (a cloud source) or the local root of the parsing
 process (the local object store), and makes no request.
 """
@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import Asset, AssetOrTimeSchedule, AssetWatcher, CronTriggerTimetable
 from airflow.sdk.exceptions import AirflowFailException
 
+from aliyun_training.backend_catalog import Backend, backend_record
 from aliyun_training.declaration import DeclarationError
 from aliyun_training.form import form_schema
-from aliyun_training.registry import Backend, backend_record
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import DATASET_VERSION_PATTERN
 from aliyun_training.staging.versions import versions_folder

@@ -16,8 +16,8 @@ from aliyun_training.plan import cloud
 from aliyun_training.plan.evaluation import fixed_evaluation_version
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.staging import staged_source, versions_directory
-from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DatasetMount, TrainingJobSpec
+from aliyun_training.stage_records import FixedDataset
 from aliyun_training.staging.registration import PvcRegistration
 from aliyun_training.validation import SpecError
 

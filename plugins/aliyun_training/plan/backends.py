@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from aliyun_training.backend_catalog import Backend, backend_record
 from aliyun_training.environments import blank_required_settings, load_environment, load_local_environment
-from aliyun_training.registry import Backend, backend_record
 from aliyun_training.validation import SpecError
 
 

@@ -36,12 +36,12 @@ from aliyun_training.validation import SpecError
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from aliyun_training.backend_catalog import Backend
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.form import RunForm
     from aliyun_training.plan.inputs import PlanRequest
-    from aliyun_training.records import FixedDataset
-    from aliyun_training.registry import Backend
     from aliyun_training.settings import LocalPaths
+    from aliyun_training.stage_records import FixedDataset
 
 E = TypeVar("E", bound=CloudEnvironment)
 
@@ -284,7 +284,7 @@ def cloud_run_plan(
 def dataset_sources(
     backend: Backend, environment: Path, declaration: PipelineDeclaration, paths: LocalPaths
 ) -> DatasetSources:
-    """The versions' sources on the cloud ``backend`` (the registry's ``dataset_sources``).
+    """The versions' sources on the cloud ``backend`` (the catalog's ``dataset_sources``).
 
     Cloud runs that stage read the declaration's ``dataset.source_uri``, else the environment's
     ``staging.source_uri``; cloud runs that mount the environment's fixed dataset have no source to

@@ -21,8 +21,8 @@ from aliyun_training.plan.evaluation import mounted_evaluation_source
 from aliyun_training.plan.models import PreflightPlan, RunPlan, StagingPlan
 from aliyun_training.plan.prepare import RAW_MOUNT_PATH
 from aliyun_training.plan.staging import no_source, staged_source, versions_directory
-from aliyun_training.records import FixedDataset
 from aliyun_training.spec import DatasetMount, TrainingJobSpec
+from aliyun_training.stage_records import FixedDataset
 from aliyun_training.staging.registration import PaiDatasetRegistration
 from aliyun_training.validation import SpecError
 

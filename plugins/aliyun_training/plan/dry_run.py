@@ -74,7 +74,11 @@ def image_check(plan: RunPlan) -> dict[str, Any]:
         return {"image": reference, "build": False}
     if image.force_rebuild:
         return {"image": reference, "build": True, "exists": None, "why": "force_rebuild is set"}
-    from aliyun_training.image.registry import RegistryAuthError, RegistryUnavailableError, image_digest
+    from aliyun_training.image.container_registry import (
+        RegistryAuthError,
+        RegistryUnavailableError,
+        image_digest,
+    )
 
     try:
         digest = image_digest(reference or "", image.registry_conn_id)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.model_registry import resolve_registry_settings
-from aliyun_training.model_registry.records import RegistryInputs
+from aliyun_training.model_registry.base import RegistryInputs
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, JobPlan, RunPlan
 from aliyun_training.validation import SpecError
 
@@ -23,10 +23,10 @@ if TYPE_CHECKING:
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.environments import CloudEnvironment
     from aliyun_training.form import RunForm
-    from aliyun_training.model_registry.records import RegistrySettings
-    from aliyun_training.records import FixedDataset
+    from aliyun_training.model_registry.base import RegistrySettings
     from aliyun_training.settings import LocalPaths
     from aliyun_training.spec import Framework, TrainingJobSpec
+    from aliyun_training.stage_records import FixedDataset
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ from aliyun_training.spec import TrainingJobSpec
 if TYPE_CHECKING:
     from pathlib import Path
 
+    from aliyun_training.backend_catalog import Backend
     from aliyun_training.declaration import PipelineDeclaration
     from aliyun_training.plan.inputs import PlanRequest
-    from aliyun_training.registry import Backend
     from aliyun_training.settings import LocalPaths
 
 
@@ -64,7 +64,7 @@ def plan_run(request: PlanRequest) -> RunPlan:
 def dataset_sources(
     backend: Backend, environment: Path, declaration: PipelineDeclaration, paths: LocalPaths
 ) -> DatasetSources:
-    """Local runs read (and prepare into) the local object store (the registry's ``dataset_sources``)."""
+    """Local runs read (and prepare into) the local object store (the catalog's ``dataset_sources``)."""
     store = f"file://{paths.object_store}/{{dataset}}/{{version}}/"
     return DatasetSources(store, derived=store)
 

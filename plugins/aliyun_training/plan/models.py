@@ -14,11 +14,10 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.model_registry.records import RegistrySettings
+from aliyun_training.model_registry.base import RegistrySettings
 from aliyun_training.promotion import Comparison, PromotionRule
-from aliyun_training.records import FixedDataset, StagedDataset, mount_staged
-from aliyun_training.registry import Backend
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     INSTALLATION_PATTERN,
@@ -26,6 +25,7 @@ from aliyun_training.spec import (
     TrainingJobSpec,
     checkpoint_dir,
 )
+from aliyun_training.stage_records import FixedDataset, StagedDataset, mount_staged
 from aliyun_training.staging.registration import Registration
 from aliyun_training.validation import SpecError
 

@@ -20,11 +20,11 @@ import textwrap
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.backends.dlc.request import DlcJobSettings
 from aliyun_training.findings import PreflightReport
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.plan.requests import planned_image
-from aliyun_training.registry import backend_record
 
 if TYPE_CHECKING:
     from aliyun_training.promotion import PromotionRule

@@ -12,11 +12,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.backends import get_backend
 from aliyun_training.model_registry import planned_registry_calls
 from aliyun_training.plan.models import EvaluationContract, TryContract
-from aliyun_training.records import StagedDataset
-from aliyun_training.registry import backend_record
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
 from aliyun_training.validation import validate_record
 

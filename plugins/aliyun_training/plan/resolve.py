@@ -16,11 +16,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backend_catalog import backend_record
 from aliyun_training.environments import check_use, load_environment
 from aliyun_training.form import RunForm, TriggerFormError, parse_form
 from aliyun_training.plan.inputs import DatasetChoice, DatasetSources, PlanRequest, RunContext
 from aliyun_training.plan.prepare import derived_dataset
-from aliyun_training.registry import backend_record
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:

@@ -9,7 +9,7 @@ from airflow.sdk import BaseSensorOperator
 from airflow.sdk.exceptions import AirflowException, AirflowSkipException
 
 from aliyun_training.plan.models import DatasetPlan
-from aliyun_training.records import OutcomeStatus
+from aliyun_training.stage_records import OutcomeStatus
 from aliyun_training.triggers.dataset_version import DatasetVersionTrigger
 from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record

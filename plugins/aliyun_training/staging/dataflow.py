@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.records import StagedDataset
 from aliyun_training.remote import RemoteStatus
 from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.sources import SourceObject, StagingError
 from aliyun_training.validation import SpecError, field_fix, validate_record
 

@@ -46,8 +46,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.records import StagedDataset
 from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.opening import open_source
 from aliyun_training.staging.publish import (
     check_publishable,

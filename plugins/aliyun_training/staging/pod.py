@@ -40,8 +40,8 @@ from pydantic import Field, field_validator, model_validator
 
 from aliyun_training.kubernetes.names import managed_labels, stable_name
 from aliyun_training.kubernetes.pods import PodRun, PodSettings, bare_pod, read_or_none, tail_text, where
-from aliyun_training.records import StagedDataset
 from aliyun_training.spec import DATASET_VERSION_PATTERN
+from aliyun_training.stage_records import StagedDataset
 from aliyun_training.validation import SpecError, field_fix, validate_record
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:
-    from aliyun_training.records import StagedDataset
+    from aliyun_training.stage_records import StagedDataset
 
 DATA_SOURCE_TYPES = {"cpfs": "CPFS", "bmcpfs": "BMCPFS"}
 

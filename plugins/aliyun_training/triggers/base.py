@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
 
-from aliyun_training.records import OutcomeStatus, TriggerOutcome
+from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator

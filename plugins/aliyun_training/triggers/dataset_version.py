@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from aliyun_training.records import OutcomeStatus, TriggerOutcome
+from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 from aliyun_training.triggers.base import PollingTrigger
 
 

@@ -6,8 +6,8 @@ import asyncio
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.records import OutcomeStatus, TriggerOutcome
 from aliyun_training.remote_runs import remote_run
+from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 from aliyun_training.triggers.base import PollingTrigger
 
 if TYPE_CHECKING:

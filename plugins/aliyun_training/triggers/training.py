@@ -11,7 +11,7 @@ from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.triggers.base import PollingTrigger
 
 if TYPE_CHECKING:
-    from aliyun_training.records import OutcomeStatus
+    from aliyun_training.stage_records import OutcomeStatus
 
 
 class TrainingJobTrigger(PollingTrigger):

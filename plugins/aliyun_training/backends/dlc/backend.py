@@ -214,7 +214,7 @@ class DlcBackend:
             return None
         from alibabacloud_pai_dlc20201203 import models
 
-        from aliyun_training.hooks.registry import ContainerRegistryHook
+        from aliyun_training.hooks.container_registry import ContainerRegistryHook
 
         login = ContainerRegistryHook(self.image_registry_conn_id).login()
         if login is None or not (login.host and login.login and login.password):

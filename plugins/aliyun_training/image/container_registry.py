@@ -8,7 +8,7 @@ those of ``hooks.registry.ContainerRegistryHook``; they are named here too for t
 
 from __future__ import annotations
 
-from aliyun_training.hooks.registry import (
+from aliyun_training.hooks.container_registry import (
     DEFAULT_ATTEMPTS,
     DEFAULT_TIMEOUT,
     MANIFEST_MEDIA_TYPES,

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.backend_catalog import Backend
 from aliyun_training.failures import FailureClass
-from aliyun_training.registry import Backend
 from aliyun_training.spec import DATASET_VERSION_PATTERN, DatasetMount, TrainingJobSpec
 from aliyun_training.validation import SpecError
 

@@ -11,7 +11,7 @@ enforces on a spec are its backend's (``TrainingBackend.check``), applied by its
 The record sits below the layers its parts live in, so it names code parts by import path
 (``"package.module:attribute"``), the way Airflow's provider metadata names hook classes: nothing
 is imported until a part is used, so parsing a DAG imports no planner, backend or SDK.
-``tests/unit/test_registry.py`` resolves every path and checks what it finds.
+``tests/unit/test_backend_catalog.py`` resolves every path and checks what it finds.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""The backend registry: every record's parts resolve to what their places expect, and nothing
-outside the registry and the backends' own modules switches on a backend's name."""
+"""The backend catalog: every record's parts resolve to what their places expect, and nothing
+outside the catalog and the backends' own modules switches on a backend's name."""
 
 from __future__ import annotations
 
@@ -13,19 +13,19 @@ from pathlib import Path
 import pytest
 from pydantic import BaseModel
 
+from aliyun_training.backend_catalog import BACKENDS, Backend, backend_record, preflight_groups
 from aliyun_training.environments import overridable_settings
 from aliyun_training.form import OVERRIDABLE
 from aliyun_training.image.jobs import BANDWIDTH_TEST_TOOLS
 from aliyun_training.operators.preflight import CHECK_GROUPS
-from aliyun_training.registry import BACKENDS, Backend, backend_record, preflight_groups
 from aliyun_training.runtime_probe import BANDWIDTH_TOOLS
 from aliyun_training.spec import Framework
 from aliyun_training.validation import SpecError
 
 PACKAGE = Path(__file__).resolve().parents[2] / "plugins" / "aliyun_training"
-#: A backend's own modules: its package, its planner, its preflight checks, and the registry.
+#: A backend's own modules: its package, its planner, its preflight checks, and the catalog.
 OWN_MODULES = re.compile(
-    r"^(registry\.py|backends/.*|plan/(local|dlc|ack)\.py|preflight/(local|dlc|ack)\.py)$"
+    r"^(backend_catalog\.py|backends/.*|plan/(local|dlc|ack)\.py|preflight/(local|dlc|ack)\.py)$"
 )
 #: Switching on a backend's name: an enum member, or the name as a string literal.
 BACKEND_NAME = re.compile(r"Backend\.(LOCAL|DLC|ACK)\b|[\"'](local|dlc|arena)[\"']")
@@ -77,7 +77,7 @@ def test_an_unknown_backend_is_refused_naming_the_ones_there_are() -> None:
     )
 
 
-def test_no_module_outside_the_registry_and_the_backends_own_switches_on_a_backend_name() -> None:
+def test_no_module_outside_the_catalog_and_the_backends_own_switches_on_a_backend_name() -> None:
     switching = [
         f"{path.relative_to(PACKAGE)}:{number}: {line.strip()}"
         for path in sorted(PACKAGE.rglob("*.py"))
