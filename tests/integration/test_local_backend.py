@@ -10,13 +10,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from aliyun_training.backends.base import FoundJob, JobHandle, JobState, JobStatus
 from aliyun_training.backends.local import LocalBackend
-from aliyun_training.backends.local_node import job_pids
+from aliyun_training.backends.local_node import job_pids, proc_start_time
 from aliyun_training.spec import TrainingJobSpec
 
 if TYPE_CHECKING:
@@ -214,6 +214,34 @@ def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBac
     while job_pids(f"{handle.job_id}:") and time.monotonic() < deadline:
         time.sleep(0.1)
     assert job_pids(f"{handle.job_id}:") == set(), "the orphaned command or the other node kept running"
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: LocalBackend._node_state reads exit.json before it asks whether the node's supervisor "
+    "is alive, so a node that records its exit and ends between the two reads is taken for vanished: "
+    "a job that succeeded reads as failed (preemption) and its task retries it",
+)
+def test_a_node_that_ends_while_its_status_is_read_is_not_taken_for_vanished(
+    backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    handle = backend.submit(TrainingJobSpec(nodes=1, command="sleep 0.5"), "ends-mid-read")
+    supervisor_alive = LocalBackend._supervisor_alive
+
+    def ends_meanwhile(node_dir: Path, pid: dict[str, Any]) -> bool:
+        """The node records its exit and its supervisor ends just after status looked for exit.json."""
+        deadline = time.monotonic() + 30
+        while proc_start_time(pid["pid"]) is not None:
+            assert time.monotonic() < deadline, "the node did not end"
+            time.sleep(0.01)
+        return supervisor_alive(node_dir, pid)
+
+    monkeypatch.setattr(LocalBackend, "_supervisor_alive", staticmethod(ends_meanwhile))
+
+    status = backend.status(handle)
+
+    assert json.loads((backend.root / "ends-mid-read" / "node-0" / "exit.json").read_text())["exit_code"] == 0
+    assert status.state is JobState.SUCCEEDED, status.reason
 
 
 def test_a_new_attempt_archives_the_finished_one(backend: LocalBackend) -> None:
