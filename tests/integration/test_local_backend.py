@@ -216,12 +216,6 @@ def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBac
     assert job_pids(f"{handle.job_id}:") == set(), "the orphaned command or the other node kept running"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: LocalBackend._node_state reads exit.json before it asks whether the node's supervisor "
-    "is alive, so a node that records its exit and ends between the two reads is taken for vanished: "
-    "a job that succeeded reads as failed (preemption) and its task retries it",
-)
 def test_a_node_that_ends_while_its_status_is_read_is_not_taken_for_vanished(
     backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:

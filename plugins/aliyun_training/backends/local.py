@@ -164,6 +164,14 @@ def inherited_environment(environ: Mapping[str, str]) -> dict[str, str]:
     }
 
 
+def _exit_info(node_dir: Path) -> dict[str, Any]:
+    """What the node's supervisor recorded when its node ended (exit code, time); empty until then."""
+    try:
+        return dict(json.loads((node_dir / "exit.json").read_text()))
+    except FileNotFoundError:
+        return {}
+
+
 def _last_beat(node_dir: Path, pid: dict[str, Any]) -> str:
     """When the node's supervisor last showed it was alive: its heartbeat, else its start."""
     try:
@@ -404,10 +412,12 @@ class LocalBackend(OffloadedAsyncMixin):
             pid = json.loads((node_dir / "pid.json").read_text())
         except FileNotFoundError:
             return _NodeState(rank=rank, launched=False, alive=False)
-        exit_info: dict[str, Any] = {}
-        with contextlib.suppress(FileNotFoundError):
-            exit_info = json.loads((node_dir / "exit.json").read_text())
+        exit_info = _exit_info(node_dir)
         alive = not exit_info and self._supervisor_alive(node_dir, pid)
+        if not exit_info and not alive:
+            # Its supervisor records the end, then exits: one that ended between the two reads above
+            # has its record by now, and only one without a record vanished.
+            exit_info = _exit_info(node_dir)
         finished = exit_info.get("finished")
         if not exit_info and not alive:
             # Vanished: it ended, as far as anyone can tell, at its last heartbeat, which orders it
