@@ -61,8 +61,10 @@ from aliyun_training.promotion import PromotionRule
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
     INJECTED_ENV_VARS,
+    CpusPerNode,
     Framework,
     GpusPerNode,
+    MemoryGibPerNode,
     Nodes,
     TimeoutMinutes,
     invalid_env_names,
@@ -278,8 +280,8 @@ class PrepareBlock(_Block):
         str, Field(min_length=1, json_schema_extra=field_fix("the command that writes shards to $OUTPUT_DIR"))
     ]
     suffix: Annotated[str, Field(pattern=r"^[a-z0-9][a-z0-9-]{0,30}$")] = "shards"
-    cpu: Annotated[int, Field(ge=1, le=512)] = 4
-    memory_gib: Annotated[int, Field(ge=1, le=4096)] = 16
+    cpu: CpusPerNode = 4
+    memory_gib: MemoryGibPerNode = 16
     timeout_minutes: TimeoutMinutes = 120
 
 
@@ -431,8 +433,8 @@ class EvaluationBlock(_Block):
             pattern=DATASET_VERSION_PATTERN, json_schema_extra=field_fix("name a version, e.g. 2026-01-04")
         ),
     ] = None
-    cpu: Annotated[int, Field(ge=1, le=512)] = 4
-    memory_gib: Annotated[int, Field(ge=1, le=4096)] = 16
+    cpu: CpusPerNode = 4
+    memory_gib: MemoryGibPerNode = 16
     gpus: GpusPerNode = 0
     timeout_minutes: TimeoutMinutes = 60
 
