@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
+from aliyun_training.task_ids import BUILD_IMAGE, TRAINING_RUNTIME, WAIT_FOR_CAPACITY
 from aliyun_training.validation import SpecError
 
 
@@ -94,7 +95,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         frameworks=frozenset({"pytorch", "elastic"}),
         frameworks_note="torchrun only",
         preflight_groups=("machine",),
-        route=("training_runtime",),
+        route=(TRAINING_RUNTIME,),
         bandwidth_test=None,
         environment_model="aliyun_training.environments:LocalEnvironment",
         planner="aliyun_training.plan.local:plan_run",
@@ -109,7 +110,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         frameworks=frozenset(),
         frameworks_note="",
         preflight_groups=("network", "quota", "permissions"),
-        route=("build_image", "wait_for_capacity"),
+        route=(BUILD_IMAGE, WAIT_FOR_CAPACITY),
         bandwidth_test="nccl_tests",
         environment_model="aliyun_training.environments:DlcEnvironment",
         planner="aliyun_training.plan.dlc:plan_run",
@@ -124,7 +125,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         frameworks=frozenset({"pytorch", "tensorflow", "mpi", "elastic"}),
         frameworks_note="Kubeflow's PyTorchJob, TFJob and MPIJob",
         preflight_groups=("cluster",),
-        route=("build_image",),
+        route=(BUILD_IMAGE,),
         bandwidth_test="ib_write_bw",
         environment_model="aliyun_training.environments:AckEnvironment",
         planner="aliyun_training.plan.ack:plan_run",

@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
+from aliyun_training import task_ids
 from aliyun_training.backend_catalog import BACKENDS
+from aliyun_training.operators.preflight import CHECK_GROUPS
 from aliyun_training.upstream import Returned
 
 DAGS_DIR = Path(__file__).resolve().parents[2] / "dags"
@@ -115,6 +117,16 @@ def test_every_task_a_backend_routes_to_is_a_task_of_every_declared_pipeline(dag
         for record in BACKENDS:
             assert set(record.route) <= tasks, (dag_id, record.name, set(record.route) - tasks)
             assert {f"preflight.check_{group}" for group in record.preflight_groups} <= tasks
+
+
+def test_every_task_of_every_dag_is_named_by_the_task_ids_module(dagbag: DagBag) -> None:
+    """The planner, the dry run and the pages find a task's records by the ids in ``task_ids``: a task
+    named anywhere else would be a task none of them knows."""
+    named = {value for name, value in vars(task_ids).items() if name.isupper()}
+    preflight = {task_ids.preflight_check(group) for group in CHECK_GROUPS} | {task_ids.PREFLIGHT_REPORT}
+    named |= {task_ids.in_preflight(task) for task in preflight}
+    for dag_id, dag in dagbag.dags.items():
+        assert set(dag.task_ids) <= named, (dag_id, set(dag.task_ids) - named)
 
 
 def test_the_plans_tries_per_job_task_are_the_dags_retries_plus_one(dagbag: DagBag) -> None:

@@ -22,9 +22,6 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aliyun_training.pages import views
 from aliyun_training.pages.runs import (
-    CONFIGURE_TASK,
-    PLAN_TASK,
-    PUBLISH_TASK,
     PageNotFound,
     broken_declarations,
     pipeline_dag_ids,
@@ -34,6 +31,7 @@ from aliyun_training.pages.runs import (
     task_record,
 )
 from aliyun_training.plan.render_html import render_html
+from aliyun_training.task_ids import CONFIGURE, PUBLISH_ARTIFACTS, SHOW_PLAN
 
 
 def create_app() -> FastAPI:
@@ -60,14 +58,14 @@ def create_app() -> FastAPI:
     @app.get("/runs/{dag_id}/{run_id}/report", response_class=HTMLResponse, dependencies=read_records)
     def report(dag_id: str, run_id: str, session: SessionDep) -> str:
         """The run's report, read from where its publish_artifacts task published it."""
-        published = task_record(session, dag_id, run_id, PUBLISH_TASK)
-        planned = task_record(session, dag_id, run_id, CONFIGURE_TASK, "artifacts")
+        published = task_record(session, dag_id, run_id, PUBLISH_ARTIFACTS)
+        planned = task_record(session, dag_id, run_id, CONFIGURE, "artifacts")
         return read_report(published, planned.get("alibaba_cloud_conn_id"))
 
     @app.get("/runs/{dag_id}/{run_id}/plan", response_class=HTMLResponse, dependencies=read_records)
     def plan(dag_id: str, run_id: str, session: SessionDep) -> str:
         """The dry run's readable plan, rendered from the document its show_plan task returned."""
-        document: dict[str, Any] = task_record(session, dag_id, run_id, PLAN_TASK)
+        document: dict[str, Any] = task_record(session, dag_id, run_id, SHOW_PLAN)
         return render_html(document)
 
     @app.exception_handler(PageNotFound)

@@ -15,19 +15,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.champion import OUTCOME_KEY, promote_outcome
+from aliyun_training.task_ids import (
+    APPROVE_PROMOTION,
+    CONFIGURE,
+    PROMOTE,
+    PUBLISH_ARTIFACTS,
+    SHOW_PLAN,
+    TRAIN,
+)
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
 log = logging.getLogger(__name__)
 
-#: The tasks whose records the pages read; the DAG factory names its tasks with these.
-CONFIGURE_TASK = "configure"
-PLAN_TASK = "show_plan"
-TRAIN_TASK = "train"
-PUBLISH_TASK = "publish_artifacts"
-PROMOTE_TASK = "promote"
-APPROVE_TASK = "approve_promotion"
 #: The XCom every task's return value is stored under.
 RETURN_VALUE = "return_value"
 #: The tag every DAG built from a pipeline declaration carries, and no other DAG of the package.
@@ -37,9 +38,9 @@ BROKEN_DECLARATION_TAG = "invalid-declaration"
 #: The records that count only while their task is in the given state: a cleared task still holds
 #: its old XComs. ``promote`` returns its record when it succeeds, and leaves its outcome when it skips.
 _COUNTED_WHEN = {
-    (PUBLISH_TASK, RETURN_VALUE): "success",
-    (PROMOTE_TASK, RETURN_VALUE): "success",
-    (PROMOTE_TASK, OUTCOME_KEY): "skipped",
+    (PUBLISH_ARTIFACTS, RETURN_VALUE): "success",
+    (PROMOTE, RETURN_VALUE): "success",
+    (PROMOTE, OUTCOME_KEY): "skipped",
 }
 #: The states of a task that has not finished (yet): an approval waits in the last three.
 _UNFINISHED = {"none", "scheduled", "queued", "running", "up_for_retry", "up_for_reschedule", "restarting"}
@@ -241,15 +242,15 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
     ).all()
     run_ids = [run.run_id for run in runs]
     values = _returned(session, dag_id, run_ids)
-    states = _states(session, dag_id, run_ids, [PUBLISH_TASK, PROMOTE_TASK, APPROVE_TASK])
+    states = _states(session, dag_id, run_ids, [PUBLISH_ARTIFACTS, PROMOTE, APPROVE_PROMOTION])
     for run_id, task_id, key in list(values):
         counted = _COUNTED_WHEN.get((task_id, key))
         if counted is not None and states.get((run_id, task_id)) != counted:
             del values[(run_id, task_id, key)]
     rows = []
     for run in runs:
-        published = values.get((run.run_id, PUBLISH_TASK, RETURN_VALUE)) or {}
-        dataset = values.get((run.run_id, CONFIGURE_TASK, "dataset")) or {}
+        published = values.get((run.run_id, PUBLISH_ARTIFACTS, RETURN_VALUE)) or {}
+        dataset = values.get((run.run_id, CONFIGURE, "dataset")) or {}
         rows.append(
             RunRow(
                 run_id=run.run_id,
@@ -258,7 +259,7 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
                 logical_date=run.logical_date,
                 started=run.start_date,
                 ended=run.end_date,
-                backend=values.get((run.run_id, CONFIGURE_TASK, "backend")),
+                backend=values.get((run.run_id, CONFIGURE, "backend")),
                 dataset_version=dataset.get("version"),
                 metrics={
                     key: value
@@ -268,11 +269,11 @@ def pipeline_runs(session: Session, dag_id: str, limit: int = 100) -> list[RunRo
                 has_report=bool(published.get("report_uri")),
                 promotion=published.get("promotion"),
                 registered=published.get("registered"),
-                promoted=values.get((run.run_id, PROMOTE_TASK, RETURN_VALUE)),
-                skipped_outcome=values.get((run.run_id, PROMOTE_TASK, OUTCOME_KEY)),
-                promote_state=states.get((run.run_id, PROMOTE_TASK)),
-                approval_state=states.get((run.run_id, APPROVE_TASK)),
-                has_plan=(run.run_id, PLAN_TASK, RETURN_VALUE) in values,
+                promoted=values.get((run.run_id, PROMOTE, RETURN_VALUE)),
+                skipped_outcome=values.get((run.run_id, PROMOTE, OUTCOME_KEY)),
+                promote_state=states.get((run.run_id, PROMOTE)),
+                approval_state=states.get((run.run_id, APPROVE_PROMOTION)),
+                has_plan=(run.run_id, SHOW_PLAN, RETURN_VALUE) in values,
             )
         )
     return rows
@@ -343,7 +344,7 @@ def _gpu_hours_since(session: Session, dag_id: str, start: datetime) -> float | 
             )
         ).all()
     )
-    trained = _xcoms(session, dag_id, run_ids, [(TRAIN_TASK, RETURN_VALUE)]).values()
+    trained = _xcoms(session, dag_id, run_ids, [(TRAIN, RETURN_VALUE)]).values()
     return sum(run_gpu_hours(record) for record in trained) if trained else None
 
 
@@ -354,11 +355,11 @@ def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[s
         dag_id,
         run_ids,
         [
-            (CONFIGURE_TASK, "backend"),
-            (CONFIGURE_TASK, "dataset"),
-            (PUBLISH_TASK, RETURN_VALUE),
-            (PROMOTE_TASK, RETURN_VALUE),
-            (PROMOTE_TASK, OUTCOME_KEY),
+            (CONFIGURE, "backend"),
+            (CONFIGURE, "dataset"),
+            (PUBLISH_ARTIFACTS, RETURN_VALUE),
+            (PROMOTE, RETURN_VALUE),
+            (PROMOTE, OUTCOME_KEY),
         ],
     )
     from airflow.models.xcom import XComModel
@@ -368,12 +369,12 @@ def _returned(session: Session, dag_id: str, run_ids: list[str]) -> dict[tuple[s
         select(XComModel.run_id).where(
             XComModel.dag_id == dag_id,
             XComModel.run_id.in_(run_ids),
-            XComModel.task_id == PLAN_TASK,
+            XComModel.task_id == SHOW_PLAN,
             XComModel.key == RETURN_VALUE,
             XComModel.map_index == -1,
         )
     ).scalars()
-    return found | {(run_id, PLAN_TASK, RETURN_VALUE): True for run_id in planned}
+    return found | {(run_id, SHOW_PLAN, RETURN_VALUE): True for run_id in planned}
 
 
 def _states(

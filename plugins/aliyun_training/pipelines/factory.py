@@ -31,7 +31,6 @@ from aliyun_training.operators.recovery import FailureClassRetryPolicy
 from aliyun_training.operators.runtime import LocalRuntimeOperator
 from aliyun_training.operators.staging import DatasetStagingOperator
 from aliyun_training.operators.training import TrainingJobOperator
-from aliyun_training.pages.runs import CONFIGURE_TASK
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
@@ -41,6 +40,28 @@ from aliyun_training.plan.backends import WatchedBackend
 from aliyun_training.sensors.dataset_version import DatasetVersionSensor
 from aliyun_training.sensors.quota import QuotaCapacitySensor
 from aliyun_training.settings import ENVIRONMENT_DIR_ENV
+from aliyun_training.task_ids import (
+    APPROVE_PROMOTION,
+    BUILD_IMAGE,
+    CHECK_RDMA,
+    CONFIGURE,
+    EVALUATE,
+    PREFLIGHT,
+    PREFLIGHT_REPORT,
+    PREPARE_DATASET,
+    PROMOTE,
+    PUBLISH_ARTIFACTS,
+    ROUTE,
+    SHOW_PLAN,
+    STAGE_DATASET,
+    TRAIN,
+    TRAINING_RUNTIME,
+    VERIFY_IMAGE,
+    WAIT_FOR_CAPACITY,
+    WAIT_FOR_VERSION,
+    in_preflight,
+    preflight_check,
+)
 from aliyun_training.upstream import RETURN_VALUE, Returned, read_returned, seal_returned
 
 
@@ -118,7 +139,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
     )
     with dag, params_copied_once(dag):
 
-        @task(multiple_outputs=True, inlets=version_inlets(declaration))
+        @task(task_id=CONFIGURE, multiple_outputs=True, inlets=version_inlets(declaration))
         def configure(
             params: dict[str, Any],
             logical_date: Any = None,
@@ -137,20 +158,18 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 params = take_landed_version(params, declaration, triggering_asset_events, asset_state_store)
             return plan_for_task(params, run_date, scheduled, declaration, environment_dir)
 
-        @task.branch
+        @task.branch(task_id=ROUTE)
         def route(ti: Any = None) -> list[str]:
             """A dry run only shows its plan; a run stages when its plan says so (else it mounts its
             environment's dataset), and takes its backend's own branches (the catalog's ``route``)."""
             plan = read_returned(ti, planned())
             if plan["dry_run"]:
-                return ["show_plan"]
+                return [SHOW_PLAN]
             # train and publish_artifacts follow a run's records from any branch; a dry run skips them.
             stage = (
-                ["stage_dataset", "train", "publish_artifacts"]
-                if plan["staging"]
-                else ["train", "publish_artifacts"]
+                [STAGE_DATASET, TRAIN, PUBLISH_ARTIFACTS] if plan["staging"] else [TRAIN, PUBLISH_ARTIFACTS]
             )
-            stage += ["prepare_dataset"] if plan["prepare"] else []
+            stage += [PREPARE_DATASET] if plan["prepare"] else []
             return [*stage, *backend_record(plan["backend"]).route]
 
         # Every task that runs a job fails, waits or resumes by its failure's class.
@@ -158,12 +177,12 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         # Each key of configure's return value is one part of the plan (multiple_outputs); a task
         # takes its parts sealed (``planned``), so a part rewritten after configure is refused.
         run: Any = configure()  # type: ignore[call-arg]  # Airflow fills the context arguments
-        wait_for_version = DatasetVersionSensor(task_id="wait_for_version", dataset=planned("dataset"))
+        wait_for_version = DatasetVersionSensor(task_id=WAIT_FOR_VERSION, dataset=planned("dataset"))
         run >> wait_for_version
-        with TaskGroup("preflight") as preflight:
+        with TaskGroup(PREFLIGHT) as preflight:
             checks = [
                 PreflightCheckOperator(
-                    task_id=f"check_{group}",
+                    task_id=preflight_check(group),
                     group=group,
                     job=planned("job"),
                     preflight=planned("preflight"),
@@ -172,45 +191,45 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 for group in CHECK_GROUPS
             ]
             checks >> PreflightReportOperator(
-                task_id="report",
-                check_task_ids=[f"preflight.check_{group}" for group in CHECK_GROUPS],
+                task_id=PREFLIGHT_REPORT,
+                check_task_ids=[in_preflight(preflight_check(group)) for group in CHECK_GROUPS],
                 shows_plan=planned("dry_run", required=False),
             )
         show_plan = RunPlanOperator(
-            task_id="show_plan",
+            task_id=SHOW_PLAN,
             plan=planned(),
-            report_task_id="preflight.report",
+            report_task_id=in_preflight(PREFLIGHT_REPORT),
         )
         wait_for_capacity = QuotaCapacitySensor(
-            task_id="wait_for_capacity", job=planned("job"), poke_interval=30, timeout=6 * 3600
+            task_id=WAIT_FOR_CAPACITY, job=planned("job"), poke_interval=30, timeout=6 * 3600
         )
         stage = DatasetStagingOperator(
-            task_id="stage_dataset", staging=planned("staging"), trigger_rule="none_failed_min_one_success"
+            task_id=STAGE_DATASET, staging=planned("staging"), trigger_rule="none_failed_min_one_success"
         )
-        runtime = LocalRuntimeOperator(task_id="training_runtime", job=planned("job"))
-        build_image = ImageBuildOperator(task_id="build_image", build=planned("image", required=False))
+        runtime = LocalRuntimeOperator(task_id=TRAINING_RUNTIME, job=planned("job"))
+        build_image = ImageBuildOperator(task_id=BUILD_IMAGE, build=planned("image", required=False))
         # The image checks are jobs on the run's backend, with the run's spec and settings.
         verify_image = ImageVerifyOperator(
-            task_id="verify_image",
+            task_id=VERIFY_IMAGE,
             job=planned("job"),
-            image=Returned("build_image"),
+            image=Returned(BUILD_IMAGE),
             poll_interval=10,
             retry_policy=recovery,
         )
         check_rdma = RdmaBandwidthOperator(
-            task_id="check_rdma",
+            task_id=CHECK_RDMA,
             job=planned("job"),
-            image=Returned("verify_image"),
+            image=Returned(VERIFY_IMAGE),
             check=planned("rdma_check", required=False),
             poll_interval=10,
             retry_policy=recovery,
         )
         train = TrainingJobOperator(
-            task_id="train",
+            task_id=TRAIN,
             job=planned("job"),
-            dataset=Returned("stage_dataset"),
+            dataset=Returned(STAGE_DATASET),
             planned_dataset=planned("dataset"),
-            image=Returned("verify_image"),
+            image=Returned(VERIFY_IMAGE),
             poll_interval=5,
             retries=declaration.recovery.retries,
             retry_policy=recovery,
@@ -220,17 +239,17 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         # Its records come from branches of which only the backend's ran: it runs once train succeeded
         # although the others were skipped; a failed train fails it upstream, a skipped one skips it.
         publish = ArtifactsOperator(
-            task_id="publish_artifacts",
+            task_id=PUBLISH_ARTIFACTS,
             artifacts=planned("artifacts"),
             planned_dataset=planned("dataset"),
-            job_result=Returned("train"),
-            dataset=Returned("stage_dataset"),
-            runtime=[Returned("verify_image"), Returned("training_runtime")],
-            bandwidth=Returned("check_rdma"),
+            job_result=Returned(TRAIN),
+            dataset=Returned(STAGE_DATASET),
+            runtime=[Returned(VERIFY_IMAGE), Returned(TRAINING_RUNTIME)],
+            bandwidth=Returned(CHECK_RDMA),
             outlets=[model],
             # The gate applies the plan's rule (artifacts.promotion) to the champion this Asset keeps.
             champion=champion if declaration.promotion else None,
-            evaluation=Returned("evaluate") if declaration.evaluation else None,
+            evaluation=Returned(EVALUATE) if declaration.evaluation else None,
             trigger_rule="none_failed_min_one_success",
         )
         branches = [show_plan, stage, runtime, build_image, wait_for_capacity, train, publish]
@@ -239,12 +258,12 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             (
                 train
                 >> EvaluationOperator(
-                    task_id="evaluate",
+                    task_id=EVALUATE,
                     evaluation=planned("evaluation", required=False),
-                    job_result=Returned("train"),
+                    job_result=Returned(TRAIN),
                     champion=champion,
-                    dataset=Returned("stage_dataset"),
-                    image=Returned("verify_image"),
+                    dataset=Returned(STAGE_DATASET),
+                    image=Returned(VERIFY_IMAGE),
                     poll_interval=5,
                     retry_policy=recovery,
                 )
@@ -255,9 +274,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         if declaration.dataset.prepare:
             # On a cloud backend the prepare job runs in the verified training image.
             prepare = DatasetPrepareOperator(
-                task_id="prepare_dataset",
+                task_id=PREPARE_DATASET,
                 prepare=planned("prepare"),
-                image=Returned("verify_image"),
+                image=Returned(VERIFY_IMAGE),
                 poll_interval=5,
                 retry_policy=recovery,
                 trigger_rule="none_failed_min_one_success",
@@ -277,7 +296,7 @@ def planned(part: str = RETURN_VALUE, required: bool = True) -> Any:
     A ``Returned`` marker, which the operator's field holds until it runs and then resolves into the
     part (as an XComArg did): typed as the part the field takes, so Any.
     """
-    return Returned(CONFIGURE_TASK, part, required=required)
+    return Returned(CONFIGURE, part, required=required)
 
 
 def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperator, champion: Asset) -> None:
@@ -285,11 +304,11 @@ def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperato
     rule = declaration.promotion
     assert rule is not None
     promote = PromoteOperator(
-        task_id="promote",
-        published=Returned("publish_artifacts"),
-        job_result=Returned("train"),
+        task_id=PROMOTE,
+        published=Returned(PUBLISH_ARTIFACTS),
+        job_result=Returned(TRAIN),
         artifacts=planned("artifacts"),
-        approval=Returned("approve_promotion") if rule.approval else None,
+        approval=Returned(APPROVE_PROMOTION) if rule.approval else None,
         champion=champion,
     )
     if rule.approval is None:
@@ -300,8 +319,8 @@ def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperato
     (
         publish
         >> PromotionApprovalOperator(
-            task_id="approve_promotion",
-            published=Returned("publish_artifacts"),
+            task_id=APPROVE_PROMOTION,
+            published=Returned(PUBLISH_ARTIFACTS),
             approval=rule.approval,
             model=declaration.model_name,
         )

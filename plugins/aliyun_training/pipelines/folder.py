@@ -26,6 +26,7 @@ from aliyun_training.declaration import (
     load_declaration,
 )
 from aliyun_training.pages.runs import BROKEN_DECLARATION_TAG
+from aliyun_training.task_ids import DECLARATION_ERROR
 
 #: Every broken declaration file's DAG id starts with this; no declared pipeline may take it.
 BROKEN_DECLARATION_PREFIX = "invalid_declaration__"
@@ -131,7 +132,7 @@ def broken_dag_id(path: Path) -> str:
     return BROKEN_DECLARATION_PREFIX + safe
 
 
-@task(task_id="declaration_error")
+@task(task_id=DECLARATION_ERROR)
 def _declaration_error(error: str) -> None:
     """Fail with the declaration's error: what the file's run shows in its log and on its task."""
     raise AirflowFailException(error)

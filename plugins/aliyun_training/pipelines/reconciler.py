@@ -10,6 +10,7 @@ from airflow.sdk import DAG, Param
 
 from aliyun_training.operators.reconcile import OrphanedJobsOperator
 from aliyun_training.plan.backends import WatchedBackend, distinct
+from aliyun_training.task_ids import STOP_ORPHANED_JOBS
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -50,7 +51,7 @@ Trigger it with **dry_run** to see what it would stop; the task's return value l
         },
     ) as dag:
         OrphanedJobsOperator(
-            task_id="stop_orphaned_jobs",
+            task_id=STOP_ORPHANED_JOBS,
             watched=backends,
             report_only="{{ params.dry_run }}",
             grace_minutes="{{ params.grace_minutes }}",

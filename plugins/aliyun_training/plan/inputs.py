@@ -14,6 +14,7 @@ from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
 from aliyun_training.model_registry import resolve_registry_settings
 from aliyun_training.model_registry.base import RegistryInputs
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan, JobPlan, RunPlan
+from aliyun_training.task_ids import CHECK_RDMA, EVALUATE, PREPARE_DATASET, TRAIN, VERIFY_IMAGE
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
@@ -205,9 +206,9 @@ def job_tries(declaration: PipelineDeclaration) -> dict[str, int]:
     task's from ``recovery.retries``, the others' from the pipeline's ``retries``."""
     others = declaration.pipeline.retries + 1
     return {
-        "verify_image": others,
-        "check_rdma": others,
-        "prepare_dataset": others,
-        "evaluate": others,
-        "train": declaration.recovery.retries + 1,
+        VERIFY_IMAGE: others,
+        CHECK_RDMA: others,
+        PREPARE_DATASET: others,
+        EVALUATE: others,
+        TRAIN: declaration.recovery.retries + 1,
     }

@@ -25,6 +25,17 @@ from aliyun_training.backends.dlc.request import DlcJobSettings
 from aliyun_training.findings import PreflightReport
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.plan.requests import planned_image
+from aliyun_training.task_ids import (
+    BUILD_IMAGE,
+    CHECK_RDMA,
+    EVALUATE,
+    PREPARE_DATASET,
+    PROMOTE,
+    PUBLISH_ARTIFACTS,
+    STAGE_DATASET,
+    TRAIN,
+    VERIFY_IMAGE,
+)
 
 if TYPE_CHECKING:
     from aliyun_training.promotion import PromotionRule
@@ -33,15 +44,15 @@ if TYPE_CHECKING:
 WIDTH = 100
 #: What each task that sends requests is for, in a reader's words.
 PURPOSES = {
-    "stage_dataset": "copy the dataset version onto the training file system, verified, and register it",
-    "build_image": "build the training image, unless the registry already has its tag",
-    "verify_image": "check the image on one GPU node: Python, torch, CUDA, NCCL and RDMA libraries",
-    "check_rdma": "measure the RDMA bandwidth between two nodes before the multi-node job",
-    "prepare_dataset": "convert the raw version into the training version's shards",
-    "train": "the training job",
-    "evaluate": "score the new model and the champion on the same data",
-    "publish_artifacts": "register the new model as a candidate in the model registry",
-    "promote": "move the registry's champion pointer to the new model",
+    STAGE_DATASET: "copy the dataset version onto the training file system, verified, and register it",
+    BUILD_IMAGE: "build the training image, unless the registry already has its tag",
+    VERIFY_IMAGE: "check the image on one GPU node: Python, torch, CUDA, NCCL and RDMA libraries",
+    CHECK_RDMA: "measure the RDMA bandwidth between two nodes before the multi-node job",
+    PREPARE_DATASET: "convert the raw version into the training version's shards",
+    TRAIN: "the training job",
+    EVALUATE: "score the new model and the champion on the same data",
+    PUBLISH_ARTIFACTS: "register the new model as a candidate in the model registry",
+    PROMOTE: "move the registry's champion pointer to the new model",
 }
 #: Where a request acts, as its body says: the label and the path of each field that names a place.
 PLACES = (
@@ -146,7 +157,7 @@ def _summary(plan: RunPlan, requests: list[dict[str, Any]], ceiling: str) -> lis
     gpu_type = DlcJobSettings.from_backend_config(plan.job.backend_config).gpu_type
     training = (
         f"{_size(spec.nodes, spec.gpus_per_node)}{f' ({gpu_type})' if gpu_type else ''}, "
-        f"up to {spec.timeout_minutes} min a try, {plan.job_tries.get('train', 1)} tries"
+        f"up to {spec.timeout_minutes} min a try, {plan.job_tries.get(TRAIN, 1)} tries"
     )
     if plan.job.max_gpu_hours is not None:
         training += f", stopped at {plan.job.max_gpu_hours} GPU-hours (max_gpu_hours)"
@@ -327,11 +338,11 @@ def _facts(
 ) -> list[tuple[str, str]]:
     """What the document knows of a task's data, size and cost."""
     facts: list[tuple[str, str]] = []
-    if task == "stage_dataset" and plan.staging is not None:
+    if task == STAGE_DATASET and plan.staging is not None:
         facts.append(("data", f"{plan.staging.source_uri} -> {_staged_path(plan.staging)}"))
         if "files" in staging:
             facts.append(("size", _staging_words(staging)))
-    if task == "prepare_dataset" and plan.prepare is not None:
+    if task == PREPARE_DATASET and plan.prepare is not None:
         facts.append(("data", f"{plan.prepare.raw_uri} -> {plan.prepare.output_uri}"))
     if job is not None:
         size = _size(job["nodes"], job["gpus_per_node"])

@@ -18,6 +18,17 @@ from aliyun_training.model_registry import planned_registry_calls
 from aliyun_training.plan.models import EvaluationContract, TryContract
 from aliyun_training.stage_records import StagedDataset
 from aliyun_training.staging.registration import PaiDatasetRegistration, PvcRegistration
+from aliyun_training.task_ids import (
+    BUILD_IMAGE,
+    CHECK_RDMA,
+    EVALUATE,
+    PREPARE_DATASET,
+    PROMOTE,
+    PUBLISH_ARTIFACTS,
+    STAGE_DATASET,
+    TRAIN,
+    VERIFY_IMAGE,
+)
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
@@ -79,22 +90,22 @@ def planned_jobs(plan: RunPlan) -> list[PlannedJob]:
 
         shaped = plan.job.shaped(image=image)
         verify = verification_spec(shaped)
-        checks.append(PlannedJob("verify_image", plan.job, verify, tries.get("verify_image", 1)))
+        checks.append(PlannedJob(VERIFY_IMAGE, plan.job, verify, tries.get(VERIFY_IMAGE, 1)))
         if plan.rdma_check and plan.job.spec.nodes > 1 and plan.job.spec.rdma and not plan.rdma_check.skip:
             rdma = plan.rdma_check
             check = bandwidth_spec(shaped, device=rdma.device, gid_index=rdma.gid_index)
-            checks.append(PlannedJob("check_rdma", plan.job, check, tries.get("check_rdma", 1)))
+            checks.append(PlannedJob(CHECK_RDMA, plan.job, check, tries.get(CHECK_RDMA, 1)))
     prepare: list[PlannedJob] = []
     if plan.prepare is not None:
         job = plan.prepare.job
         note = f"skipped when {plan.prepare.output_uri} is already complete (its marker)"
         spec = job.spec.model_copy(update={"image": image or job.spec.image})
-        prepare.append(PlannedJob("prepare_dataset", job, spec, tries.get("prepare_dataset", 1), note=note))
+        prepare.append(PlannedJob(PREPARE_DATASET, job, spec, tries.get(PREPARE_DATASET, 1), note=note))
     train = PlannedJob(
-        "train",
+        TRAIN,
         plan.job,
         training_spec(plan, image),
-        tries.get("train", 1),
+        tries.get(TRAIN, 1),
         budget=plan.job.max_gpu_hours,
         checkpointed=plan.dataset.version,
         note=RESUME_NOTE,
@@ -123,7 +134,7 @@ def _evaluation_job(plan: RunPlan, image: str | None) -> list[PlannedJob]:
         "<DATA_DIR: the version the run trained on>" if plan.evaluation.own_version else None
     )
     spec = job.spec.model_copy(update={"image": image or job.spec.image, "env": {**job.spec.env, **env}})
-    return [PlannedJob("evaluate", job, spec, plan.job_tries.get("evaluate", 1), note=EVALUATION_NOTE)]
+    return [PlannedJob(EVALUATE, job, spec, plan.job_tries.get(EVALUATE, 1), note=EVALUATION_NOTE)]
 
 
 def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
@@ -136,7 +147,7 @@ def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
     gate = plan.artifacts.promotion
     calls = planned_registry_calls(registry, plan.installation)
     registered = [
-        PlannedRequest(call.service, call.action, call.body, "publish_artifacts", call.note)
+        PlannedRequest(call.service, call.action, call.body, PUBLISH_ARTIFACTS, call.note)
         for call in calls.register
     ]
     if gate is None:
@@ -146,7 +157,7 @@ def registry_requests(plan: RunPlan) -> list[PlannedRequest]:
     )
     moved = [
         PlannedRequest(
-            call.service, call.action, call.body, "promote", "; ".join(filter(None, (condition, call.note)))
+            call.service, call.action, call.body, PROMOTE, "; ".join(filter(None, (condition, call.note)))
         )
         for call in calls.promote
     ]
@@ -167,12 +178,12 @@ def planned_requests(plan: RunPlan, job_namer: JobNamer) -> list[PlannedRequest]
         ]
         for job in planned_jobs(plan)
     }
-    images = [*builds, *jobs.pop("verify_image", []), *jobs.pop("check_rdma", [])]
+    images = [*builds, *jobs.pop(VERIFY_IMAGE, []), *jobs.pop(CHECK_RDMA, [])]
     staging = staging_requests(plan.staging) if plan.staging else []
-    train = [*jobs.pop("train"), *jobs.pop("evaluate", []), *registry_requests(plan)]
+    train = [*jobs.pop(TRAIN), *jobs.pop(EVALUATE, []), *registry_requests(plan)]
     if plan.prepare is None:
         return [*staging, *images, *train]
-    return [*images, *jobs.pop("prepare_dataset"), *staging, *train]
+    return [*images, *jobs.pop(PREPARE_DATASET), *staging, *train]
 
 
 def planned_image(image: ImagePlan | None) -> str | None:
@@ -219,7 +230,7 @@ def predicted_staging(staging: StagingPlan) -> StagedDataset:
 
 def staging_requests(staging: StagingPlan) -> list[PlannedRequest]:
     """The copy (on a worker, in a pod, by a data flow) and the registration of the version."""
-    task = "stage_dataset"
+    task = STAGE_DATASET
     requests: list[PlannedRequest] = []
     if staging.mode == "direct":
         body = {
@@ -264,7 +275,7 @@ def _data_flow_import(staging: StagingPlan) -> PlannedRequest:
         "Directory and DstDirectory are relative to the data flow's OSS path and file system path "
         "(read with DescribeDataFlows at submit); ClientToken is a hash of the source listing"
     )
-    return PlannedRequest("nas", "CreateDataFlowTask", request.to_map(), "stage_dataset", note)
+    return PlannedRequest("nas", "CreateDataFlowTask", request.to_map(), STAGE_DATASET, note)
 
 
 def _pai_dataset_requests(staging: StagingPlan, registration: PaiDatasetRegistration) -> list[PlannedRequest]:
@@ -286,7 +297,7 @@ def _pai_dataset_requests(staging: StagingPlan, registration: PaiDatasetRegistra
         provider_type=registration.provider_type,
         **common,
     )
-    task = "stage_dataset"
+    task = STAGE_DATASET
     return [
         PlannedRequest(
             "aiworkspace",
@@ -310,7 +321,7 @@ def build_requests(image: ImagePlan) -> list[PlannedRequest]:
     from aliyun_training.image.context import image_reference
 
     reference = image_reference(image.repository or "", image.tag or "")
-    task = "build_image"
+    task = BUILD_IMAGE
     if image.mode == "kaniko":
         from aliyun_training.image.context import build_context
         from aliyun_training.image.kaniko import KanikoSettings, build_context_map, build_pod
