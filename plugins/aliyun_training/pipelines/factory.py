@@ -176,7 +176,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         recovery = FailureClassRetryPolicy(declaration.recovery.table)
         # Each key of configure's return value is one part of the plan (multiple_outputs); a task
         # takes its parts sealed (``planned``), so a part rewritten after configure is refused.
-        run: Any = configure()  # type: ignore[call-arg]  # Airflow fills the context arguments
+        run: Any = configure()  # type: ignore[call-arg, misc]  # Airflow fills the context arguments
         wait_for_version = DatasetVersionSensor(task_id=WAIT_FOR_VERSION, dataset=planned("dataset"))
         run >> wait_for_version
         with TaskGroup(PREFLIGHT) as preflight:
