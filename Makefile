@@ -106,6 +106,11 @@ ui: $(VENV)/.editable
 # than there are cores; each end-to-end module keeps one worker, and its deployment, to itself.
 TEST_WORKERS ?= 4
 
+# The suite starts hundreds of Python processes (xdist workers, task runners, torchrun ranks, jobs)
+# that import the package and the tests: with bytecode cached in __pycache__ (ignored by git), each
+# module is compiled, and each test module's asserts rewritten, once instead of in every process.
+unexport PYTHONDONTWRITEBYTECODE
+
 # The inner loop, at most a minute on a quiet 2-core machine: the style checks, mypy (incremental:
 # seconds once .mypy_cache holds its first run) and every test not marked slow or e2e (the unit tests,
 # the emulators' and the quick integration tests against them), beside each other.

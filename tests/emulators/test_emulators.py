@@ -372,6 +372,7 @@ async def test_dropped_connection_raises_unretryable_exception_async(
     assert dlc.count("GetJob") == 2  # aiohttp itself resends an idempotent request once after a drop
 
 
+@pytest.mark.slow
 def test_slow_answer_times_out_the_client_but_the_job_exists(dlc: DlcEmulator) -> None:
     impatient = DlcClient(_config(dlc.endpoint, read_timeout=100))
     dlc.faults = FaultPlan(slow_rate=1.0, slow_seconds=0.4)

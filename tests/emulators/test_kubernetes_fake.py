@@ -370,6 +370,7 @@ def test_sync_client_v36_returns_the_repr_of_bytes_for_a_preloaded_log(
     assert _log(core, "repr").startswith("Starting training")
 
 
+@pytest.mark.slow
 def test_follow_streams_lines_until_the_container_terminates(tmp_path: Path) -> None:
     with KubernetesFake() as fake:  # real clock: the stream has to wait for lines
         fake.script_for(

@@ -415,6 +415,7 @@ def test_corrupted_body_is_caught_by_crc(oss: OssEmulator, bucket: oss2.Bucket, 
         bucket.get_object_to_file("k", str(tmp_path / "k"))
 
 
+@pytest.mark.slow
 def test_slow_fault_and_latency_delay_answers(oss: OssEmulator, bucket: oss2.Bucket) -> None:
     oss.put(BUCKET, "k", b"x")
     oss.fail_next("HeadObject", "slow", seconds=0.3)

@@ -209,6 +209,7 @@ def test_cancel_stops_the_task(nas):
     assert not (nas.filesystem_root / "datasets" / "cifar10").exists()
 
 
+@pytest.mark.slow
 async def test_cancel_task_async_twin(nas):
     task_id = start_import()
     await cancel_task_async(NasHook(), FS, DF, task_id)

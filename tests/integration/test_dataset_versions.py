@@ -71,6 +71,7 @@ def test_an_empty_version_is_the_newest_and_a_missing_one_names_those_that_exist
     )
 
 
+@pytest.mark.slow
 def test_a_prepared_version_is_complete_only_once_its_marker_is_written(oss, tmp_path: Path) -> None:
     uri = f"oss://{BUCKET}/outputs/prepared/imagenet-shards/v1.abc/"
     oss.put(BUCKET, "outputs/prepared/imagenet-shards/v1.abc/train-000000.tar", b"shard")

@@ -297,6 +297,7 @@ def test_a_create_job_retried_after_a_lost_response_finds_the_job_instead_of_cre
     assert connected.count("ListJobs") >= 1
 
 
+@pytest.mark.slow
 def test_killed_while_deferred_sends_stop_job(connected: DlcEmulator) -> None:
     connected.default_script = JobScript(phases=[("Creating", 0.05), ("Running", 30.0)])
     trigger = defer(operator(), task_context())

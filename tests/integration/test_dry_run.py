@@ -150,6 +150,7 @@ def test_with_its_preflight_the_local_dry_run_prints_only_its_json_and_logs_to_s
     assert "outside of the Task Runner" not in done.stderr, "no operator is executed outside a task"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("environment", "connection", "checks"),
     [
@@ -244,6 +245,7 @@ def test_an_arena_dry_run_with_staging_renders_the_pod_the_volumes_and_the_kanik
     assert containers[0]["image"] == f"{image['repository']}:{image['tag']}"
 
 
+@pytest.mark.slow
 def test_the_arena_dry_runs_requests_are_accepted_by_the_kubernetes_api(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -346,6 +346,7 @@ async def test_a_build_of_the_tag_behind_a_full_page_of_newer_records_is_reattac
     assert pages[-2:] == [("1", "100"), ("2", "100")]
 
 
+@pytest.mark.slow
 async def test_the_build_rule_is_found_past_the_first_page_of_rules(acr, repo):
     for n in range(105):
         acr.add_build_rule(repo.repo_id, image_tag=f"other-{n}")

@@ -398,6 +398,7 @@ async def test_the_failure_is_read_from_the_termination_message_when_the_log_is_
     assert "exited with code 1 (Error)" in status.message
 
 
+@pytest.mark.slow
 async def test_an_oom_killed_build_suggests_more_memory(fake: KubernetesFake, clock: SteppedClock) -> None:
     fake.default_script = TrainingScript(phases=[("Running", 2.0)], outcome="OOMKilled", log_lines=BUILD_LOG)
     builder = KanikoBuilder(**settings(memory="16Gi"))

@@ -337,6 +337,7 @@ def test_a_build_that_outlives_the_build_timeout_is_stopped(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("force", [True, "true"])
 def test_force_rebuild_builds_even_though_the_tag_exists(
     registry: RegistryEmulator, kube: KubernetesFake, force: Any
@@ -444,6 +445,7 @@ def test_a_failed_acr_build_fails_the_task_naming_the_failing_step(
     assert "E: Unable to locate package libnl-3-dev" in message
 
 
+@pytest.mark.slow
 def test_the_registry_password_never_reaches_logs_return_values_or_errors(
     registry: RegistryEmulator,
     kube: KubernetesFake,

@@ -60,6 +60,7 @@ def assert_secret_absent(text: str) -> None:
     assert base64.b64encode(f"{LOGIN}:{PASSWORD}".encode()).decode() not in text
 
 
+@pytest.mark.slow
 def test_existing_tag_answers_its_digest_after_the_token_dance(registry):
     digest = registry.put_manifest("ml/train", "3f9a1c2b7d4e")
     assert image_digest(f"{registry.host}/ml/train:3f9a1c2b7d4e", CONN) == digest
@@ -77,6 +78,7 @@ def test_manifest_list_and_digest_references_are_found(registry):
     assert image_digest(f"{registry.host}/ml/train@{digest}", CONN) == digest
 
 
+@pytest.mark.slow
 def test_missing_tag_or_repository_is_none(registry):
     registry.put_manifest("ml/train", "3f9a1c2b7d4e")
     assert image_digest(f"{registry.host}/ml/train:000000000000", CONN) is None

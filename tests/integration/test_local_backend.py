@@ -173,6 +173,7 @@ def test_logs_resume_from_the_cursor_without_duplicates_and_hold_back_partial_li
     assert backend.logs(handle, rest.cursor).lines == []
 
 
+@pytest.mark.slow
 def test_logs_merge_the_nodes_in_the_order_their_lines_came_also_across_a_read_bound(
     backend: LocalBackend, tmp_path: Path
 ) -> None:
@@ -216,6 +217,7 @@ def test_a_node_killed_without_recording_an_exit_fails_the_job(backend: LocalBac
     assert job_pids(f"{handle.job_id}:") == set(), "the orphaned command or the other node kept running"
 
 
+@pytest.mark.slow
 def test_a_node_that_ends_while_its_status_is_read_is_not_taken_for_vanished(
     backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -288,6 +290,7 @@ def test_a_job_sees_the_allow_listed_environment_and_none_of_the_workers_secrets
     assert seen["HOME"] == os.environ["HOME"]
 
 
+@pytest.mark.slow
 def test_the_run_directory_is_private_to_the_user_running_the_worker(backend: LocalBackend) -> None:
     handle = backend.submit(TrainingJobSpec(nodes=2, command="echo hello; sleep 0.3"), "private")
 

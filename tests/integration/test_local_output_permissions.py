@@ -42,6 +42,7 @@ def worker_umask() -> Iterator[None]:
     os.umask(previous)
 
 
+@pytest.mark.slow
 def test_a_local_job_writes_its_outputs_0600_and_its_directories_0700(
     tmp_path: Path, worker_umask: None
 ) -> None:

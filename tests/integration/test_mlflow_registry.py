@@ -96,6 +96,7 @@ def test_two_deployments_registering_at_once_into_one_embedded_store_lose_nothin
     assert sorted(int(v.version) for v in versions) == list(range(1, 11))
 
 
+@pytest.mark.slow
 def test_an_unreachable_tracking_server_fails_naming_the_registry_and_the_fix(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -224,6 +224,7 @@ def test_an_announcement_no_run_takes_holds_the_next_back_for_the_take_timeout_o
     assert (first, next_after_timeout) == (["v1"], ["v2"])
 
 
+@pytest.mark.slow
 def test_a_moved_source_is_a_new_baseline_not_a_flood_of_runs(source: Source) -> None:
     store = StateStore()
     store.values[WATERMARK_KEY] = {

@@ -190,6 +190,7 @@ def test_unavailable_dropped_and_slow_reads_are_retried(oss, tmp_path, fault):
     assert gets(oss, "v1", "train/shard-1.npz") == (1 if fault == "slow" else 3)
 
 
+@pytest.mark.slow
 def test_a_source_rewritten_during_a_ranged_copy_fails_and_keeps_the_old_version(oss, tmp_path):
     uri = put_version(oss, "v1")
     first = stage_dataset(source(uri), tmp_path, "v1")
@@ -242,6 +243,7 @@ def test_a_backfill_stages_three_versions_side_by_side(oss, tmp_path):
 # -- bad input: a clear error, nothing published, nothing existing removed ----------------------
 
 
+@pytest.mark.slow
 def test_an_empty_prefix_says_to_upload_the_version(oss, tmp_path):
     with pytest.raises(SpecError, match=r"source_uri: no objects under oss://training-data/cifar10/v9/"):
         stage_dataset(source(f"oss://{BUCKET}/cifar10/v9/"), tmp_path, "v9")

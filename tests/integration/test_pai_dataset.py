@@ -70,6 +70,7 @@ def test_first_registration_creates_the_dataset_whose_v1_is_the_version(workspac
     assert json.loads(v1.options) == {"mountPath": "/mnt/data/cifar10/"}
 
 
+@pytest.mark.slow
 def test_the_creates_send_exactly_the_requests_the_pure_builders_make(workspace):
     dataset_id, _ = register(URI_A, labels={"pipeline": "cifar10"})
     register(URI_B, version_labels={"run": "r2"})
@@ -97,6 +98,7 @@ def test_the_creates_send_exactly_the_requests_the_pure_builders_make(workspace)
     assert sent_version.path.endswith(f"/{dataset_id}/versions")
 
 
+@pytest.mark.slow
 def test_registering_again_creates_nothing(workspace):
     first = register(URI_A)
     before = creates(workspace)

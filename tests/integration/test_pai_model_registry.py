@@ -83,6 +83,7 @@ def writes(workspace: AIWorkspaceEmulator) -> int:
     return sum(workspace.count(action) for action in WRITES)
 
 
+@pytest.mark.slow
 def test_a_candidate_becomes_a_pending_version_labelled_with_its_lineage(workspace):
     run = candidate("manual__2026-11-22T00:00:00+00:00")
     registered = registry().register(run)
@@ -116,6 +117,7 @@ def test_registering_a_run_again_gives_its_version_and_creates_nothing(workspace
     assert len(the_model(workspace).versions) == 1
 
 
+@pytest.mark.slow
 def test_two_candidates_are_two_versions_of_one_model(workspace):
     first = registry().register(candidate("run-a"))
     second = registry().register(candidate("run-b", accuracy=0.95))
@@ -223,6 +225,7 @@ def test_lost_answers_to_the_creates_do_not_make_a_second_model_or_version(works
     assert len(workspace.models) == 1 and len(the_model(workspace).versions) == 1
 
 
+@pytest.mark.slow
 def test_a_long_run_id_is_shortened_in_its_label_and_kept_whole(workspace):
     run_id = "manual__" + "x" * 150 + ",retry=1"
     label = label_value(run_id)
@@ -265,6 +268,7 @@ def test_a_registry_without_a_workspace_says_where_to_set_it():
         PaiRegistry(RegistrySettings(kind="pai", model=MODEL), INSTALLATION)
 
 
+@pytest.mark.slow
 def test_deployments_sharing_a_workspace_each_label_only_their_own_champion(
     workspace: AIWorkspaceEmulator,
 ) -> None:

@@ -87,6 +87,7 @@ def dlc_envs(dlc: DlcEmulator) -> list[dict[str, str]]:
     return [request.body.get("Envs") or {} for request in dlc.requests_for("CreateJob") if not request.fault]
 
 
+@pytest.mark.slow
 def test_a_config_failure_on_dlc_runs_one_job_and_fails_the_task(connected: DlcEmulator) -> None:
     connected.script_for(
         "retrain-train",
@@ -254,6 +255,7 @@ RECORDED_DLC = {
 }
 
 
+@pytest.mark.slow
 def test_a_worker_oom_killed_and_restarted_in_place_on_ack_fails_as_user_code_naming_its_node(
     fake: KubernetesFake, clock: ManualClock, capfd: pytest.CaptureFixture[str]
 ) -> None:
@@ -308,6 +310,7 @@ def test_a_dlc_job_whose_torchrun_was_stopped_from_outside_resumes_though_it_pri
     assert "Last log lines of node 0" in str(failed)
 
 
+@pytest.mark.slow
 def test_a_dlc_job_whose_image_cannot_be_pulled_fails_as_config_within_a_few_polls_and_is_stopped(
     connected: DlcEmulator,
 ) -> None:

@@ -100,6 +100,7 @@ def not_found() -> ClientException:
     return ClientException(status_code=404, code="QuotaNotFound", message="gone", request_id="RID-404")
 
 
+@pytest.mark.slow
 def test_call_or_none_answers_none_only_for_what_does_not_exist(monkeypatch: pytest.MonkeyPatch) -> None:
     connect(monkeypatch)
     hook = AlibabaCloudHook()

@@ -503,6 +503,7 @@ def dataflow_operator() -> DatasetStagingOperator:
     )
 
 
+@pytest.mark.slow
 def test_a_data_flow_import_is_verified_and_registered_as_a_pai_dataset_version(
     cloud: Cloud, capfd: pytest.CaptureFixture[str]
 ) -> None:

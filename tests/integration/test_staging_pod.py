@@ -350,6 +350,7 @@ async def test_a_missing_credentials_secret_or_key_fails_at_once(
     )
 
 
+@pytest.mark.slow
 async def test_a_deleted_pod_is_a_failure(fake: KubernetesFake) -> None:
     await harness.assert_a_deleted_pod_fails(fake, PodStager(**settings()), succeeding(), "staging")
 

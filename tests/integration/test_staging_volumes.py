@@ -227,6 +227,7 @@ def test_an_existing_volume_with_another_path_is_never_overwritten(fake: Kuberne
     assert volume.spec.csi.volume_attributes["path"] == CPFS["path"]
 
 
+@pytest.mark.slow
 def test_an_existing_claim_with_another_spec_is_reported(fake: KubernetesFake) -> None:
     _, pvc = build_volume(namespace=NS, name="cifar10-v4", **CPFS)
     pvc["spec"]["resources"]["requests"]["storage"] = "10Gi"

@@ -88,6 +88,7 @@ class TaskLog:
         return self.text
 
 
+@pytest.mark.slow
 async def test_log_lines_and_transitions_reach_the_log_while_the_job_runs(
     backend: LocalBackend, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

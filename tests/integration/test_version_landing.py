@@ -69,6 +69,7 @@ def test_a_version_larger_than_a_listing_page_lands_by_its_marker_with_one_reque
     assert look(oss, "_SUCCESS").landed
 
 
+@pytest.mark.slow
 def test_a_marker_in_a_sub_folder_or_a_longer_name_is_not_the_marker(oss) -> None:
     oss.put(BUCKET, PREFIX + "train/_SUCCESS", b"")
     oss.put(BUCKET, PREFIX + "_SUCCESS.uploading", b"")
@@ -124,6 +125,7 @@ def test_without_a_marker_a_changing_listing_waits_and_a_stable_one_lands_on_the
     assert oss.records()[0].query["max-keys"] == str(LISTING_PAGE), "one page, as large as OSS serves"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["train.npz.uploading", "train.npz.tmp", "train.npz.partial", "train.npz._COPYING_", ".a.tmp-812"]
 )
@@ -335,6 +337,7 @@ def test_without_a_marker_the_sensor_defers_at_once_for_the_two_looks(oss) -> No
     assert deferred.value.trigger.serialize()[1]["marker"] is None
 
 
+@pytest.mark.slow
 def test_a_version_waited_for_in_the_triggerer_lands_once_its_marker_is_written(
     tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:

@@ -582,6 +582,7 @@ def test_the_outcome_is_never_recorded_in_a_set_another_run_published(tmp_path, 
     )
 
 
+@pytest.mark.slow
 def test_recording_waits_for_a_publisher_of_the_set_and_never_writes_beside_it(tmp_path):
     artifacts = _gated(tmp_path)
     decision = Decision.model_validate(artifacts.promotion)

@@ -29,6 +29,7 @@ def test_the_fix_names_the_ui_type_the_environment_variable_and_the_setting() ->
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("conn_id", "conn_type"),
     [

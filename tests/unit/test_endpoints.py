@@ -60,6 +60,7 @@ def test_each_client_resolves_the_official_public_endpoint_of_the_default_region
     assert client._endpoint == OFFICIAL_PUBLIC_ENDPOINTS[service]
 
 
+@pytest.mark.slow
 def test_ram_is_global_also_where_its_sdk_would_compose_a_regional_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -10,6 +10,8 @@ import shutil
 import socket
 from typing import TYPE_CHECKING
 
+import pytest
+
 from aliyun_training.plan.cost import cost_ceiling
 from aliyun_training.plan.dry_run import dry_run_document, image_check, staging_check
 from aliyun_training.plan.models import RunPlan
@@ -123,6 +125,7 @@ def test_a_forced_rebuild_is_planned_without_asking_the_registry(dlc_plan: Calla
     }
 
 
+@pytest.mark.slow
 def test_a_registry_that_cannot_be_reached_is_the_image_checks_error_not_the_dry_runs(
     dlc_plan: Callable[..., RunPlan],
 ) -> None:
