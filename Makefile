@@ -149,7 +149,7 @@ style: $(VENV)/.installed
 	ruff format --check .
 	lint-imports
 
-# parse_time.py misses its 1.3 x target with many declared pipelines (docs/benchmarks.md): its
+# parse_time.py misses its cold-parse limit with 50 declared pipelines (docs/benchmarks.md): its
 # failure is shown and the other benchmarks still run.
 bench: $(VENV)/.installed
 	-python bench/parse_time.py
