@@ -6,7 +6,7 @@ into the plan's :class:`~aliyun_training.model_registry.base.RegistrySettings`, 
 registers candidates and moves the champion pointer, and the requests that client sends, which the
 dry run shows. Each place reads the kind's :class:`ModelRegistryRecord` instead of switching on its
 name, so adding a registry is one module plus one entry in :data:`MODEL_REGISTRIES`, as adding a
-backend is one package plus one entry in ``registry.BACKENDS``.
+backend is one package plus one entry in ``backend_catalog.BACKENDS``.
 
 The record names its code parts by import path, as the backend's record does: nothing is imported
 until a part is used, so the declaration, which reads the kinds, imports no client, and a DAG file
