@@ -87,7 +87,7 @@ _HOOK_MODULES = [
         "paistudio",
         "ram",
         "vpc",
-        "registry",
+        "container_registry",
         "kubernetes",
     )
 ]

@@ -9,7 +9,7 @@ databricks provider's are (``get_x`` / ``aget_x``). Each method is a call under 
 (:meth:`~AlibabaCloudHook.call` / :meth:`~AlibabaCloudHook.acall`), reads every page of a list
 (:meth:`~AlibabaCloudHook.call_pages`), and answers None for a thing that does not exist with one
 rule for both twins (:meth:`~AlibabaCloudHook.call_or_none`). A container registry is not an
-``alibaba_cloud`` service: ``hooks/registry.py`` is its hook, over a registry connection.
+``alibaba_cloud`` service: ``hooks/container_registry.py`` is its hook, over a registry connection.
 
 Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``access_key_secret``):
 

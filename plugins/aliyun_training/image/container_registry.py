@@ -3,7 +3,7 @@
 :func:`image_digest` answers the digest of ``host/namespace/repo:tag`` (or ``...@sha256:...``), or
 None when the registry does not have it, so a build can be skipped for a tag that already exists.
 The protocol, the connection (``registry_conn_id``: host, login, password) and the errors are
-those of ``hooks.registry.ContainerRegistryHook``; they are named here too for the callers.
+those of ``hooks.container_registry.ContainerRegistryHook``; they are named here too for the callers.
 """
 
 from __future__ import annotations

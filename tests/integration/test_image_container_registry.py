@@ -1,4 +1,4 @@
-"""image/registry.py: does a tag exist, over real HTTP (requests) against the registry emulator."""
+"""image/container_registry.py: does a tag exist, over real HTTP (requests) against the registry emulator."""
 
 from __future__ import annotations
 
