@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.sdk.exceptions import TaskDeferred
 
+from aliyun_training.artifacts.collect import RunInfo
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.ownership import task_owner
 from aliyun_training.triggers.training import TrainingJobTrigger
@@ -23,6 +24,16 @@ if TYPE_CHECKING:
 
     from aliyun_training.operators.training import TrainingJobOperator
     from aliyun_training.spec import JobOwner
+
+#: A manual run of the CIFAR-10 pipeline as the publish task names it.
+MANUAL_RUN = RunInfo(
+    dag_id="cifar10_retrain",
+    run_id="manual__2026-11-22T10:00:00+00:00",
+    logical_date=None,
+    run_type="manual",
+    params={},
+    url="/dags/cifar10_retrain/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
+)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from aliyun_training.artifacts.collect import RunInfo, publish_artifacts, summarize_metrics
+from aliyun_training.artifacts.collect import publish_artifacts, summarize_metrics
 from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.artifacts.outcome import record_outcome
 from aliyun_training.artifacts.report import metric_chart_svg, render_report
@@ -27,6 +27,7 @@ from aliyun_training.promotion import (
 from aliyun_training.stage_records import ApprovalAnswer, BandwidthCheck, BuiltImage, JobResult, StagedDataset
 from aliyun_training.staging.publish import publication_lock
 from aliyun_training.validation import SpecError
+from tests.operator_harness import MANUAL_RUN
 
 EPOCHS = [
     {"epoch": 1, "train_loss": 2.31, "test_loss": 2.05, "test_accuracy": 0.21, "seconds": 12.5},
@@ -435,14 +436,7 @@ def test_the_wall_time_shows_its_exact_seconds_only_where_the_duration_rounds_th
 
 # -- the promotion's outcome: what the files say before and after promote decides -----------------
 
-RUN = RunInfo(
-    dag_id="cifar10_retrain",
-    run_id="manual__2026-11-22T10:00:00+00:00",
-    logical_date=None,
-    run_type="manual",
-    params={},
-    url="/dags/cifar10_retrain/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
-)
+RUN = MANUAL_RUN
 #: The run as ``record_outcome`` names it: its DAG id and run id.
 RUN_IDS = (RUN.dag_id, RUN.run_id)
 #: The first model passes the gate (its final test loss is 1.20) and waits for alice's approval.

@@ -19,26 +19,19 @@ from airflow.sdk import Asset
 from airflow.sdk.exceptions import AirflowSkipException
 
 from aliyun_training import seals
-from aliyun_training.artifacts.collect import RunInfo, publish_artifacts
+from aliyun_training.artifacts.collect import publish_artifacts
 from aliyun_training.champion import CHAMPION_KEY, OUTCOME_KEY
 from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.operators.promotion import PromoteOperator
 from aliyun_training.promotion import Approval, Champion, Comparison, Decision, PromotionRule, decide
 from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
-from tests.operator_harness import TaskInstanceIds
+from tests.operator_harness import MANUAL_RUN, TaskInstanceIds
 from tests.unit.test_artifacts import DATASET, RUNTIME, _job, _job_output
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-RUN = RunInfo(
-    dag_id="cifar10_retrain",
-    run_id="manual__2026-11-22T10:00:00+00:00",
-    logical_date=None,
-    run_type="manual",
-    params={},
-    url="/dags/cifar10_retrain/runs/manual__2026-11-22T10%3A00%3A00%2B00%3A00",
-)
+RUN = MANUAL_RUN
 ASSET = Asset(name="cifar10-resnet_champion", uri="model://cifar10-resnet/champion")
 #: The candidate scores 0.63 (its final test accuracy): better than either champion's 0.5.
 RULE = PromotionRule(metric="final_test_accuracy")
