@@ -87,7 +87,10 @@ class ChampionPointer:
         if moved_since(current, compared_with):
             raise ChampionChanged(current, compared_with)
         if champion.registered is not None:
-            assert registry is not None, "a registered version is promoted in its registry"
+            if registry is None:
+                raise ValueError(
+                    f"version {champion.registered.version} is registered, but no registry was given"
+                )
             registry.promote(champion.registered)
         self._state.set(CHAMPION_KEY, champion.model_dump(mode="json"))
 

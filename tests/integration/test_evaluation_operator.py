@@ -230,8 +230,12 @@ def test_only_the_candidate_is_scored_without_a_champion_the_job_can_read(
     assert contract_seen(outputs)["CHAMPION_DIR"] == ""
     assert (result["comparison"]["champion"], result["comparison"]["champion_run_id"]) == (None, None)
     assert result["comparison"]["candidate"] == CANDIDATE_SCORES
-    said = "The champion (scheduled__2025-12-28) wrote to " in capfd.readouterr().out
+    log = capfd.readouterr().out
+    said = "The champion (scheduled__2025-12-28) " in log
     assert said is (pointer is not None), "the task log says why a champion was not scored"
+    if pointer is not None:
+        why = "which this run's jobs do not mount" if pointer["outputs_uri"] else "has no recorded outputs"
+        assert why in log
 
 
 def test_a_retry_scores_the_champion_the_first_try_chose_though_the_pointer_moved(

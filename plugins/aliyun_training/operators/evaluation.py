@@ -118,11 +118,16 @@ class EvaluationOperator(TrainingJobOperator):
         champion = ChampionPointer(context["asset_state_store"][self.champion]).read()
         champion_dir = self._node_path(champion.outputs_uri) if champion and champion.outputs_uri else None
         if champion and champion_dir is None:
+            where = (
+                f"wrote to {champion.outputs_uri}, which this run's jobs do not mount"
+                if champion.outputs_uri
+                else "has no recorded outputs"
+            )
             self.log.warning(
-                "The champion (%s) wrote to %s, which this run's jobs do not mount: only the candidate is "
-                "scored, and the gate compares with the champion's recorded metrics",
+                "The champion (%s) %s: only the candidate is scored, and the gate compares with the "
+                "champion's recorded metrics",
                 champion.run_id,
-                champion.outputs_uri,
+                where,
             )
         inputs = EvaluationContract(
             candidate_dir=self._node_path(candidate.output_uri) or "",
