@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException
 
-from aliyun_training.seals import SEAL_KEY, SealError, check, seals
+from aliyun_training.seals import SEAL_KEY, SealError, check, seal, seals
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
@@ -51,8 +51,20 @@ def seal_returned(context: Context, result: Any) -> None:
         return
     ti, task = context["ti"], context["task"]
     multiple = bool(getattr(task, "multiple_outputs", False))
-    map_index = -1 if ti.map_index is None else ti.map_index
-    ti.xcom_push(SEAL_KEY, seals(result, ti.dag_id, ti.run_id, ti.task_id, map_index, multiple))
+    ti.xcom_push(SEAL_KEY, seals(result, ti.dag_id, ti.run_id, ti.task_id, _map_index(ti), multiple))
+
+
+def push_sealed(context: Context, key: str, value: Any) -> None:
+    """Push ``value`` as the XCom ``key`` with its seal: a record a task leaves besides what it
+    returns (a skipped task returns nothing), checked like one by whoever reads it."""
+    ti = context["ti"]
+    ti.xcom_push(key, value)
+    ti.xcom_push(SEAL_KEY, {key: seal(value, ti.dag_id, ti.run_id, ti.task_id, key, _map_index(ti))})
+
+
+def _map_index(ti: Any) -> int:
+    """The task instance's map index as its seals name it (-1: not mapped)."""
+    return -1 if ti.map_index is None else int(ti.map_index)
 
 
 class ReturnedRecordsMixin(BaseOperator):

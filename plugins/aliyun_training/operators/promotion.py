@@ -14,7 +14,7 @@ from aliyun_training.operators.artifacts import oss_config
 from aliyun_training.plan.models import ArtifactsPlan
 from aliyun_training.promotion import Champion, Decision, Outcome
 from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet, JobResult
-from aliyun_training.upstream import ReturnedRecordsMixin
+from aliyun_training.upstream import ReturnedRecordsMixin, push_sealed
 from aliyun_training.validation import SpecError, validate_record
 
 if TYPE_CHECKING:
@@ -97,7 +97,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         # announced, and the retry does both.
         self._record_outcome(context, plan, published, decision, outcome)
         if answer is not None and answer.rejects:
-            self._leave_outcome(context, outcome)
+            push_sealed(context, OUTCOME_KEY, outcome.model_dump(mode="json"))
             raise AirflowSkipException(f"not promoted: {outcome.reason}")
         if not outcome.promoted:
             return _returned(run_id, outcome)
@@ -144,18 +144,6 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             self.log.warning("Not promoted: %s", held.reason)
             return held
         return Outcome(state="promoted", reason=decision.reason, responder=approver)
-
-    def _leave_outcome(self, context: Context, outcome: Outcome) -> None:
-        """Push ``outcome`` and its seal: a skipped task returns nothing for the pages to read."""
-        from aliyun_training.seals import SEAL_KEY, seal
-
-        ti = context["ti"]
-        value = outcome.model_dump(mode="json")
-        map_index = -1 if ti.map_index is None else ti.map_index
-        ti.xcom_push(OUTCOME_KEY, value)
-        ti.xcom_push(
-            SEAL_KEY, {OUTCOME_KEY: seal(value, ti.dag_id, ti.run_id, ti.task_id, OUTCOME_KEY, map_index)}
-        )
 
     def _record_outcome(
         self,
