@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
 from aliyun_training.failures import BLOCKING_REASONS, Failure, FailureClass
+from aliyun_training.failures.origin import ORIGIN_CANDIDATES, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 
@@ -143,16 +144,20 @@ class JobMonitor:
         """The outcome of a finished job, with the failing node's evidence when it failed."""
         if status.state is not JobState.FAILED:
             return self._outcome(status)
+        tails = {node: self.backend.tail(self.handle, node, EVIDENCE_LINES) for node in _candidates(status)}
+        status = _from_origin(status, tails)
         node = self._failed_node(status)
-        tail = self.backend.tail(self.handle, node, EVIDENCE_LINES)
-        return self._failed(status, node, tail, self.backend.failure_details(self.handle))
+        return self._failed(status, node, tails[node], self.backend.failure_details(self.handle))
 
     async def aoutcome(self, status: JobStatus) -> JobOutcome:
         if status.state is not JobState.FAILED:
             return self._outcome(status)
+        tails = {
+            node: await self.backend.atail(self.handle, node, EVIDENCE_LINES) for node in _candidates(status)
+        }
+        status = _from_origin(status, tails)
         node = self._failed_node(status)
-        tail = await self.backend.atail(self.handle, node, EVIDENCE_LINES)
-        return self._failed(status, node, tail, await self.backend.afailure_details(self.handle))
+        return self._failed(status, node, tails[node], await self.backend.afailure_details(self.handle))
 
     def _failed(self, status: JobStatus, node: int, tail: list[str], details: list[str]) -> JobOutcome:
         """Classify from the node's whole evidence window; keep the excerpt that shows the error."""
@@ -209,3 +214,19 @@ class JobMonitor:
             failure=failure,
             waited_because=self.waited_because,
         )
+
+
+def _candidates(status: JobStatus) -> list[int]:
+    """The nodes whose output a failed job's outcome reads: the first ``ORIGIN_CANDIDATES`` of those
+    the platform reports ended badly, else the one it names (node 0 when it names none)."""
+    ended = [ended.node for ended in status.ended_nodes[:ORIGIN_CANDIDATES]]
+    return ended or [status.failed_node if status.failed_node is not None else 0]
+
+
+def _from_origin(status: JobStatus, tails: dict[int, list[str]]) -> JobStatus:
+    """``status`` naming the node the failure began on (``failures.origin``), and its exit code,
+    instead of the one the platform saw end first."""
+    if len(status.ended_nodes) < 2:
+        return status
+    origin = origin_order(status.ended_nodes[:ORIGIN_CANDIDATES], tails)[0]
+    return status.model_copy(update={"failed_node": origin.node, "exit_code": origin.exit_code})

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from aliyun_training.failures.origin import EndedNode
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 if TYPE_CHECKING:
@@ -61,6 +62,11 @@ class JobStatus(BaseModel):
     finished: str | None = None
     failed_node: int | None = None
     exit_code: int | None = None
+    #: Of a failed job, the nodes that ended badly, the platform's first to end first, where the
+    #: platform reports each node's end (DLC's pods, ACK's): the monitor reads their output to find
+    #: the node the failure began on (``failures.origin``). Empty where the backend decided that
+    #: itself (local, which reads its nodes' output where it runs).
+    ended_nodes: list[EndedNode] = Field(default_factory=list)
     #: The platform's own code for why the job is in this state, for classifying a failure: DLC's
     #: ReasonCode, a container's termination or waiting reason (OOMKilled, ImagePullBackOff,
     #: Evicted), the local node's signal name (SIGKILL).

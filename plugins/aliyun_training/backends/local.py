@@ -72,6 +72,7 @@ from aliyun_training.backends.local_node import (
     write_json_atomically,
 )
 from aliyun_training.failures import COMMAND_NOT_RUN, DATA_ERROR_EXIT, Failure, FailureClass
+from aliyun_training.failures.origin import EndedNode, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, read_node_output
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
@@ -391,20 +392,17 @@ class LocalBackend(OffloadedAsyncMixin):
         return JobStatus(state=JobState.RUNNING, raw="Running", started=started)
 
     def _in_failure_order(self, handle: JobHandle, failed: list[_NodeState]) -> list[_NodeState]:
-        """Failed nodes, the one where the failure began first: nodes that failed because of another
-        (their torchrun was stopped, their first failed rank lost a peer) after the others, then by
-        when each ended (a vanished node at its last heartbeat)."""
+        """Failed nodes, the one where the failure began first (``failures.origin``: nodes that
+        failed because of another last, then by when each ended, a vanished node at its last
+        heartbeat and with no output of its own to read)."""
         if len(failed) < 2:
             return failed
-
-        def order(node: _NodeState) -> tuple[bool, str]:
-            consequence = (
-                not node.vanished
-                and read_node_output(self.tail(handle, node.rank, EVIDENCE_LINES)).consequence
-            )
-            return consequence, node.finished or "~"
-
-        return sorted(failed, key=order)
+        ended = [EndedNode(node=node.rank, finished=node.finished) for node in failed]
+        outputs = {
+            node.rank: self.tail(handle, node.rank, EVIDENCE_LINES) for node in failed if not node.vanished
+        }
+        by_rank = {node.rank: node for node in failed}
+        return [by_rank[node.node] for node in origin_order(ended, outputs)]
 
     def _node_state(self, handle: JobHandle, rank: int) -> _NodeState:
         node_dir = self.root / handle.name / f"node-{rank}"

@@ -33,6 +33,11 @@ class FailureClass(StrEnum):
     DATA = "data"
     #: The run used up its ``max_gpu_hours``; the job was stopped.
     BUDGET = "budget"
+    #: A platform hiccup that clears by itself: a registry's rate limit or 5xx while pulling the
+    #: image, a container the kubelet lost track of, an MPI daemon or a torchrun rendezvous that
+    #: dropped before the script ran. The same request succeeds later; waiting longer each try
+    #: keeps a retry from meeting the same limit.
+    TRANSIENT = "transient"
 
 
 class Failure(BaseModel):
@@ -192,6 +197,10 @@ class RecoveryAction(StrEnum):
     RESUME = "resume"
 
 
+#: The longest a rule may have a retry wait: a day.
+MAX_DELAY_MINUTES = 24 * 60
+
+
 class RecoveryRule(BaseModel):
     """The action for one failure class, and how long to wait before the retry."""
 
@@ -199,10 +208,21 @@ class RecoveryRule(BaseModel):
 
     action: RecoveryAction
     #: None: the task's own retry delay.
-    delay_minutes: Annotated[float | None, Field(ge=0, le=24 * 60)] = None
+    delay_minutes: Annotated[float | None, Field(ge=0, le=MAX_DELAY_MINUTES)] = None
+    #: Whether each retry waits twice as long as the one before (``delay_minutes`` first, at most
+    #: ``MAX_DELAY_MINUTES``): a rate limit or a struggling registry is not met again at once.
+    backoff: bool = False
+
+    def delay(self, try_number: int) -> float | None:
+        """Minutes to wait before the retry after try ``try_number`` (1: the first) failed."""
+        if self.delay_minutes is None or not self.backoff:
+            return self.delay_minutes
+        return min(self.delay_minutes * 2 ** max(try_number - 1, 0), MAX_DELAY_MINUTES)
 
     def describe(self) -> str:
         wait = f" after {self.delay_minutes:g} min" if self.delay_minutes else ""
+        if wait and self.backoff:
+            wait += ", twice as long each try"
         return {
             RecoveryAction.FAIL: "fail without retrying",
             RecoveryAction.RETRY: f"retry from scratch{wait}",
@@ -220,4 +240,5 @@ DEFAULT_RECOVERY: dict[FailureClass, RecoveryRule] = {
     FailureClass.CAPACITY: RecoveryRule(action=RecoveryAction.RESUME, delay_minutes=15),
     FailureClass.PREEMPTION: RecoveryRule(action=RecoveryAction.RESUME),
     FailureClass.INFRASTRUCTURE: RecoveryRule(action=RecoveryAction.RESUME),
+    FailureClass.TRANSIENT: RecoveryRule(action=RecoveryAction.RESUME, delay_minutes=1, backoff=True),
 }

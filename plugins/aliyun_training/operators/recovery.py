@@ -67,7 +67,8 @@ class FailureClassRetryPolicy(RetryPolicy):
         reason = f"{failure.describe()}: {rule.describe()}"
         if rule.action is RecoveryAction.FAIL:
             return RetryDecision.fail(reason)
-        delay = timedelta(minutes=rule.delay_minutes) if rule.delay_minutes is not None else None
+        minutes = rule.delay(try_number)
+        delay = timedelta(minutes=minutes) if minutes is not None else None
         return RetryDecision.retry(delay=delay, reason=reason)
 
     def serialize(self) -> dict[str, Any]:

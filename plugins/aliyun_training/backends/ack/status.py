@@ -21,6 +21,7 @@ from aliyun_training.backends.ack.request import (
     JobKind,
 )
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LaunchedJob
+from aliyun_training.failures.origin import EndedNode
 from aliyun_training.kubernetes.names import owner_tags
 from aliyun_training.kubernetes.pod_status import PodProblem, pod_problems
 from aliyun_training.spec import JobOwner
@@ -164,7 +165,8 @@ def job_status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[st
         )
         if part
     )
-    failed = _first_failed_node(pods)
+    ended = _ended_nodes(pods)
+    failed = ended[0].node if ended else None
     return JobStatus(
         state=state,
         raw=newest["type"],
@@ -172,24 +174,28 @@ def job_status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[st
         started=_iso(status.get("startTime")),
         finished=_iso(status.get("completionTime")) if state.is_terminal else None,
         failed_node=failed,
-        exit_code=_exit_code(pods[failed]) if failed is not None else None,
+        exit_code=ended[0].exit_code if ended else None,
+        ended_nodes=ended if state is JobState.FAILED else [],
         reason_code=_reason_code(read, failed)
         or (newest.get("reason", "") if state is JobState.FAILED else ""),
     )
 
 
-def _first_failed_node(pods: list[dict[str, Any]]) -> int | None:
-    """The node whose pod failed first, by when its container terminated (``finishedAt``; node order
-    on a tie): the master's collateral error, ended later, must not hide the worker's own failure.
-    A pod failed when its phase says so, or when a container of it ended with a non-zero code, now
-    or before the kubelet restarted it in place (``restartPolicy: OnFailure``: only ``lastState``
-    keeps that end)."""
+def _ended_nodes(pods: list[dict[str, Any]]) -> list[EndedNode]:
+    """The nodes whose pod failed, the first to fail first by when its container terminated
+    (``finishedAt``, one-second resolution; node order on a tie, which ``failures.origin`` breaks by
+    the nodes' output). A pod failed when its phase says so, or when a container of it ended with
+    a non-zero code, now or before the kubelet restarted it in place (``restartPolicy: OnFailure``:
+    only ``lastState`` keeps that end)."""
     failed = [
         (_finished_at(pod), rank)
         for rank, pod in enumerate(pods)
         if pod.get("status", {}).get("phase") == "Failed" or _bad_ends(pod)
     ]
-    return min(failed)[1] if failed else None
+    return [
+        EndedNode(node=rank, finished=None if at == "~" else at, exit_code=_exit_code(pods[rank]))
+        for at, rank in sorted(failed)
+    ]
 
 
 def _bad_ends(pod: dict[str, Any]) -> list[dict[str, Any]]:

@@ -52,7 +52,8 @@ from aliyun_training.backends.dlc.status import (
     UNENDED_STATUSES,
     blocking_reason,
     dlc_time,
-    first_failed_node,
+    ended_badly,
+    ended_nodes,
     in_quota_queue,
     iso,
     last_pull_event,
@@ -344,7 +345,8 @@ class DlcBackend:
             )
             state = JobState.RUNNING
         self._views[handle.job_id] = LogView.of(job)
-        failed = first_failed_node(job)
+        ended = ended_badly(job)
+        failed = ended[0][0] if ended else None
         reason, reason_code = "", job.reason_code or ""
         if state in (JobState.FAILED, JobState.STOPPED):
             reason = status_reason(job)
@@ -362,6 +364,7 @@ class DlcBackend:
             started=iso(job.gmt_running_time or job.gmt_create_time),
             finished=iso(job.gmt_finish_time) if state.is_terminal else None,
             failed_node=failed,
+            ended_nodes=ended_nodes(job) if state is JobState.FAILED else [],
             history=[phase(item) for item in job.status_history or []],
         )
 

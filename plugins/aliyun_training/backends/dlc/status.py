@@ -9,6 +9,7 @@ from typing import Any
 
 from aliyun_training.backends.base import JobState
 from aliyun_training.failures import BLOCKING_REASONS
+from aliyun_training.failures.origin import EndedNode
 
 #: Of the pods that ended badly, how many (the first to end first) have their GetPodEvents read.
 FAILURE_EVENT_PODS = 4
@@ -72,11 +73,10 @@ def ended_badly(job: Any) -> list[tuple[int, Any]]:
     return sorted(ended, key=lambda ended_pod: (ended_pod[1].gmt_finish_time or "~", ended_pod[0]))
 
 
-def first_failed_node(job: Any) -> int | None:
-    """The node whose pod ended badly first: the master's collateral error, ended later, must not
-    hide the worker's own failure."""
-    ended = ended_badly(job)
-    return ended[0][0] if ended else None
+def ended_nodes(job: Any) -> list[EndedNode]:
+    """The nodes whose pods ended badly, the first to end first (``ended_badly``), for the monitor
+    to find where the failure began (``failures.origin``): GmtFinishTime has one-second resolution."""
+    return [EndedNode(node=node, finished=pod.gmt_finish_time) for node, pod in ended_badly(job)]
 
 
 def pods_to_explain(job: Any) -> list[str]:
