@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
-from aliyun_training.failures import BLOCKING_REASONS, Failure, FailureClass
+from aliyun_training.failures import Failure, FailureClass, blocked_class
 from aliyun_training.failures.origin import ORIGIN_CANDIDATES, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
@@ -115,7 +115,7 @@ class JobMonitor:
             return None
         if self.budget is not None and self.budget.exceeded(status):
             return self._budget_outcome(status)
-        blocked = BLOCKING_REASONS.get(status.reason_code)
+        blocked = blocked_class(status.reason_code, status.reason)
         self.blocked_polls = self.blocked_polls + 1 if blocked else 0
         if blocked and (self.blocked_polls >= BLOCKED_POLLS or status.reason_code in _BLOCKED_AT_ONCE):
             evidence = f"{status.reason_code} for {self.blocked_polls} polls in a row: {status.reason}"

@@ -61,6 +61,28 @@ DATA_ERROR_EXIT = 65
 #: 127 not found. The job's configuration names a command that is not there.
 COMMAND_NOT_RUN = {126: "the command is not executable", 127: "the command was not found"}
 
+#: A registry limiting or failing a pull rather than refusing it: the distribution spec's
+#: TOOMANYREQUESTS error code ("toomanyrequests"), an HTTP 429, or a 5xx the container runtime
+#: reports ("unexpected status code 503 Service Unavailable", "received unexpected HTTP status: 502
+#: Bad Gateway"). "manifest unknown", "unauthorized" and a bad name are permanent: no retry fixes
+#: them.
+_REGISTRY_HICCUP = (
+    r"toomanyrequests|too many requests|\b429\b"
+    r"|(?:status(?: code)?|HTTP status):? 5\d\d\b|\b50[0234] (?:Internal Server Error|Bad Gateway"
+    r"|Service Unavailable|Gateway Time-?out)"
+)
+#: Open MPI's launcher lost a node's daemon (ORTE's and PRRTE's help texts: "ORTE has lost
+#: communication with a remote daemon", "An ORTE daemon has unexpectedly failed after launch and
+#: before communicating back to mpirun"): the link or the daemon dropped, not the script.
+_LOST_MPI_DAEMON = (
+    r"(?:ORTE|PRTE) has lost communication with (?:a|its) (?:remote )?daemon"
+    r"|(?:ORTE|PRTE) daemon has unexpectedly failed after launch"
+)
+#: Whether a text names a registry hiccup (``_REGISTRY_HICCUP``): an image pull it blocks is
+#: transient, one ``BLOCKING_REASONS`` names for another reason is not.
+REGISTRY_HICCUP = re.compile(_REGISTRY_HICCUP, re.I)
+
+
 #: What training output says, checked in order (the first match wins), against a failed job's last
 #: log lines and the platform's messages. Infrastructure comes before user code: an NCCL timeout
 #: ends in a Python traceback too. Sources: NCCL's and PyTorch's own error messages
@@ -83,6 +105,14 @@ TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         ),
     ),
     (FailureClass.USER_CODE, re.compile(r"CUDA error: device-side assert triggered")),
+    # A torch built without CUDA in a GPU job: torch/cuda/__init__.py's AssertionError "Torch not
+    # compiled with CUDA enabled" and ProcessGroupNCCL's "Distributed package doesn't have NCCL
+    # built in" (torch/distributed/distributed_c10d.py). The image's torch is the job's own choice,
+    # like any other dependency of the script; the machines are fine.
+    (
+        FailureClass.USER_CODE,
+        re.compile(r"Torch not compiled with CUDA enabled|Distributed package doesn't have NCCL built in"),
+    ),
     (
         FailureClass.INFRASTRUCTURE,
         re.compile(
@@ -93,6 +123,7 @@ TEXT_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
             r"|CUDA error: (?!out of memory)|GPU is lost|fell off the bus",
         ),
     ),
+    (FailureClass.TRANSIENT, re.compile(rf"{_LOST_MPI_DAEMON}|{_REGISTRY_HICCUP}", re.I)),
     (
         FailureClass.USER_CODE,
         re.compile(r"CUDA out of memory|OutOfMemoryError|\bMemoryError\b|OOMKilled"),
@@ -184,6 +215,20 @@ BLOCKING_REASONS: dict[str, FailureClass] = {
     "ErrImageNeverPull": FailureClass.CONFIG,
     "CreateContainerConfigError": FailureClass.CONFIG,
 }
+
+
+def blocked_class(reason_code: str, reason: str) -> FailureClass | None:
+    """The class of a job whose pods wait for ``reason_code`` (``BLOCKING_REASONS``), None when
+    waiting may clear it: a pull the registry limits or fails (``REGISTRY_HICCUP`` in ``reason``)
+    is transient, retried later with back-off; any other is the reason's own class."""
+    blocked = BLOCKING_REASONS.get(reason_code)
+    if (
+        blocked is FailureClass.CONFIG
+        and reason_code != "InvalidImageName"
+        and REGISTRY_HICCUP.search(reason)
+    ):
+        return FailureClass.TRANSIENT
+    return blocked
 
 
 class RecoveryAction(StrEnum):
