@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.backends.dlc.status import QUEUE_STATUSES
 from aliyun_training.failures import (
     COMMAND_NOT_RUN,
+    REGISTRY_HICCUP,
     TEXT_RULES,
     Failure,
     FailureClass,
@@ -68,6 +69,13 @@ DLC_FAILURE_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         re.compile(r"preempted|preemption|reclaim|evict|NodeNotReady|node\s*lost|lost\s+node", re.I),
     ),
     (
+        # A registry limiting or failing the pull (``failures.REGISTRY_HICCUP``), and the kubelet's
+        # ContainerStatusUnknown (pkg/kubelet/kubelet_pods.go: a container it lost track of, exit
+        # 137): the same job runs when retried later, unlike the image errors below.
+        FailureClass.TRANSIENT,
+        re.compile(rf"{REGISTRY_HICCUP.pattern}|ContainerStatusUnknown", re.I),
+    ),
+    (
         FailureClass.CONFIG,
         re.compile(
             r"ErrImagePull|ImagePullBackOff|fail\w*\s+to\s+pull|image\s+not\s+found|manifest\s+unknown"
@@ -88,6 +96,7 @@ DLC_FAILURE_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
         FailureClass.DATA,
         re.compile(
             r"FailedMount|MountFailed|mount\w*\s+(?:fail|error)|(?:fail\w*|unable)\s+to\s+mount"
+            r"|MountVolume\.\w+ failed|unable to attach or mount volumes"
             r"|(?:dataset|data\s*source)\b.*\b(?:not\s+found|missing|unavailable|fail)|NoSuchBucket|NoSuchKey",
             re.I,
         ),

@@ -59,6 +59,9 @@ POD_STATUSES_FINE = frozenset({"Pending", "Running", "Succeeded"})
 #: A kubelet event about an image pull (Pulling, Pulled, "Failed to pull image", "Back-off pulling
 #: image"): the last of them says whether the pod's image is being pulled or cannot be.
 IMAGE_PULL_EVENT = re.compile(r"pull", re.I)
+#: The kubelet's event for a pull that failed, with the registry's error (pkg/kubelet/images/
+#: image_manager.go: "Failed to pull image %q: %v").
+FAILED_PULL_EVENT = re.compile(r"Failed to pull image")
 
 
 #: The time format DLC's StartTime/EndTime parameters use (the references' example 2020-11-08T16:00:00Z).
@@ -97,9 +100,16 @@ def pending_pod(job: Any) -> str | None:
 
 
 def last_pull_event(events: list[str]) -> str:
-    """The newest of a pod's events about its image pull, as ``pod event: ...``; "" when none."""
+    """The newest of a pod's events about its image pull, as ``pod event: ...``, with the newest
+    failed pull's own error when a later event hides it ("Back-off pulling image", "Error:
+    ImagePullBackOff"): whether the registry refused the image or only limited the pull is in that
+    error alone; "" when there is none."""
     pulls = [event for event in events if IMAGE_PULL_EVENT.search(event)]
-    return f"pod event: {pulls[-1]}" if pulls else ""
+    if not pulls:
+        return ""
+    failed = [event for event in pulls if FAILED_PULL_EVENT.search(event)]
+    hidden = f" (after: {failed[-1]})" if failed and failed[-1] != pulls[-1] else ""
+    return f"pod event: {pulls[-1]}{hidden}"
 
 
 def blocking_reason(texts: list[str]) -> str | None:
