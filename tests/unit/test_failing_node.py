@@ -14,6 +14,7 @@ from alibabacloud_pai_dlc20201203 import models as dlc_models
 from aliyun_training.backends.ack.status import job_status
 from aliyun_training.backends.base import JobHandle, JobState
 from aliyun_training.backends.dlc.backend import DlcBackend
+from aliyun_training.failures.origin import EndedNode
 
 
 def dlc_job(master_finished: str, worker_finished: str) -> Any:
@@ -45,6 +46,13 @@ def test_dlc_names_the_node_whose_pod_failed_first() -> None:
 
     assert worker_first.state is JobState.FAILED
     assert (worker_first.failed_node, master_first.failed_node, at_once.failed_node) == (1, 0, 0)
+    # Every pod that ended badly is reported with its end, for the monitor to find the origin
+    # (failures.origin) where a second cannot tell them apart.
+    assert worker_first.ended_nodes == [
+        EndedNode(node=1, finished="2026-12-01T10:07:01Z"),
+        EndedNode(node=0, finished="2026-12-01T10:07:03Z"),
+    ]
+    assert [ended.finished for ended in at_once.ended_nodes] == ["2026-12-01T10:07:01Z"] * 2
 
 
 def ack_pod(name: str, finished: str) -> dict[str, Any]:
@@ -73,4 +81,8 @@ def test_ack_names_the_node_whose_container_terminated_first() -> None:
 
     status = job_status(handle, job, pods)
 
-    assert (status.state, status.failed_node) == (JobState.FAILED, 1)
+    assert (status.state, status.failed_node, status.exit_code) == (JobState.FAILED, 1, 1)
+    assert status.ended_nodes == [
+        EndedNode(node=1, finished="2026-12-01T10:07:01Z", exit_code=1),
+        EndedNode(node=0, finished="2026-12-01T10:07:03Z", exit_code=1),
+    ]
