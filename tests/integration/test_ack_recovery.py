@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -19,20 +20,21 @@ from kubernetes_asyncio.client.exceptions import ApiException as AsyncApiExcepti
 
 from aliyun_training.backends.ack.backend import AckBackend
 from aliyun_training.backends.ack.request import GROUP, build_job
-from aliyun_training.backends.base import JobState, JobStatus
-from aliyun_training.failures import FailureClass
+from aliyun_training.backends.base import JobHandle, JobState, JobStatus
+from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryAction
 from aliyun_training.hooks import kubernetes as kube_hooks
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL, job_name
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from fakes.base import ManualClock
 from fakes.cloud import arena_job
 from fakes.environment_files import INSTALLATION
-from fakes.kube import NS, exec_user, kubernetes_fake, token_file_user
-from fakes.kubernetes_fake import KubernetesFake, TrainingScript
+from fakes.kube import NS, exec_user, kubernetes_fake, replay_recorded, token_file_user
+from fakes.kubernetes_fake import RECORDED, KubernetesFake, TrainingScript
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
-    from pathlib import Path
+
+    from aliyun_training.failures import Failure
 
 CONN_ID = "ack_recovery"
 RUN_ID = "scheduled__2026-11-30T00:00:00+00:00"
@@ -501,3 +503,105 @@ def test_a_failed_job_whose_pods_the_operator_deleted_is_classified_from_the_job
     assert failure.failure_class is FailureClass.CONFIG, (failure.evidence, details)
     assert any("ExitedWithCode" in line and "exited with code 127" in line for line in failure.evidence)
     assert asyncio.run(ack.afailure_details(handle)) == details, "the trigger reads the same"
+
+
+# -- evidence of pods that are gone or replaced ------------------------------------------------------
+
+RECORDED_CASES = {
+    case["name"]: case
+    for case in json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "kubernetes" / "recorded_failures.json").read_text()
+    )["cases"]
+}
+
+
+def replayed(fake: KubernetesFake, clock: ManualClock, case: dict[str, Any]) -> tuple[AckBackend, JobHandle]:
+    """A job of ours whose pods and CR then say what ``case`` recorded (``replay_recorded``)."""
+    fake.default_script = TrainingScript(outcome=RECORDED)
+    ack = backend()
+    handle = ack.submit(spec(), NAME)
+    advance(fake, clock, 30)
+    replay_recorded(case, handle.name, conn_id=CONN_ID)
+    return ack, handle
+
+
+def classified(ack: AckBackend, handle: JobHandle) -> tuple[list[str], Failure]:
+    """The failure details and the class the worker and the trigger both read from them."""
+    status = ack.status(handle)
+    details = ack.failure_details(handle)
+    assert asyncio.run(ack.afailure_details(handle)) == details, "the trigger reads the same"
+    return details, ack.classify(status, details, [])
+
+
+def test_a_preempted_worker_replaced_by_an_unschedulable_pod_reads_as_preemption(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    """The scheduler preempts the worker (its Normal "Preempted" event, preemption.go) and the
+    operator recreates the pod under its name, which then waits for GPUs (FailedScheduling): given
+    up 15 minutes later, the job was preempted, not short of capacity. Recorded statuses and events:
+    the corpus's preemption case, its worker replaced by the unschedulable case's pod."""
+    preempted = RECORDED_CASES["preempted by a higher-priority pod (scheduler preemption)"]
+    waiting = RECORDED_CASES["Unschedulable, insufficient nvidia.com/gpu, preemption found no victims"]
+    worker = next(pod for pod in waiting["pods"] if pod["replica"] == "worker")
+    case = {
+        **preempted,
+        "pods": [*(pod for pod in preempted["pods"] if pod["replica"] != "worker"), worker],
+        "events": [
+            *preempted["events"],
+            *(event for event in waiting["events"] if event["object"] == "worker-0"),
+        ],
+    }
+    ack, handle = replayed(fake, clock, case)
+
+    details, failure = classified(ack, handle)
+
+    assert any("Unschedulable" in line for line in details), "the replacement's wait is read too"
+    assert failure.failure_class is FailureClass.PREEMPTION, failure.evidence
+    assert DEFAULT_RECOVERY[failure.failure_class].action is RecoveryAction.RESUME
+    assert f"event {NAME}-worker-0: Preempted: Preempted by pod" in failure.evidence[0]
+
+
+def test_the_events_of_pods_the_operator_deleted_are_read_by_the_names_the_job_gave_them(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    """cleanPodPolicy deleted the pods of a job whose worker's node was lost: the node lifecycle
+    controller's NodeNotReady and the taint-eviction controller's TaintManagerEviction events on
+    the worker (the corpus's node-lost case) outlive it, found by the name the operator's
+    SuccessfulCreatePod event on the job gave the pod. Another job's pod's events, on a name no
+    event of this job gives, are not read."""
+    lost = RECORDED_CASES["node lost (NotReady), taint manager deletes the worker"]
+    failed = RECORDED_CASES["master OOMKilled, pod Failed (restartPolicy Never)"]["job_conditions"]
+    case = {**lost, "pods": [], "job_conditions": failed}
+    ack, handle = replayed(fake, clock, case)
+    other = f"{NAME}-x-worker-0"
+    preempted = RECORDED_CASES["preempted by a higher-priority pod (scheduler preemption)"]["events"][0]
+    replay_recorded({"pods": [], "events": [{**preempted, "object": "x-worker-0"}]}, NAME, conn_id=CONN_ID)
+
+    details, failure = classified(ack, handle)
+
+    assert not [line for line in details if line.startswith("pod ")], "no pod is left to read"
+    assert not [line for line in details if other in line], "another job's pod is not read"
+    assert failure.failure_class is FailureClass.PREEMPTION, (failure.evidence, details)
+    assert DEFAULT_RECOVERY[failure.failure_class].action is RecoveryAction.RESUME
+    assert failure.evidence == [
+        f"event {NAME}-worker-0: NodeNotReady: Node is not ready",
+        f"event {NAME}-worker-0: TaintManagerEviction: Marking for deletion Pod default/mixtral-moe-worker-0",
+    ]
+
+
+def test_a_pull_the_registry_rate_limited_is_transient_and_resumed_later(
+    fake: KubernetesFake, clock: ManualClock
+) -> None:
+    """The kubelet's ErrImagePull for a 429 toomanyrequests (the corpus's rate-limit case, from
+    kata-containers#10109): the registry will serve the image later, so the job is retried after
+    a wait that doubles, not failed as a bad image."""
+    ack, handle = replayed(
+        fake, clock, RECORDED_CASES["ErrImagePull, registry rate limit (429 toomanyrequests)"]
+    )
+
+    _details, failure = classified(ack, handle)
+
+    assert failure.failure_class is FailureClass.TRANSIENT, failure.evidence
+    recovery = DEFAULT_RECOVERY[failure.failure_class]
+    assert (recovery.action, recovery.backoff) == (RecoveryAction.RESUME, True)
+    assert all("429 Too Many Requests" in line for line in failure.evidence)

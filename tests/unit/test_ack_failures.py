@@ -29,6 +29,15 @@ HANDLE = JobHandle(backend="arena", job_id="pytorchjobs/v1/uid-1", name=JOB)
 FAILED = JobStatus(
     state=JobState.FAILED, raw="Failed", reason=f"PyTorchJobFailed: PyTorchJob {JOB} is failed"
 )
+#: The runtime's error in the kubelet's "Failed to pull image" event for a registry's rate limit
+#: (https://github.com/kata-containers/kata-containers/issues/10109, kubelet Warning Failed).
+RATE_LIMITED = (
+    'rpc error: code = Unknown desc = failed to pull and unpack image "docker.io/library/busybox:latest": '
+    "failed to copy: httpReadSeeker: failed open: unexpected status code https://registry-1.docker.io/v2/"
+    "library/busybox/manifests/sha256:50aa4698fa6262977cff89181b2664b99d8a56dbca847bf62f2ef04854597cf8: "
+    "429 Too Many Requests - Server message: toomanyrequests: You have reached your pull rate limit. You "
+    "may increase the limit by authenticating and upgrading: https://www.docker.com/increase-rate-limit"
+)
 #: The training-operator's Normal event on a running job: no evidence of anything.
 RUNNING_EVENT = f"event {JOB}: PyTorchJobRunning: PyTorchJob {JOB} is running."
 
@@ -129,6 +138,48 @@ def test_the_corpus_covers_every_class_a_cluster_can_cause() -> None:
             FailureClass.CAPACITY,
             RecoveryAction.RESUME,
         ),
+        # The kubelet lost the container (kubelet_pods.go: ContainerStatusUnknown, exit 137) on a
+        # node the taint manager then emptied: transient wins over the disruption.
+        (
+            [
+                "pod llama-sft-worker-0: DisruptionTarget DeletionByTaintManager Taint manager: deleting "
+                "due to NoExecute taint",
+                "pod llama-sft-worker-0: container pytorch ContainerStatusUnknown (exit code 137)",
+            ],
+            FailureClass.TRANSIENT,
+            RecoveryAction.RESUME,
+        ),
+        # The registry's 429 (kata-containers#10109's kubelet event) wins over the pull's generic
+        # config reason on the same pod.
+        (
+            [
+                f"pod llama-sft-worker-0: ErrImagePull {RATE_LIMITED}",
+                "event llama-sft-worker-0: Failed: Error: ErrImagePull",
+            ],
+            FailureClass.TRANSIENT,
+            RecoveryAction.RESUME,
+        ),
+        # A refusal stays config whatever the status code: the corpus's not-found pull.
+        (
+            [
+                'pod llama-sft-worker-0: ImagePullBackOff Back-off pulling image "ghcr.io/alexsjones/'
+                'sympozium/node-probe:v0.1.8": ErrImagePull: rpc error: code = NotFound desc = failed to '
+                "pull and unpack image: ghcr.io/alexsjones/sympozium/node-probe:v0.1.8: not found"
+            ],
+            FailureClass.CONFIG,
+            RecoveryAction.FAIL,
+        ),
+        # The scheduler's Preempted event on the victim wins over its replacement's wait.
+        (
+            [
+                "pod llama-sft-worker-0: Unschedulable 0/8 nodes are available: "
+                "8 Insufficient nvidia.com/gpu.",
+                "event llama-sft-worker-0: Preempted: Preempted by pod 8c2d51e0-7f3b-4a9e-b6c1-2e94d7a0f513 "
+                "on node cn-hangzhou.192.168.3.17",
+            ],
+            FailureClass.PREEMPTION,
+            RecoveryAction.RESUME,
+        ),
     ],
     ids=[
         "unbound-claim-before-unschedulable",
@@ -137,6 +188,10 @@ def test_the_corpus_covers_every_class_a_cluster_can_cause() -> None:
         "node-pressure-eviction",
         "node-without-gpus",
         "node-with-busy-gpus",
+        "lost-container-before-disruption",
+        "rate-limit-before-pull-reason",
+        "not-found-pull-stays-config",
+        "preempted-before-replacement-wait",
     ],
 )
 def test_where_two_rules_match_the_first_in_the_table_decides(
@@ -258,6 +313,13 @@ def test_a_job_with_no_evidence_is_classed_by_its_state(
     assert (failure.failure_class, failure.evidence) == (expected, evidence)
 
 
+#: The scheduler's event on a victim (pkg/scheduler/framework/preemption/preemption.go, "Preempted by
+#: pod %v on node %v", the preemptor's UID and the node: filled-in values) and the taint-eviction
+#: controller's (pkg/controller/tainteviction/taint_eviction.go, "Marking for deletion Pod %s").
+PREEMPTED = "Preempted by pod 8c2d51e0-7f3b-4a9e-b6c1-2e94d7a0f513 on node cn-hangzhou.192.168.3.17"
+EVICTED = f"default/{JOB}-worker-1"
+
+
 def test_the_details_are_the_pods_problems_their_warnings_and_every_event_of_the_job() -> None:
     pod = {
         "metadata": {"name": f"{JOB}-worker-0"},
@@ -277,6 +339,19 @@ def test_the_details_are_the_pods_problems_their_warnings_and_every_event_of_the
             {"type": "Normal", "reason": "Pulled", "message": "Container image already present"},
             {"type": "Warning", "reason": "BackOff", "message": "Back-off restarting failed container"},
         ],
+        # Gone (cleanPodPolicy): only the events name it. The scheduler's and the taint-eviction
+        # controller's Normal events say what ended it; the kubelet's progress does not.
+        f"{JOB}-worker-1": [
+            {"type": "Normal", "reason": "Scheduled", "message": f"Successfully assigned {JOB}-worker-1"},
+            {"type": "Normal", "reason": "Started", "message": "Started container pytorch"},
+            {"type": "Normal", "reason": "Preempted", "message": PREEMPTED},
+            {
+                "type": "Normal",
+                "reason": "TaintManagerEviction",
+                "message": f"Marking for deletion Pod {EVICTED}",
+            },
+            {"type": "Normal", "reason": "Killing", "message": "Stopping container pytorch"},
+        ],
     }
 
     details = describe_failure([pod], events, JOB)
@@ -286,4 +361,6 @@ def test_the_details_are_the_pods_problems_their_warnings_and_every_event_of_the
         f"event {JOB}: SuccessfulCreatePod: Created pod: {JOB}-worker-0",
         f"event {JOB}: ExitedWithCode: Pod: training.{JOB}-worker-0 exited",
         f"event {JOB}-worker-0: BackOff: Back-off restarting failed container",
+        f"event {JOB}-worker-1: Preempted: {PREEMPTED}",
+        f"event {JOB}-worker-1: TaintManagerEviction: Marking for deletion Pod {EVICTED}",
     ]

@@ -26,7 +26,14 @@ import math
 import time
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backends.ack.failures import classify_ack, describe_failure
+from aliyun_training.backends.ack.failures import (
+    classify_ack,
+    created_pods,
+    describe_failure,
+    first_event,
+    of_job,
+    since,
+)
 from aliyun_training.backends.ack.logs import merged_chunk, read_limit
 from aliyun_training.backends.ack.request import (
     GROUP,
@@ -44,6 +51,7 @@ from aliyun_training.backends.ack.status import (
     as_dicts,
     candidate_kinds,
     handle_kind,
+    handle_uid,
     job_id,
     job_owner,
     job_pods,
@@ -334,17 +342,23 @@ class AckBackend:
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
-        """The pods' problems and Warning events, then the job's own events: the training-operator
+        """The pods' problems and telling events, then the job's own events: the training-operator
         records each failed pod's exit on the job ("ExitedWithCode") and may delete the pods
-        (cleanPodPolicy) before the job is marked Failed, so the job's events outlive them."""
+        (cleanPodPolicy) before the job is marked Failed, so the job's events outlive them, and so
+        do the deleted pods' own events (an hour, the API server's event TTL): a deleted pod is read
+        by the name the job's "SuccessfulCreatePod" events give it (``_pod_names``)."""
         hook = self._hook()
         list_events = hook.core_v1_client.list_namespaced_event
+
+        def read(name: str) -> list[dict[str, Any]]:
+            return as_dicts(hook.api_client, list_all(list_events, **self._event_query(name)))
+
         pods = self._list_pods(hook, handle)
-        names = [handle.name, *(pod["metadata"]["name"] for pod in pods)]
-        events = {
-            name: as_dicts(hook.api_client, list_all(list_events, **self._event_query(name)))
-            for name in names
-        }
+        job_events = of_job(read(handle.name), handle_uid(handle))
+        start = first_event(job_events)
+        events = {handle.name: job_events}
+        for name in _pod_names(pods, job_events):
+            events[name] = since(read(name), start)
         return describe_failure(pods, events, handle.name)
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
@@ -352,10 +366,16 @@ class AckBackend:
 
         async with self._async_hook().get_conn() as api:
             list_events = client.CoreV1Api(api).list_namespaced_event
+
+            async def read(name: str) -> list[dict[str, Any]]:
+                return as_dicts(api, await alist_all(list_events, **self._event_query(name)))
+
             pods = await self._alist_pods(api, handle)
-            events = {}
-            for name in [handle.name, *(pod["metadata"]["name"] for pod in pods)]:
-                events[name] = as_dicts(api, await alist_all(list_events, **self._event_query(name)))
+            job_events = of_job(await read(handle.name), handle_uid(handle))
+            start = first_event(job_events)
+            events = {handle.name: job_events}
+            for name in _pod_names(pods, job_events):
+                events[name] = since(await read(name), start)
         return describe_failure(pods, events, handle.name)
 
     def _event_query(self, name: str) -> dict[str, Any]:
@@ -400,3 +420,10 @@ class AckBackend:
 
     def console_url(self, handle: JobHandle) -> str | None:
         return None
+
+
+def _pod_names(pods: list[dict[str, Any]], job_events: list[dict[str, Any]]) -> list[str]:
+    """The pods whose events tell of the failure: each listed pod, then each the job's own events
+    say the operator created and that is gone, so only pods this job created are read, never
+    another job's."""
+    return list(dict.fromkeys([*(pod["metadata"]["name"] for pod in pods), *created_pods(job_events)]))

@@ -8,7 +8,13 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends.ack.status import pod_problem_lines
 from aliyun_training.backends.base import JobState
-from aliyun_training.failures import COMMAND_NOT_RUN, Failure, FailureClass, class_from_text
+from aliyun_training.failures import (
+    COMMAND_NOT_RUN,
+    REGISTRY_HICCUP,
+    Failure,
+    FailureClass,
+    class_from_text,
+)
 from aliyun_training.failures.torchrun import read_node_output
 
 if TYPE_CHECKING:
@@ -19,7 +25,9 @@ if TYPE_CHECKING:
 #: and ``failure_details`` lines, which name each pod and its reason; then the log tail's text rules
 #: (``failures.class_from_text``), then the exit code. A data rule comes first because the scheduler
 #: words an unbound claim as Unschedulable too; config and a pod's own limits before preemption: no
-#: retry fixes them. Sources:
+#: retry fixes them. Transient evidence comes before both: a pull the registry only limited or failed
+#: (``failures.REGISTRY_HICCUP``: 429 toomanyrequests, a 5xx) and a container the kubelet lost track
+#: of clear by themselves, whatever else the pods say. Sources:
 #: - the kubelet's reason strings: pkg/kubelet/images/types.go (ImagePullBackOff, ErrImagePull,
 #:   InvalidImageName, ErrImageNeverPull), pkg/kubelet/container/sync_result.go
 #:   (CreateContainerConfigError, CreateContainerError, RunContainerError), the container runtime's
@@ -27,6 +35,8 @@ if TYPE_CHECKING:
 #:   FailedAttachVolume, "MountVolume.SetUp failed"), pkg/kubelet/eviction (a pod's reason Evicted),
 #:   pkg/kubelet/preemption (Preempting), pkg/kubelet/nodeshutdown (Terminated), the container
 #:   runtime's OOMKilled; the node lifecycle controller's NodeLost reason and NodeNotReady event;
+#: - the Normal events ``TELLING_NORMAL_REASONS`` keeps: the scheduler's Preempted on a victim, the
+#:   taint-eviction controller's TaintManagerEviction on a pod it deletes;
 #: - "Pod disruption conditions" (Kubernetes docs, Disruptions): DisruptionTarget with reasons
 #:   PreemptionByScheduler, DeletionByTaintManager (the node lifecycle controller's NoExecute
 #:   eviction), EvictionByEvictionAPI, DeletionByPodGC, TerminationByKubelet;
@@ -37,6 +47,24 @@ if TYPE_CHECKING:
 #: - the API server's denials: 'admission webhook "<name>" denied the request', '<Kind> "<name>" is
 #:   invalid: '; the shell's exit codes 126 (cannot execute) and 127 (command not found).
 ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
+    (
+        # A pull the registry limited or failed (the kubelet's ImagePullBackOff/ErrImagePull
+        # waiting reasons and its "Failed to pull image" event, pkg/kubelet/images/image_manager.go,
+        # carry the runtime's error), not one it refused: "manifest unknown", "unauthorized",
+        # "denied", not found and InvalidImageName stay config below. And a container the kubelet
+        # could not find any more (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses:
+        # terminated, reason "ContainerStatusUnknown", exit code 137, message "The container could
+        # not be located when the pod was terminated" / "... was deleted.  The container used to be
+        # Running"): the node or its runtime lost it, the script did not end it.
+        FailureClass.TRANSIENT,
+        re.compile(
+            rf"^(?=.*\b(?:ImagePullBackOff|ErrImagePull|Failed to pull image)\b)"
+            rf"(?!.*(?:manifest unknown|unauthorized|denied|not found|InvalidImageName))"
+            rf"(?=.*(?:{REGISTRY_HICCUP.pattern}))"
+            r"|\bContainerStatusUnknown\b",
+            re.I,
+        ),
+    ),
     (
         FailureClass.DATA,
         re.compile(
@@ -68,7 +96,8 @@ ACK_RULES: tuple[tuple[FailureClass, re.Pattern[str]], ...] = (
     (
         FailureClass.PREEMPTION,
         re.compile(
-            r"\b(?:Evicted|Preempted|Preempting|PreemptionBy\w+|DeletionByTaintManager|DeletionByPodGC"
+            r"\b(?:Evicted|Preempted|Preempting|PreemptionBy\w+|DeletionByTaintManager|TaintManagerEviction"
+            r"|DeletionByPodGC"
             r"|EvictionByEvictionAPI|TerminationByKubelet|DisruptionTarget|NodeLost|NodeNotReady)\b"
             r"|^pod \S+: (?:Terminated|Shutdown)\b"
         ),
@@ -121,17 +150,70 @@ def classify_ack(status: JobStatus, details: list[str], tail: list[str]) -> Fail
     return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=lines[:3] or [status.raw])
 
 
+#: Normal events of a pod that say what ended it, kept beside its Warnings: the scheduler's on a
+#: victim it preempts (pkg/scheduler/framework/preemption/preemption.go, ``Eventf(victim, preemptor,
+#: Normal, "Preempted", "Preempting", "Preempted by pod %v on node %v")``) and the taint-eviction
+#: controller's on a pod it deletes from a NoExecute-tainted node (pkg/controller/tainteviction/
+#: taint_eviction.go ``emitPodDeletionEvent``: Normal "TaintManagerEviction", "Marking for deletion
+#: Pod %s"). Without them a victim whose pod is gone reads only as its replacement's wait (capacity).
+#: Every other Normal event of a pod (Scheduled, Pulling, Created, Started, Killing...) is progress.
+TELLING_NORMAL_REASONS = frozenset({"Preempted", "TaintManagerEviction"})
+
+
 def describe_failure(
     pods: list[dict[str, Any]], events: dict[str, list[dict[str, Any]]], job: str
 ) -> list[str]:
-    """The pods' problems, their Warning events, and every event of the job itself, oldest first
-    (the training-operator's are few and Normal ones say which pod exited how)."""
+    """The pods' problems, their Warning events and the Normal ones that say what ended them
+    (``TELLING_NORMAL_REASONS``), and every event of the job itself, oldest first (the
+    training-operator's are few and Normal ones say which pod exited how). ``events`` may name pods
+    no longer listed (cleanPodPolicy deleted them): their events are all that is left of them."""
     lines = pod_problem_lines(pods)
     for name, recorded in events.items():
         for event in recorded:
-            if name == job or event.get("type") == "Warning":
+            if name == job or event.get("type") == "Warning" or event.get("reason") in TELLING_NORMAL_REASONS:
                 lines.append(f"event {name}: {event.get('reason')}: {event.get('message')}")
     return lines
+
+
+#: The training-operator's event on the job for each pod it creates (pkg/controller.v1/control/
+#: pod_control.go ``CreatePodsWithControllerRef``: Normal "SuccessfulCreatePod", "Created pod: %v"):
+#: the names of the job's pods once cleanPodPolicy deleted them.
+_CREATED_POD = re.compile(r"^Created pod: (\S+)$")
+
+
+def created_pods(job_events: list[dict[str, Any]]) -> list[str]:
+    """The pods the job's own events say the training-operator created, oldest first, once each."""
+    names = (
+        _CREATED_POD.match(event.get("message") or "")
+        for event in job_events
+        if event.get("reason") == "SuccessfulCreatePod"
+    )
+    return list(dict.fromkeys(match.group(1) for match in names if match))
+
+
+def of_job(events: list[dict[str, Any]], uid: str) -> list[dict[str, Any]]:
+    """The job's events about the CR of ``uid``: one that names another uid is about an earlier
+    CR of the same name (an earlier attempt)."""
+    return [event for event in events if (event.get("involvedObject") or {}).get("uid") in (None, "", uid)]
+
+
+def since(events: list[dict[str, Any]], start: str) -> list[dict[str, Any]]:
+    """A pod's events from ``start`` (the job's first event) on: earlier ones are about a pod of
+    the same name of an earlier attempt. (Not by uid: the operator recreates a preempted pod under
+    its name, and the victim's events, under its own uid, are the ones that tell; the
+    taint-eviction controller's name no uid at all.)"""
+    return [event for event in events if not start or not _when(event) or _when(event) >= start]
+
+
+def first_event(events: list[dict[str, Any]]) -> str:
+    """When the earliest of ``events`` happened ("" when none says)."""
+    return min((when for event in events if (when := _when(event))), default="")
+
+
+def _when(event: dict[str, Any]) -> str:
+    """When an event last happened, as the API serves it (core/v1 ``lastTimestamp``, or the
+    ``eventTime`` of one written through events.k8s.io, as the scheduler writes them)."""
+    return str(event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp") or "")
 
 
 #: The training-operator's event on the job for a pod that exited non-zero (pkg/controller.v1/common,

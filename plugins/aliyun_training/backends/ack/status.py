@@ -76,7 +76,8 @@ def as_dicts(api_client: Any, items: list[Any]) -> list[dict[str, Any]]:
     return api_client.sanitize_for_serialization(items)
 
 
-def _uid(handle: JobHandle) -> str:
+def handle_uid(handle: JobHandle) -> str:
+    """The uid of the handle's CR (the last part of its job id)."""
     return handle.job_id.rsplit("/", 1)[-1]
 
 
@@ -88,7 +89,7 @@ def job_pods(api_client: Any, listed: Any, handle: JobHandle) -> list[dict[str, 
     launcher Job and the workers' StatefulSet, so they are all kept.)
     """
     order = {replica: rank for rank, replica in enumerate(LOG_REPLICAS)}
-    kind, uid = handle_kind(handle).kind, _uid(handle)
+    kind, uid = handle_kind(handle).kind, handle_uid(handle)
 
     def ours(pod: dict[str, Any]) -> bool:
         refs = pod["metadata"].get("ownerReferences") or []
@@ -144,7 +145,7 @@ def launched_job(backend: str, kind: JobKind, job: dict[str, Any]) -> LaunchedJo
 
 
 def job_status(handle: JobHandle, job: dict[str, Any] | None, pods: list[dict[str, Any]]) -> JobStatus:
-    if job is not None and _uid(handle) != job["metadata"]["uid"]:
+    if job is not None and handle_uid(handle) != job["metadata"]["uid"]:
         raise LookupError(f"job {handle.name} was replaced by a newer attempt")
     if job is None or job["metadata"].get("deletionTimestamp"):
         return _deleted_status(job, pods)
