@@ -6,12 +6,19 @@ way the case says (a script error, exit 65, a signal from outside, a lost node, 
 the outcome the way the training operator does (``JobMonitor.outcome``). What the classifiers see
 is therefore what torchrun printed here, never a hand-written imitation. The failing node's output
 is then given to the DLC and ACK classifiers as that pod's log, which is what it would be there.
+
+Where both nodes ended badly (the other node's ranks lost their peer, or its torchrun was stopped
+once the first node failed), both nodes' outputs are replayed as a failed job's two pods on the DLC
+emulator and the Kubernetes API fake, the pods ending in either order or in the same second: the
+node the failure began on, its class and its action must not depend on which pod the platform ended
+first (``failures.origin``).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import copy
 import json
 import logging
 import os
@@ -21,23 +28,43 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from aliyun_training.backends.ack.backend import AckBackend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus
+from aliyun_training.backends.dlc.backend import DlcBackend
 from aliyun_training.backends.dlc.failures import classify_dlc
 from aliyun_training.backends.local import LocalBackend, classify_local
 from aliyun_training.backends.local_node import job_pids
 from aliyun_training.declaration import LAUNCHERS
 from aliyun_training.failures import DEFAULT_RECOVERY, FailureClass, RecoveryAction
+from aliyun_training.failures.torchrun import EVIDENCE_LINES
 from aliyun_training.monitor import JobMonitor, JobOutcome
 from aliyun_training.spec import TrainingJobSpec
+from fakes import kubernetes_fake
+from fakes.kube import replay_recorded
+from fakes.kubernetes_fake import (
+    LABEL_REPLICA_INDEX,
+    LABEL_REPLICA_TYPE,
+    KubernetesFake,
+    TrainingScript,
+)
+from tests.integration import test_ack_recovery, test_dlc_backend
 from tests.integration.test_local_backend import wait_terminal
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
+
+    from fakes.base import ManualClock
+    from fakes.dlc import DlcEmulator
+
+dlc = test_dlc_backend.dlc
+studio = test_dlc_backend.studio
+connected = test_dlc_backend.connected
+clock = test_ack_recovery.clock
+fake = test_ack_recovery.fake
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun-corpus")]
 
@@ -64,6 +91,14 @@ class LiveCase:
     #: Whether torchrun prefixes the ranks' lines (``--tee=3``, as the declarations' launcher does);
     #: a command of its own may run torchrun without it.
     tee: bool = True
+    #: How many of the 2 nodes torchrun's ``--nnodes`` declares the platform started: fewer, and
+    #: the rendezvous times out (after ``RENDEZVOUS_TIMEOUT`` seconds) before any rank runs.
+    started: int = 2
+
+
+#: The static rendezvous's wait for every declared node, in seconds (``--rdzv-conf timeout=``,
+#: torch/distributed/elastic/rendezvous/static_tcp_rendezvous.py; 600 by default).
+RENDEZVOUS_TIMEOUT = 5
 
 
 def rank_fails(rank: int, mode: str, **env: str) -> dict[str, str]:
@@ -75,6 +110,7 @@ WAIT = {"FAIL_MODE": "wait"}
 GLOO = {"COLLECTIVES": "1"}
 USER, DATA, CONFIG = FailureClass.USER_CODE, FailureClass.DATA, FailureClass.CONFIG
 LOST, MACHINES = FailureClass.PREEMPTION, FailureClass.INFRASTRUCTURE
+TRANSIENT = FailureClass.TRANSIENT
 
 CASES = [
     LiveCase("script error on rank 3 of 2x2", USER, 1, 3, env=rank_fails(3, "raise")),
@@ -147,6 +183,9 @@ CASES = [
         None,
         env=rank_fails(1, "hang", COLLECTIVE_TIMEOUT="3", **GLOO),
     ),
+    # 2 nodes declared, only node 0 started: torchrun's rendezvous times out before the script ran;
+    # its agent's traceback is torch's, not the script's.
+    LiveCase("rendezvous times out, 1 of 2 nodes started", TRANSIENT, 0, None, started=1),
 ]
 
 
@@ -157,6 +196,9 @@ class LiveRun:
     #: The failing node's last lines as the classifiers read them (``EVIDENCE_LINES``).
     evidence: list[str]
     log: list[str]
+    #: Each node that ended badly (its supervisor recorded a non-zero exit), with its last lines
+    #: (``EVIDENCE_LINES``): what that node's pod would log on DLC or ACK.
+    outputs: dict[int, list[str]]
 
 
 class _Collect(logging.Handler):
@@ -174,8 +216,12 @@ def _run(backend: LocalBackend, case: LiveCase, pid_dir: Path) -> LiveRun:
     )
     if not case.tee:
         launcher = launcher.replace(" --tee=3", "")
+    if case.started < 2:
+        launcher = launcher.replace(
+            "--nnodes=$WORLD_SIZE", f"--nnodes=2 --rdzv-conf timeout={RENDEZVOUS_TIMEOUT}"
+        )
     spec = TrainingJobSpec(
-        nodes=2,
+        nodes=case.started,
         command=f"{launcher} {RANKS_SCRIPT}",
         env={"PID_DIR": str(pid_dir), **case.env},
     )
@@ -192,9 +238,33 @@ def _run(backend: LocalBackend, case: LiveCase, pid_dir: Path) -> LiveRun:
         logger.propagate = False
         outcome = JobMonitor(backend, handle, logger).outcome(status)
         evidence = backend.tail(handle, outcome.failed_node or 0, 500)
-        return LiveRun(outcome=outcome, status=status, evidence=evidence, log=collect.lines)
+        # The job failed with its first node; the others are being stopped (SIGTERM, as a platform
+        # stops the rest of a failed job's pods): their output is complete once each recorded its end
+        # (a vanished node never does).
+        deadline = time.monotonic() + (0 if case.local_only else 30)
+        while time.monotonic() < deadline and not all(
+            (backend.root / handle.name / f"node-{node}" / "exit.json").exists()
+            for node in range(case.started)
+        ):
+            time.sleep(0.1)
+        outputs = {
+            node: backend.tail(handle, node, EVIDENCE_LINES)
+            for node in range(case.started)
+            if _recorded_exit(backend, handle, node) not in (None, 0)
+        }
+        return LiveRun(outcome=outcome, status=status, evidence=evidence, log=collect.lines, outputs=outputs)
     finally:
         backend.stop(handle)
+
+
+def _recorded_exit(backend: LocalBackend, handle: JobHandle, node: int) -> int | None:
+    """The exit code node's supervisor recorded (exit.json), None where it recorded none (vanished)."""
+    try:
+        return json.loads((backend.root / handle.name / f"node-{node}" / "exit.json").read_text())[
+            "exit_code"
+        ]
+    except FileNotFoundError:
+        return None
 
 
 def _kill_when_running(backend: LocalBackend, handle: JobHandle, case: LiveCase, pid_dir: Path) -> None:
@@ -395,3 +465,181 @@ def test_an_nccl_error_in_the_traceback_itself_still_reads_as_the_machines_after
         ack.describe(),
     )
     assert any("ncclSystemError" in line or "NCCL error" in line for line in local.evidence), local.evidence
+
+
+# -- the node a failure began on, replayed on DLC and ACK whichever pod ends first ------------------
+
+#: Cases whose job ended with both nodes failed: the other node's ranks lost their peer, or its
+#: torchrun was stopped from outside ("Received 15 death signal") once the first node failed, as
+#: the local backend stops it (SIGTERM to its process group) and as a platform does.
+CASCADES = [case for case in CASES if not case.local_only and case.started == 2 and case.node >= 0]
+#: A failed DLC job as GetJob returns it, two pods (master-0: node 0, worker-0: node 1) both Failed:
+#: the recorded case's body (tests/data/dlc/recorded_failures.json names its sources), its pods'
+#: GmtFinishTime set by each test.
+DLC_FAILED = next(
+    case
+    for case in json.loads(
+        (Path(__file__).resolve().parents[1] / "data" / "dlc" / "recorded_failures.json").read_text()
+    )["cases"]
+    if case["name"] == "user script raises an exception, torchrun exits with code 1"
+)
+#: Which pod ends when, in each order: GmtFinishTime and finishedAt have one-second resolution.
+ORDERS = {
+    "the origin's pod ended first": (0, 1),
+    "the other pod ended first": (1, 0),
+    "both in the same second": (0, 0),
+}
+
+
+def _ends(origin: int, order: tuple[int, int]) -> dict[int, str]:
+    """Each node's end, ``order`` giving (origin's, other's) seconds after 10:07:20."""
+    return {origin: f"2026-11-30T10:07:2{order[0]}Z", 1 - origin: f"2026-11-30T10:07:2{order[1]}Z"}
+
+
+def _dlc_outcome(dlc: DlcEmulator, outputs: dict[int, list[str]], ends: dict[int, str]) -> JobOutcome:
+    """The failed job replayed on the DLC emulator, its pods logging ``outputs``, read as the task does."""
+    case = copy.deepcopy(DLC_FAILED)
+    del case["job"]["JobId"]
+    pods = case["job"]["Pods"]
+    for node, pod in enumerate(pods):
+        pod["GmtFinishTime"] = ends[node]
+    case["logs"] = {pod["PodId"]: outputs[node] for node, pod in enumerate(pods)}
+    job_id = dlc.replay(case)
+    backend = DlcBackend(workspace_id="ws-1")
+    handle = JobHandle(backend="dlc", job_id=job_id, name=job_id)
+    return JobMonitor(backend, handle, logging.getLogger(f"corpus.{job_id}")).outcome(backend.status(handle))
+
+
+def _failed_pod(finished: str) -> dict[str, Any]:
+    """A pod whose container exited 1: the kubelet's phase and conditions (as the recorded cases in
+    tests/data/kubernetes/recorded_failures.json have them) and the terminated state's ``reason``
+    "Error" that containerd's CRI gives a non-zero exit (internal/cri/server/container_status.go)."""
+    return {
+        "phase": "Failed",
+        "conditions": [
+            {"type": "Initialized", "status": "True"},
+            {"type": "Ready", "status": "False", "reason": "PodFailed"},
+            {"type": "ContainersReady", "status": "False", "reason": "PodFailed"},
+            {"type": "PodScheduled", "status": "True"},
+        ],
+        "containerStatuses": [
+            {
+                "name": "pytorch",
+                "ready": False,
+                "restartCount": 0,
+                "state": {
+                    "terminated": {
+                        "exitCode": 1,
+                        "reason": "Error",
+                        "startedAt": "2026-11-30T10:03:00Z",
+                        "finishedAt": finished,
+                    }
+                },
+            }
+        ],
+    }
+
+
+def _ack_outcome(
+    fake: KubernetesFake,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+    outputs: dict[int, list[str]],
+    ends: dict[int, str],
+) -> JobOutcome:
+    """The failed PyTorchJob replayed through the Kubernetes API fake (``replay_recorded``), each pod
+    logging its node's output, read as the task does. The training-operator's Failed condition:
+    pkg/controller.v1/pytorch/pytorchjob_controller.go ("PyTorchJob %s is failed because %d %s
+    replica(s) failed.")."""
+
+    def node_log(run: object, pod: dict[str, Any]) -> list[str]:
+        labels = pod["metadata"]["labels"]
+        node = 0 if labels[LABEL_REPLICA_TYPE] == "master" else 1 + int(labels[LABEL_REPLICA_INDEX])
+        return outputs[node]
+
+    # The fake serves one script's log for every pod; here each pod logs its own node's output.
+    monkeypatch.setattr(kubernetes_fake._Run, "log_lines", node_log)
+    fake.default_script = TrainingScript(outcome=kubernetes_fake.RECORDED)
+    ack = test_ack_recovery.backend()
+    handle = ack.submit(test_ack_recovery.spec(owner=None), name)
+    test_ack_recovery.advance(fake, clock, 30)
+    first = ["Master", "Worker"][min(ends, key=lambda node: (ends[node], node))]
+    replay_recorded(
+        {
+            "pods": [
+                {"replica": "master", "index": 0, "status": _failed_pod(ends[0])},
+                {"replica": "worker", "index": 0, "status": _failed_pod(ends[1])},
+            ],
+            "job_conditions": [
+                {
+                    "type": "Created",
+                    "status": "True",
+                    "reason": "PyTorchJobCreated",
+                    "message": f"PyTorchJob {name} is created.",
+                },
+                {
+                    "type": "Running",
+                    "status": "False",
+                    "reason": "PyTorchJobRunning",
+                    "message": f"PyTorchJob {name} is running.",
+                },
+                {
+                    "type": "Failed",
+                    "status": "True",
+                    "reason": "PyTorchJobFailed",
+                    "message": f"PyTorchJob {name} is failed because 1 {first} replica(s) failed.",
+                },
+            ],
+        },
+        handle.name,
+        conn_id=test_ack_recovery.CONN_ID,
+    )
+    return JobMonitor(ack, handle, logging.getLogger(f"corpus.{name}")).outcome(ack.status(handle))
+
+
+def _verdict(outcome: JobOutcome) -> tuple[int | None, FailureClass | None, RecoveryAction | None]:
+    failure = outcome.failure
+    return (
+        outcome.failed_node,
+        failure.failure_class if failure else None,
+        _action(failure.failure_class) if failure else None,
+    )
+
+
+@pytest.mark.parametrize("case", CASCADES, ids=[case.name for case in CASCADES])
+def test_dlc_and_ack_find_the_same_origin_whichever_pod_the_platform_ended_first(
+    live: dict[str, Future[LiveRun]],
+    case: LiveCase,
+    connected: DlcEmulator,
+    fake: KubernetesFake,
+    clock: ManualClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both nodes' real outputs as their pods' logs, the pods ended in three orders (one-second
+    clocks cannot tell a cascade's steps apart): the node, class and action are the local backend's
+    in every order, on both platforms. By end time alone, the other node won whenever it ended first."""
+    run = run_of(live, case.name)
+    assert sorted(run.outputs) == [0, 1], f"both nodes failed ({sorted(run.outputs)} did)"
+    local = _verdict(run.outcome)
+    assert local == (case.node, case.expected, _action(case.expected))
+
+    seen, expected = {}, {}
+    for number, (order, seconds) in enumerate(ORDERS.items()):
+        ends = _ends(case.node, seconds)
+        seen[f"dlc, {order}"] = _verdict(_dlc_outcome(connected, run.outputs, ends))
+        seen[f"ack, {order}"] = _verdict(
+            _ack_outcome(fake, clock, monkeypatch, f"corpus-order-{number}", run.outputs, ends)
+        )
+        # Both torchruns stopped from outside: neither output names a failure of its own, so the
+        # first to end is the origin, the first node at the same second (failures.origin).
+        first = min(ends, key=lambda node: (ends[node], node)) if _both_stopped(case) else case.node
+        expected[f"dlc, {order}"] = expected[f"ack, {order}"] = (first, *local[1:])
+
+    assert seen == expected, seen
+
+
+def _both_stopped(case: LiveCase) -> bool:
+    """A case whose first node's torchrun was stopped from outside: the job's teardown stops the
+    other's the same way, so both outputs show only "Received 15 death signal"."""
+    return case.kill is not None and case.kill[0] == "agent"

@@ -63,9 +63,11 @@ from aliyun_training.backends.base import (
 from aliyun_training.backends.local_node import (
     HEARTBEAT_SECONDS,
     JOB_MARKER_VAR,
+    OOM_KILLS_ROSE,
     PRIVATE_DIR_MODE,
     job_pids,
     kill_processes,
+    oom_kills_rose,
     open_private,
     proc_start_time,
     split_stamp,
@@ -73,7 +75,7 @@ from aliyun_training.backends.local_node import (
 )
 from aliyun_training.failures import COMMAND_NOT_RUN, DATA_ERROR_EXIT, Failure, FailureClass
 from aliyun_training.failures.origin import EndedNode, origin_order
-from aliyun_training.failures.torchrun import EVIDENCE_LINES, read_node_output
+from aliyun_training.failures.torchrun import EVIDENCE_LINES, SIGKILL_AMBIGUOUS, read_node_output
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
@@ -125,6 +127,8 @@ class _NodeState(BaseModel):
     exit_code: int | None = None
     started: str | None = None
     finished: str | None = None
+    #: What its supervisor's exit record says of the kernel's OOM killer (``oom_kills_rose``).
+    oom_killed: str | None = None
 
     @property
     def vanished(self) -> bool:
@@ -365,10 +369,11 @@ class LocalBackend(OffloadedAsyncMixin):
             if running:
                 (self.root / handle.name / "teardown_requested").touch()
             how = "vanished without an exit code" if first.vanished else _describe_exit(first.exit_code or 0)
+            oom = f"; {first.oom_killed}" if first.oom_killed else ""
             return JobStatus(
                 state=JobState.FAILED,
                 raw="Failed",
-                reason=f"node {first.rank} (RANK={first.rank}) {how}",
+                reason=f"node {first.rank} (RANK={first.rank}) {how}{oom}",
                 reason_code=_exit_code_name(first),
                 failed_node=first.rank,
                 exit_code=first.exit_code,
@@ -428,6 +433,7 @@ class LocalBackend(OffloadedAsyncMixin):
             exit_code=exit_info.get("exit_code"),
             started=pid["started"],
             finished=finished,
+            oom_killed=oom_kills_rose(exit_info),
         )
 
     @staticmethod
@@ -581,10 +587,21 @@ def classify_local(status: JobStatus, tail: list[str]) -> Failure:
     """The class of a failed local job: a node that vanished or whose command a signal ended was
     lost (preemption); a launcher that died before starting every node is infrastructure; the
     shell's 126/127 are config; otherwise the failing node's output, read from the rank torchrun
-    saw fail first (:func:`read_node_output`), else its command's own exit code."""
+    saw fail first (:func:`read_node_output`), else its command's own exit code.
+
+    A SIGKILL (of the node's command, or of the rank torchrun saw fail first) while the node's memory
+    cgroup counted an OOM kill (``OOM_KILLS_ROSE`` in the reason, from its exit record) was the
+    kernel's OOM killer: the job's own memory use, user code. Without that evidence it stays the
+    machine's, and the evidence says the SIGKILL is ambiguous."""
     code = status.reason_code
+    oom_killed = OOM_KILLS_ROSE in status.reason
+    if code == "SIGKILL" and oom_killed:
+        return Failure(failure_class=FailureClass.USER_CODE, evidence=[f"{status.reason} ({code})"])
     if code == "Vanished" or code in _LOST_SIGNALS:
-        return Failure(failure_class=FailureClass.PREEMPTION, evidence=[f"{status.reason} ({code})"])
+        ambiguous = [SIGKILL_AMBIGUOUS] if code == "SIGKILL" else []
+        return Failure(
+            failure_class=FailureClass.PREEMPTION, evidence=[f"{status.reason} ({code})", *ambiguous]
+        )
     if code == LAUNCHER_DIED:
         return Failure(failure_class=FailureClass.INFRASTRUCTURE, evidence=[status.reason])
     if status.exit_code in COMMAND_NOT_RUN:
@@ -595,6 +612,12 @@ def classify_local(status: JobStatus, tail: list[str]) -> Failure:
     if status.exit_code == DATA_ERROR_EXIT:
         return Failure(failure_class=FailureClass.DATA, evidence=[status.reason, *tail[-1:]])
     verdict = read_node_output(tail, status.failed_node)
+    origin = verdict.origin
+    if oom_killed and origin is not None and origin.exit_code == -signal.SIGKILL:
+        return Failure(
+            failure_class=FailureClass.USER_CODE,
+            evidence=[status.reason, origin.describe(status.failed_node)],
+        )
     if verdict.failure_class is not None:
         return Failure(failure_class=verdict.failure_class, evidence=[status.reason, *verdict.evidence])
     return Failure(failure_class=FailureClass.USER_CODE, evidence=[status.reason])

@@ -10,7 +10,10 @@ directory (the triggerer, a retried worker, another container on the same volume
   then SIGKILL to every process of the job after the grace period;
 - ``log`` holds the command's stdout and stderr, each line prefixed with the time the supervisor
   read it (see :func:`split_stamp`), so the lines of a job's nodes merge in the order they came;
-- ``exit.json`` records the exit code and end time, once every line of the command is in ``log``.
+- ``exit.json`` records the exit code and end time, once every line of the command is in ``log``,
+  and the memory cgroup's OOM-kill count when the node started and when it ended (``oom_kill``:
+  [before, after], absent where the cgroup shows none), the only trace the kernel's OOM killer
+  leaves: its SIGKILL looks like any other (see :func:`oom_kill_count`).
 
 Every file it writes is ``0600`` (the job's output may print anything; only the user running the
 worker and triggerer reads it). The command and every process it starts run with umask ``077``
@@ -33,7 +36,7 @@ import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 JOB_MARKER_VAR = "ALIYUN_TRAINING_LOCAL_JOB"
 STOP_FILES = ("stop_requested", "teardown_requested")
@@ -49,6 +52,68 @@ MAX_LINE_BYTES = 64 * 1024
 #: The stamp before each line of ``log``: UTC with microseconds, always this width, so the text of
 #: two stamps compares as their times do.
 _STAMP = re.compile(rb"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}\+00:00 ")
+
+
+#: The OOM-kill counter of a memory cgroup, by cgroup version: cgroup v2's ``memory.events`` and v1's
+#: ``memory.oom_control`` both hold a line ``oom_kill <count>``, the number of processes of the cgroup
+#: (and its descendants, v2) the kernel's OOM killer killed (Documentation/admin-guide/cgroup-v2.rst
+#: "memory.events"; mm/memcontrol-v1.c ``mem_cgroup_oom_control_read``).
+OOM_COUNTERS = {"cgroup2": "memory.events", "cgroup": "memory.oom_control"}
+
+
+def oom_kill_count(proc_self: Path = Path("/proc/self")) -> int | None:
+    """How many processes the kernel's OOM killer has killed in this process's memory cgroup, or None
+    where no memory cgroup with that counter is mounted here.
+
+    The cgroup is found as the kernel names it: ``/proc/self/cgroup`` gives its path (v1: the line
+    whose controllers include ``memory``; v2: the ``0::`` line), ``/proc/self/mountinfo`` where that
+    hierarchy is mounted and which of its directories the mount shows (its root field, "/" unless a
+    container sees only its own part) (Documentation/admin-guide/cgroup-v2.rst, proc(5)).
+    """
+    try:
+        memberships = (proc_self / "cgroup").read_text().splitlines()
+        mounts = (proc_self / "mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    paths: dict[str, str] = {}
+    for line in memberships:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            paths.setdefault("cgroup2", path)
+        elif "memory" in controllers.split(","):
+            paths["cgroup"] = path
+    for mount in mounts:
+        fields, _, after = mount.partition(" - ")
+        root, mountpoint = fields.split()[3:5]
+        fstype, _, options = [*after.split(), "", ""][:3]
+        cgroup = paths.get(fstype)
+        if cgroup is None or (fstype == "cgroup" and "memory" not in options.split(",")):
+            continue
+        inside = os.path.relpath(cgroup, root)
+        if inside.startswith(".."):
+            continue
+        try:
+            counters = (Path(mountpoint) / inside / OOM_COUNTERS[fstype]).read_text().splitlines()
+        except OSError:
+            continue
+        for counter in counters:
+            name, _, value = counter.partition(" ")
+            if name == "oom_kill":
+                return int(value)
+    return None
+
+
+#: How a node's exit record's rise of the OOM-kill count is told (``oom_kills_rose``).
+OOM_KILLS_ROSE = "the memory cgroup's oom_kill count rose"
+
+
+def oom_kills_rose(record: dict[str, Any]) -> str | None:
+    """What a node's exit record says of the kernel's OOM killer: a sentence when its memory
+    cgroup's OOM-kill count rose while the node ran, else None (no rise, or no counter)."""
+    before, after = record.get("oom_kill") or (None, None)
+    if before is None or after is None or after <= before:
+        return None
+    return f"{OOM_KILLS_ROSE} from {before} to {after}: the kernel's OOM killer ended a process"
 
 
 def split_stamp(line: bytes) -> tuple[bytes, bytes]:
@@ -124,6 +189,7 @@ def main(argv: list[str]) -> int:
     node_marker = f"{os.environ[JOB_MARKER_VAR]}\0"
     # Set here, before the command starts, so no process of the job ever runs with the worker's.
     os.umask(JOB_UMASK)
+    oom_before = oom_kill_count()
     output, output_end = os.pipe()
     child = subprocess.Popen(
         ["/bin/bash", "-c", command],
@@ -161,9 +227,14 @@ def main(argv: list[str]) -> int:
     kill_processes(node_marker, signal.SIGKILL, spare=os.getpid())
     # Their output ends with them; a process that escaped the marker must not hold the exit back.
     copier.join(timeout=DRAIN_SECONDS)
+    oom_after = oom_kill_count()
     write_json_atomically(
         node_dir / "exit.json",
-        {"exit_code": exit_code, "finished": datetime.now(UTC).isoformat(timespec="milliseconds")},
+        {
+            "exit_code": exit_code,
+            "finished": datetime.now(UTC).isoformat(timespec="milliseconds"),
+            **({"oom_kill": [oom_before, oom_after]} if None not in (oom_before, oom_after) else {}),
+        },
     )
     return 0
 

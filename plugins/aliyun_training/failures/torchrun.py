@@ -53,6 +53,27 @@ _TEED = re.compile(r"^\[([A-Za-z_]+?)(\d+)\]:")
 #: Signals that end a rank from outside the job: a lost or reclaimed machine, an operator, the
 #: kernel's OOM killer (SIGKILL). The rank's own code did not choose them.
 _OUTSIDE_SIGNALS = frozenset(int(s) for s in (signal.SIGKILL, signal.SIGTERM, signal.SIGHUP, signal.SIGINT))
+#: What a root cause of SIGKILL cannot tell by itself, said wherever no OOM evidence was found (the
+#: local node's memory cgroup, a container's ``OOMKilled``): the kernel's OOM killer ends a process
+#: with SIGKILL (mm/oom_kill.c ``__oom_kill_process``), and so does whatever stops a machine or
+#: container from outside after its grace period.
+SIGKILL_AMBIGUOUS = (
+    "a SIGKILL is ambiguous: the kernel's OOM killer sends it, and so does whatever stops the machine "
+    "or container from outside; no OOM kill was recorded, so it is read as the machine's"
+)
+#: torchrun's rendezvous timed out before any rank ran: the agent's traceback passes through
+#: ``torch/distributed/elastic/rendezvous/`` and ends in a time-out. Its exceptions: the static
+#: rendezvous's TCPStore on the node that hosts it, "Timed out after {} seconds waiting for clients.
+#: {}/{} clients joined." (torch/csrc/distributed/c10d/TCPStore.cpp), on the others, "The client
+#: socket has timed out after {} while trying to connect to {}." (torch/csrc/distributed/c10d/
+#: socket.cpp); the dynamic (c10d, etcd) rendezvous's ``RendezvousTimeoutError``
+#: (torch/distributed/elastic/rendezvous/api.py). A peer node that was not started in time, or not
+#: reachable yet: the job's nodes, not its script.
+_RENDEZVOUS_FRAME = re.compile(r"torch/distributed/elastic/rendezvous/")
+_RENDEZVOUS_TIMEOUT = re.compile(
+    r"RendezvousTimeoutError|Timed out after \d+ seconds waiting for clients"
+    r"|client socket has timed out after .* while trying to connect"
+)
 
 
 @dataclass(frozen=True)
@@ -130,6 +151,14 @@ def agent_signal(lines: list[str]) -> tuple[int, str] | None:
     return None
 
 
+def rendezvous_timeout(lines: list[str]) -> str | None:
+    """The exception that ended torchrun's rendezvous on a time-out (``_RENDEZVOUS_TIMEOUT``), or None."""
+    tracebacks = [i for i, line in enumerate(lines) if line.startswith("Traceback (most recent call last)")]
+    if not tracebacks or not any(_RENDEZVOUS_FRAME.search(line) for line in lines[tracebacks[-1] :]):
+        return None
+    return next((line.strip() for line in ending_lines(lines) if _RENDEZVOUS_TIMEOUT.search(line)), None)
+
+
 def rank_lines(lines: list[str], local_rank: int) -> list[str]:
     """The lines torchrun copied from one local rank (``--tee``), without their prefix; every line
     when none is prefixed (a launcher that does not tee: the node's output is all there is)."""
@@ -145,6 +174,8 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
       by the rank's own lines, and is user code when they name nothing.
     - An agent stopped from outside with no root cause of its own: preemption, whatever traceback
       the agent printed as it died.
+    - An agent whose rendezvous timed out before any rank ran: transient (its traceback is
+      torch's, not the script's).
     - Neither (not torchrun's output): the text rules over the output, None when they match nothing.
 
     Of the rank's own lines (or the output), only the exception of its last Python traceback is
@@ -160,6 +191,12 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
                 [f"torchrun was stopped from outside: {stopped[1]}"],
                 consequence=True,
             )
+        timed_out = rendezvous_timeout(lines)
+        if timed_out is not None:
+            return NodeVerdict(
+                FailureClass.TRANSIENT,
+                [f"torchrun's rendezvous timed out before the script ran: {timed_out}"],
+            )
         matched = class_from_text(ending_lines(lines))
         return NodeVerdict(matched[0] if matched else None, [matched[1]] if matched else [])
     said = origin.describe(node)
@@ -173,7 +210,8 @@ def read_node_output(lines: list[str], node: int | None = None) -> NodeVerdict:
     if origin.exit_code < 0 and -origin.exit_code in _OUTSIDE_SIGNALS:
         if text is not None and text[0] is FailureClass.INFRASTRUCTURE:
             return NodeVerdict(FailureClass.INFRASTRUCTURE, [said, text[1]], origin)
-        return NodeVerdict(FailureClass.PREEMPTION, [said], origin)
+        ambiguous = [SIGKILL_AMBIGUOUS] if -origin.exit_code == signal.SIGKILL else []
+        return NodeVerdict(FailureClass.PREEMPTION, [said, *ambiguous], origin)
     if text is not None:
         return NodeVerdict(text[0], [said, text[1]], origin)
     # A lost peer is read from every line of the rank, not only its exception: under load the
