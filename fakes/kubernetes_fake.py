@@ -484,8 +484,10 @@ class TrainingScript:
     alias "ExitCode": exit ``exit_code``; "OOMKilled": exit 137) fail the first pod of
     ``failing_replica`` (the launcher too for MPIJobs); stuck outcomes ("ImagePullBackOff",
     "Unschedulable") keep the job in Created with its pods Pending. ``log_lines`` are every pod's
-    log, spread over the Running stage. ``message``, when set, replaces the terminal job
-    condition's message, the scheduler's message (Unschedulable) or the pull error (ImagePullBackOff).
+    log, spread over the Running stage, but for a pod ``pod_logs`` names by its replica type and
+    index (``"worker-0"``): a job whose nodes each printed their own output. ``message``, when set,
+    replaces the terminal job condition's message, the scheduler's message (Unschedulable) or the
+    pull error (ImagePullBackOff).
     ``termination_message`` is what each container wrote to its termination log (e.g. kaniko's
     ``--digest-file=/dev/termination-log``), reported in its terminated state's ``message``.
 
@@ -512,6 +514,7 @@ class TrainingScript:
             "Training finished",
         ]
     )
+    pod_logs: dict[str, list[str]] = field(default_factory=dict)
     message: str = ""
     termination_message: str = ""
     stop_seconds: float = 0.0
@@ -553,13 +556,16 @@ class _Run:
     launcher_log: list[str] | None = None
 
     def log_lines(self, pod: dict[str, Any]) -> list[str]:
-        """The lines ``pod`` logs: the script's, or the launcher's own."""
-        role = (pod["metadata"].get("labels") or {}).get(LABEL_REPLICA_TYPE)
-        return (
-            self.launcher_log
-            if self.launcher_log is not None and role == "launcher"
-            else self.script.log_lines
-        )
+        """The lines ``pod`` logs: its own (``TrainingScript.pod_logs``), the launcher's own, or the
+        script's."""
+        labels = pod["metadata"].get("labels") or {}
+        role = labels.get(LABEL_REPLICA_TYPE)
+        own = self.script.pod_logs.get(f"{role}-{labels.get(LABEL_REPLICA_INDEX)}")
+        if own is not None:
+            return own
+        if self.launcher_log is not None and role == "launcher":
+            return self.launcher_log
+        return self.script.log_lines
 
     def stage(self, now: float) -> str:
         """Where the script is at ``now``: "pending", "running" or "ended"."""

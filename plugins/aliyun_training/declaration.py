@@ -563,7 +563,8 @@ class RecoveryBlock(_Block):
 
     ``classes`` overrides the default recovery table class by class (``failures.DEFAULT_RECOVERY``:
     config, data, user_code and budget fail at once; capacity resumes after 15 minutes; preemption
-    and infrastructure resume at once), e.g. ``{user_code: {action: retry}}`` for a flaky script.
+    and infrastructure resume at once; transient resumes after 1 minute, twice as long each try),
+    e.g. ``{user_code: {action: retry}}`` for a flaky script.
     """
 
     #: The GPU-hours one run may use over all its tries; None: no bound. The form may ask for less.

@@ -46,8 +46,6 @@ from aliyun_training.spec import TrainingJobSpec
 from fakes import kubernetes_fake
 from fakes.kube import replay_recorded
 from fakes.kubernetes_fake import (
-    LABEL_REPLICA_INDEX,
-    LABEL_REPLICA_TYPE,
     KubernetesFake,
     TrainingScript,
 )
@@ -543,7 +541,6 @@ def _failed_pod(finished: str) -> dict[str, Any]:
 def _ack_outcome(
     fake: KubernetesFake,
     clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
     name: str,
     outputs: dict[int, list[str]],
     ends: dict[int, str],
@@ -553,14 +550,9 @@ def _ack_outcome(
     pkg/controller.v1/pytorch/pytorchjob_controller.go ("PyTorchJob %s is failed because %d %s
     replica(s) failed.")."""
 
-    def node_log(run: object, pod: dict[str, Any]) -> list[str]:
-        labels = pod["metadata"]["labels"]
-        node = 0 if labels[LABEL_REPLICA_TYPE] == "master" else 1 + int(labels[LABEL_REPLICA_INDEX])
-        return outputs[node]
-
-    # The fake serves one script's log for every pod; here each pod logs its own node's output.
-    monkeypatch.setattr(kubernetes_fake._Run, "log_lines", node_log)
-    fake.default_script = TrainingScript(outcome=kubernetes_fake.RECORDED)
+    fake.default_script = TrainingScript(
+        outcome=kubernetes_fake.RECORDED, pod_logs={"master-0": outputs[0], "worker-0": outputs[1]}
+    )
     ack = test_ack_recovery.backend()
     handle = ack.submit(test_ack_recovery.spec(owner=None), name)
     test_ack_recovery.advance(fake, clock, 30)
@@ -614,7 +606,6 @@ def test_dlc_and_ack_find_the_same_origin_whichever_pod_the_platform_ended_first
     connected: DlcEmulator,
     fake: KubernetesFake,
     clock: ManualClock,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Both nodes' real outputs as their pods' logs, the pods ended in three orders (one-second
     clocks cannot tell a cascade's steps apart): the node, class and action are the local backend's
@@ -629,7 +620,7 @@ def test_dlc_and_ack_find_the_same_origin_whichever_pod_the_platform_ended_first
         ends = _ends(case.node, seconds)
         seen[f"dlc, {order}"] = _verdict(_dlc_outcome(connected, run.outputs, ends))
         seen[f"ack, {order}"] = _verdict(
-            _ack_outcome(fake, clock, monkeypatch, f"corpus-order-{number}", run.outputs, ends)
+            _ack_outcome(fake, clock, f"corpus-order-{number}", run.outputs, ends)
         )
         # Both torchruns stopped from outside: neither output names a failure of its own, so the
         # first to end is the origin, the first node at the same second (failures.origin).

@@ -1,5 +1,5 @@
-"""The shared failure words (``failures``): transient evidence, what a blocked pull is, and the
-transient class's back-off as the retry policy applies it."""
+"""Transient failures in the shared words (``failures``): a lost MPI daemon, a pull the registry
+limits or fails, and the class's back-off as the retry policy applies it."""
 
 from __future__ import annotations
 
