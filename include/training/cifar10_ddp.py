@@ -9,6 +9,11 @@ torchrun rewrites RANK and WORLD_SIZE for each worker to the global process rank
 so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes metrics.json and a checkpoint
 (``checkpoints.py``: CHECKPOINT_DIR, a marker written last) after every epoch and model.pt at the end;
 a retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint.
+
+The test metrics it reports are those of the model it saves: the model standardises its input
+with the statistics of the data it was trained on (buffers of its first layer, saved in model.pt),
+and every rank scores rank 0's model (its BatchNorm statistics, which the ranks' last steps moved
+apart), so evaluate_cifar10.py measures the same numbers on the same data.
 """
 
 from __future__ import annotations
@@ -56,10 +61,20 @@ class Dist:
 
 @dataclass(frozen=True)
 class Split:
-    """Standardised images [n, 3, 32, 32] with their labels."""
+    """Images scaled to [0, 1], channels first [n, 3, 32, 32], with their labels."""
 
     images: torch.Tensor
     labels: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Dataset:
+    """A version's splits and the per-channel statistics of its training images."""
+
+    train: Split
+    test: Split
+    mean: torch.Tensor
+    std: torch.Tensor
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,14 +154,13 @@ def read_split(paths: list[Path], expected: int, name: str) -> tuple[np.ndarray,
     return images, labels
 
 
-def standardise(images: np.ndarray, mean: np.ndarray, std: np.ndarray) -> torch.Tensor:
-    """Scale to [0, 1], centre per channel and move channels first, as conv layers expect."""
-    scaled = images.astype(np.float32) / 255.0
-    return torch.from_numpy(((scaled - mean) / std).transpose(0, 3, 1, 2).copy())
+def scale(images: np.ndarray) -> torch.Tensor:
+    """Scale to [0, 1] and move channels first, as conv layers expect."""
+    return torch.from_numpy((images.astype(np.float32) / 255.0).transpose(0, 3, 1, 2).copy())
 
 
-def load_dataset(data_dir: Path) -> tuple[Split, Split]:
-    """Load all train shards and the test split, standardised with train-set statistics."""
+def load_dataset(data_dir: Path) -> Dataset:
+    """Load all train shards and the test split, with the training images' channel statistics."""
     meta = read_meta(data_dir)
     train_paths = sorted(data_dir.glob("train-*.npz"))
     if not train_paths:
@@ -155,12 +169,11 @@ def load_dataset(data_dir: Path) -> tuple[Split, Split]:
         raise SystemExit(f"data dir {data_dir} has no test.npz")
     train_images, train_labels = read_split(train_paths, meta["train_samples"], "train")
     test_images, test_labels = read_split([data_dir / "test.npz"], meta["test_samples"], "test")
-    scaled = train_images.astype(np.float32) / 255.0
-    mean = scaled.mean(axis=(0, 1, 2))
-    std = np.maximum(scaled.std(axis=(0, 1, 2)), 1e-6)
-    train = Split(standardise(train_images, mean, std), torch.from_numpy(train_labels))
-    test = Split(standardise(test_images, mean, std), torch.from_numpy(test_labels))
-    return train, test
+    train = Split(scale(train_images), torch.from_numpy(train_labels))
+    test = Split(scale(test_images), torch.from_numpy(test_labels))
+    mean = train.images.mean(dim=(0, 2, 3))
+    std = train.images.std(dim=(0, 2, 3), unbiased=False).clamp(min=1e-6)
+    return Dataset(train, test, mean, std)
 
 
 def init_distributed() -> Dist:
@@ -179,12 +192,31 @@ def init_distributed() -> Dist:
     return Dist(rank, world_size, local_rank, backend, device)
 
 
-def build_model() -> nn.Module:
-    """A deliberately small CNN, so an epoch on CPU takes seconds rather than minutes.
+class Standardise(nn.Module):
+    """Centre and scale each channel by the training data's statistics, kept as buffers: saved in
+    the model's state, so whoever loads the model applies the statistics it was trained with."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean.reshape(1, -1, 1, 1).clone())
+        self.register_buffer("std", std.reshape(1, -1, 1, 1).clone())
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images - self.mean) / self.std
+
+
+def build_model(mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> nn.Module:
+    """A deliberately small CNN, so an epoch on CPU takes seconds rather than minutes, taking images
+    scaled to [0, 1] (``Split``) and standardising them itself. ``mean``/``std`` are the training
+    data's; a model about to load a saved state leaves them out (the state holds them).
 
     BatchNorm keeps SGD at lr 0.05 with momentum from spiking the loss in the first epochs.
     """
+    channels = IMAGE_SHAPE[2]
+    mean = mean if mean is not None else torch.zeros(channels)
+    std = std if std is not None else torch.ones(channels)
     return nn.Sequential(
+        Standardise(mean, std),
         nn.Conv2d(3, 16, kernel_size=3, padding=1, bias=False),
         nn.BatchNorm2d(16),
         nn.ReLU(),
@@ -243,7 +275,16 @@ def train_epoch(
 
 @torch.no_grad()
 def evaluate(env: Dist, model: nn.Module, test: Split) -> tuple[float, float]:
-    """Score a disjoint slice of the test set per rank and combine, so every sample counts once."""
+    """Score rank 0's model, the one saved: a disjoint slice of the test set per rank, combined, so
+    every sample counts once.
+
+    The ranks share their weights, but each rank's last training steps moved its own BatchNorm
+    running statistics (DDP sends rank 0's buffers before a forward, not after); scored as they
+    are, each slice would measure a different model, and the job a number no saved model has.
+    So every rank takes rank 0's buffers first.
+    """
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
     model.eval()
     indices = torch.arange(env.rank, len(test.labels), env.world_size)
     loss_sum, correct = 0.0, 0
@@ -263,11 +304,12 @@ def make_loader(env: Dist, train: Split, batch_size: int, seed: int) -> DataLoad
     return DataLoader(dataset, batch_size=batch_size, sampler=sampler)
 
 
-def fit(env: Dist, args: argparse.Namespace, train: Split, test: Split) -> None:
+def fit(env: Dist, args: argparse.Namespace, data: Dataset) -> None:
     """Train from the last checkpoint (or from scratch) up to --epochs, saving after each epoch."""
     out_dir = Path(args.out)
+    train, test = data.train, data.test
     torch.manual_seed(args.seed)
-    model = build_model()
+    model = build_model(data.mean, data.std)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     resume = share_resume_state(env, out_dir)
     history = resume["history"] if resume else []
@@ -322,13 +364,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     try:
-        train, test = load_dataset(Path(args.data))
+        data = load_dataset(Path(args.data))
     except SystemExit as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
         raise SystemExit(checkpoints.DATA_ERROR_EXIT) from None
     env = init_distributed()
     try:
-        fit(env, args, train, test)
+        fit(env, args, data)
     finally:
         dist.destroy_process_group()
 

@@ -1,9 +1,12 @@
 """The evaluation job of pipelines/cifar10.yaml: score the candidate and the champion on one test split.
 
 Both models are loaded from their job outputs (``model.pt`` in ``$CANDIDATE_DIR`` and, when there is
-a champion, ``$CHAMPION_DIR``) and scored on the test split of ``$EVAL_DATA_DIR``, standardised the
-same way for both, so the gate compares two numbers measured on the same data. Writes
-``$OUTPUT_DIR/evaluation.json``: ``{"candidate": {...}, "champion": {...} | null}``.
+a champion, ``$CHAMPION_DIR``) and scored on the test split of ``$EVAL_DATA_DIR``, so the gate
+compares two numbers measured on the same data. Each model standardises the images itself with the
+statistics of the data it was trained on (saved in its state), as it would serving: the champion is
+not measured with the candidate's preprocessing. A model's score here is the final test score its
+training reported on the same data. Writes ``$OUTPUT_DIR/evaluation.json``:
+``{"candidate": {...}, "champion": {...} | null}``.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ def score(model_dir: Path, test: Split) -> dict[str, float]:
 
 
 def main() -> None:
-    _, test = load_dataset(Path(os.environ["EVAL_DATA_DIR"]))
+    test = load_dataset(Path(os.environ["EVAL_DATA_DIR"])).test
     champion_dir = os.environ.get("CHAMPION_DIR")
     scores = {
         "candidate": score(Path(os.environ["CANDIDATE_DIR"]), test),
