@@ -13,7 +13,7 @@ import pendulum
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.model_registry.mlflow import champion_alias
+from aliyun_training.model_registry.mlflow import challenger_alias, champion_alias
 from aliyun_training.operators.ownership import installation_id
 from aliyun_training.pages.urls import PREFIX, pipeline_page, report_page
 from aliyun_training.pipelines.folder import broken_declaration_dag
@@ -98,6 +98,9 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     # On the harder v2 the champion scores 0.30, the candidate 0.305: better, by less than 0.01.
     worse = _run(dag, skill=0.605, day=2, version="v2")
     unguarded = _run(dag, skill=0.90, loss=2.5, day=3, version="v2")
+    # The two held candidates are registered; the challenger stays on the last one the gate passed.
+    challenger = challenger_alias(installation_id())
+    assert str(registry_client(local_root).get_model_version_by_alias("scores", challenger).version) == "1"
     # 0.32 on v2 beats the champion's 0.30 there, although its own run recorded 0.60 on v1.
     better = _run(dag, skill=0.62, day=4, version="v2")
 

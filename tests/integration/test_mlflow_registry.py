@@ -16,7 +16,9 @@ def _settings(folder: Path, model: str = "digits") -> RegistrySettings:
     return RegistrySettings(kind="mlflow", model=model, tracking_uri=embedded_tracking_uri(folder))
 
 
-def _candidate(run_id: str, accuracy: float = 0.9, installation: str = "team-a") -> Candidate:
+def _candidate(
+    run_id: str, accuracy: float = 0.9, installation: str = "team-a", passed_gate: bool = True
+) -> Candidate:
     return Candidate(
         installation=installation,
         run_id=run_id,
@@ -28,6 +30,7 @@ def _candidate(run_id: str, accuracy: float = 0.9, installation: str = "team-a")
         job_id=f"job-{run_id}",
         image="local",
         code_digest="0123456789ab",
+        passed_gate=passed_gate,
     )
 
 
@@ -67,6 +70,10 @@ def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_no
     client = MlflowClient(tracking_uri=registry.settings.tracking_uri)  # type: ignore[attr-defined]
     assert int(client.get_model_version_by_alias("digits", "champion-team-a").version) == 2
     assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2, "the newest"
+    # A candidate the gate held (or a backfill's) is registered, and the challenger stays.
+    held = registry.register(_candidate("backfill__3", passed_gate=False))
+    assert held.version == "3"
+    assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2
     tags = client.get_model_version("digits", "1").tags
     assert tags["lineage.dataset_version"] == "2026-11-22" and tags["metric.test_accuracy"] == "0.9"
 

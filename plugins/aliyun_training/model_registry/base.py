@@ -146,6 +146,9 @@ class Candidate(BaseModel):
     code_digest: str
     #: The declaration file the pipeline was declared in.
     declaration: str | None = None
+    #: Whether the promotion gate passed it (a backfill's and a held model's did not; a pipeline
+    #: with no gate passes every candidate): only such a candidate becomes the challenger.
+    passed_gate: bool = True
 
     def identity(self) -> dict[str, str]:
         """What makes a candidate one run's: a retry finds its first try's version by these."""

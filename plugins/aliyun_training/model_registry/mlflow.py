@@ -2,8 +2,8 @@
 
 Each candidate is a model version whose source is its published artifact set and whose tags carry
 its lineage (``lineage.<key>``) and metrics (``metric.<name>``); the ``challenger`` alias names the
-newest candidate and the ``champion`` alias the promoted one, as MLflow's registry documents aliases
-for champion/challenger deployments. A retried task finds its run's version by the
+newest candidate the gate passed and the ``champion`` alias the promoted one, as MLflow's registry
+documents aliases for champion/challenger deployments. A retried task finds its run's version by the
 ``lineage.run_id`` tag instead of registering again.
 
 The embedded default (``sqlite:///<local root>/mlflow/mlflow.db``) needs nothing running; SQLite
@@ -52,7 +52,8 @@ def champion_alias(installation: str) -> str:
 
 
 def challenger_alias(installation: str) -> str:
-    """The alias of ``installation``'s newest candidate: ``challenger-<installation id>``."""
+    """The alias of ``installation``'s newest candidate the gate passed: ``challenger-<installation
+    id>`` (a held or backfilled model is registered, never the challenger)."""
     return f"{CHALLENGER_ALIAS}-{installation}"
 
 
@@ -87,6 +88,7 @@ def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRe
                 "mlflow",
                 "set_registered_model_alias",
                 {"name": model, "alias": challenger_alias(installation)},
+                note="only when the gate passed the candidate",
             ),
         ),
         promote=(
@@ -127,7 +129,8 @@ class MlflowRegistry:
                 tags=tags,
                 description=f"Trained on {candidate.dataset_version} in {candidate.run_id}",
             )
-            self._client.set_registered_model_alias(self.model, self.challenger_alias, version.version)
+            if candidate.passed_gate:
+                self._client.set_registered_model_alias(self.model, self.challenger_alias, version.version)
             return self._registered(version)
 
         return self._call("register a candidate", register)

@@ -254,6 +254,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             image=runtime.uri,
             code_digest=plan.code_digest,
             declaration=plan.declaration,
+            passed_gate=decision.promoted if decision else True,
         )
         # A RegistryError fails the try: the next one finds what this one may have registered.
         registered = open_registry(plan.registry, candidate.installation).register(candidate)
