@@ -3,7 +3,6 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 BIN := $(CURDIR)/$(VENV)/bin
-DEMO_DATE ?= 2026-11-22
 
 # Airflow runs entirely inside the project: config, SQLite metadata DB and logs in .airflow/,
 # the local object store, CPFS stand-in, job run directories and artifacts in .demo/.
@@ -48,13 +47,19 @@ $(VENV)/.editable: $(VENV)/.installed pyproject.toml
 # The run's logical date is now (so the UI shows its true duration); its dataset version is named.
 # The examples make a synthetic version first; any other declared pipeline trains on the newest
 # version already in the local object store, with its form's defaults.
+# The examples' version is 2026-11-22 the first time, then the week after the newest one already
+# made (include/demo_version.py): each `make demo` trains on new data, and the gate decides whether
+# its model replaces the champion. DEMO_DATE=YYYY-MM-DD names one. The version is worked out once,
+# where it is first used (the $(eval) keeps it), before the demo makes it.
 PIPELINE ?= cifar10_retrain
 ifeq ($(PIPELINE),imagenet_resnet_retrain)
-DEMO_DATA := python include/imagenet_resnet/make_synthetic_raw.py --out .demo/object-store/imagenet/$(DEMO_DATE)
-DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 2}
+DEMO_DATE ?= $(eval DEMO_DATE := $(shell python3 include/demo_version.py .demo/object-store/imagenet))$(DEMO_DATE)
+DEMO_DATA = python include/imagenet_resnet/make_synthetic_raw.py --out .demo/object-store/imagenet/$(DEMO_DATE)
+DEMO_CONF = {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 2}
 else ifeq ($(PIPELINE),cifar10_retrain)
-DEMO_DATA := python include/training/make_synthetic_cifar10.py --out .demo/object-store/cifar10/$(DEMO_DATE)
-DEMO_CONF := {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 3}
+DEMO_DATE ?= $(eval DEMO_DATE := $(shell python3 include/demo_version.py .demo/object-store/cifar10))$(DEMO_DATE)
+DEMO_DATA = python include/training/make_synthetic_cifar10.py --out .demo/object-store/cifar10/$(DEMO_DATE)
+DEMO_CONF = {"dataset_version": "$(DEMO_DATE)", "nodes": 2, "epochs": 3}
 else
 DEMO_CONF := {}
 endif

@@ -5,7 +5,11 @@ exercised end to end. Each class gets a fixed smooth colour template; every samp
 randomly shifted, re-lit and covered in noise, so a small CNN learns it within a few epochs while the
 task is not trivially solved by a single pixel.
 
-Usage: python make_synthetic_cifar10.py --out DIR [--train 2048] [--test 512] [--shards 4] [--seed 0]
+Every version shows the same ten classes (the templates are fixed) in samples of its own: the
+samples' seed defaults to one derived from the version's name (the --out folder's), so successive
+versions differ the way new data does, and the same version is generated identically again.
+
+Usage: python make_synthetic_cifar10.py --out DIR [--train 2048] [--test 512] [--shards 4] [--seed N]
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +41,8 @@ WAVES_PER_CHANNEL = 4
 MAX_FREQUENCY = 3
 MAX_SHIFT = 4
 NOISE_STD = 45.0
+#: The seed of the classes' templates: every version shows the same classes.
+TEMPLATE_SEED = 0
 #: Written last, empty: a scheduled run waits for it (the pipeline's ``dataset.version.marker``).
 MARKER = "_SUCCESS"
 
@@ -49,7 +56,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train", type=int, default=2048, help="number of training samples")
     parser.add_argument("--test", type=int, default=512, help="number of test samples")
     parser.add_argument("--shards", type=int, default=4, help="number of train-*.npz shards")
-    parser.add_argument("--seed", type=int, default=0, help="seed; the same seed gives identical files")
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="seed of the samples (default: derived from the version, the --out folder's name); "
+        "the same seed gives identical files",
+    )
     args = parser.parse_args(argv)
     if args.train < 1 or args.test < 1:
         parser.error("--train and --test must be at least 1")
@@ -123,8 +136,8 @@ def generate(out: Path, train: int, test: int, shards: int, seed: int) -> None:
     An earlier marker is removed first: until the new one is written, a run waiting for the version
     must not take a folder being rewritten for a complete one.
     """
+    templates = make_templates(np.random.default_rng(TEMPLATE_SEED))
     rng = np.random.default_rng(seed)
-    templates = make_templates(rng)
     train_images, train_labels = make_samples(rng, templates, train)
     test_images, test_labels = make_samples(rng, templates, test)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,10 +150,17 @@ def generate(out: Path, train: int, test: int, shards: int, seed: int) -> None:
     (out / MARKER).touch()
 
 
+def version_seed(version: str) -> int:
+    """The samples' seed of a version by its name (CRC-32: stable across processes and machines,
+    unlike ``hash``)."""
+    return zlib.crc32(version.encode())
+
+
 def main(argv: list[str] | None = None) -> None:
     """Entry point for the CLI."""
     args = parse_args(argv)
-    generate(args.out, args.train, args.test, args.shards, args.seed)
+    seed = version_seed(args.out.name) if args.seed is None else args.seed
+    generate(args.out, args.train, args.test, args.shards, seed)
     print(f"wrote {args.train} train ({args.shards} shards) and {args.test} test samples to {args.out}")
 
 
