@@ -657,7 +657,10 @@ class PipelineDeclaration(_Block):
         rule = self.promotion
         if rule is None or self.evaluation is not None:
             return self
-        unmeasured = [name for name in (rule.metric, *rule.guards) if not name.startswith("final_")]
+        tie_break = [rule.at_bound.metric] if rule.at_bound is not None else []
+        unmeasured = [
+            name for name in (rule.metric, *rule.guards, *tie_break) if not name.startswith("final_")
+        ]
         if unmeasured:
             raise ValueError(
                 f"promotion: {unmeasured} are not final metrics of metrics.json, and no evaluation job "

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
@@ -39,7 +40,8 @@ _METRIC = Annotated[
 
 
 class Bounds(BaseModel):
-    """A guard: the metric must be at least ``min`` and at most ``max`` (each optional)."""
+    """A metric's bounds, each optional: a guard's (the metric must be at least ``min`` and at most
+    ``max``) or a metric's range (the values it can take, ``PromotionRule.metric_range``)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -53,7 +55,7 @@ class Bounds(BaseModel):
     @model_validator(mode="after")
     def _a_bound(self) -> Bounds:
         if self.min is None and self.max is None:
-            raise ValueError("a guard needs min, max or both (fix: e.g. {max: 2.0})")
+            raise ValueError("bounds need min, max or both (fix: e.g. {max: 2.0})")
         if self.min is not None and self.max is not None and self.min > self.max:
             raise ValueError(f"min {self.min} is above max {self.max} (fix: swap them)")
         return self
@@ -81,14 +83,26 @@ class Approval(BaseModel):
     ] = Field(default_factory=list)
 
 
-class PromotionRule(BaseModel):
-    """When a run's model becomes the champion (the declaration's ``promotion`` block)."""
+#: The metrics whose values lie in [0, 1] by their definition, with an optional ``final_`` and an
+#: optional ``test_``, ``val_`` or ``eval_`` prefix: a rule on one knows its range undeclared.
+_UNIT_METRICS = re.compile(
+    r"(final_)?((test|val|eval)_)?(acc|accuracy|top1_accuracy|top5_accuracy|balanced_accuracy"
+    r"|precision|recall|f1|f1_score|auc|roc_auc|pr_auc|average_precision|iou|miou|mean_iou|dice)"
+)
+_UNIT = Bounds(min=0, max=1)
+
+_DIRECTION_FIX = field_fix("use max (higher is better: accuracy) or min (lower is better: loss)")
+
+
+class Criterion(BaseModel):
+    """A metric the candidate must improve over the champion's by at least ``min_improvement``:
+    the rule's own, or its ``at_bound`` tie-break, which the gate reads the same way."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     metric: _METRIC
     #: ``max``: higher is better (accuracy); ``min``: lower is better (loss).
-    direction: Literal["max", "min"] = "max"
+    direction: Annotated[Literal["max", "min"], Field(json_schema_extra=_DIRECTION_FIX)] = "max"
     #: How much better than the champion the candidate must be: in the metric's units, or a
     #: fraction of the champion's value when ``relative``.
     min_improvement: Annotated[
@@ -96,6 +110,59 @@ class PromotionRule(BaseModel):
         Field(ge=0, allow_inf_nan=False, json_schema_extra=field_fix("give a finite number, 0 or more")),
     ] = 0.0
     relative: bool = False
+    #: The values the metric can take, e.g. ``{min: 0, max: 100}`` for an accuracy in percent; None:
+    #: [0, 1] for an accuracy-like name (``_UNIT_METRICS``), no bound for any other.
+    metric_range: Bounds | None = None
+
+    def required(self, held: float | None) -> float | None:
+        """The value a candidate must reach against a champion at ``held``; None without a score."""
+        if held is None:
+            return None
+        step = abs(held) * self.min_improvement if self.relative else self.min_improvement
+        return held + step if self.direction == "max" else held - step
+
+    def reaches(self, value: float, required: float) -> bool:
+        return value >= required if self.direction == "max" else value <= required
+
+    def needs(self, required: float) -> str:
+        """The value to reach in words: "at least 1.005", "at most 0.3"."""
+        return f"{'at least' if self.direction == 'max' else 'at most'} {required:.6g}"
+
+    def edge(self, *seen: float | None) -> tuple[float, str] | None:
+        """The bound the metric improves toward (its maximum; its minimum for ``min``) and whether
+        it was declared or assumed; None where it has none. An accuracy-like name's [0, 1] is
+        assumed only while every score ``seen`` lies in it: an accuracy in percent has no such bound."""
+        if self.metric_range is not None:
+            bounds, how = self.metric_range, "declared"
+        elif _UNIT_METRICS.fullmatch(self.metric) and all(v is None or 0 <= v <= 1 for v in seen):
+            bounds, how = _UNIT, "assumed"
+        else:
+            return None
+        edge = bounds.max if self.direction == "max" else bounds.min
+        return None if edge is None else (edge, how)
+
+    def beyond(self, required: float, *seen: float | None) -> str | None:
+        """Why no score can reach ``required`` ("beyond its assumed maximum 1"); None where one can."""
+        if not math.isfinite(required):
+            return "which no number reaches"
+        edge = self.edge(*seen)
+        if edge is None or self.reaches(edge[0], required):
+            return None
+        return f"beyond its {edge[1]} {'maximum' if self.direction == 'max' else 'minimum'} {edge[0]:g}"
+
+
+class TieBreak(Criterion):
+    """What the gate decides on while the rule cannot be met (``at_bound``): this metric, for a
+    model no worse than the champion on the rule's own. Its direction is never assumed: a loss
+    read as higher-is-better would promote the worse model."""
+
+    direction: Annotated[Literal["max", "min"], Field(json_schema_extra=_DIRECTION_FIX)]
+
+
+class PromotionRule(Criterion):
+    """When a run's model becomes the champion (the declaration's ``promotion`` block): ``metric``
+    improved by ``min_improvement`` (``Criterion``), and the conditions below."""
+
     #: Other final metrics the candidate must keep within bounds, e.g. ``final_test_loss: {max: 2}``.
     guards: dict[_METRIC, Bounds] = Field(default_factory=dict)
     #: With no champion yet: ``promote`` the first model that passes its guards, or ``hold``.
@@ -107,6 +174,47 @@ class PromotionRule(BaseModel):
     older_versions_promote: bool = False
     #: A person must approve each promotion; None: a pass promotes at once.
     approval: Approval | None = None
+    #: While the rule cannot be met (the champion's score plus ``min_improvement`` lies beyond the
+    #: metric's range): None (``hold``, declared or not) promotes nothing and every decision says so;
+    #: a ``TieBreak`` decides on another metric for a model no worse on this one.
+    at_bound: Annotated[
+        TieBreak | None,
+        Field(
+            json_schema_extra=field_fix(
+                "write hold, or the metric to decide on while this one cannot improve, "
+                "e.g. {metric: test_loss, direction: min}"
+            )
+        ),
+    ] = None
+
+    @field_validator("at_bound", mode="before")
+    @classmethod
+    def _hold(cls, value: Any) -> Any:
+        """``hold`` is the default, None; any other word is no option (the error names the options)."""
+        if value == "hold":
+            return None
+        if isinstance(value, str):
+            raise ValueError(f"{json.dumps(value)[:40]} is not an option")
+        return value
+
+    @model_validator(mode="after")
+    def _tie_break_can_apply(self) -> PromotionRule:
+        """A tie-break on the rule's own metric decides nothing new, and one on a metric without a
+        known bound never applies: both are refused rather than kept as a fix that is not one."""
+        if self.at_bound is None:
+            return self
+        if self.at_bound.metric == self.metric:
+            raise ValueError(
+                f"at_bound decides on {self.metric}, the rule's own metric (fix: name another one, "
+                "e.g. test_loss)"
+            )
+        if self.edge() is None:
+            side = "maximum" if self.direction == "max" else "minimum"
+            raise ValueError(
+                f"at_bound: {self.metric} has no known {side}, so the gate cannot tell when the rule "
+                "cannot be met (fix: declare promotion.metric_range, e.g. {min: 0, max: 1})"
+            )
+        return self
 
 
 class Champion(BaseModel):
@@ -174,6 +282,18 @@ class GuardResult(BaseModel):
         return f"{keeps if kept else breaks} {word} {bound:g}"
 
 
+class Score(BaseModel):
+    """One metric as the gate compared it: the candidate's value, the champion's, the value to reach."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: str
+    direction: Literal["max", "min"]
+    candidate: float | None
+    champion: float | None
+    required: float | None
+
+
 class Decision(BaseModel):
     """The gate's decision with every number it used: logged, in the manifest and the report, and
     the task's return value."""
@@ -196,6 +316,12 @@ class Decision(BaseModel):
     needs_approval: bool = False
     #: The candidate's metrics the gate read, recorded as the champion's should it be promoted.
     metrics: dict[str, Any] = Field(default_factory=dict)
+    #: Why no later model can pass while the champion stands (this candidate once it is promoted,
+    #: else the champion it was compared with), naming the fix; the reason ends with it too. None
+    #: while one can, and in decisions recorded before the gate checked.
+    unreachable: str | None = None
+    #: The ``at_bound`` metric's numbers where the gate decided on it (the rule could not be met).
+    tie_break: Score | None = None
 
 
 #: What became of a candidate (``Outcome.state``), with the few words the report heads it with.
@@ -311,16 +437,16 @@ def decide(
     is no evidence that the champion is better.
     """
     metrics, champion = comparison.candidate, comparison.champion_run_id
-    candidate = _number(metrics.get(rule.metric))
+    candidate, held = _scores(comparison, rule.metric)
     recorded = comparison.champion.get(rule.metric) if comparison.champion is not None else None
-    held = _number(recorded)
     guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
-    required = _required(rule, held) if champion else None
+    required = rule.required(held) if champion else None
 
-    def decision(promoted: bool, reason: str) -> Decision:
+    def decision(promoted: bool, reason: str, tie_break: Score | None = None) -> Decision:
+        unreachable = _lock(rule, comparison, promoted)
         return Decision(
             promoted=promoted,
-            reason=reason,
+            reason=f"{reason}; {unreachable}" if unreachable else reason,
             metric=rule.metric,
             direction=rule.direction,
             candidate=candidate,
@@ -331,6 +457,8 @@ def decide(
             basis=comparison.basis,
             needs_approval=promoted and rule.approval is not None and champion != run_id,
             metrics=metrics,
+            unreachable=unreachable,
+            tie_break=tie_break,
         )
 
     if champion == run_id:
@@ -353,25 +481,109 @@ def decide(
         if rule.without_champion == "hold":
             return decision(False, "there is no champion yet and the rule holds the first model")
         return decision(True, f"the first model: {rule.metric} {candidate:.6g}, every guard passed")
-    if required is None:
+    if held is None or required is None:
         return decision(
             True, f"the champion ({champion}) has no score to beat: its {rule.metric} {_unusable(recorded)}"
         )
-    better = candidate >= required if rule.direction == "max" else candidate <= required
-    word = "at least" if rule.direction == "max" else "at most"
-    verdict = "reaches" if better else "misses"
-    return decision(
-        better,
-        f"{rule.metric} {candidate:.6g} {verdict} {word} {required:.6g} "
-        f"(champion {champion}: {held:.6g}; {comparison.basis})",
+    beyond = rule.beyond(required, candidate, held)
+    if beyond is None or rule.at_bound is None:
+        return decision(*_verdict(rule, candidate, required, held, comparison))
+    locked = f"{rule.metric} cannot reach {rule.needs(required)} ({beyond})"
+    if not rule.reaches(candidate, held):
+        return decision(
+            False,
+            f"{locked}, and at_bound decides only for a model no worse than the champion's {held:.6g}: "
+            f"this one has {candidate:.6g}",
+        )
+    return decision(*_tie_break(rule.at_bound, comparison, f"{locked}, so at_bound decides"))
+
+
+def _scores(comparison: Comparison, metric: str) -> tuple[float | None, float | None]:
+    """The candidate's and the champion's ``metric`` as scores the gate compares (``_number``)."""
+    champion = comparison.champion or {}
+    return _number(comparison.candidate.get(metric)), _number(champion.get(metric))
+
+
+def _verdict(
+    criterion: Criterion, value: float, required: float, held: float, comparison: Comparison
+) -> tuple[bool, str]:
+    """Whether ``value`` reaches ``required``, with the numbers it was decided on."""
+    better = criterion.reaches(value, required)
+    return better, (
+        f"{criterion.metric} {value:.6g} {'reaches' if better else 'misses'} {criterion.needs(required)} "
+        f"(champion {comparison.champion_run_id}: {held:.6g}; {comparison.basis})"
     )
 
 
-def _required(rule: PromotionRule, held: float | None) -> float | None:
-    if held is None:
+def _tie_break(tie: TieBreak, comparison: Comparison, locked: str) -> tuple[bool, str, Score]:
+    """The decision on ``tie``'s metric while the rule cannot be met (``locked`` says why), for a
+    candidate no worse than the champion on the rule's. A champion without a finite score on it
+    has none to beat, as on the rule's own metric (see ``decide``)."""
+    value, standing = _scores(comparison, tie.metric)
+    required = tie.required(standing)
+    score = Score(
+        metric=tie.metric, direction=tie.direction, candidate=value, champion=standing, required=required
+    )
+    if value is None:
+        return (
+            False,
+            f"{locked}, and the run's {tie.metric} {_unusable(comparison.candidate.get(tie.metric))}",
+            score,
+        )
+    if standing is None or required is None:
+        recorded = (comparison.champion or {}).get(tie.metric)
+        return (
+            True,
+            f"{locked}, and the champion has no score to beat: its {tie.metric} {_unusable(recorded)}",
+            score,
+        )
+    better, reason = _verdict(tie, value, required, standing, comparison)
+    return better, f"{locked}: {reason}", score
+
+
+def _lock(rule: PromotionRule, comparison: Comparison, promoted: bool) -> str | None:
+    """Why no later model can pass while the champion stands (the candidate once ``promoted``, else
+    the champion it was compared with), naming the fix; None while one can. With ``at_bound`` the
+    gate is locked only when its metric cannot improve either. A metric of no known bound locks
+    only on a value to reach beyond a float's range, where ``at_bound`` is no fix (it is refused)."""
+    standing = comparison.candidate if promoted else comparison.champion
+    if standing is None or (locked := _locked(rule, standing, comparison)) is None:
         return None
-    step = abs(held) * rule.min_improvement if rule.relative else rule.min_improvement
-    return held + step if rule.direction == "max" else held - step
+    if rule.at_bound is None and rule.edge() is None:
+        return f"the gate is locked: {locked} (fix: lower promotion.min_improvement)"
+    if rule.at_bound is None:
+        relative = ", or make min_improvement relative" if _relative_helps(rule, comparison) else ""
+        return (
+            f"the gate is locked: {locked} (fix: declare promotion.at_bound, e.g. {{metric: test_loss, "
+            "direction: min}, to decide on another metric for a model no worse than the champion"
+            f"{relative}; or declare promotion.metric_range if the metric's range is another)"
+        )
+    if (tie_locked := _locked(rule.at_bound, standing, comparison)) is None:
+        return None
+    return (
+        f"the gate is locked: {locked}, and at_bound's {tie_locked} (fix: lower "
+        "promotion.at_bound.min_improvement, or name another metric there)"
+    )
+
+
+def _locked(criterion: Criterion, standing: dict[str, Any], comparison: Comparison) -> str | None:
+    """Why no model can beat a champion scoring ``standing`` on ``criterion``; None where one can."""
+    value = _number(standing.get(criterion.metric))
+    required = criterion.required(value)
+    if value is None or required is None:
+        return None
+    beyond = criterion.beyond(required, *_scores(comparison, criterion.metric))
+    if beyond is None:
+        return None
+    needs = criterion.needs(required)
+    return f"{criterion.metric} must reach {needs} to beat the champion's {value:.6g}, {beyond}"
+
+
+def _relative_helps(rule: PromotionRule, comparison: Comparison) -> bool:
+    """Whether a relative step would unlock the rule: a step relative to the champion's distance
+    from 0 never crosses a bound at 0 (a loss's), where a fixed one does."""
+    edge = rule.edge(*_scores(comparison, rule.metric))
+    return not rule.relative and edge is not None and edge[0] == 0
 
 
 def _guard(name: str, bounds: Bounds, value: float | None) -> GuardResult:

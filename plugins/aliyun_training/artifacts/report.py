@@ -248,27 +248,24 @@ def comparison_basis(decision: dict[str, Any]) -> str:
 def _promotion_section(promotion: dict[str, Any] | None) -> str:
     """What became of the model (``promotion.Outcome``), the gate's pass when it passed, and the
     numbers it compared with the champion's, when a rule is declared. The outcome is the manifest's,
-    which ``promote`` rewrites once it decided: a pass the report shows waits for that."""
+    which ``promote`` rewrites once it decided: a pass the report shows waits for that. A gate that
+    no later model can pass (``Decision.unreachable``) heads the section as a warning, said once."""
     if not promotion:
         return ""
     outcome = Outcome.model_validate(promotion["outcome"])
-    number = "{:.6g}".format
+    locked = promotion.get("unreachable")
+
+    def reason(text: str) -> str:
+        return escape(text.replace(f"; {locked}", "") if locked else text)
+
     rows = [
-        ("Outcome", f"<strong>{escape(outcome.headline)}</strong>: {escape(outcome.reason)}"),
-        *([("Gate", escape(f"passed: {promotion['reason']}"))] if promotion["gate_passed"] else []),
-        (
-            promotion["metric"],
-            escape(
-                f"this run {number(promotion['candidate']) if promotion['candidate'] is not None else '-'}; "
-                f"champion {number(promotion['champion']) if promotion['champion'] is not None else '-'}"
-                + (f" ({promotion['champion_run_id']})" if promotion["champion_run_id"] else " (none yet)")
-                + (
-                    f"; needed {'at least' if promotion['direction'] == 'max' else 'at most'} "
-                    f"{number(promotion['required'])}"
-                    if promotion["required"] is not None
-                    else ""
-                )
-            ),
+        ("Outcome", f"<strong>{escape(outcome.headline)}</strong>: {reason(outcome.reason)}"),
+        *([("Gate", "passed: " + reason(promotion["reason"]))] if promotion["gate_passed"] else []),
+        (promotion["metric"], escape(_score_text(promotion, promotion["champion_run_id"]))),
+        *(
+            [(f"{tie['metric']} (at_bound)", escape(_score_text(tie, promotion["champion_run_id"])))]
+            if (tie := promotion.get("tie_break"))
+            else []
         ),
         ("Compared on", escape(comparison_basis(promotion))),
         *(
@@ -276,7 +273,29 @@ def _promotion_section(promotion: dict[str, Any] | None) -> str:
             for guard in map(GuardResult.model_validate, promotion["guards"])
         ),
     ]
-    return f"<h2>Promotion</h2>\n<table>\n{_rows(rows)}\n</table>"
+    warning = (
+        f'<p class="warning" role="alert"><strong>Promotion gate:</strong> {escape(locked)}</p>\n'
+        if locked
+        else ""
+    )
+    return f"<h2>Promotion</h2>\n{warning}<table>\n{_rows(rows)}\n</table>"
+
+
+def _score_text(score: dict[str, Any], champion_run_id: str | None) -> str:
+    """A metric as the gate compared it (``promotion.Score``, or the decision's own metric):
+    "this run 0.91; champion 0.9 (run id); needed at least 0.905"."""
+    number = "{:.6g}".format
+    needed = (
+        f"; needed {'at least' if score['direction'] == 'max' else 'at most'} {number(score['required'])}"
+        if score["required"] is not None
+        else ""
+    )
+    return (
+        f"this run {number(score['candidate']) if score['candidate'] is not None else '-'}; "
+        f"champion {number(score['champion']) if score['champion'] is not None else '-'}"
+        + (f" ({champion_run_id})" if champion_run_id else " (none yet)")
+        + needed
+    )
 
 
 def _dataset_text(dataset: dict[str, Any]) -> str:

@@ -12,7 +12,7 @@ from html import escape
 from typing import TYPE_CHECKING
 
 from aliyun_training.artifacts.report import comparison_basis, duration, metric_charts
-from aliyun_training.pages.runs import CHAMPION, champions_after, promotion_status
+from aliyun_training.pages.runs import CHAMPION, HELD, NOT_APPROVED, champions_after, promotion_status
 from aliyun_training.pages.urls import airflow_dag_url, airflow_run_url, pipeline_page, plan_page, report_page
 
 if TYPE_CHECKING:
@@ -34,6 +34,8 @@ _STYLE = (
     "tr.moved td{background:#dafbe1}small{display:block}.model{min-width:11em;max-width:18em}"
     ".run-id{font-family:monospace;overflow-wrap:anywhere}.number{text-align:right}"
     ".error{font-family:monospace;font-size:.85em;overflow-wrap:anywhere;white-space:pre-wrap}"
+    ".warning{background:#fff8c5;border-left:4px solid #9a6700;padding:.5em .8em}"
+    ".promotion-locked{color:#9a6700;font-weight:bold}"
 )
 
 
@@ -151,10 +153,24 @@ def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
     )
     return page(
         f"{dag_id}: training runs",
-        f"<h1>{escape(dag_id)}</h1>{_history(rows)}{_champion_timeline(rows)}<h2>Runs</h2>"
+        f"<h1>{escape(dag_id)}</h1>{_gate_lock(rows)}{_history(rows)}{_champion_timeline(rows)}<h2>Runs</h2>"
         "<p class='muted'>Newest first: each run's model by its version in the registry and the dataset "
         f"version it trained on, with its final metrics.</p>{table}",
     )
+
+
+def _gate_lock(rows: list[RunRow]) -> str:
+    """A warning atop the page where the newest decision says no later model can pass the gate
+    (``Decision.unreachable``, with its fix): else the team learns it only from runs held one by one.
+    A pass that never became the champion (rejected, or ``promote`` failed) speaks of a champion
+    there is not: it warns of nothing."""
+    newest = next((row for row in rows if row.promotion), None)
+    decision = (newest.promotion if newest else None) or {}
+    locked = decision.get("unreachable")
+    status = promotion_status(newest) if newest else None
+    if not locked or (decision.get("promoted") and status is not None and status[0] in (HELD, NOT_APPROVED)):
+        return ""
+    return f"<p class='warning' role='alert'><strong>Promotion gate:</strong> {escape(str(locked))}</p>"
 
 
 def _history(rows: list[RunRow]) -> str:
@@ -250,8 +266,9 @@ def _model_title(row: RunRow) -> str:
 
 
 def _promotion(row: RunRow, basis: bool = False) -> str:
-    """What the run did to the champion, with the reason on hover (and, with ``basis``, what the
-    gate compared); empty where the pipeline has no gate."""
+    """What the run did to the champion, with the reason on hover, "gate locked" where its decision
+    says no later model can pass (and, with ``basis``, what the gate compared); empty where the
+    pipeline has no gate."""
     status = promotion_status(row)
     if status is None or row.promotion is None:
         return ""
@@ -262,9 +279,13 @@ def _promotion(row: RunRow, basis: bool = False) -> str:
         if basis
         else ""
     )
+    locked = row.promotion.get("unreachable")
+    marker = (
+        f"<small class='promotion-locked' title='{escape(str(locked))}'>gate locked</small>" if locked else ""
+    )
     return (
         f"<span class='promotion-{escape(label.replace(' ', '-'))}' title='{escape(reason)}'>"
-        f"{escape(label)}</span>{compared}"
+        f"{escape(label)}</span>{marker}{compared}"
     )
 
 

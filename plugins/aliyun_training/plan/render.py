@@ -214,6 +214,12 @@ def _promotion_words(rule: PromotionRule | None) -> str:
         + f"; with no champion yet, the first model is {first}"
         + ("" if rule.backfills_promote else "; a backfill never promotes")
         + ("" if rule.older_versions_promote else "; nor does a run on an older version than the champion's")
+        + (
+            f"; while {rule.metric} cannot improve by that (the champion at its bound), a model no worse "
+            f"on it is compared on {rule.at_bound.metric}"
+            if rule.at_bound is not None
+            else ""
+        )
     )
 
 
