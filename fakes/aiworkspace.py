@@ -49,6 +49,13 @@ ModelVersion page (help/en/pai/developer-reference/api-aiworkspace-2021-02-04-st
   or TrainingService, the last two with a SourceId ``region=<id>,workspaceId=<id>,kind=<kind>,id=<id>``
   (the docstrings name kinds PipelineRun and ServiceJob; Pulumi's example sends TrainingJob, so the
   kind is not checked). Metrics, serialized, "cannot exceed 8,192 bytes" (the emulator: compact JSON).
+- CreateModelVersion's FormatType is one of OfflineModel, SavedModel, Keras H5, Frozen Pb, Caffe
+  Prototxt, TorchScript, XGBoost, PMML, AlinkModel, ONNX, and its FrameworkType one of Pytorch,
+  XGBoost, Keras, Caffe, Alink, Xflow, TensorFlow, spelled as the docstrings spell them (the PAI
+  Python SDK's docstring writes "PyTorch": which spelling the service takes, and whether it
+  compares case, is unverified, so the emulator takes the documented one only).
+  UpdateModelVersionRequest has neither field. ExtraInfo, Metrics and the ``*Spec`` fields are
+  ``Dict[str, Any]`` in the SDK: JSON objects.
 - Labels (``Label``): keys and values "up to 128 bytes" without ``=`` or ``,``.
 - ListModels and ListModelVersions: PageNumber from 1 (default 1), PageSize default 10, TotalCount;
   Order ASC (default) or DESC; SortBy "only GmtCreateTime". ListModels returns the workspace's
@@ -87,7 +94,8 @@ Decisions where the service's behaviour is not documented:
 - CreateModelVersionLabels replaces the value of a key the version has (one label per key) and
   requires Labels; DeleteModelVersionLabels requires LabelKeys and ignores keys the version lacks,
   so both are safe to retry. Neither changes the version's GmtModifiedTime; UpdateModelVersion does,
-  and keeps every field its request leaves out.
+  and keeps every field its request leaves out; a field it sends replaces the version's whole (an
+  ExtraInfo is not merged into the one the version has: whether the service merges is not documented).
 """
 
 from __future__ import annotations
@@ -137,6 +145,31 @@ URI_SHAPES: dict[str, tuple[re.Pattern[str], str]] = {
 ACCESSIBILITIES = frozenset({"PRIVATE", "PUBLIC"})
 APPROVAL_STATUSES = frozenset({"Pending", "Approved", "Rejected"})
 MODEL_SOURCE_TYPES = frozenset({"Custom", "PAIFlow", "TrainingService"})
+MODEL_FORMAT_TYPES = frozenset(
+    {
+        "OfflineModel",
+        "SavedModel",
+        "Keras H5",
+        "Frozen Pb",
+        "Caffe Prototxt",
+        "TorchScript",
+        "XGBoost",
+        "PMML",
+        "AlinkModel",
+        "ONNX",
+    }
+)
+MODEL_FRAMEWORK_TYPES = frozenset({"Pytorch", "XGBoost", "Keras", "Caffe", "Alink", "Xflow", "TensorFlow"})
+#: The fields of a model version the SDK types ``Dict[str, Any]``.
+MODEL_VERSION_OBJECTS = (
+    "CompressionSpec",
+    "DistillationSpec",
+    "EvaluationSpec",
+    "ExtraInfo",
+    "InferenceSpec",
+    "Metrics",
+    "TrainingSpec",
+)
 MODEL_NAME_MAX = 127
 METRICS_MAX_BYTES = 8192
 MODEL_URI = re.compile(r"https?://\S+|oss://[a-z0-9][a-z0-9-]{1,61}[a-z0-9]\.[a-z0-9.-]+/\S*")
@@ -756,9 +789,19 @@ def _next_version_name(model: EmulatedModel) -> str:
 
 
 def _check_model_version_fields(body: dict[str, Any]) -> None:
-    """ApprovalStatus, SourceType and its SourceId, the size of Metrics and the Labels of a version."""
-    if "ApprovalStatus" in body:
-        _one_of(body, "ApprovalStatus", APPROVAL_STATUSES)
+    """ApprovalStatus, FormatType, FrameworkType, SourceType and its SourceId, the JSON objects, the
+    size of Metrics and the Labels of a version (the two types only reach a create: the update's
+    request model has no such fields, so :func:`_checked_body` refuses them there)."""
+    for name, allowed in (
+        ("ApprovalStatus", APPROVAL_STATUSES),
+        ("FormatType", MODEL_FORMAT_TYPES),
+        ("FrameworkType", MODEL_FRAMEWORK_TYPES),
+    ):
+        if name in body:
+            _one_of(body, name, allowed)
+    for name in MODEL_VERSION_OBJECTS:
+        if name in body and not isinstance(body[name], dict):
+            raise _invalid(name, "must be a JSON object")
     custom = "SourceType" not in body or _one_of(body, "SourceType", MODEL_SOURCE_TYPES) == "Custom"
     if not custom and not MODEL_SOURCE_ID.fullmatch(str(body.get("SourceId", ""))):
         raise _invalid("SourceId", "must be region=<id>,workspaceId=<id>,kind=<kind>,id=<id>")

@@ -7,7 +7,8 @@ Launched by torchrun, once per node, the same way on a cloud cluster and on one 
 
 torchrun rewrites RANK and WORLD_SIZE for each worker to the global process rank and process count,
 so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes metrics.json and a checkpoint
-(``checkpoints.py``: CHECKPOINT_DIR, a marker written last) after every epoch and model.pt at the end;
+(``checkpoints.py``: CHECKPOINT_DIR, a marker written last) after every epoch, and at the end model.pt
+(the state) and mlflow-model/ (the same model as an MLflow model, ``mlflow_model.py``);
 a retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint.
 
 The test metrics it reports are those of the model it saves: the model standardises its input
@@ -33,14 +34,16 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from atomic_io import write_atomically
+from cifar10_model import IMAGE_SHAPE, NUM_CLASSES, build_model
+from mlflow_model import save_mlflow_model
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 DATA_FORMAT = "cifar10-npz"
-IMAGE_SHAPE = (32, 32, 3)
-NUM_CLASSES = 10
 EVAL_BATCH_SIZE = 512
+#: Test images the saved MLflow model carries as its input example (and infers its signature from).
+MLFLOW_EXAMPLE_SIZE = 4
 
 
 @dataclass(frozen=True)
@@ -192,46 +195,6 @@ def init_distributed() -> Dist:
     return Dist(rank, world_size, local_rank, backend, device)
 
 
-class Standardise(nn.Module):
-    """Centre and scale each channel by the training data's statistics, kept as buffers: saved in
-    the model's state, so whoever loads the model applies the statistics it was trained with."""
-
-    def __init__(self, mean: torch.Tensor, std: torch.Tensor) -> None:
-        super().__init__()
-        self.register_buffer("mean", mean.reshape(1, -1, 1, 1).clone())
-        self.register_buffer("std", std.reshape(1, -1, 1, 1).clone())
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        return (images - self.mean) / self.std
-
-
-def build_model(mean: torch.Tensor | None = None, std: torch.Tensor | None = None) -> nn.Module:
-    """A deliberately small CNN, so an epoch on CPU takes seconds rather than minutes, taking images
-    scaled to [0, 1] (``Split``) and standardising them itself. ``mean``/``std`` are the training
-    data's; a model about to load a saved state leaves them out (the state holds them).
-
-    BatchNorm keeps SGD at lr 0.05 with momentum from spiking the loss in the first epochs.
-    """
-    channels = IMAGE_SHAPE[2]
-    mean = mean if mean is not None else torch.zeros(channels)
-    std = std if std is not None else torch.ones(channels)
-    return nn.Sequential(
-        Standardise(mean, std),
-        nn.Conv2d(3, 16, kernel_size=3, padding=1, bias=False),
-        nn.BatchNorm2d(16),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Conv2d(16, 32, kernel_size=3, padding=1, bias=False),
-        nn.BatchNorm2d(32),
-        nn.ReLU(),
-        nn.MaxPool2d(2),
-        nn.Flatten(),
-        nn.Linear(32 * 8 * 8, 64),
-        nn.ReLU(),
-        nn.Linear(64, NUM_CLASSES),
-    )
-
-
 def _decode(files: dict[str, bytes]) -> dict[str, Any]:
     return torch.load(io.BytesIO(files["state.pt"]), map_location="cpu", weights_only=True)
 
@@ -357,6 +320,8 @@ def fit(env: Dist, args: argparse.Namespace, data: Dataset) -> None:
             checkpoints.save_epoch(out_dir, epoch, buffer.getvalue(), metrics)
     if env.is_main:
         write_atomically(out_dir / "model.pt", lambda handle: torch.save(model.state_dict(), handle))
+        example = test.images[:MLFLOW_EXAMPLE_SIZE].numpy()
+        save_mlflow_model(model, out_dir, example)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import torch
 from atomic_io import write_atomically
-from cifar10_ddp import EVAL_BATCH_SIZE, Split, build_model, load_dataset
+from cifar10_ddp import EVAL_BATCH_SIZE, Split, load_dataset
+from cifar10_model import build_model
 from torch import nn
 
 

@@ -76,6 +76,9 @@ class BackendRecord:
     backend_config: str
     #: The ``TrainingBackend`` class.
     backend_class: str
+    #: The kind of PAI resource the backend's jobs are (PAI's SDK names a DLC job ``DlcJob``), which
+    #: a PAI model version names as its source; None: PAI knows nothing of its jobs.
+    pai_job_kind: str | None = None
 
     def part(self, field: str) -> Any:
         """The code part named by ``field`` (e.g. ``"planner"``), imported on first use."""
@@ -117,6 +120,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
         backend_config="aliyun_training.plan.dlc:dlc_backend_config",
         backend_class="aliyun_training.backends.dlc.backend:DlcBackend",
+        pai_job_kind="DlcJob",
     ),
     BackendRecord(
         name=Backend.ACK,

@@ -79,6 +79,41 @@ def test_training_reports_the_scores_the_evaluation_job_measures_for_the_saved_m
     assert not torch.allclose(means[0], means[1]), "the two models keep their own data's statistics"
 
 
+def test_the_saved_mlflow_model_is_the_saved_state_and_loads_without_the_project(
+    make_dataset: Any, tmp_path: Path
+) -> None:
+    """The training script's mlflow-model/ (what the registry logs) answers what model.pt's state
+    answers in the network evaluate_cifar10.py rebuilds, in a process that has neither's code."""
+    import numpy as np
+
+    _train(make_dataset("2026-11-15", train=128, test=32), tmp_path / "out")
+    batch = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
+    np.save(tmp_path / "batch.npy", batch)
+    load = (
+        "import sys, numpy as np, mlflow.pyfunc; "
+        "print(mlflow.pyfunc.load_model(sys.argv[1]).predict(np.load(sys.argv[2])).tolist())"
+    )
+    ran = subprocess.run(
+        [sys.executable, "-c", load, str(tmp_path / "out" / "mlflow-model"), str(tmp_path / "batch.npy")],
+        cwd=tmp_path,
+        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
+        capture_output=True,
+        text=True,
+    )
+    assert ran.returncode == 0, ran.stderr[-3000:]
+
+    sys.path.insert(0, str(TRAINING_DIR))
+    try:
+        from cifar10_model import build_model
+    finally:
+        sys.path.remove(str(TRAINING_DIR))
+    network = build_model()
+    network.load_state_dict(torch.load(tmp_path / "out" / "model.pt", map_location="cpu", weights_only=True))
+    with torch.no_grad():
+        expected = network.eval()(torch.from_numpy(batch)).numpy()
+    assert np.allclose(json.loads(ran.stdout.strip().splitlines()[-1]), expected, atol=1e-5)
+
+
 def _brighten(version: Path) -> None:
     """Rewrite the version's images brighter (its checksums and metadata stay consistent)."""
     import numpy as np

@@ -170,8 +170,9 @@ def test_the_page_shows_the_text_escapes_what_users_typed_and_keeps_each_body_wh
     assert "registry.example.com/ml/train:1&lt;script&gt;alert(1)&lt;/script&gt;" in escaped
     assert "<td>check_rdma</td>" in page and "at most 65.5 GPU-hours" in page
     assert PROBE_LINE.replace('"', "&quot;") in page, "the probe, decoded"
-    # One body each: the three jobs up to training, the evaluation job, the four registry calls.
-    assert page.count("<details><summary>JSON body, as sent</summary>") == 7
+    # One body each: the three jobs up to training, the evaluation job, and the five registry calls
+    # (the candidate's run, its logged model, the version, the challenger and champion aliases).
+    assert page.count("<details><summary>JSON body, as sent</summary>") == 9
     assert PROBE in page, "the body as sent, folded away"
 
 
@@ -193,9 +194,11 @@ def test_the_dry_run_shows_the_evaluation_job_the_registry_calls_and_the_gate(
     assert "registry MLflow model registry at sqlite:///" in summary
     # The evaluation job's request as its task sends it, then what publishing and promoting ask
     # of the registry, in order.
-    tail = [(r["task"], r["action"]) for r in document["requests"]][-4:]
+    tail = [(r["task"], r["action"]) for r in document["requests"]][-6:]
     assert tail == [
         ("evaluate", "start processes"),
+        ("publish_artifacts", "create_run"),
+        ("publish_artifacts", "create_logged_model"),
         ("publish_artifacts", "create_model_version"),
         ("publish_artifacts", "set_registered_model_alias"),
         ("promote", "set_registered_model_alias"),

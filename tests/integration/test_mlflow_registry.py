@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 from pathlib import Path
 
 import pytest
 
 from aliyun_training.model_registry import open_registry
-from aliyun_training.model_registry.base import Candidate, RegistryError, RegistrySettings
+from aliyun_training.model_registry.base import Candidate, PublishedFiles, RegistryError, RegistrySettings
 from aliyun_training.model_registry.mlflow import embedded_tracking_uri
 
 
@@ -34,6 +35,22 @@ def _candidate(
     )
 
 
+def _files(folder: Path) -> PublishedFiles:
+    """A published set with no MLflow model: a state file, its manifest and its report."""
+    root = folder / "set"
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "model.pt").write_bytes(b"state")
+    manifest = {
+        "run": {"params": {"epochs": 3, "backend": "local"}, "url": "/dags/digits_retrain/runs/r"},
+        "metrics": {"epochs": 2, "series": ["test_accuracy"], "test_accuracy": [0.8, 0.9]},
+        "dataset": {"uri": "/cpfs/digits/2026-11-22", "version": "2026-11-22", "checksum": "ab" * 32},
+    }
+    documents = (root / "manifest.json", root / "report.html")
+    documents[0].write_text(json.dumps(manifest))
+    documents[1].write_text("<html></html>")
+    return PublishedFiles(root, manifest, documents)
+
+
 @pytest.mark.slow
 def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_run_id_holds(
     tmp_path: Path,
@@ -41,11 +58,13 @@ def test_a_candidate_is_registered_once_per_run_of_its_deployment_whatever_its_r
     registry = open_registry(_settings(tmp_path), "team-a")
     odd = "manual__2026-11-22T00:00:00+00:00 it's \"quoted\" and tags.x = 'y'"
 
-    first = registry.register(_candidate(odd))
-    again = registry.register(_candidate(odd, accuracy=0.1))  # a retry of the same run
-    other = registry.register(_candidate("scheduled__2026-11-29"))
+    first = registry.register(_candidate(odd), _files(tmp_path))
+    again = registry.register(_candidate(odd, accuracy=0.1), _files(tmp_path))  # a retry of the same run
+    other = registry.register(_candidate("scheduled__2026-11-29"), _files(tmp_path))
 
-    elsewhere = registry.register(_candidate(odd, installation="team-b"))  # another deployment's run
+    elsewhere = registry.register(
+        _candidate(odd, installation="team-b"), _files(tmp_path)
+    )  # another deployment's run
 
     assert again == first and first.run_id == odd and first.metrics == {"test_accuracy": 0.9}
     assert (first.version, other.version, elsewhere.version) == ("1", "2", "3"), "never adopts another's"
@@ -58,9 +77,9 @@ def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_no
 
     registry = open_registry(_settings(tmp_path), "team-a")
     assert registry.champion() is None, "no model yet"
-    first = registry.register(_candidate("manual__1"))
+    first = registry.register(_candidate("manual__1"), _files(tmp_path))
     assert registry.champion() is None, "registered is not promoted"
-    second = registry.register(_candidate("manual__2"))
+    second = registry.register(_candidate("manual__2"), _files(tmp_path))
 
     registry.promote(first)
     registry.promote(first)
@@ -71,7 +90,7 @@ def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_no
     assert int(client.get_model_version_by_alias("digits", "champion-team-a").version) == 2
     assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2, "the newest"
     # A candidate the gate held (or a backfill's) is registered, and the challenger stays.
-    held = registry.register(_candidate("backfill__3", passed_gate=False))
+    held = registry.register(_candidate("backfill__3", passed_gate=False), _files(tmp_path))
     assert held.version == "3"
     assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2
     tags = client.get_model_version("digits", "1").tags
@@ -81,7 +100,7 @@ def test_the_champion_alias_moves_only_on_promote_and_promoting_twice_changes_no
 def _register_many(folder: str, prefix: str, count: int) -> None:
     registry = open_registry(_settings(Path(folder)), "team-a")
     for number in range(count):
-        registry.register(_candidate(f"{prefix}{number}"))
+        registry.register(_candidate(f"{prefix}{number}"), _files(Path(folder)))
 
 
 @pytest.mark.slow
@@ -127,9 +146,13 @@ def test_deployments_sharing_a_store_each_move_their_own_champion_and_only_their
         open_registry(_settings(tmp_path), "ml-prod"),
         open_registry(_settings(tmp_path), "ml-staging"),
     )
-    good = production.register(_candidate("scheduled__1", accuracy=0.9, installation="ml-prod"))
+    good = production.register(
+        _candidate("scheduled__1", accuracy=0.9, installation="ml-prod"), _files(tmp_path)
+    )
     production.promote(good)
-    bad = staging.register(_candidate("scheduled__1", accuracy=0.1, installation="ml-staging"))
+    bad = staging.register(
+        _candidate("scheduled__1", accuracy=0.1, installation="ml-staging"), _files(tmp_path)
+    )
     staging.promote(bad)
 
     assert production.champion() == good and staging.champion() == bad
@@ -140,3 +163,27 @@ def test_deployments_sharing_a_store_each_move_their_own_champion_and_only_their
     with pytest.raises(RegistryError, match=r"registered by installation ml-prod, not ml-staging"):
         staging.promote(good)
     assert production.champion() == good, "refused before anything moved"
+
+
+@pytest.mark.slow
+def test_a_rejected_version_says_why_and_stops_being_the_challenger(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    registry = open_registry(_settings(tmp_path), "team-a")
+    older = registry.register(_candidate("manual__1"), _files(tmp_path))
+    newest = registry.register(_candidate("manual__2"), _files(tmp_path))
+    theirs = open_registry(_settings(tmp_path), "team-b").register(
+        _candidate("manual__3", installation="team-b"), _files(tmp_path)
+    )
+
+    registry.reject(older, "the approval was answered 'Reject' by alice")
+    client = MlflowClient(tracking_uri=embedded_tracking_uri(tmp_path))
+    assert int(client.get_model_version_by_alias("digits", "challenger-team-a").version) == 2, "not older"
+    registry.reject(newest, "the approval was answered 'Reject' by bob")
+
+    tags = client.get_model_version("digits", newest.version).tags
+    assert tags["aliyun_training.rejected"] == "the approval was answered 'Reject' by bob"
+    assert "challenger-team-a" not in client.get_registered_model("digits").aliases
+    with pytest.raises(RegistryError, match="registered by installation team-b, not team-a"):
+        registry.reject(theirs, "not ours")
+    assert "aliyun_training.rejected" not in client.get_model_version("digits", theirs.version).tags

@@ -117,13 +117,15 @@ def test_the_planned_requests_name_what_each_client_sends() -> None:
     )
 
     assert [(c.action, c.body.get("alias")) for c in mlflow.register] == [
+        ("create_run", None),
+        ("create_logged_model", None),
         ("create_model_version", None),
         ("set_registered_model_alias", "challenger-team-a"),
     ]
     assert [(c.action, c.body["alias"]) for c in mlflow.promote] == [
         ("set_registered_model_alias", "champion-team-a")
     ]
-    assert ", ".join(LINEAGE) in mlflow.register[0].body["tags"]
+    assert ", ".join(LINEAGE) in mlflow.register[0].body["tags"] and mlflow.register[2].body["tags"]
     (version,) = pai.register
     assert version.body["Labels"] == ", ".join(LINEAGE) and version.body["ApprovalStatus"] == "Pending"
     assert version.body["WorkspaceId"] == "ws-1"

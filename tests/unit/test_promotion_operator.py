@@ -97,6 +97,9 @@ class Registry:
     def promote(self, version: RegisteredVersion) -> None:
         self.log.append(f"registry -> {version.version}")
 
+    def reject(self, version: RegisteredVersion, reason: str) -> None:
+        self.log.append(f"registry rejects {version.version}: {reason}")
+
 
 class Events:
     """``outlet_events``: the champion events the task adds, by the alias they go through."""
@@ -303,7 +306,9 @@ def test_a_rejected_candidate_skips_the_task_and_leaves_its_outcome_sealed_for_t
     ):
         _promote(tmp_path, published, state, rule, rejected, ti)
 
-    assert log == [] and state.champion == OLD.run_id
+    # The pointer stays; the registry marks the version rejected (PAI's approval state).
+    assert log == [f"registry rejects {CANDIDATE.version}: the approval was answered 'Reject' by alice"]
+    assert state.champion == OLD.run_id
     assert _outcome(published)["state"] == "not_approved"
     # The skipped task returns nothing: what the report says is left beside it, with its seal.
     left = ti.pushed[OUTCOME_KEY]

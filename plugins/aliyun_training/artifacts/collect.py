@@ -43,6 +43,7 @@ from aliyun_training.artifacts.manifest import (
     require_oss,
 )
 from aliyun_training.artifacts.report import render_report
+from aliyun_training.model_registry.base import PublishedFiles
 from aliyun_training.promotion import Outcome, manifest_promotion
 from aliyun_training.stage_records import (
     ArtifactSet,
@@ -64,6 +65,7 @@ from aliyun_training.validation import SpecError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from aliyun_training.model_registry.base import RegisteredVersion
     from aliyun_training.promotion import Decision
     from aliyun_training.staging.oss import OssClientConfig, OssObjectSource
     from aliyun_training.staging.sources import ChunkSink, SourceObject
@@ -145,6 +147,7 @@ def publish_artifacts(
     kept: KeptOutputs = DEFAULT_KEPT,
     run: RunInfo | None = None,
     gate: Callable[[dict[str, Any]], Decision] | None = None,
+    register: Callable[[PublishedFiles, ArtifactSet], RegisteredVersion | None] | None = None,
 ) -> ArtifactSet:
     """Collect the job's outputs, write manifest.json and report.html, publish atomically.
 
@@ -158,6 +161,10 @@ def publish_artifacts(
     ``oss`` is required when ``artifact_root`` or the job's ``output_uri`` is an ``oss://`` URI.
     ``run`` is the Airflow run publishing the set; None (a set published outside a DAG run) records
     no run, and the stage before training then has no start.
+
+    ``register``, given the published set's files on this machine (the local set, or the copy a
+    cloud set was uploaded from, while it still exists) and the set, registers the model; its
+    version is the returned set's ``registered``.
     """
     started = datetime.now(UTC)
     with _job_outputs(job, oss, kept) as output:
@@ -188,14 +195,33 @@ def publish_artifacts(
                 else None
             ),
         }
+        promotion = decision.model_dump(mode="json") if decision else None
         if not artifact_root.startswith("oss://"):
             published = _publish_locally(Path(artifact_root), output, manifest, started, kept)
-        else:
-            with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
-                built = Path(scratch) / "set"
-                manifest = _assemble(built, output, manifest, started, kept)
-                published = _upload(built, manifest, artifact_root, require_oss(oss, FIELD))
-    return published.model_copy(update={"promotion": decision.model_dump(mode="json") if decision else None})
+            return _registered(
+                published.model_copy(update={"promotion": promotion}), Path(published.uri), register
+            )
+        with tempfile.TemporaryDirectory(prefix="artifacts-") as scratch:
+            built = Path(scratch) / "set"
+            manifest = _assemble(built, output, manifest, started, kept)
+            published = _upload(built, manifest, artifact_root, require_oss(oss, FIELD))
+            return _registered(published.model_copy(update={"promotion": promotion}), built, register)
+
+
+def _registered(
+    published: ArtifactSet,
+    files: Path,
+    register: Callable[[PublishedFiles, ArtifactSet], RegisteredVersion | None] | None,
+) -> ArtifactSet:
+    """``published`` with the version ``register`` made of it from its ``files`` on this machine."""
+    if register is None:
+        return published
+    manifest = json.loads((files / MANIFEST_NAME).read_text())
+    documents = tuple(files / name for name in (MANIFEST_NAME, REPORT_NAME))
+    registered = register(PublishedFiles(files, manifest, documents), published)
+    return published.model_copy(
+        update={"registered": registered.model_dump(mode="json") if registered else None}
+    )
 
 
 def _publish_locally(

@@ -173,12 +173,17 @@ class AIWorkspaceHook(AlibabaCloudHook):
             lambda: self.conn.delete_model_version_labels(model_id, version_name, request),
         )
 
-    def set_model_version_approval(self, model_id: str, version_name: str, status: str) -> None:
-        """UpdateModelVersion (``UpdateModelVersionRequest``) with ApprovalStatus alone: Pending,
-        Approved or Rejected. The other fields are left out, so the service keeps them."""
+    def set_model_version_approval(
+        self, model_id: str, version_name: str, status: str, extra_info: Mapping[str, Any] | None = None
+    ) -> None:
+        """UpdateModelVersion (``UpdateModelVersionRequest``) with ApprovalStatus (Pending, Approved
+        or Rejected) and, when given, ExtraInfo, whole. The other fields are left out, so the
+        service keeps them."""
         from alibabacloud_aiworkspace20210204 import models
 
-        request = models.UpdateModelVersionRequest(approval_status=status)
+        request = models.UpdateModelVersionRequest(
+            approval_status=status, extra_info=dict(extra_info) if extra_info is not None else None
+        )
         self.call(
             "UpdateModelVersion", lambda: self.conn.update_model_version(model_id, version_name, request)
         )

@@ -149,6 +149,9 @@ class Candidate(BaseModel):
     #: Whether the promotion gate passed it (a backfill's and a held model's did not; a pipeline
     #: with no gate passes every candidate): only such a candidate becomes the challenger.
     passed_gate: bool = True
+    #: Whether the gate compared it with the champion and held it (a backfill's model is not
+    #: compared for promotion, so it is not held): a registry with an approval state rejects it.
+    held: bool = False
 
     def identity(self) -> dict[str, str]:
         """What makes a candidate one run's: a retry finds its first try's version by these."""
@@ -158,6 +161,42 @@ class Candidate(BaseModel):
         """The lineage as flat string pairs: MLflow tags and PAI labels hold strings only."""
         fields = {key: getattr(self, key) for key in LINEAGE}
         return {key: str(value) for key, value in fields.items() if value is not None}
+
+
+#: Where the collected outputs hold an MLflow model (its ``MLmodel`` file and what it names),
+#: written by the training script: the job contract's ``OUTPUT_DIR/mlflow-model``.
+MLFLOW_MODEL_DIR = "mlflow-model"
+
+
+@dataclass(frozen=True)
+class PublishedFiles:
+    """The candidate's published set as files on this machine, while it is registered: the local
+    set itself, or the copy a cloud set was uploaded from. A registry reads the MLflow model the job
+    saved there, if it saved one, and may keep the set's documents beside the version."""
+
+    root: Path
+    #: The set's manifest, as the publishing task wrote it.
+    manifest: dict[str, Any]
+    #: The set's manifest and report files.
+    documents: tuple[Path, ...] = ()
+
+    @property
+    def mlflow_model(self) -> Path | None:
+        """The MLflow model the job saved (a folder with an ``MLmodel`` file); None when the set
+        holds only files, which are registered as they are."""
+        folder = self.root / MLFLOW_MODEL_DIR
+        return folder if (folder / "MLmodel").is_file() else None
+
+    def flavors(self) -> tuple[str, ...]:
+        """The MLflow model's flavours as its ``MLmodel`` file names them (``python_function``,
+        ``pytorch``...); none without a model."""
+        if self.mlflow_model is None:
+            return ()
+        import yaml
+
+        document = yaml.safe_load((self.mlflow_model / "MLmodel").read_text()) or {}
+        flavors = document.get("flavors") if isinstance(document, dict) else None
+        return tuple(sorted(flavors)) if isinstance(flavors, dict) else ()
 
 
 class RegisteredVersion(BaseModel):
@@ -178,8 +217,9 @@ class RegisteredVersion(BaseModel):
 class ModelRegistry(Protocol):
     """A model registry as the artifacts and promotion tasks use it."""
 
-    def register(self, candidate: Candidate) -> RegisteredVersion:
-        """Register ``candidate`` as a new version, or return the version its run registered already."""
+    def register(self, candidate: Candidate, files: PublishedFiles) -> RegisteredVersion:
+        """Register ``candidate`` as a new version from its published ``files``, or return the
+        version its run registered already."""
         ...
 
     def champion(self) -> RegisteredVersion | None:
@@ -188,6 +228,11 @@ class ModelRegistry(Protocol):
 
     def promote(self, version: RegisteredVersion) -> None:
         """Move the champion pointer to ``version`` (nothing to do when it is there already)."""
+        ...
+
+    def reject(self, version: RegisteredVersion, reason: str) -> None:
+        """Record that ``version`` will not become the champion (a person rejected its promotion),
+        where the registry keeps such a state; ``reason`` says why."""
         ...
 
 

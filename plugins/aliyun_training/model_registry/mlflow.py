@@ -1,7 +1,9 @@
 """MLflow's model registry: one registered model per pipeline, a version per candidate, aliases.
 
-Each candidate is a model version whose source is its published artifact set and whose tags carry
-its lineage (``lineage.<key>``) and metrics (``metric.<name>``); the ``challenger`` alias names the
+Each candidate is a model version created from its MLflow run's logged model (``mlflow_run``: the
+run holds its params, metrics, dataset input and documents; the logged model the MLflow model the
+job saved, else its files), whose tags carry its lineage (``lineage.<key>``) and the metrics the gate
+read (``metric.<name>``, as the champion's record reads them back); the ``challenger`` alias names the
 newest candidate the gate passed and the ``champion`` alias the promoted one, as MLflow's registry
 documents aliases for champion/challenger deployments. A retried task finds its run's version by the
 ``lineage.run_id`` tag instead of registering again.
@@ -15,20 +17,27 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.model_registry.base import (
     LINEAGE,
+    MLFLOW_MODEL_DIR,
     Candidate,
     PlannedRegistryCall,
     PlannedRegistryCalls,
+    PublishedFiles,
     RegisteredVersion,
     RegistryError,
     RegistryInputs,
     RegistrySettings,
+)
+from aliyun_training.model_registry.mlflow_run import (
+    MODEL_NAME,
+    RUN_KEY_TAG,
+    candidate_run,
+    experiment_id,
+    run_key,
 )
 
 if TYPE_CHECKING:
@@ -38,12 +47,13 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 CHAMPION_ALIAS = "champion"
+#: Tracking URIs of a tracking server (the others name a store MLflow opens in this process).
+_SERVERS = ("http://", "https://", "databricks")
 CHALLENGER_ALIAS = "challenger"
 _RUN_TAG = "lineage.run_id"
 _INSTALLATION_TAG = "lineage.installation"
-#: A hex digest of the run's identity (installation, DAG, run), the tag a retry searches by: a run
-#: id may hold any character, MLflow's filter grammar quotes only some.
-_RUN_KEY_TAG = "run_key"
+#: The version tag saying why a person rejected its promotion.
+REJECTED_TAG = "aliyun_training.rejected"
 
 
 def champion_alias(installation: str) -> str:
@@ -69,20 +79,39 @@ def mlflow_settings(inputs: RegistryInputs) -> RegistrySettings:
 
 
 def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
-    """What :class:`MlflowRegistry` sends: a version of the candidate with its lineage and metrics
-    as tags, and the challenger alias on it; promoting, the champion alias."""
+    """What :class:`MlflowRegistry` sends: the candidate's run in the pipeline's experiment with its
+    params, metrics, dataset and documents, the model logged from it, a version of that model with
+    the lineage and metrics as tags, and the challenger alias on it; promoting, the champion alias."""
     model = settings.model
+    at = f"at {settings.tracking_uri}"
     return PlannedRegistryCalls(
         register=(
+            PlannedRegistryCall(
+                "mlflow",
+                "create_run",
+                {
+                    "experiment": "<the pipeline's DAG id>",
+                    "run_name": "<the Airflow run id>",
+                    "tags": f"lineage.* ({', '.join(LINEAGE)}), airflow.*, {RUN_KEY_TAG}",
+                },
+                note=f"{at}; then log_batch (params, metrics per epoch), log_inputs (the dataset "
+                "version), log_artifact (manifest, report); a retry reuses its finished run",
+            ),
+            PlannedRegistryCall(
+                "mlflow",
+                "create_logged_model",
+                {"name": MODEL_NAME, "source_run_id": "<the run>"},
+                note=f"then log_model_artifacts: the job's {MLFLOW_MODEL_DIR}/, else its files",
+            ),
             PlannedRegistryCall(
                 "mlflow",
                 "create_model_version",
                 {
                     "name": model,
-                    "source": "<the published artifact set>",
+                    "source": "<the logged model's artifact location>",
                     "tags": f"lineage.* ({', '.join(LINEAGE)}), metric.*",
                 },
-                note=f"at {settings.tracking_uri}; skipped when the run's version exists (a retry)",
+                note="skipped when the run's version exists (a retry)",
             ),
             PlannedRegistryCall(
                 "mlflow",
@@ -113,21 +142,30 @@ class MlflowRegistry:
         self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None
+        #: Where a SQLite store's runs and models keep their files: beside the database (MLflow's
+        #: default, ``./mlruns``, is each worker's working directory); a server's own root otherwise.
+        self._artifact_location = (
+            (Path(database).parent / "artifacts").as_uri() if self._lock_file is not None else None
+        )
 
-    def register(self, candidate: Candidate) -> RegisteredVersion:
+    def register(self, candidate: Candidate, files: PublishedFiles) -> RegisteredVersion:
         def register() -> RegisteredVersion:
             found = self._version_of(candidate)
             if found is not None:
                 return found
             self._ensure_model()
-            tags = {f"lineage.{key}": value for key, value in candidate.lineage().items()}
-            tags[_RUN_KEY_TAG] = _run_key(candidate)
+            experiment = experiment_id(self._client, candidate.dag_id, self._artifact_location)
+            run_id, model_id = candidate_run(self._client, experiment, candidate, files)
+            tags = {f"lineage.{name}": value for name, value in candidate.lineage().items()}
+            tags[RUN_KEY_TAG] = run_key(candidate)
             tags |= {f"metric.{name}": repr(value) for name, value in candidate.metrics.items()}
             version = self._client.create_model_version(
                 self.model,
-                source=candidate.artifacts_uri,
+                source=self._model_source(model_id),
+                run_id=run_id,
                 tags=tags,
                 description=f"Trained on {candidate.dataset_version} in {candidate.run_id}",
+                model_id=model_id,
             )
             if candidate.passed_gate:
                 self._client.set_registered_model_alias(self.model, self.challenger_alias, version.version)
@@ -143,18 +181,44 @@ class MlflowRegistry:
             current = self._champion()
             if current is not None and current.version == version.version:
                 return
-            owner = (self._client.get_model_version(self.model, version.version).tags or {}).get(
-                _INSTALLATION_TAG
-            )
-            if owner != self.installation:
-                raise RegistryError(
-                    f"registry: version {version.version} of model {self.model!r} was registered by "
-                    f"installation {owner or 'none'}, not {self.installation}: only a version this "
-                    "installation registered becomes its champion (fix: promote this run's own version)"
-                )
+            self._check_own(version, "becomes its champion (fix: promote this run's own version)")
             self._client.set_registered_model_alias(self.model, self.champion_alias, version.version)
 
         self._call("move the champion alias", promote)
+
+    def _check_own(self, version: RegisteredVersion, what: str) -> None:
+        """Refuse a version another installation registered: only its own version ``what``."""
+        owner = (self._client.get_model_version(self.model, version.version).tags or {}).get(
+            _INSTALLATION_TAG
+        )
+        if owner != self.installation:
+            raise RegistryError(
+                f"registry: version {version.version} of model {self.model!r} was registered by "
+                f"installation {owner or 'none'}, not {self.installation}: only a version this "
+                f"installation registered {what}"
+            )
+
+    def _model_source(self, model_id: str) -> str:
+        """The version's source: the logged model (``models:/<id>``, which a tracking server links
+        the version to); on a store MLflow opens itself (a database, a folder), the model's own
+        location, since such a store resolves ``models:/`` through MLflow's global tracking URI, not
+        this client's (a TODO in MLflow's registry stores)."""
+        if (self.settings.tracking_uri or "").startswith(_SERVERS):
+            return f"models:/{model_id}"
+        return str(self._client.get_logged_model(model_id).artifact_location)
+
+    def reject(self, version: RegisteredVersion, reason: str) -> None:
+        """Tag the version with why it was rejected, and take the challenger alias off it: MLflow
+        has no approval state, and the challenger names a candidate still in the running."""
+
+        def reject() -> None:
+            self._check_own(version, "is marked rejected by it")
+            self._client.set_model_version_tag(self.model, version.version, REJECTED_TAG, reason[:5000])
+            challenger = self._client.get_registered_model(self.model).aliases.get(self.challenger_alias)
+            if str(challenger) == version.version:
+                self._client.delete_registered_model_alias(self.model, self.challenger_alias)
+
+        self._call("mark a version rejected", reject)
 
     def _champion(self) -> RegisteredVersion | None:
         from mlflow.exceptions import MlflowException
@@ -169,7 +233,7 @@ class MlflowRegistry:
     def _version_of(self, candidate: Candidate) -> RegisteredVersion | None:
         """The version registered for the candidate's run, if one was (a retry's first try)."""
         for version in self._client.search_model_versions(
-            f"name = '{self.model}' and tags.{_RUN_KEY_TAG} = '{_run_key(candidate)}'"
+            f"name = '{self.model}' and tags.{RUN_KEY_TAG} = '{run_key(candidate)}'"
         ):
             return self._registered(version)
         return None
@@ -239,8 +303,3 @@ class MlflowRegistry:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _run_key(candidate: Candidate) -> str:
-    identity = json.dumps(candidate.identity(), sort_keys=True)
-    return hashlib.sha256(identity.encode()).hexdigest()[:32]

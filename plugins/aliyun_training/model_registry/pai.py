@@ -7,8 +7,25 @@ A retried task finds its run's version by its ``installation``, ``dag_id`` and `
 instead of registering again. The
 champion is the version carrying the label ``champion=true`` among the installation's own versions
 (their ``installation`` label); a promotion moves that label among them and approves the version
-(ApprovalStatus ``Approved``; candidates are registered ``Pending``). Another installation's versions,
-labels included, are never read as ours nor changed.
+(ApprovalStatus ``Approved``). Another installation's versions, labels included, are never read as
+ours nor changed.
+
+A version is described as PAI's console shows versions, with PAI's own enumerations (the SDK's
+``CreateModelVersionRequest``):
+
+- ApprovalStatus: ``Pending`` for a candidate, ``Rejected`` for one the gate held and for one whose
+  promotion a person rejected (:meth:`PaiRegistry.reject`), ``Approved`` once promoted; the reason
+  of a rejection is ExtraInfo's ``rejection``.
+- FrameworkType: the framework of the MLflow model the job saved (``Pytorch`` for its ``pytorch``
+  flavour, :data:`FRAMEWORK_TYPES`); none for plain files, whose framework is not recorded.
+- FormatType: never set. The Uri is the whole published set, and none of PAI's formats (OfflineModel,
+  SavedModel, Keras H5, Frozen Pb, Caffe Prototxt, TorchScript, XGBoost, PMML, AlinkModel, ONNX)
+  is an MLflow model folder (its network a ``torch.export`` program) or a torch state dict.
+- InferenceSpec: never set. It names an EAS processor or container: EAS's built-in processors load
+  the formats above, not an MLflow model, and a container needs a serving image this pipeline does
+  not build (its runtime image trains).
+- SourceType ``Custom``; SourceId the DLC job that trained the model (:func:`source_id`), else the
+  DAG run. PAI documents sources of two other kinds only (PAIFlow, TrainingService).
 
 Label keys and values are at most 128 bytes and hold no ``=`` or ``,`` (the SDK's ``Label``
 model): a lineage value that does not fit is shortened by :func:`label_value`, and ExtraInfo keeps
@@ -23,6 +40,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
+from aliyun_training.backend_catalog import BACKENDS
 from aliyun_training.hooks.aiworkspace import AIWorkspaceHook, label_pairs
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
@@ -31,6 +49,7 @@ from aliyun_training.model_registry.base import (
     Candidate,
     PlannedRegistryCall,
     PlannedRegistryCalls,
+    PublishedFiles,
     RegisteredVersion,
     RegistryError,
     RegistryInputs,
@@ -40,13 +59,22 @@ from aliyun_training.oss_location import oss_endpoint, parse_oss_uri
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Mapping
 
 CHAMPION_KEY, CHAMPION_VALUE = "champion", "true"
 CHAMPION_LABEL = (CHAMPION_KEY, CHAMPION_VALUE)
 RUN_ID_KEY = "run_id"
 INSTALLATION_KEY = "installation"
-APPROVED, PENDING = "Approved", "Pending"
+APPROVED, PENDING, REJECTED = "Approved", "Pending", "Rejected"
+#: The ExtraInfo key of why a version is Rejected.
+REJECTION_KEY = "rejection"
+#: The rejection of a candidate the gate held.
+HELD_REASON = "held by the promotion gate, which compared it with the champion"
+#: PAI's FrameworkType of an MLflow model with one of these flavours, spelled as PAI's enumeration
+#: spells it (``Pytorch``, not PyTorch).
+FRAMEWORK_TYPES = {"pytorch": "Pytorch", "tensorflow": "TensorFlow", "keras": "Keras", "xgboost": "XGBoost"}
+#: The backends by name, for the PAI job kind of the backend a manifest's job ran on.
+_BACKENDS = {record.name.value: record for record in BACKENDS}
 #: The most bytes a label key or value may have (``Label``: "up to 128 bytes").
 LABEL_MAX_BYTES = 128
 _DIGEST_CHARS = 16
@@ -93,6 +121,36 @@ def model_version_uri(artifacts_uri: str, region: str) -> str:
     return f"oss://{location.bucket_name}.{endpoint}/{location.prefix}"
 
 
+def framework_type(files: PublishedFiles) -> str | None:
+    """PAI's FrameworkType of the MLflow model in ``files``: its first flavour PAI names a framework
+    for; None for plain files (a ``model.pt`` may hold anything) or a flavour PAI has no name for."""
+    return next((FRAMEWORK_TYPES[f] for f in files.flavors() if f in FRAMEWORK_TYPES), None)
+
+
+def source_id(candidate: Candidate, manifest: Mapping[str, Any], region: str, workspace_id: str) -> str:
+    """The SourceId of ``candidate``'s version, whose SourceType is Custom: the DLC job that trained
+    it (:func:`job_source_id`) when its manifest's job ran on a backend whose jobs PAI knows (DLC's,
+    its record's ``pai_job_kind``); else (a local or ACK job) its DAG run, ``<dag_id>/<run_id>``.
+
+    Custom, because PAI documents no SourceType for a DLC job: PAIFlow is a PAI pipeline run and
+    TrainingService a job of PAI's training service (a PAI Studio TrainingJob, which has its own id
+    and runs on DLC under another), so either would point the console at a source that does not
+    exist. A Custom SourceId "has no format restrictions"; the DLC job runs in the same workspace and
+    region as the registry (both are the DLC environment file's).
+    """
+    job = manifest.get("job") or {}
+    backend = _BACKENDS.get(str(job.get("backend")))
+    if backend is not None and backend.pai_job_kind and job.get("job_id"):
+        return job_source_id(region, workspace_id, backend.pai_job_kind, str(job["job_id"]))
+    return f"{candidate.dag_id}/{candidate.run_id}"
+
+
+def job_source_id(region: str, workspace_id: str, kind: str, job_id: str) -> str:
+    """A PAI job as a SourceId, in the form PAI gives the sources it documents
+    (``region=..,workspaceId=..,kind=..,id=..``); ``kind`` is the backend's ``pai_job_kind``."""
+    return f"region={region},workspaceId={workspace_id},kind={kind},id={job_id}"
+
+
 def pai_settings(inputs: RegistryInputs) -> RegistrySettings:
     """The cloud environment's workspace, region and connection; a backend without a workspace is
     refused naming the fix."""
@@ -115,8 +173,14 @@ def pai_settings(inputs: RegistryInputs) -> RegistrySettings:
 
 def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
     """What :class:`PaiRegistry` sends: a Pending version of the candidate labelled with its
-    lineage; promoting, the champion label and the approval."""
+    lineage, its framework and its source; promoting, the champion label and the approval."""
     workspace = {"WorkspaceId": settings.workspace_id, "ModelName": settings.model}
+    dlc_job = job_source_id(
+        settings.region or "<the connection's region>",
+        settings.workspace_id or "",
+        "|".join(record.pai_job_kind for record in BACKENDS if record.pai_job_kind),
+        "<the DLC job id>",
+    )
     return PlannedRegistryCalls(
         register=(
             PlannedRegistryCall(
@@ -127,8 +191,13 @@ def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRe
                     "Uri": "<the published artifact set>",
                     "Labels": ", ".join(LINEAGE),
                     "ApprovalStatus": PENDING,
+                    "FrameworkType": "<Pytorch for an MLflow pytorch model; none for plain files>",
+                    "SourceType": "Custom",
+                    "SourceId": f"{dlc_job} for a DLC job, else <dag id>/<run id>",
                 },
-                note="skipped when a version labelled with the run's id exists (a retry)",
+                note=f"skipped when a version labelled with the run's id exists (a retry); {REJECTED} "
+                "instead of Pending when the gate holds the candidate; no FormatType or InferenceSpec "
+                "(none of PAI's fits an MLflow model)",
             ),
         ),
         promote=(
@@ -137,7 +206,8 @@ def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRe
                 "CreateModelVersionLabels / UpdateModelVersion",
                 {**workspace, "Labels": f"{CHAMPION_KEY}={CHAMPION_VALUE}", "ApprovalStatus": APPROVED},
                 note=f"the label leaves the previous champion of installation {installation} (another "
-                "installation's versions keep theirs)",
+                f"installation's versions keep theirs); a rejected promotion sets ApprovalStatus {REJECTED} "
+                "instead, with the reason in ExtraInfo",
             ),
         ),
     )
@@ -161,9 +231,12 @@ class PaiRegistry:
         )
         self._model_id: str | None = None
 
-    def register(self, candidate: Candidate) -> RegisteredVersion:
+    def register(self, candidate: Candidate, files: PublishedFiles) -> RegisteredVersion:
+        """A version of ``candidate`` (Pending; Rejected when the gate held it), described by its
+        published ``files``; the version its run registered already, when there is one."""
+
         def register() -> RegisteredVersion:
-            request = self._version_request(candidate)  # first: a Uri PAI cannot take costs no call
+            request = self._version_request(candidate, files)  # first: a Uri PAI cannot take costs no call
             model_id = self._model()
             identity = {key: label_value(value) for key, value in candidate.identity().items()}
             found = self._hook.find_model_version(model_id, identity)
@@ -195,25 +268,18 @@ class PaiRegistry:
         return self._call("read the champion", champion)
 
     def promote(self, version: RegisteredVersion) -> None:
-        """Label ``version`` champion, unlabel every other version, then approve ``version``.
+        """Label ``version`` champion, unlabel every other version, then approve ``version`` (a
+        rejection it carried, held by the gate, is dropped from its ExtraInfo).
 
         Each step is made only when the versions as read need it, so a version that already is the
         one approved champion costs one listing and no write. The order keeps a champion at every
         moment, and approves a version only once it is the champion alone: an interruption leaves
-        either two versions labelled (after the first step) or the champion still Pending (after
+        either two versions labelled (after the first step) or the champion not yet approved (after
         the second), and a retry of this promotion completes it from there.
         """
 
         def promote() -> None:
-            model_id = self._existing_model()
-            versions = self._own_versions(model_id) if model_id else []
-            target = next((v for v in versions if v.version_name == version.version), None)
-            if model_id is None or target is None:
-                raise RegistryError(
-                    f"registry: version {version.version} of model {self.model!r} is not one installation "
-                    f"{self.installation} registered in PAI workspace {self.workspace_id} (fix: promote a "
-                    "version this installation registered)"
-                )
+            model_id, versions, target = self._own_version(version, "promote")
             others = [v for v in versions if v is not target and CHAMPION_LABEL in label_pairs(v)]
             if CHAMPION_LABEL not in label_pairs(target):
                 self._hook.add_model_version_labels(
@@ -221,10 +287,47 @@ class PaiRegistry:
                 )
             for other in others:
                 self._hook.delete_model_version_labels(model_id, other.version_name, [CHAMPION_KEY])
-            if target.approval_status != APPROVED:
-                self._hook.set_model_version_approval(model_id, target.version_name, APPROVED)
+            self._set_approval(model_id, target, APPROVED)
 
         self._call("move the champion label", promote)
+
+    def reject(self, version: RegisteredVersion, reason: str) -> None:
+        """Mark ``version`` Rejected, ``reason`` its ExtraInfo's ``rejection``: PAI's console then
+        shows it not approved for deployment. Nothing is written when it is so already; its labels
+        are left as they are. Only a version of this installation's is changed."""
+
+        def reject() -> None:
+            model_id, _, target = self._own_version(version, "reject")
+            self._set_approval(model_id, target, REJECTED, reason)
+
+        self._call("mark a version rejected", reject)
+
+    def _own_version(self, version: RegisteredVersion, what: str) -> tuple[str, list[Any], Any]:
+        """The model's id, this installation's versions and the one ``version`` names; refused
+        naming the fix (``what`` a version this installation registered) when it is none of them."""
+        model_id = self._existing_model()
+        versions = self._own_versions(model_id) if model_id else []
+        target = next((v for v in versions if v.version_name == version.version), None)
+        if model_id is None or target is None:
+            raise RegistryError(
+                f"registry: version {version.version} of model {self.model!r} is not one installation "
+                f"{self.installation} registered in PAI workspace {self.workspace_id} (fix: {what} a "
+                "version this installation registered)"
+            )
+        return model_id, versions, target
+
+    def _set_approval(self, model_id: str, target: Any, status: str, rejection: str | None = None) -> None:
+        """Give the listed version ``target`` ApprovalStatus ``status`` and, in its ExtraInfo, the
+        ``rejection`` reason (none: the key removed, so an approved version carries no stale one);
+        no write when it has both already. ExtraInfo is sent only when it changes, and then whole,
+        the lineage with it: whether the service merges a partial one is not documented."""
+        current = dict(target.extra_info or {})
+        extra = {key: value for key, value in current.items() if key != REJECTION_KEY}
+        if rejection is not None:
+            extra[REJECTION_KEY] = rejection
+        if target.approval_status != status or extra != current:
+            changed = extra if extra != current else None
+            self._hook.set_model_version_approval(model_id, target.version_name, status, changed)
 
     def _own_versions(self, model_id: str) -> list[Any]:
         """The model's versions this installation registered (its ``installation`` label)."""
@@ -252,19 +355,22 @@ class PaiRegistry:
         assert self._model_id is not None, "found or created"
         return self._model_id
 
-    def _version_request(self, candidate: Candidate) -> Any:
-        """The CreateModelVersionRequest of ``candidate``: Pending, its lineage as labels and whole."""
+    def _version_request(self, candidate: Candidate, files: PublishedFiles) -> Any:
+        """The CreateModelVersionRequest of ``candidate``: Pending (Rejected, held by the gate), its
+        lineage as labels and whole, its framework and its source."""
         from alibabacloud_aiworkspace20210204 import models
 
         lineage = candidate.lineage()
+        held = {REJECTION_KEY: HELD_REASON} if candidate.held else {}
         return models.CreateModelVersionRequest(
             uri=model_version_uri(candidate.artifacts_uri, self._hook.region),
-            approval_status=PENDING,
+            approval_status=REJECTED if candidate.held else PENDING,
+            framework_type=framework_type(files),
             metrics=dict(candidate.metrics),
             labels=[models.Label(key=key, value=label_value(value)) for key, value in lineage.items()],
-            extra_info={"lineage": lineage},
+            extra_info={"lineage": lineage, **held},
             source_type="Custom",
-            source_id=f"{candidate.dag_id}/{candidate.run_id}",
+            source_id=source_id(candidate, files.manifest, self._hook.region, self.workspace_id),
             version_description=(
                 f"Trained on {candidate.dataset_version} by {candidate.dag_id} {candidate.run_id}"
             ),

@@ -12,6 +12,7 @@ from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_arti
 from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.champion import ChampionPointer
 from aliyun_training.links import RunReportLink
+from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import Comparison, Decision, decide
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-    from aliyun_training.model_registry.base import RegisteredVersion
+    from aliyun_training.model_registry.base import PublishedFiles, RegistrySettings
     from aliyun_training.stage_records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
@@ -139,16 +140,12 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
                 run=self._run_info(context),
                 gate=gate,
+                register=self._registration(context, plan, dataset.version, job, runtime),
             )
-            registered = self._register(context, plan, artifacts, dataset.version, job, runtime)
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
-        artifacts = artifacts.model_copy(
-            update={
-                "dataset_version": dataset.version,
-                "registered": registered.model_dump(mode="json") if registered else None,
-            }
-        )
+        artifacts = artifacts.model_copy(update={"dataset_version": dataset.version})
+        registered = RegisteredVersion.model_validate(artifacts.registered) if artifacts.registered else None
         self.log.info("Published artifacts at %s (manifest %s)", artifacts.uri, artifacts.manifest_uri)
         RunReportLink().persist(context, artifacts.report_uri)
         self.log.info(
@@ -216,26 +213,38 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
 
         return gate
 
+    def _registration(
+        self, context: Context, plan: ArtifactsPlan, version: str, job: JobResult, runtime: BuiltImage
+    ) -> Callable[[PublishedFiles, ArtifactSet], RegisteredVersion] | None:
+        """What registers the published model as a candidate from its files (once per DAG run,
+        whatever the tries); None without a registry."""
+        settings = plan.registry
+        if settings is None:
+            return None
+
+        def register(files: PublishedFiles, artifacts: ArtifactSet) -> RegisteredVersion:
+            return self._register(context, plan, settings, files, artifacts, version, job, runtime)
+
+        return register
+
     def _register(
         self,
         context: Context,
         plan: ArtifactsPlan,
+        settings: RegistrySettings,
+        files: PublishedFiles,
         artifacts: ArtifactSet,
         version: str,
         job: JobResult,
         runtime: BuiltImage,
-    ) -> RegisteredVersion | None:
-        """Register the published model as a candidate (once per DAG run, whatever the tries)."""
-        if plan.registry is None:
-            return None
+    ) -> RegisteredVersion:
         from aliyun_training.model_registry import open_registry
         from aliyun_training.model_registry.base import Candidate
+        from aliyun_training.operators.ownership import installation_id
 
         decision = Decision.model_validate(artifacts.promotion) if artifacts.promotion else None
         measured = decision.metrics if decision else artifacts.metrics
         run = context["dag_run"]
-        from aliyun_training.operators.ownership import installation_id
-
         candidate = Candidate(
             installation=installation_id(),
             run_id=run.run_id,
@@ -255,9 +264,15 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             code_digest=plan.code_digest,
             declaration=plan.declaration,
             passed_gate=decision.promoted if decision else True,
+            # The gate compared it and held it: a backfill's model is not compared for promotion.
+            held=decision is not None
+            and not decision.promoted
+            and not (
+                run.run_type.value == "backfill" and not (plan.promotion and plan.promotion.backfills_promote)
+            ),
         )
         # A RegistryError fails the try: the next one finds what this one may have registered.
-        registered = open_registry(plan.registry, candidate.installation).register(candidate)
+        registered = open_registry(settings, candidate.installation).register(candidate, files)
         self.log.info(
             "Registered the candidate as %s version %s (%s)",
             registered.model,

@@ -97,6 +97,10 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         # announced, and the retry does both.
         self._record_outcome(context, plan, published, decision, outcome)
         if answer is not None and answer.rejects:
+            if published.registered is not None:
+                # Where the registry keeps an approval state, the version reads rejected there too.
+                rejected = RegisteredVersion.model_validate(published.registered)
+                _registry(plan).reject(rejected, outcome.reason)
             push_sealed(context, OUTCOME_KEY, outcome.model_dump(mode="json"))
             raise AirflowSkipException(f"not promoted: {outcome.reason}")
         if not outcome.promoted:
