@@ -29,7 +29,7 @@ from aliyun_training.promotion import Champion, Outcome
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
-    from aliyun_training.model_registry.base import ModelRegistry
+    from aliyun_training.model_registry.base import ModelRegistry, RegisteredVersion
 
 #: The key of the champion pointer in the champion Asset's state.
 CHAMPION_KEY = "champion"
@@ -93,6 +93,30 @@ class ChampionPointer:
                 )
             registry.promote(champion.registered)
         self._state.set(CHAMPION_KEY, champion.model_dump(mode="json"))
+
+
+def pointer_drift(champion: Champion | None, registered: RegisteredVersion | None) -> str | None:
+    """How the registry's champion pointer (``registered``, as the registry reads it now) disagrees
+    with the champion record the gate compares with; None where they agree, or where the record
+    names no registered version (a champion promoted without a registry).
+
+    A person may move MLflow's alias or PAI's label by hand, in MLflow's UI or PAI's console. The
+    pipeline does not adopt such a move: the record is what the evaluation scored and what
+    ``promote`` compares and sets. So the move is said before the gate decides, in its log and in
+    the decision, with what the next promotion will do to it.
+    """
+    recorded = champion.registered if champion else None
+    if champion is None or recorded is None:
+        return None
+    if registered is not None and registered.version == recorded.version:
+        return None
+    found = f"version {registered.version}" if registered is not None else "no version"
+    return (
+        f"the registry's champion pointer names {found} of {recorded.model}, not version "
+        f"{recorded.version} of the champion (run {champion.run_id}): it was moved outside the pipeline, "
+        f"which compares with run {champion.run_id}'s model, and a promotion moves the pointer to the "
+        f"new champion (fix: move the pointer back to version {recorded.version})"
+    )
 
 
 def promote_outcome(returned: Mapping[str, Any] | None, left: Mapping[str, Any] | None) -> Outcome | None:

@@ -101,8 +101,16 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     # The two held candidates are registered; the challenger stays on the last one the gate passed.
     challenger = challenger_alias(installation_id())
     assert str(registry_client(local_root).get_model_version_by_alias("scores", challenger).version) == "1"
+    # Someone moves the champion alias by hand, in MLflow's UI, onto the held version 2: the gate
+    # still compares with the champion record (run 1), and says so before it decides.
+    champion = champion_alias(installation_id())
+    registry_client(local_root).set_registered_model_alias("scores", champion, "2")
     # 0.32 on v2 beats the champion's 0.30 there, although its own run recorded 0.60 on v1.
     better = _run(dag, skill=0.62, day=4, version="v2")
+    assert (
+        "the registry's champion pointer names version 2 of scores, not version 1"
+        in (better["promotion"]["reason"])
+    )
 
     runs = {"first": first, "worse": worse, "unguarded": unguarded, "better": better}
     decisions = {name: r["promotion"] for name, r in runs.items()}
@@ -157,6 +165,7 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert "<strong>Promoted to champion</strong>" in _outcome(better)[1]
     log = capfd.readouterr().out
     assert "Promotion gate (evaluation): not promoted: test_accuracy 0.305 misses" in log
+    assert "The champion pointer disagrees: the registry's champion pointer names version 2" in log
 
     # The pipeline's page says which runs became champion.
     page = pages_client().get(pipeline_page("scores_retrain")).text

@@ -20,7 +20,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from aliyun_training import seals
 from aliyun_training.artifacts.collect import publish_artifacts
-from aliyun_training.champion import CHAMPION_KEY, OUTCOME_KEY
+from aliyun_training.champion import CHAMPION_KEY, OUTCOME_KEY, pointer_drift
 from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.operators.promotion import PromoteOperator
 from aliyun_training.promotion import Approval, Champion, Comparison, Decision, PromotionRule, decide
@@ -314,3 +314,20 @@ def test_a_rejected_candidate_skips_the_task_and_leaves_its_outcome_sealed_for_t
     left = ti.pushed[OUTCOME_KEY]
     assert left == _outcome(published)
     seals.check(left, ti.pushed[seals.SEAL_KEY], RUN.dag_id, RUN.run_id, "promote", OUTCOME_KEY)
+
+
+def test_a_pointer_moved_by_hand_in_the_registry_is_told_apart_from_one_that_agrees() -> None:
+    """The registry's pointer as it reads now, against the record the gate compares with."""
+    assert pointer_drift(OLD, OLD.registered) is None, "they agree"
+    assert pointer_drift(None, CANDIDATE) is None, "no champion yet: nothing to disagree with"
+    unregistered = OLD.model_copy(update={"registered": None})
+    assert pointer_drift(unregistered, CANDIDATE) is None, "promoted without a registry"
+
+    moved = pointer_drift(OLD, OTHER.registered)
+    assert moved is not None and moved.startswith(
+        "the registry's champion pointer names version 2 of cifar10-resnet, not version 1 of the "
+        f"champion (run {OLD.run_id})"
+    )
+    assert moved.endswith("(fix: move the pointer back to version 1)")
+    removed = pointer_drift(OLD, None)
+    assert removed is not None and "names no version of cifar10-resnet, not version 1" in removed

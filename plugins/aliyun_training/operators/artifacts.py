@@ -10,7 +10,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
-from aliyun_training.champion import ChampionPointer
+from aliyun_training.champion import ChampionPointer, pointer_drift
 from aliyun_training.links import RunReportLink
 from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.pages.urls import airflow_run_url
@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from airflow.sdk import Context
 
     from aliyun_training.model_registry.base import PublishedFiles, RegistrySettings
+    from aliyun_training.promotion import Champion
     from aliyun_training.stage_records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
@@ -190,6 +191,9 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         if rule is None or champion_asset is None:
             return None
         champion = ChampionPointer(context["asset_state_store"][champion_asset]).read()
+        drift = self._pointer_drift(plan, champion)
+        if drift:
+            self.log.warning("The champion pointer disagrees: %s", drift)
         run = context["dag_run"]
         evaluated = Comparison.model_validate(self.evaluation["comparison"]) if self.evaluation else None
         if evaluated is not None and champion is not None and evaluated.champion_run_id != champion.run_id:
@@ -209,9 +213,22 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
 
         def gate(metrics: dict[str, Any]) -> Decision:
             comparison = evaluated or Comparison.of_final_metrics(metrics, champion)
-            return decide(rule, comparison, run.run_id, str(run.run_type.value), older)
+            decision = decide(rule, comparison, run.run_id, str(run.run_type.value), older)
+            return (
+                decision.model_copy(update={"reason": f"{decision.reason}; {drift}"}) if drift else decision
+            )
 
         return gate
+
+    def _pointer_drift(self, plan: ArtifactsPlan, champion: Champion | None) -> str | None:
+        """Whether the registry's champion pointer was moved away from the champion record
+        (``champion.pointer_drift``), read before the gate compares."""
+        if plan.registry is None or champion is None or champion.registered is None:
+            return None
+        from aliyun_training.model_registry import open_registry
+        from aliyun_training.operators.ownership import installation_id
+
+        return pointer_drift(champion, open_registry(plan.registry, installation_id()).champion())
 
     def _registration(
         self, context: Context, plan: ArtifactsPlan, version: str, job: JobResult, runtime: BuiltImage
