@@ -116,7 +116,7 @@ def _run_tags(candidate: Candidate, files: PublishedFiles, key: str) -> dict[str
         airflow["airflow.run_url"] = str(run["url"])
     note = f"Trained on {candidate.dataset_version} by Airflow run {candidate.run_id} of {candidate.dag_id}"
     return {
-        **{f"lineage.{key}": value for key, value in candidate.lineage().items()},
+        **{f"lineage.{name}": value for name, value in candidate.lineage().items()},
         **airflow,
         RUN_KEY_TAG: key,
         "mlflow.note.content": note + (f" ({run['url']})" if run.get("url") else ""),
