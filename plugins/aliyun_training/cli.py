@@ -117,7 +117,7 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     """The dry run's document for the command line's arguments."""
     from aliyun_training.declaration import load_declaration
     from aliyun_training.kubernetes.names import job_name
-    from aliyun_training.operators.ownership import installation_id
+    from aliyun_training.operators.ownership import installation_id, plain_registry_aliases
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
     from aliyun_training.plan.inputs import RunContext
@@ -154,7 +154,12 @@ def plan_command(args: argparse.Namespace) -> dict[str, Any]:
         "dataset_version": args.dataset_version,
         "dry_run": True,
     }
-    run = RunContext(datetime.now(UTC), installation_id(), list_sources=not args.no_preflight)
+    run = RunContext(
+        datetime.now(UTC),
+        installation_id(),
+        list_sources=not args.no_preflight,
+        plain_registry_aliases=plain_registry_aliases(),
+    )
     plan = resolve_run(params, run, declaration, local_paths(), args.environment_dir, args.environment)
     preflight = None if args.no_preflight else run_preflight(plan)
     return dry_run_document(

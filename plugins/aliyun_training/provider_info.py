@@ -95,6 +95,7 @@ _INTEGRATION = "Alibaba Cloud training"
 #: The provider's section of the Airflow configuration (``AIRFLOW__ALIYUN_TRAINING__<OPTION>``).
 CONFIG_SECTION = "aliyun_training"
 INSTALLATION_OPTION = "installation_id"
+PLAIN_ALIASES_OPTION = "plain_registry_aliases"
 SEAL_SECRET_OPTION = "seal_secret"
 
 
@@ -159,6 +160,19 @@ def get_provider_info() -> dict[str, Any]:
                         "type": "string",
                         "example": "ml-prod",
                         "default": "",
+                    },
+                    PLAIN_ALIASES_OPTION: {
+                        "description": (
+                            "Whether this deployment also keeps MLflow's plain champion and challenger "
+                            "aliases (models:/<model>@champion), besides its own champion-<installation "
+                            "id> and challenger-<installation id>: what a team's serving reads by "
+                            "default. Set it on one deployment per MLflow store (production); two "
+                            "deployments sharing a store with it set would move each other's."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "True",
+                        "default": "False",
                     },
                     SEAL_SECRET_OPTION: {
                         "description": (

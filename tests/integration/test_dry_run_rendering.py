@@ -206,3 +206,24 @@ def test_the_dry_run_shows_the_evaluation_job_the_registry_calls_and_the_gate(
     (evaluate,) = [r for r in document["requests"] if r["task"] == "evaluate"]
     assert "python evaluate_cifar10.py" in json.dumps(evaluate["body"])
     assert "CANDIDATE_DIR" in evaluate["note"]
+
+
+def test_a_deployment_keeping_the_plain_aliases_plans_to_move_them_with_its_own(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``[aliyun_training] plain_registry_aliases`` reaches the plan: the run's registry settings
+    and the alias requests publishing and promoting send."""
+    monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__PLAIN_REGISTRY_ALIASES", "True")
+    monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID", "ml-prod")
+    (command,) = [c for c in readme_dry_runs() if "--backend local" in c]
+
+    _, document = text_and_document(command, capsys, monkeypatch)
+
+    assert document["plan"]["artifacts"]["registry"]["plain_aliases"] is True
+    aliases = [(r["task"], r["body"]["alias"]) for r in document["requests"] if "alias" in r["body"]]
+    assert aliases == [
+        ("publish_artifacts", "challenger-ml-prod"),
+        ("publish_artifacts", "challenger"),
+        ("promote", "champion-ml-prod"),
+        ("promote", "champion"),
+    ]

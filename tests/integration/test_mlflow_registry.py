@@ -187,3 +187,36 @@ def test_a_rejected_version_says_why_and_stops_being_the_challenger(tmp_path: Pa
     with pytest.raises(RegistryError, match="registered by installation team-b, not team-a"):
         registry.reject(theirs, "not ours")
     assert "aliyun_training.rejected" not in client.get_model_version("digits", theirs.version).tags
+
+
+@pytest.mark.slow
+def test_the_deployment_that_keeps_the_plain_aliases_moves_them_with_its_own(tmp_path: Path) -> None:
+    """Production keeps ``champion``/``challenger`` too (``[aliyun_training] plain_registry_aliases``);
+    staging, sharing the store, keeps only its own, and a hand move of ``champion`` is what
+    production reads as its registry's pointer."""
+    from mlflow.tracking import MlflowClient
+
+    plain = RegistrySettings(
+        kind="mlflow", model="digits", tracking_uri=embedded_tracking_uri(tmp_path), plain_aliases=True
+    )
+    production, staging = open_registry(plain, "ml-prod"), open_registry(_settings(tmp_path), "ml-staging")
+    first = production.register(_candidate("scheduled__1", installation="ml-prod"), _files(tmp_path))
+    production.promote(first)
+    theirs = staging.register(_candidate("scheduled__1", installation="ml-staging"), _files(tmp_path))
+    staging.promote(theirs)
+    second = production.register(_candidate("scheduled__2", installation="ml-prod"), _files(tmp_path))
+
+    client = MlflowClient(tracking_uri=embedded_tracking_uri(tmp_path))
+    aliases = client.get_registered_model("digits").aliases
+    assert {
+        alias: int(aliases[alias]) for alias in ("champion", "champion-ml-prod", "champion-ml-staging")
+    } == {
+        "champion": 1,
+        "champion-ml-prod": 1,
+        "champion-ml-staging": 2,
+    }
+    assert int(aliases["challenger"]) == 3 == int(aliases["challenger-ml-prod"]), "the newest passed"
+    client.set_registered_model_alias("digits", "champion", second.version)  # moved by hand
+    assert production.champion() == second and staging.champion() == theirs
+    production.promote(first)
+    assert int(client.get_registered_model("digits").aliases["champion"]) == 1, "moved back by a promotion"

@@ -147,7 +147,10 @@ def test_a_version_has_a_run_with_its_metrics_and_a_model_that_loads_and_predict
     from mlflow.tracking import MlflowClient
 
     network = _network()
-    settings = RegistrySettings(kind="mlflow", model="cifar10", tracking_uri=tracking_server)
+    # The team's production deployment: it keeps the plain aliases its serving loads by.
+    settings = RegistrySettings(
+        kind="mlflow", model="cifar10", tracking_uri=tracking_server, plain_aliases=True
+    )
     registry = open_registry(settings, INSTALLATION)
     registered = registry.register(_candidate(), _published(tmp_path, network))
     registry.promote(registered)
@@ -184,7 +187,7 @@ def test_a_version_has_a_run_with_its_metrics_and_a_model_that_loads_and_predict
     monkeypatch.setenv("MLFLOW_TRACKING_URI", tracking_server)
     import mlflow.pyfunc
 
-    loaded = mlflow.pyfunc.load_model(f"models:/cifar10@champion-{INSTALLATION}")
+    loaded = mlflow.pyfunc.load_model("models:/cifar10@champion")
     batch = np.random.default_rng(1).random((6, 3, 32, 32), dtype=np.float32)
     predicted = loaded.predict(batch)
     with torch.no_grad():
@@ -196,7 +199,12 @@ def test_a_version_has_a_run_with_its_metrics_and_a_model_that_loads_and_predict
     models = requests.get(f"{tracking_server}/api/2.0/mlflow/registered-models/search", timeout=10).json()
     (model,) = models["registered_models"]
     aliases = {alias["alias"]: alias["version"] for alias in model["aliases"]}
-    assert aliases == {f"champion-{INSTALLATION}": "1", f"challenger-{INSTALLATION}": "1"}
+    assert aliases == {
+        "champion": "1",
+        "challenger": "1",
+        f"champion-{INSTALLATION}": "1",
+        f"challenger-{INSTALLATION}": "1",
+    }
     runs = requests.post(
         f"{tracking_server}/api/2.0/mlflow/runs/search",
         json={"experiment_ids": [run.info.experiment_id]},

@@ -105,7 +105,7 @@ def test_the_record_opens_its_own_client(tmp_path: Path) -> None:
 
     registry = open_registry(settings, "team-a")
 
-    assert isinstance(registry, MlflowRegistry) and registry.champion_alias == "champion-team-a"
+    assert isinstance(registry, MlflowRegistry) and registry.champion_aliases == ("champion-team-a",)
 
 
 def test_the_planned_requests_name_what_each_client_sends() -> None:

@@ -85,6 +85,9 @@ class RegistrySettings(BaseModel):
     workspace_id: str | None = None
     region: str | None = None
     alibaba_cloud_conn_id: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
+    #: MLflow: this deployment also keeps the plain ``champion`` and ``challenger`` aliases, which a
+    #: team's serving reads by default (one deployment per store sets it).
+    plain_aliases: bool = False
 
     @property
     def where(self) -> str:
@@ -109,6 +112,9 @@ class RegistryInputs:
     #: The run's backend and its environment file's name, for an error naming what lacks a setting.
     backend: str
     environment_file: str
+    #: Whether the deployment keeps MLflow's plain aliases too (``[aliyun_training]
+    #: plain_registry_aliases``).
+    plain_aliases: bool = False
 
 
 #: The fields of a candidate its registered version carries as its lineage, in this order.

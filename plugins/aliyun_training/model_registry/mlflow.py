@@ -75,7 +75,20 @@ def embedded_tracking_uri(folder: Path) -> str:
 def mlflow_settings(inputs: RegistryInputs) -> RegistrySettings:
     """The declared tracking URI, else the embedded store's under the local root."""
     uri = inputs.tracking_uri or embedded_tracking_uri(inputs.embedded_store)
-    return RegistrySettings(kind="mlflow", model=inputs.model, tracking_uri=uri)
+    return RegistrySettings(
+        kind="mlflow", model=inputs.model, tracking_uri=uri, plain_aliases=inputs.plain_aliases
+    )
+
+
+def champion_aliases(installation: str, plain: bool) -> tuple[str, ...]:
+    """The aliases ``installation`` keeps on its champion: its own, and ``champion`` where it keeps
+    the plain aliases (``RegistrySettings.plain_aliases``), read last: the one people move by hand."""
+    return (champion_alias(installation), *((CHAMPION_ALIAS,) if plain else ()))
+
+
+def challenger_aliases(installation: str, plain: bool) -> tuple[str, ...]:
+    """The aliases ``installation`` keeps on its newest candidate the gate passed."""
+    return (challenger_alias(installation), *((CHALLENGER_ALIAS,) if plain else ()))
 
 
 def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
@@ -113,17 +126,19 @@ def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRe
                 },
                 note="skipped when the run's version exists (a retry)",
             ),
-            PlannedRegistryCall(
-                "mlflow",
-                "set_registered_model_alias",
-                {"name": model, "alias": challenger_alias(installation)},
-                note="only when the gate passed the candidate",
+            *(
+                PlannedRegistryCall(
+                    "mlflow",
+                    "set_registered_model_alias",
+                    {"name": model, "alias": alias},
+                    note="only when the gate passed the candidate",
+                )
+                for alias in challenger_aliases(installation, settings.plain_aliases)
             ),
         ),
-        promote=(
-            PlannedRegistryCall(
-                "mlflow", "set_registered_model_alias", {"name": model, "alias": champion_alias(installation)}
-            ),
+        promote=tuple(
+            PlannedRegistryCall("mlflow", "set_registered_model_alias", {"name": model, "alias": alias})
+            for alias in champion_aliases(installation, settings.plain_aliases)
         ),
     )
 
@@ -136,9 +151,10 @@ class MlflowRegistry:
         self.settings = settings
         self.model = settings.model
         self.installation = installation
-        #: This installation's pointers: deployments sharing the store never move each other's.
-        self.champion_alias = champion_alias(installation)
-        self.challenger_alias = challenger_alias(installation)
+        #: This installation's pointers: deployments sharing the store never move each other's (the
+        #: plain ones too, where this deployment keeps them).
+        self.champion_aliases = champion_aliases(installation, settings.plain_aliases)
+        self.challenger_aliases = challenger_aliases(installation, settings.plain_aliases)
         self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None
@@ -168,7 +184,7 @@ class MlflowRegistry:
                 model_id=model_id,
             )
             if candidate.passed_gate:
-                self._client.set_registered_model_alias(self.model, self.challenger_alias, version.version)
+                self._move(self.challenger_aliases, version.version)
             return self._registered(version)
 
         return self._call("register a candidate", register)
@@ -178,13 +194,22 @@ class MlflowRegistry:
 
     def promote(self, version: RegisteredVersion) -> None:
         def promote() -> None:
-            current = self._champion()
-            if current is not None and current.version == version.version:
+            if self._aliases_on(version.version) >= set(self.champion_aliases):
                 return
             self._check_own(version, "becomes its champion (fix: promote this run's own version)")
-            self._client.set_registered_model_alias(self.model, self.champion_alias, version.version)
+            self._move(self.champion_aliases, version.version)
 
         self._call("move the champion alias", promote)
+
+    def _aliases_on(self, version: str) -> set[str]:
+        """The aliases of the registered model that name ``version``."""
+        aliases = self._client.get_registered_model(self.model).aliases or {}
+        return {alias for alias, named in aliases.items() if str(named) == version}
+
+    def _move(self, aliases: tuple[str, ...], version: str) -> None:
+        """Point each of ``aliases`` at ``version``."""
+        for alias in aliases:
+            self._client.set_registered_model_alias(self.model, alias, version)
 
     def _check_own(self, version: RegisteredVersion, what: str) -> None:
         """Refuse a version another installation registered: only its own version ``what``."""
@@ -214,9 +239,8 @@ class MlflowRegistry:
         def reject() -> None:
             self._check_own(version, "is marked rejected by it")
             self._client.set_model_version_tag(self.model, version.version, REJECTED_TAG, reason[:5000])
-            challenger = self._client.get_registered_model(self.model).aliases.get(self.challenger_alias)
-            if str(challenger) == version.version:
-                self._client.delete_registered_model_alias(self.model, self.challenger_alias)
+            for alias in self._aliases_on(version.version) & set(self.challenger_aliases):
+                self._client.delete_registered_model_alias(self.model, alias)
 
         self._call("mark a version rejected", reject)
 
@@ -224,7 +248,8 @@ class MlflowRegistry:
         from mlflow.exceptions import MlflowException
 
         try:
-            return self._registered(self._client.get_model_version_by_alias(self.model, self.champion_alias))
+            pointer = self.champion_aliases[-1]
+            return self._registered(self._client.get_model_version_by_alias(self.model, pointer))
         except MlflowException as exc:
             if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
                 return None  # no such model yet, or no version carries the alias

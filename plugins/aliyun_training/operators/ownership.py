@@ -14,7 +14,7 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION
+from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION, PLAIN_ALIASES_OPTION
 from aliyun_training.spec import INSTALLATION_PATTERN, JobOwner
 from aliyun_training.validation import SpecError
 
@@ -45,6 +45,14 @@ def installation_id() -> str:
 
 #: The API server's address Airflow assumes when neither setting names one.
 DEFAULT_BASE_URL = "http://localhost:8080"
+
+
+def plain_registry_aliases() -> bool:
+    """Whether this deployment also keeps MLflow's plain ``champion``/``challenger`` aliases
+    (``[aliyun_training] plain_registry_aliases``): one deployment per store, its production one."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean(CONFIG_SECTION, PLAIN_ALIASES_OPTION, fallback=False)
 
 
 def derived_installation_id(api_url: str) -> str:

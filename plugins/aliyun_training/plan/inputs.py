@@ -42,6 +42,9 @@ class RunContext:
     #: Whether planning may list the versions' source (a dry run that makes no call at all may not:
     #: a named version is then taken on trust, an empty one is the logical date's).
     list_sources: bool = True
+    #: Whether the deployment keeps MLflow's plain aliases too
+    #: (``operators.ownership.plain_registry_aliases``).
+    plain_registry_aliases: bool = False
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,8 @@ class PlanRequest:
     connection: str = ALIBABA_CLOUD_DEFAULT_CONN_ID
     #: The GPU-hours the training job's tries may use together (the form's within the pipeline's).
     max_gpu_hours: float | None = None
+    #: Whether the deployment keeps MLflow's plain aliases too (``RunContext``).
+    plain_registry_aliases: bool = False
 
     @property
     def version(self) -> str:
@@ -168,6 +173,7 @@ class PlanRequest:
             environment=environment,
             backend=self.form.backend.value,
             environment_file=self.environment.name,
+            plain_aliases=self.plain_registry_aliases,
         )
         return resolve_registry_settings(declared.kind, inputs)
 

@@ -76,6 +76,7 @@ def resolve_run(
         raw=prepared_from,
         connection=sources.connection,
         installation=run.installation,
+        plain_registry_aliases=run.plain_registry_aliases,
     )
     plan: RunPlan = record.part("planner")(request)
     return plan
