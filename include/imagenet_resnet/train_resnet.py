@@ -289,7 +289,15 @@ def train_epoch(
 
 @torch.no_grad()
 def evaluate(env: Dist, model: nn.Module, val: Split) -> tuple[float, float]:
-    """Score this rank's val slice and combine, so each val sample counts once."""
+    """Score rank 0's model, the one saved, on this rank's val slice and combine, so each val
+    sample counts once.
+
+    The ranks share their weights, but each rank's last training steps moved its own BatchNorm
+    running statistics (DDP sends rank 0's buffers before a forward, not after): every rank takes
+    rank 0's first, or each slice would be scored by a model that is not saved.
+    """
+    for buffer in model.buffers():
+        dist.broadcast(buffer, src=0)
     model.eval()
     loss_sum, correct = 0.0, 0
     for batch in torch.arange(len(val.labels)).split(EVAL_BATCH_SIZE):

@@ -92,6 +92,23 @@ def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
 
 
 @pytest.mark.slow
+def test_the_val_scores_training_reports_are_the_saved_models(
+    shard_version: Path, two_epochs: tuple[Path, str, list[dict]], tmp_path: Path
+) -> None:
+    """What the evaluation job (evaluate_resnet.py, what the gate reads) measures for model.pt on
+    the same val split is what training reported for its last epoch: both ranks scored rank 0's
+    model, the one saved, not each its own BatchNorm statistics."""
+    out, _, _ = two_epochs
+    env = {"EVAL_DATA_DIR": str(shard_version), "CANDIDATE_DIR": str(out), "OUTPUT_DIR": str(tmp_path)}
+    _run(str(SCRIPTS / "evaluate_resnet.py"), env={**os.environ, **env})
+
+    scored = json.loads((tmp_path / "evaluation.json").read_text())["candidate"]
+    reported = _epochs(out)[-1]
+    assert scored["test_accuracy"] == reported["test_accuracy"]
+    assert scored["test_loss"] == pytest.approx(reported["test_loss"], rel=1e-5)
+
+
+@pytest.mark.slow
 @pytest.mark.slow
 def test_torchrun_resumes_after_the_latest_checkpoint(
     shard_version: Path, two_epochs: tuple[Path, str, list[dict]]
