@@ -18,8 +18,10 @@ one node they meet at 127.0.0.1 without it.
 
 Each rank trains on every world_size-th sample of the shard stream (the remainder is dropped, so all
 ranks take the same number of steps) and scores its slice of val. Rank 0 writes metrics.json and a
-checkpoint after every epoch (``checkpoints.py``, shared with ``cifar10_ddp.py``) and model.pt at the
-end (val scores are reported as test_loss and test_accuracy, the keys the run report plots); a
+checkpoint after every epoch (``checkpoints.py``, shared with ``cifar10_ddp.py``), and at the end
+model.pt and mlflow-model/ (the network behind its standardisation, as an MLflow model:
+``mlflow_model.py``, shared too; val scores are reported as test_loss and test_accuracy, the keys
+the run report plots); a
 retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint. gloo on CPU,
 nccl on GPUs (one per local rank).
 """
@@ -39,6 +41,7 @@ import checkpoints
 import numpy as np
 import torch
 import torch.distributed as dist
+from mlflow_model import save_mlflow_model
 from shards import DataError, Sample, read_index, read_samples, write_atomically
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -48,6 +51,8 @@ if TYPE_CHECKING:
 
 SPLITS = ("train", "val")
 #: ImageNet's per-channel statistics, the usual ResNet input scaling; no pass over the data needed.
+#: Val images the saved MLflow model carries as its input example (and infers its signature from).
+MLFLOW_EXAMPLE_SIZE = 4
 MEAN = np.array([0.485, 0.456, 0.406], dtype=np.float32)
 STD = np.array([0.229, 0.224, 0.225], dtype=np.float32)
 EVAL_BATCH_SIZE = 256
@@ -231,6 +236,19 @@ class BasicBlock(nn.Module):
         return torch.relu(self.body(x) + self.shortcut(x))
 
 
+class Standardise(nn.Module):
+    """What :func:`standardise` does to images scaled to [0, 1], as a layer: the MLflow model the
+    script saves starts with it, so whoever serves the model sends images, not standardised ones."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.register_buffer("mean", torch.from_numpy(MEAN).reshape(1, -1, 1, 1))
+        self.register_buffer("std", torch.from_numpy(STD).reshape(1, -1, 1, 1))
+
+    def forward(self, images: torch.Tensor) -> torch.Tensor:
+        return (images - self.mean) / self.std
+
+
 def build_model(width: int, classes: int) -> nn.Module:
     """ResNet-8 for small images: a 3x3 stem, three one-block stages (width, 2x, 4x), pooling, linear.
 
@@ -381,6 +399,10 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
             checkpoints.save_epoch(out_dir, epoch, torch_bytes(state), metrics)
     if env.is_main:
         write_atomically(out_dir / "model.pt", torch_bytes(model.state_dict()))
+        # The MLflow model takes images scaled to [0, 1], channels first: val's, unstandardised.
+        layer = Standardise()
+        example = val.images[:MLFLOW_EXAMPLE_SIZE] * layer.std + layer.mean
+        save_mlflow_model(nn.Sequential(layer, model), out_dir, example.numpy())
 
 
 def main(argv: list[str] | None = None) -> None:

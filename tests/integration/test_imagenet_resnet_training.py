@@ -92,6 +92,40 @@ def test_torchrun_trains_and_writes_checkpoints_metrics_and_model(
 
 
 @pytest.mark.slow
+def test_the_saved_mlflow_model_standardises_images_itself_and_answers_as_the_network(
+    two_epochs: tuple[Path, str, list[dict]], tmp_path: Path
+) -> None:
+    """mlflow-model/ takes images scaled to [0, 1] and answers what model.pt's network answers for
+    them standardised, loaded in a process with none of the example's code."""
+    import numpy as np
+    import torch
+
+    out, _, _ = two_epochs
+    images = np.random.default_rng(0).random((3, 3, 32, 32), dtype=np.float32)
+    np.save(tmp_path / "images.npy", images)
+    load = (
+        "import sys, numpy as np, mlflow.pyfunc; "
+        "print(mlflow.pyfunc.load_model(sys.argv[1]).predict(np.load(sys.argv[2])).tolist())"
+    )
+    answered = json.loads(
+        _run("-c", load, str(out / "mlflow-model"), str(tmp_path / "images.npy")).strip().splitlines()[-1]
+    )
+
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        from train_resnet import MEAN, STD, build_model
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    state = torch.load(out / "model.pt", map_location="cpu", weights_only=True)
+    network = build_model(width=state["0.weight"].shape[0], classes=CLASSES)
+    network.load_state_dict(state)
+    standardised = (images - MEAN.reshape(1, 3, 1, 1)) / STD.reshape(1, 3, 1, 1)
+    with torch.no_grad():
+        expected = network.eval()(torch.from_numpy(standardised)).numpy()
+    assert np.allclose(answered, expected, atol=1e-5)
+
+
+@pytest.mark.slow
 def test_the_val_scores_training_reports_are_the_saved_models(
     shard_version: Path, two_epochs: tuple[Path, str, list[dict]], tmp_path: Path
 ) -> None:

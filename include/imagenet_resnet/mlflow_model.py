@@ -1,0 +1,1 @@
+../training/mlflow_model.py
