@@ -322,6 +322,15 @@ class Decision(BaseModel):
     unreachable: str | None = None
     #: The ``at_bound`` metric's numbers where the gate decided on it (the rule could not be met).
     tie_break: Score | None = None
+    #: A backfill's model, registered and never compared for promotion (``backfills_promote``): not
+    #: promoted, yet not held by the gate either.
+    registered_only: bool = False
+
+    @property
+    def held(self) -> bool:
+        """Whether the gate compared the candidate and held it (a registry with an approval state
+        rejects it); a backfill's model is registered only."""
+        return not self.promoted and not self.registered_only
 
 
 #: What became of a candidate (``Outcome.state``), with the few words the report heads it with.
@@ -442,7 +451,9 @@ def decide(
     guards = [_guard(name, bounds, _number(metrics.get(name))) for name, bounds in rule.guards.items()]
     required = rule.required(held) if champion else None
 
-    def decision(promoted: bool, reason: str, tie_break: Score | None = None) -> Decision:
+    def decision(
+        promoted: bool, reason: str, tie_break: Score | None = None, registered_only: bool = False
+    ) -> Decision:
         unreachable = _lock(rule, comparison, promoted)
         return Decision(
             promoted=promoted,
@@ -459,12 +470,17 @@ def decide(
             metrics=metrics,
             unreachable=unreachable,
             tie_break=tie_break,
+            registered_only=registered_only,
         )
 
     if champion == run_id:
         return decision(True, "this run is already the champion (a retry after it was promoted)")
     if run_type == "backfill" and not rule.backfills_promote:
-        return decision(False, "a backfill run's model is registered, never promoted (backfills_promote)")
+        return decision(
+            False,
+            "a backfill run's model is registered, never promoted (backfills_promote)",
+            registered_only=True,
+        )
     if older_than_champion is not None and champion is not None and not rule.older_versions_promote:
         return decision(
             False,

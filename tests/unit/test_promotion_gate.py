@@ -47,6 +47,10 @@ def test_a_backfill_never_promotes_unless_the_rule_lets_it() -> None:
 
     assert not held.promoted and "backfill" in held.reason
     assert allowed.promoted
+    # Registered only, not held by the gate: a registry with an approval state leaves it pending.
+    assert not held.held and held.registered_only
+    worse = _decide(LOSS.model_copy(update={"backfills_promote": True}), 0.9, run_type="backfill")
+    assert worse.held, "a backfill the rule compares is held like any run"
 
 
 def test_a_model_trained_on_an_older_version_than_the_champions_is_held_unless_the_rule_lets_it() -> None:

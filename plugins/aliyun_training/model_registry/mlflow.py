@@ -47,9 +47,9 @@ if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
 
 CHAMPION_ALIAS = "champion"
+CHALLENGER_ALIAS = "challenger"
 #: Tracking URIs of a tracking server (the others name a store MLflow opens in this process).
 _SERVERS = ("http://", "https://", "databricks")
-CHALLENGER_ALIAS = "challenger"
 _RUN_TAG = "lineage.run_id"
 _INSTALLATION_TAG = "lineage.installation"
 #: The version tag saying why a person rejected its promotion.
@@ -58,13 +58,17 @@ REJECTED_TAG = "aliyun_training.rejected"
 
 def champion_alias(installation: str) -> str:
     """The alias of ``installation``'s champion: ``champion-<installation id>``."""
-    return f"{CHAMPION_ALIAS}-{installation}"
+    return _own_alias(CHAMPION_ALIAS, installation)
 
 
 def challenger_alias(installation: str) -> str:
     """The alias of ``installation``'s newest candidate the gate passed: ``challenger-<installation
     id>`` (a held or backfilled model is registered, never the challenger)."""
-    return f"{CHALLENGER_ALIAS}-{installation}"
+    return _own_alias(CHALLENGER_ALIAS, installation)
+
+
+def _own_alias(pointer: str, installation: str) -> str:
+    return f"{pointer}-{installation}"
 
 
 def embedded_tracking_uri(folder: Path) -> str:
@@ -80,15 +84,11 @@ def mlflow_settings(inputs: RegistryInputs) -> RegistrySettings:
     )
 
 
-def champion_aliases(installation: str, plain: bool) -> tuple[str, ...]:
-    """The aliases ``installation`` keeps on its champion: its own, and ``champion`` where it keeps
-    the plain aliases (``RegistrySettings.plain_aliases``), read last: the one people move by hand."""
-    return (champion_alias(installation), *((CHAMPION_ALIAS,) if plain else ()))
-
-
-def challenger_aliases(installation: str, plain: bool) -> tuple[str, ...]:
-    """The aliases ``installation`` keeps on its newest candidate the gate passed."""
-    return (challenger_alias(installation), *((CHALLENGER_ALIAS,) if plain else ()))
+def pointer_aliases(pointer: str, installation: str, plain: bool) -> tuple[str, ...]:
+    """The aliases ``installation`` keeps for ``pointer`` (:data:`CHAMPION_ALIAS` or
+    :data:`CHALLENGER_ALIAS`): its own, ``<pointer>-<installation>``, and the plain one where it
+    keeps the plain aliases (``RegistrySettings.plain_aliases``), last: the one people move by hand."""
+    return (_own_alias(pointer, installation), *((pointer,) if plain else ()))
 
 
 def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRegistryCalls:
@@ -133,12 +133,12 @@ def planned_requests(settings: RegistrySettings, installation: str) -> PlannedRe
                     {"name": model, "alias": alias},
                     note="only when the gate passed the candidate",
                 )
-                for alias in challenger_aliases(installation, settings.plain_aliases)
+                for alias in pointer_aliases(CHALLENGER_ALIAS, installation, settings.plain_aliases)
             ),
         ),
         promote=tuple(
             PlannedRegistryCall("mlflow", "set_registered_model_alias", {"name": model, "alias": alias})
-            for alias in champion_aliases(installation, settings.plain_aliases)
+            for alias in pointer_aliases(CHAMPION_ALIAS, installation, settings.plain_aliases)
         ),
     )
 
@@ -153,8 +153,8 @@ class MlflowRegistry:
         self.installation = installation
         #: This installation's pointers: deployments sharing the store never move each other's (the
         #: plain ones too, where this deployment keeps them).
-        self.champion_aliases = champion_aliases(installation, settings.plain_aliases)
-        self.challenger_aliases = challenger_aliases(installation, settings.plain_aliases)
+        self.champion_aliases = pointer_aliases(CHAMPION_ALIAS, installation, settings.plain_aliases)
+        self.challenger_aliases = pointer_aliases(CHALLENGER_ALIAS, installation, settings.plain_aliases)
         self._opened: MlflowClient | None = None
         database = settings.tracking_uri.removeprefix("sqlite:///")
         self._lock_file = Path(database + ".lock") if database != settings.tracking_uri else None

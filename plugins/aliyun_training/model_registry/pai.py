@@ -40,7 +40,7 @@ import hashlib
 import re
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.backend_catalog import BACKENDS
+from aliyun_training.backend_catalog import BACKENDS, backend_record
 from aliyun_training.hooks.aiworkspace import AIWorkspaceHook, label_pairs
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError
 from aliyun_training.hooks.retry import AlibabaCloudApiError
@@ -73,8 +73,6 @@ HELD_REASON = "held by the promotion gate, which compared it with the champion"
 #: PAI's FrameworkType of an MLflow model with one of these flavours, spelled as PAI's enumeration
 #: spells it (``Pytorch``, not PyTorch).
 FRAMEWORK_TYPES = {"pytorch": "Pytorch", "tensorflow": "TensorFlow", "keras": "Keras", "xgboost": "XGBoost"}
-#: The backends by name, for the PAI job kind of the backend a manifest's job ran on.
-_BACKENDS = {record.name.value: record for record in BACKENDS}
 #: The most bytes a label key or value may have (``Label``: "up to 128 bytes").
 LABEL_MAX_BYTES = 128
 _DIGEST_CHARS = 16
@@ -139,9 +137,12 @@ def source_id(candidate: Candidate, manifest: Mapping[str, Any], region: str, wo
     region as the registry (both are the DLC environment file's).
     """
     job = manifest.get("job") or {}
-    backend = _BACKENDS.get(str(job.get("backend")))
-    if backend is not None and backend.pai_job_kind and job.get("job_id"):
-        return job_source_id(region, workspace_id, backend.pai_job_kind, str(job["job_id"]))
+    try:
+        kind = backend_record(str(job.get("backend"))).pai_job_kind
+    except SpecError:  # a backend this installation does not offer: no job PAI knows
+        kind = None
+    if kind and job.get("job_id"):
+        return job_source_id(region, workspace_id, kind, str(job["job_id"]))
     return f"{candidate.dag_id}/{candidate.run_id}"
 
 

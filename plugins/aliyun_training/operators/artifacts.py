@@ -13,6 +13,7 @@ from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.champion import ChampionPointer, pointer_drift
 from aliyun_training.links import RunReportLink
 from aliyun_training.model_registry.base import RegisteredVersion
+from aliyun_training.operators.ownership import installation_id, installation_registry
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import Comparison, Decision, decide
@@ -27,8 +28,7 @@ if TYPE_CHECKING:
 
     from airflow.sdk import Context
 
-    from aliyun_training.model_registry.base import PublishedFiles, RegistrySettings
-    from aliyun_training.promotion import Champion
+    from aliyun_training.model_registry.base import ModelRegistry, PublishedFiles
     from aliyun_training.stage_records import ArtifactSet
     from aliyun_training.staging.oss import OssClientConfig
 
@@ -129,7 +129,9 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             dataset = validate_record(StagedDataset, self.dataset) if self.dataset else self._fixed_dataset()
             runtime = validate_record(BuiltImage, _first_present(self.runtime))
             check_collectable(job, plan.outputs_root)
-            gate = self._gate(context, plan, dataset.version)
+            # Opened once: the gate reads its champion pointer, and the set is registered in it.
+            registry = installation_registry(plan)
+            gate = self._gate(context, plan, dataset.version, registry)
             artifacts = publish_artifacts(
                 model=plan.model,
                 artifact_root=plan.artifact_root or "",
@@ -141,7 +143,7 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
                 kept=KeptOutputs(tuple(plan.collect), tuple(plan.report_metrics)),
                 run=self._run_info(context),
                 gate=gate,
-                register=self._registration(context, plan, dataset.version, job, runtime),
+                register=self._registration(context, plan, registry, dataset.version, job, runtime),
             )
         except (SpecError, ArtifactError) as exc:
             raise AirflowFailException(str(exc)) from None
@@ -179,19 +181,25 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         return artifacts.model_dump(mode="json")
 
     def _gate(
-        self, context: Context, plan: ArtifactsPlan, version: str
+        self, context: Context, plan: ArtifactsPlan, version: str, registry: ModelRegistry | None
     ) -> Callable[[dict[str, Any]], Decision] | None:
         """The decision of the plan's rule on this run's numbers, trained on ``version``, against
         the champion as it is now; None without a rule.
 
         With an evaluation record the numbers are its scores of both models on the same data; when
         that job could not read the champion's outputs, the champion's recorded numbers stand in.
+        Where the registry's pointer was moved away from the champion (``champion.pointer_drift``),
+        the log and the decision say so before it is applied.
         """
         rule, champion_asset = plan.promotion, self.champion
         if rule is None or champion_asset is None:
             return None
         champion = ChampionPointer(context["asset_state_store"][champion_asset]).read()
-        drift = self._pointer_drift(plan, champion)
+        drift = (
+            pointer_drift(champion, registry.champion())
+            if registry is not None and champion is not None and champion.registered is not None
+            else None
+        )
         if drift:
             self.log.warning("The champion pointer disagrees: %s", drift)
         run = context["dag_run"]
@@ -220,27 +228,22 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
 
         return gate
 
-    def _pointer_drift(self, plan: ArtifactsPlan, champion: Champion | None) -> str | None:
-        """Whether the registry's champion pointer was moved away from the champion record
-        (``champion.pointer_drift``), read before the gate compares."""
-        if plan.registry is None or champion is None or champion.registered is None:
-            return None
-        from aliyun_training.model_registry import open_registry
-        from aliyun_training.operators.ownership import installation_id
-
-        return pointer_drift(champion, open_registry(plan.registry, installation_id()).champion())
-
     def _registration(
-        self, context: Context, plan: ArtifactsPlan, version: str, job: JobResult, runtime: BuiltImage
+        self,
+        context: Context,
+        plan: ArtifactsPlan,
+        registry: ModelRegistry | None,
+        version: str,
+        job: JobResult,
+        runtime: BuiltImage,
     ) -> Callable[[PublishedFiles, ArtifactSet], RegisteredVersion] | None:
         """What registers the published model as a candidate from its files (once per DAG run,
         whatever the tries); None without a registry."""
-        settings = plan.registry
-        if settings is None:
+        if registry is None:
             return None
 
         def register(files: PublishedFiles, artifacts: ArtifactSet) -> RegisteredVersion:
-            return self._register(context, plan, settings, files, artifacts, version, job, runtime)
+            return self._register(context, plan, registry, files, artifacts, version, job, runtime)
 
         return register
 
@@ -248,16 +251,14 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
         self,
         context: Context,
         plan: ArtifactsPlan,
-        settings: RegistrySettings,
+        registry: ModelRegistry,
         files: PublishedFiles,
         artifacts: ArtifactSet,
         version: str,
         job: JobResult,
         runtime: BuiltImage,
     ) -> RegisteredVersion:
-        from aliyun_training.model_registry import open_registry
         from aliyun_training.model_registry.base import Candidate
-        from aliyun_training.operators.ownership import installation_id
 
         decision = Decision.model_validate(artifacts.promotion) if artifacts.promotion else None
         measured = decision.metrics if decision else artifacts.metrics
@@ -281,15 +282,10 @@ class ArtifactsOperator(ReturnedRecordsMixin, BaseOperator):
             code_digest=plan.code_digest,
             declaration=plan.declaration,
             passed_gate=decision.promoted if decision else True,
-            # The gate compared it and held it: a backfill's model is not compared for promotion.
-            held=decision is not None
-            and not decision.promoted
-            and not (
-                run.run_type.value == "backfill" and not (plan.promotion and plan.promotion.backfills_promote)
-            ),
+            held=decision is not None and decision.held,
         )
         # A RegistryError fails the try: the next one finds what this one may have registered.
-        registered = open_registry(settings, candidate.installation).register(candidate, files)
+        registered = registry.register(candidate, files)
         self.log.info(
             "Registered the candidate as %s version %s (%s)",
             registered.model,

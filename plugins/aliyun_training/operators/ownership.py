@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION, PLAIN_ALIASES_OPTION
 from aliyun_training.spec import INSTALLATION_PATTERN, JobOwner
 from aliyun_training.validation import SpecError
+
+if TYPE_CHECKING:
+    from aliyun_training.model_registry.base import ModelRegistry
+    from aliyun_training.plan.models import ArtifactsPlan
 
 
 def installation_id() -> str:
@@ -45,6 +49,16 @@ def installation_id() -> str:
 
 #: The API server's address Airflow assumes when neither setting names one.
 DEFAULT_BASE_URL = "http://localhost:8080"
+
+
+def installation_registry(plan: ArtifactsPlan) -> ModelRegistry | None:
+    """The plan's model registry as this installation sees it, with its own champion pointer (its
+    SDK imported only when used); None where the plan names no registry."""
+    if plan.registry is None:
+        return None
+    from aliyun_training.model_registry import open_registry
+
+    return open_registry(plan.registry, installation_id())
 
 
 def plain_registry_aliases() -> bool:

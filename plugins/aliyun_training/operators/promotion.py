@@ -252,9 +252,9 @@ def _returned(run_id: str, outcome: Outcome) -> dict[str, Any]:
 
 
 def _registry(plan: ArtifactsPlan) -> ModelRegistry:
-    """The plan's model registry, as this installation sees it (its SDK imported only now)."""
-    from aliyun_training.model_registry import open_registry
-    from aliyun_training.operators.ownership import installation_id
+    """The plan's model registry, as this installation sees it (``ownership.installation_registry``)."""
+    from aliyun_training.operators.ownership import installation_registry
 
-    assert plan.registry is not None, "a registered candidate has a registry"
-    return open_registry(plan.registry, installation_id())
+    registry = installation_registry(plan)
+    assert registry is not None, "a registered candidate has a registry"
+    return registry
