@@ -20,6 +20,8 @@ from typing import Any
 import pytest
 import torch
 
+from tests.mlflow_models import predicted_elsewhere
+
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("torchrun")]
 
 TRAINING_DIR = Path(__file__).resolve().parents[2] / "include" / "training"
@@ -88,19 +90,7 @@ def test_the_saved_mlflow_model_is_the_saved_state_and_loads_without_the_project
 
     _train(make_dataset("2026-11-15", train=128, test=32), tmp_path / "out")
     batch = np.random.default_rng(0).random((5, 3, 32, 32), dtype=np.float32)
-    np.save(tmp_path / "batch.npy", batch)
-    load = (
-        "import sys, numpy as np, mlflow.pyfunc; "
-        "print(mlflow.pyfunc.load_model(sys.argv[1]).predict(np.load(sys.argv[2])).tolist())"
-    )
-    ran = subprocess.run(
-        [sys.executable, "-c", load, str(tmp_path / "out" / "mlflow-model"), str(tmp_path / "batch.npy")],
-        cwd=tmp_path,
-        env={key: value for key, value in os.environ.items() if key != "PYTHONPATH"},
-        capture_output=True,
-        text=True,
-    )
-    assert ran.returncode == 0, ran.stderr[-3000:]
+    answered = predicted_elsewhere(tmp_path / "out" / "mlflow-model", batch, tmp_path)
 
     sys.path.insert(0, str(TRAINING_DIR))
     try:
@@ -111,7 +101,7 @@ def test_the_saved_mlflow_model_is_the_saved_state_and_loads_without_the_project
     network.load_state_dict(torch.load(tmp_path / "out" / "model.pt", map_location="cpu", weights_only=True))
     with torch.no_grad():
         expected = network.eval()(torch.from_numpy(batch)).numpy()
-    assert np.allclose(json.loads(ran.stdout.strip().splitlines()[-1]), expected, atol=1e-5)
+    assert np.allclose(answered, expected, atol=1e-5)
 
 
 def _brighten(version: Path) -> None:

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.mlflow_models import predicted_elsewhere
+
 SCRIPTS = Path(__file__).resolve().parents[2] / "include" / "imagenet_resnet"
 CLASSES = 4
 TIMEOUT = 300
@@ -102,14 +104,7 @@ def test_the_saved_mlflow_model_standardises_images_itself_and_answers_as_the_ne
 
     out, _, _ = two_epochs
     images = np.random.default_rng(0).random((3, 3, 32, 32), dtype=np.float32)
-    np.save(tmp_path / "images.npy", images)
-    load = (
-        "import sys, numpy as np, mlflow.pyfunc; "
-        "print(mlflow.pyfunc.load_model(sys.argv[1]).predict(np.load(sys.argv[2])).tolist())"
-    )
-    answered = json.loads(
-        _run("-c", load, str(out / "mlflow-model"), str(tmp_path / "images.npy")).strip().splitlines()[-1]
-    )
+    answered = predicted_elsewhere(out / "mlflow-model", images, tmp_path)
 
     sys.path.insert(0, str(SCRIPTS))
     try:
