@@ -52,8 +52,8 @@ def registry_line(database: Path, model: str) -> str:
     from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
+    from aliyun_training.installation import installation_id
     from aliyun_training.model_registry.mlflow import champion_alias
-    from aliyun_training.operators.ownership import installation_id
 
     uri = f"sqlite:///{database.resolve()}"
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)

@@ -17,6 +17,13 @@ scripts (``plan.render_text``). ``--format json`` is the document itself, for pr
 exactly one JSON document, with the preflight as without it. ``--format html`` is the page a DAG
 run's dry run writes as ``plan.html``. A bad value exits with status 2 and the error on stderr.
 
+``python -m aliyun_training champion rollback <pipeline> [--to VERSION]`` makes a past champion of the
+pipeline (the DAG id) the champion again: the one the champion replaced, or the one whose registered
+version (or run id) ``--to`` names. It moves the registry's pointer and the champion Asset's state,
+announces the champion event and records the shell's user as who did it (``rollback``); it runs
+where ``airflow`` commands run, with the deployment's configuration. ``champion show <pipeline>``
+lists the champion and the past champions a rollback can go back to.
+
 ``python -m aliyun_training schema --backend dlc`` prints the JSON Schema of that backend's
 environment file (``docs/schema/`` holds them, for editors that validate JSON as it is typed).
 """
@@ -45,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
 
         print(json.dumps(environment_schema(args.backend), indent=2, sort_keys=True))
         return 0
+    if args.command == "champion":
+        return champion_command(args)
     try:
         # What the planning and the preflight log (Airflow's handlers write to whatever sys.stdout
         # is when they emit) goes to stderr: stdout carries only the rendering, so --format json
@@ -108,6 +117,17 @@ def _parser() -> argparse.ArgumentParser:
         default=Path("include", "config"),
         help="the directory of the declared environment files (default: include/config)",
     )
+    champion = commands.add_parser("champion", help="show a pipeline's champion, or roll it back")
+    actions = champion.add_subparsers(dest="action", required=True)
+    show = actions.add_parser("show", help="the champion and the past champions a rollback can go back to")
+    show.add_argument("pipeline", help="the pipeline's DAG id")
+    rollback = actions.add_parser("rollback", help="make a past champion the champion again")
+    rollback.add_argument("pipeline", help="the pipeline's DAG id")
+    rollback.add_argument(
+        "--to",
+        metavar="VERSION",
+        help="the past champion's registered version or run id (default: the one the champion replaced)",
+    )
     schema = commands.add_parser("schema", help="print the JSON Schema of a backend's environment file")
     schema.add_argument("--backend", required=True, choices=[record.name.value for record in BACKENDS])
     return parser
@@ -116,8 +136,8 @@ def _parser() -> argparse.ArgumentParser:
 def plan_command(args: argparse.Namespace) -> dict[str, Any]:
     """The dry run's document for the command line's arguments."""
     from aliyun_training.declaration import load_declaration
+    from aliyun_training.installation import installation_id, plain_registry_aliases
     from aliyun_training.kubernetes.names import job_name
-    from aliyun_training.operators.ownership import installation_id, plain_registry_aliases
     from aliyun_training.params import param_defaults
     from aliyun_training.plan.dry_run import dry_run_document
     from aliyun_training.plan.inputs import RunContext
@@ -181,3 +201,30 @@ def run_preflight(plan: Any) -> dict[str, Any]:
         print(group_table(group, found), file=sys.stderr)
         findings += found
     return PreflightReport(findings=findings).model_dump(mode="json")
+
+
+def champion_command(args: argparse.Namespace) -> int:
+    """``champion show`` and ``champion rollback``, against the deployment's metadata database."""
+    import getpass
+
+    from airflow.utils.session import create_session
+
+    from aliyun_training.champion import RollbackRefused, named
+    from aliyun_training.rollback import champion_standing, roll_back_champion
+
+    with create_session() as session:
+        if args.action == "show":
+            standing = champion_standing(session, args.pipeline)
+            print(f"champion: {named(standing.current) if standing.current else 'none yet'}")
+            for past in standing.history:
+                how = f"rolled back by {past.by}" if past.left == "rolled back" else "replaced"
+                print(f"  before: {named(past.champion)}, {how} {past.until:%Y-%m-%d %H:%M} UTC")
+            return 0
+        try:
+            done = roll_back_champion(session, args.pipeline, args.to, getpass.getuser())
+        except RollbackRefused as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    again = f"the champion is {named(done.champion)} again, in place of {named(done.replaced)}"
+    print(f"{args.pipeline}: {again}")
+    return 0

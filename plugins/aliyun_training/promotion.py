@@ -24,7 +24,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from aliyun_training.model_registry.base import RegisteredVersion
+from aliyun_training.model_registry.base import RegisteredVersion, RegistrySettings
 from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
 from aliyun_training.validation import field_fix
 
@@ -230,6 +230,11 @@ class Champion(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     outputs_uri: str | None = None
     registered: RegisteredVersion | None = None
+    #: The registry ``registered`` is a version in, as the promoting run's plan resolved it: a
+    #: rollback to this champion moves that registry's pointer back (None: a record from before).
+    registry: RegistrySettings | None = None
+    #: Who made it the champion again by rolling back to it; None: its own run promoted it.
+    rolled_back_by: str | None = None
 
 
 class Comparison(BaseModel):

@@ -79,7 +79,8 @@ def scores_pipeline(
     tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch, approval: str = ""
 ) -> Any:
     """The pipeline's DAG (``scores_approved`` with an approval block, else ``scores_retrain``),
-    declared in ``tmp_path``, polling its jobs every 0.1 s."""
+    declared in ``tmp_path``, polling its jobs every 0.1 s, with no champion yet (the session's
+    metadata DB keeps the champion Asset's state of another test's pipeline of the same model)."""
     dag_id = "scores_approved" if approval else "scores_retrain"
     folder = tmp_path / "pipelines"
     (folder / "code").mkdir(parents=True)
@@ -92,7 +93,19 @@ def scores_pipeline(
     for task in dag.tasks:
         if hasattr(task, "poll_interval"):
             task.poll_interval = 0.1
+    _forget_champion(f"{model}_champion")
     return dag
+
+
+def _forget_champion(asset_name: str) -> None:
+    from airflow.models.asset import AssetModel
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import delete, select
+
+    with create_session() as session:
+        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == asset_name))
+        session.execute(delete(AssetStateStoreModel).where(AssetStateStoreModel.asset_id == asset_id))
 
 
 def land_version(local_root: Path, name: str, difficulty: float) -> None:

@@ -4,6 +4,7 @@ announce the champion only when the pointer moves."""
 
 from __future__ import annotations
 
+import getpass
 import json
 from html import escape
 from pathlib import Path
@@ -13,8 +14,8 @@ import pendulum
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
+from aliyun_training.installation import installation_id
 from aliyun_training.model_registry.mlflow import challenger_alias, champion_alias
-from aliyun_training.operators.ownership import installation_id
 from aliyun_training.pages.urls import PREFIX, pipeline_page, report_page
 from aliyun_training.pipelines.folder import broken_declaration_dag
 from tests.dags.approvals import answer_when_asked
@@ -223,13 +224,143 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
     assert f"title='{today['run_id']}'>success</a>" in last_run
     assert used.startswith(" class='number'>0.0</td></tr>"), "jobs were recorded: zero, not unknown"
     assert f">{broken.dag_id}</a>" in index.split("<h2>Declarations that did not load</h2>", 1)[1]
+
+    # Today's model turns out bad in production: roll back from the command line, as its admin.
+    rolled_back = _roll_back_from_the_command_line(capfd, better, today)
+    # Every pointer moved: the registry's alias, the champion record; the Asset announced it, saying who.
+    assert _champion_version(local_root) == better["registered"]["version"]
+    assert {key: rolled_back[key] for key in ("run_id", "replaced", "model_version")} == {
+        "run_id": better["run_id"],
+        "replaced": today["run_id"],
+        "model_version": better["registered"]["version"],
+    }
+    assert len(asset_event_extras(CHAMPION)) == before + 4, "two promotions, today's, and the rollback"
+    # The next run's gate compares with the champion rolled back to: 0.52 on v3, so 0.54 is held.
+    after = _run(dag, skill=0.6, version="v3", moment=pendulum.now("UTC"))
+    assert after["promotion"]["champion_run_id"] == better["run_id"]
+    assert after["promotion"]["champion"] == pytest.approx(0.52) and not after["promote"]["promoted"]
+
+    # On the page: a viewer sees who rolled back, and no way to; an Op rolls back to the first model.
+    html = pages.get(pipeline_page("scores_retrain")).text
+    section = html.split("<h2>Champion</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"v{better['registered']['version']} · dataset v2</strong>" in section
+    assert f"rolled back to by {escape(getpass.getuser())}" in section and "Roll back to it" not in section
+    assert "Rolling back takes the permission to edit assets" in section
+    first_version = first["registered"]["version"]
+    _roll_back_on_the_page(first_version)
+    assert _champion_version(local_root) == first_version
+    assert asset_event_extras(CHAMPION)[-1]["rolled_back_by"] == "reader"
+    html = pages_client("op").get(pipeline_page("scores_retrain")).text
+    section = html.split("<h2>Champion</h2>", 1)[1].split("<h2>", 1)[0]
+    assert (
+        f"v{first_version} · dataset v1</strong> <small class='muted'>rolled back to by reader</small>"
+        in section
+    )
+    assert section.count("Roll back to it") == 2, "to today's model, or back to the one rolled back from"
+    # The timeline shows the run after the rollback compared with the champion rolled back to.
+    timeline = html.split("<h2>Champion after each run</h2>", 1)[1].split("<h2>Runs</h2>", 1)[0]
+    last_row = timeline.split("</tr>")[-2]
+    assert after["run_id"] in last_row and ">run 4: v" in last_row
+    [listed] = [row for row in pages.get(f"{PREFIX}/").text.split("<tr>") if ">scores_retrain</a>" in row]
+    assert f">v{first_version} · dataset v1</strong>" in listed and "rolled back to by reader" in listed
     screenshot_pages(
         {
             "pipelines-index": index,
-            "pipeline-history": pages.get(pipeline_page("scores_retrain")).text,
+            "pipeline-history": html,
+            "champion-rollback": pages_client("op").get(_rollback_link(today["registered"]["version"])).text,
             "run-report": pages.get(report_page("scores_retrain", today["run_id"])).text,
         }
     )
+
+
+def _roll_back_from_the_command_line(
+    capfd: pytest.CaptureFixture[str], champion_before: dict[str, Any], champion: dict[str, Any]
+) -> dict[str, Any]:
+    """``python -m aliyun_training champion rollback scores_retrain``, refused while a promotion is
+    under way and done after; the champion event it announced."""
+    from airflow.models.taskinstance import TaskInstance
+    from airflow.utils.session import create_session
+    from sqlalchemy import update
+
+    from aliyun_training.cli import main
+
+    promoting = (TaskInstance.run_id == champion["run_id"]) & (TaskInstance.task_id == "promote")
+    with create_session() as session:
+        session.execute(update(TaskInstance).where(promoting).values(state="up_for_retry"))
+    capfd.readouterr()
+    assert main(["champion", "rollback", "scores_retrain"]) == 2
+    assert f"error: run {champion['run_id']} of scores_retrain is promoting" in capfd.readouterr().err
+    with create_session() as session:
+        session.execute(update(TaskInstance).where(promoting).values(state="success"))
+    assert main(["champion", "rollback", "scores_retrain", "--to", "nine"]) == 2
+    assert (
+        "error: to: 'nine' is no past champion of this pipeline (fix: name one of" in capfd.readouterr().err
+    )
+
+    assert main(["champion", "rollback", "scores_retrain"]) == 0
+    said = capfd.readouterr().out
+    assert said.split("scores_retrain: the champion is ", 1)[1].startswith(
+        f"version {champion_before['registered']['version']} of scores, "
+        f"dataset v2 (run {champion_before['run_id']}) again, in place of version "
+    )
+    assert main(["champion", "show", "scores_retrain"]) == 0
+    out = capfd.readouterr().out
+    shown = out[out.index("champion: ") :].splitlines()
+    assert shown[
+        0
+    ] == f"champion: version {champion_before['registered']['version']} of scores, dataset v2 " + (
+        f"(run {champion_before['run_id']})"
+    )
+    assert shown[1].startswith(f"  before: version {champion['registered']['version']} of scores, dataset v3")
+    assert f"rolled back by {getpass.getuser()} " in shown[1] and ", replaced " in shown[2]
+    extra: dict[str, Any] = asset_event_extras(CHAMPION)[-1]
+    assert extra["rolled_back_by"] == getpass.getuser()
+    return extra
+
+
+def _roll_back_on_the_page(version: str) -> None:
+    """Roll back to ``version`` as a browser does: the confirmation page, then its button; refused
+    to a user without the permission to edit assets, and to a form posted from another site."""
+    from airflow.models.log import Log
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    from aliyun_training.pages.urls import rollback_page
+    from aliyun_training.rollback import ROLLBACK_EVENT
+
+    form = {"to": version}
+    for role in ("viewer", "user"):
+        assert pages_client(role).get(rollback_page("scores_retrain", version)).status_code == 403
+        assert pages_client(role).post(rollback_page("scores_retrain"), data=form).status_code == 403
+    op = pages_client("op")
+    foreign = {"origin": "https://elsewhere.example"}
+    assert op.post(rollback_page("scores_retrain"), data=form, headers=foreign).status_code == 403
+    confirmation = op.get(rollback_page("scores_retrain", version))
+    assert confirmation.status_code == 200
+    assert f"the registry's champion pointer moves to version {version} of scores" in confirmation.text
+    assert f"<input type='hidden' name='to' value='{version}'>" in confirmation.text
+    done = op.post(rollback_page("scores_retrain"), data=form, follow_redirects=False)
+    assert (done.status_code, done.headers["location"]) == (303, pipeline_page("scores_retrain"))
+    again = op.post(rollback_page("scores_retrain"), data=form)
+    assert again.status_code == 409 and f"to: {version} is the champion already" in again.text
+    with create_session() as session:
+        audit = session.scalars(select(Log).where(Log.event == ROLLBACK_EVENT).order_by(Log.id)).all()
+    assert [(entry.owner, entry.dag_id) for entry in audit[-2:]] == [
+        (getpass.getuser(), "scores_retrain"),
+        ("reader", "scores_retrain"),
+    ]
+
+
+def _rollback_link(version: str) -> str:
+    from aliyun_training.pages.urls import rollback_page
+
+    return rollback_page("scores_retrain", version)
+
+
+def _champion_version(local_root: Path) -> str:
+    """The version the registry's champion alias of this installation names."""
+    alias = champion_alias(installation_id())
+    return str(registry_client(local_root).get_model_version_by_alias("scores", alias).version)
 
 
 def test_a_promotion_that_needs_approval_waits_for_it_and_moves_only_once_approved(

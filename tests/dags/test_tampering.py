@@ -18,8 +18,8 @@ import pytest
 
 from aliyun_training.backends.base import JobState
 from aliyun_training.backends.local import LocalBackend
+from aliyun_training.installation import installation_id
 from aliyun_training.model_registry.mlflow import champion_alias
-from aliyun_training.operators.ownership import installation_id
 from aliyun_training.operators.training import HANDLE_KEY
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 from tests.dags.approvals import api_client, mark_success_when_asked
@@ -136,11 +136,10 @@ def test_two_installations_sharing_one_mlflow_store_each_move_only_their_own_cha
     """Production promotes a 0.9 model; staging, sharing the store and the declarations, then
     promotes a 0.1 model: production's champion alias still names its 0.9 model."""
     land_version(local_root, "v1", difficulty=0.0)
-    _forget_champion("scores_champion")  # the session's metadata DB served other tests' runs
     monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID", "ml-prod")
     production = scores_pipeline(tmp_path / "prod", local_root, monkeypatch)
     assert _run(production, skill=0.9).state == "success"
-    _forget_champion("scores_champion")  # staging's metadata DB has no champion of its own yet
+    # Staging's own metadata DB has no champion yet: scores_pipeline starts the pipeline without one.
     monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID", "ml-staging")
     staging = scores_pipeline(tmp_path / "staging", local_root, monkeypatch)
     assert _run(staging, skill=0.1, day=2).state == "success"
@@ -151,14 +150,3 @@ def test_two_installations_sharing_one_mlflow_store_each_move_only_their_own_cha
     assert prod.tags["metric.test_accuracy"] == "0.9" and prod.tags["lineage.installation"] == "ml-prod"
     assert stage.tags["metric.test_accuracy"] == "0.1" and stage.tags["lineage.installation"] == "ml-staging"
     assert installation_id() == "ml-staging"
-
-
-def _forget_champion(asset_name: str) -> None:
-    from airflow.models.asset import AssetModel
-    from airflow.models.asset_state_store import AssetStateStoreModel
-    from airflow.utils.session import create_session
-    from sqlalchemy import delete, select
-
-    with create_session() as session:
-        asset_id = session.scalar(select(AssetModel.id).where(AssetModel.name == asset_name))
-        session.execute(delete(AssetStateStoreModel).where(AssetStateStoreModel.asset_id == asset_id))

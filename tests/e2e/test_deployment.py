@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 import yaml
 
+from aliyun_training.installation import derived_installation_id
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL
 from aliyun_training.model_registry.mlflow import champion_alias
-from aliyun_training.operators.ownership import derived_installation_id
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.pipelines.folder import BROKEN_DECLARATION_PREFIX
 from aliyun_training.pipelines.reconciler import RECONCILER_DAG_ID
@@ -116,6 +116,9 @@ def test_a_new_user_turns_the_pipeline_on_from_the_form_and_its_run_trains_alone
     assert plan_link.startswith(f"{airflow.url}/aliyun-training/runs/{DAG_ID}/")
     assert "Dry run on local" in plan and "COST CEILING" in plan.upper()
     assert run["dag_run_id"] in pipeline and dry_run in pipeline and version in pipeline
+    # The API server reads the champion from its Asset's state: the first one, nothing before it.
+    champion = pipeline.split("<h2>Champion</h2>", 1)[1].split("<h2>", 1)[0]
+    assert f"dataset {version}</strong>" in champion and "No champion before it." in champion
 
 
 def test_a_dlc_run_succeeds_with_an_asset_event_and_a_manifest_naming_the_job(

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from aliyun_training.backends.base import same_owner
+from aliyun_training.installation import derived_installation_id, installation_id
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL, managed_labels
 from aliyun_training.operators.artifacts import check_collectable
-from aliyun_training.operators.ownership import derived_installation_id, installation_id
 from aliyun_training.spec import JobOwner
 from aliyun_training.stage_records import JobResult
 from aliyun_training.staging.pod import PodStagerSettings, pod_labels, staging_pod_name

@@ -46,8 +46,8 @@ def _row(run_id: str, decision: dict[str, Any] | None = None, **tasks: Any) -> R
         run_type="manual",
         state=tasks.pop("state", "success"),
         logical_date=moment,
-        started=moment,
-        ended=moment,
+        started=tasks.pop("started", moment),
+        ended=tasks.pop("ended", moment),
         promotion=decision,
         **tasks,
     )
@@ -150,6 +150,38 @@ def test_the_champion_after_each_run_follows_the_runs_that_promote_moved_the_poi
         ("manual__3", "manual__3", True),
     ]
     assert timeline[1].champion is rows[3], "the champion's own row, where it is listed"
+
+
+def test_a_gate_that_compared_with_a_champion_rolled_back_to_moves_the_timeline_there() -> None:
+    promoted = Outcome(state="promoted", reason="better")
+    held = Outcome(state="held", reason="worse")
+    rows = [  # manual__2 promoted, then someone rolled back to manual__1 before manual__3 ran
+        _row("manual__3", _decision("manual__3", 0.5, "manual__1"), promoted=_returned(held)),
+        _row("manual__2", _decision("manual__2", 0.8, "manual__1"), promoted=_returned(promoted)),
+        _row("manual__1", _decision("manual__1", 0.6, None), promoted=_returned(promoted)),
+    ]
+
+    timeline = champions_after(rows)
+
+    assert [(step.champion_run_id, step.changed) for step in timeline] == [
+        ("manual__1", True),
+        ("manual__2", True),
+        ("manual__1", False),
+    ]
+
+
+def test_a_run_whose_gate_compared_while_an_older_one_awaited_approval_does_not_undo_its_promotion() -> None:
+    promoted = Outcome(state="promoted", reason="better")
+    held = Outcome(state="held", reason="worse")
+    noon = datetime(2026, 11, 22, 12, tzinfo=UTC)
+    rows = [  # manual__2 started (and compared with manual__0) while manual__1 waited for its approval
+        _row("manual__2", _decision("manual__2", 0.5, "manual__0"), promoted=_returned(held)),
+        _row("manual__1", _decision("manual__1", 0.8, "manual__0"), promoted=_returned(promoted), ended=noon),
+    ]
+
+    timeline = champions_after(rows)
+
+    assert [step.champion_run_id for step in timeline] == ["manual__1", "manual__1"]
 
 
 def test_before_the_first_listed_promotion_the_champion_is_the_one_its_gate_compared_with() -> None:

@@ -11,9 +11,10 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 from aliyun_training.artifacts.collect import KeptOutputs, RunInfo, publish_artifacts
 from aliyun_training.artifacts.manifest import ArtifactError
 from aliyun_training.champion import ChampionPointer, pointer_drift
+from aliyun_training.installation import installation_id
 from aliyun_training.links import RunReportLink
 from aliyun_training.model_registry.base import RegisteredVersion
-from aliyun_training.operators.ownership import installation_id, installation_registry
+from aliyun_training.operators.ownership import installation_registry
 from aliyun_training.pages.urls import airflow_run_url
 from aliyun_training.plan.models import ArtifactsPlan, DatasetPlan
 from aliyun_training.promotion import Comparison, Decision, decide

@@ -1,4 +1,4 @@
-"""Who owns what this package creates: the deployment's installation id and a task's job owner.
+"""Who owns what this package creates: a task's job owner, and the registry as the installation sees it.
 
 Several Airflow deployments (staging and production, one per team) may share one PAI workspace,
 ACK namespace and OSS buckets. Each job carries its owner (``spec.JobOwner``): the installation
@@ -9,46 +9,14 @@ so two deployments running the same scheduled run never share a job, its outputs
 
 from __future__ import annotations
 
-import hashlib
-import re
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
-from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION, PLAIN_ALIASES_OPTION
-from aliyun_training.spec import INSTALLATION_PATTERN, JobOwner
-from aliyun_training.validation import SpecError
+from aliyun_training.installation import installation_id
+from aliyun_training.spec import JobOwner
 
 if TYPE_CHECKING:
     from aliyun_training.model_registry.base import ModelRegistry
     from aliyun_training.plan.models import ArtifactsPlan
-
-
-def installation_id() -> str:
-    """The deployment's ``[aliyun_training] installation_id``, else one derived from its API server.
-
-    The default hashes the address of the deployment's API server, which every worker needs to run a
-    task (``[core] execution_api_server_url``, else ``[api] base_url``, as Airflow itself derives
-    the one from the other): two deployments have two API servers. The metadata database would be
-    the natural identity, but Airflow 3 hides its address from task, callback and trigger processes.
-    """
-    from airflow.providers.common.compat.sdk import conf
-
-    configured = (conf.get(CONFIG_SECTION, INSTALLATION_OPTION, fallback="") or "").strip()
-    if configured:
-        if not re.fullmatch(INSTALLATION_PATTERN, configured):
-            raise SpecError(
-                f"[{CONFIG_SECTION}] {INSTALLATION_OPTION}: {configured!r} is not an installation id "
-                "(fix: lower-case letters, digits and '-', at most 40 characters, e.g. ml-prod)"
-            )
-        return configured
-    execution = conf.get("core", "execution_api_server_url", fallback=None)
-    return derived_installation_id(
-        execution or conf.get("api", "base_url", fallback=None) or DEFAULT_BASE_URL
-    )
-
-
-#: The API server's address Airflow assumes when neither setting names one.
-DEFAULT_BASE_URL = "http://localhost:8080"
 
 
 def installation_registry(plan: ArtifactsPlan) -> ModelRegistry | None:
@@ -59,23 +27,6 @@ def installation_registry(plan: ArtifactsPlan) -> ModelRegistry | None:
     from aliyun_training.model_registry import open_registry
 
     return open_registry(plan.registry, installation_id())
-
-
-def plain_registry_aliases() -> bool:
-    """Whether this deployment also keeps MLflow's plain ``champion``/``challenger`` aliases
-    (``[aliyun_training] plain_registry_aliases``): one deployment per store, its production one."""
-    from airflow.providers.common.compat.sdk import conf
-
-    return conf.getboolean(CONFIG_SECTION, PLAIN_ALIASES_OPTION, fallback=False)
-
-
-def derived_installation_id(api_url: str) -> str:
-    """``af-<hash>`` of the API server's scheme, host, port and path (the execution API's
-    ``/execution/`` suffix left off, so a component that sets only the base URL agrees)."""
-    url = urlsplit(api_url.strip())
-    path = url.path.rstrip("/").removesuffix("/execution")
-    address = f"{url.scheme.lower()}://{(url.hostname or '').lower()}:{url.port or ''}{path}"
-    return f"af-{hashlib.sha256(address.encode()).hexdigest()[:10]}"
 
 
 def task_owner(ti: Any, installation: str) -> JobOwner:

@@ -99,7 +99,7 @@ def plan_for_task(
     """``configure``'s body: the run's plan as JSON for XCom; a bad value fails the task at once."""
     from pydantic import ValidationError
 
-    from aliyun_training.operators.ownership import installation_id, plain_registry_aliases
+    from aliyun_training.installation import installation_id, plain_registry_aliases
     from aliyun_training.plan.inputs import RunContext
     from aliyun_training.plan.resolve import resolve_run
     from aliyun_training.settings import environment_directory, local_paths

@@ -194,6 +194,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
             metrics=decision.metrics,
             outputs_uri=job.output_uri if job else None,
             registered=registered,
+            registry=plan.registry if registered else None,
         )
         pointer.compare_and_set(decision.champion_run_id, champion, _registry(plan) if registered else None)
         context["outlet_events"][self.promotions].add(

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperator
 
 from aliyun_training.backends import get_backend
-from aliyun_training.operators.ownership import installation_id
+from aliyun_training.installation import installation_id
 from aliyun_training.plan.backends import WatchedBackend, backend_config, distinct
 from aliyun_training.validation import SpecError, validate_record
 

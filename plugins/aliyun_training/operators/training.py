@@ -34,11 +34,12 @@ from airflow.sdk.exceptions import AirflowException, AirflowFailException
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, JobState, JobStatus, TrainingBackend, same_owner
 from aliyun_training.failures import Failure, FailureClass
+from aliyun_training.installation import installation_id
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.links import TrainingJobConsoleLink
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.operators.deferral import DeferralMixin
-from aliyun_training.operators.ownership import installation_id, task_owner
+from aliyun_training.operators.ownership import task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
 from aliyun_training.settings import local_paths

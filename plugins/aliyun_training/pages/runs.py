@@ -14,7 +14,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from aliyun_training.champion import OUTCOME_KEY, promote_outcome
+from aliyun_training.champion import OUTCOME_KEY, PastChampion, promote_outcome
+from aliyun_training.rollback import ChampionStanding, champion_standing
 from aliyun_training.task_ids import (
     APPROVE_PROMOTION,
     CONFIGURE,
@@ -26,6 +27,8 @@ from aliyun_training.task_ids import (
 
 if TYPE_CHECKING:
     from sqlalchemy.orm import Session
+
+    from aliyun_training.promotion import Champion
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +117,8 @@ class PipelineSummary:
     """One pipeline as the index lists it: what a team asks of it at a glance."""
 
     dag_id: str
-    #: The champion after the newest run the gate decided on; None where no gate decided yet.
+    #: The champion the pointer names: the one after the newest run the gate decided on, unless a
+    #: person rolled back since; None where no gate decided yet.
     champion: ChampionAfter | None
     latest: RunRow | None
     #: Whether the scheduler starts runs of it now (a paused pipeline only runs when triggered).
@@ -125,6 +129,8 @@ class PipelineSummary:
     on_new_version: bool
     #: What this month's runs' training jobs used; None where no such run recorded a job.
     gpu_hours: float | None
+    #: The rollback that made ``champion`` the champion again, when one did (who, and when).
+    rolled_back: PastChampion | None = None
 
 
 @dataclass(frozen=True)
@@ -168,18 +174,53 @@ def promotion_status(row: RunRow) -> tuple[str, str] | None:
 def champions_after(rows: list[RunRow]) -> list[ChampionAfter]:
     """Oldest first, the champion after each run the gate decided on (``rows`` newest first): a
     promotion makes the run the champion, any other outcome leaves the one before it. Before the
-    first promotion listed, the champion is the one the oldest run's gate compared with."""
+    first promotion listed, the champion is the one the oldest run's gate compared with. A run
+    that started after the champion's run ended, and whose gate compared with another champion,
+    shows a rollback between them: the champion is then the one it compared with."""
     decided = [row for row in reversed(rows) if row.promotion]
     by_id = {row.run_id: row for row in decided}
     current: str | None = (decided[0].promotion or {}).get("champion_run_id") if decided else None
     timeline = []
     for row in decided:
+        if _rolled_back_before(row, by_id.get(current) if current else None):
+            current = (row.promotion or {}).get("champion_run_id")
         status = promotion_status(row)
         changed = status is not None and status[0] == CHAMPION and current != row.run_id
         if status is not None and status[0] == CHAMPION:
             current = row.run_id
         timeline.append(ChampionAfter(row, current, by_id.get(current) if current else None, changed))
     return timeline
+
+
+def _rolled_back_before(row: RunRow, champion: RunRow | None) -> bool:
+    """Whether the pointer moved off ``champion`` (the runs' last) before ``row`` ran: its gate
+    compared with another run although it started after the champion's run ended. Overlapping runs
+    say nothing (one awaiting approval may promote after the other's gate compared)."""
+    compared = (row.promotion or {}).get("champion_run_id")
+    if champion is None or not compared or compared in (row.run_id, champion.run_id):
+        return False
+    return champion.ended is not None and row.started is not None and champion.ended <= row.started
+
+
+def champion_now(
+    timeline: list[ChampionAfter], current: Champion | None, rows: list[RunRow]
+) -> ChampionAfter | None:
+    """The champion after the newest run the gate decided on (``timeline``'s last), unless the
+    pointer names another one now (``current``: a person rolled back since), which is then it."""
+    last = timeline[-1] if timeline else None
+    if current is None or last is None or last.champion_run_id == current.run_id:
+        return last
+    listed = next((row for row in rows if row.run_id == current.run_id), None)
+    return ChampionAfter(last.run, current.run_id, listed, changed=False)
+
+
+def rolled_back_to(standing: ChampionStanding) -> PastChampion | None:
+    """The rollback that made the current champion the champion again (the history's newest entry
+    says who rolled back from what, and when); None where its own promotion made it champion."""
+    current, history = standing.current, standing.history
+    if current is None or current.rolled_back_by is None or not history or history[0].left != "rolled back":
+        return None
+    return history[0]
 
 
 def pipeline_dag_ids(session: Session) -> list[str]:
@@ -206,11 +247,12 @@ def pipeline_summaries(session: Session, dag_ids: list[str]) -> list[PipelineSum
     summaries = []
     for dag_id in dag_ids:
         model, rows = models[dag_id], pipeline_runs(session, dag_id)
-        timeline = champions_after(rows)
+        standing = champion_standing(session, dag_id)
         summaries.append(
             PipelineSummary(
                 dag_id=dag_id,
-                champion=timeline[-1] if timeline else None,
+                champion=champion_now(champions_after(rows), standing.current, rows),
+                rolled_back=rolled_back_to(standing),
                 latest=rows[0] if rows else None,
                 paused=bool(model.is_paused),
                 next_run=model.next_dagrun_create_after,

@@ -22,6 +22,12 @@ def pipeline_page(dag_id: str) -> str:
     return page_path("pipelines", dag_id)
 
 
+def rollback_page(dag_id: str, to: str | None = None) -> str:
+    """The page that rolls the pipeline's champion back to the past champion ``to`` (its registered
+    version or run id): asked with a GET, done with a POST."""
+    return page_path("pipelines", dag_id, "rollback") + (f"?to={quote(to, safe='')}" if to else "")
+
+
 def report_page(dag_id: str, run_id: str) -> str:
     return page_path("runs", dag_id, run_id, "report")
 

@@ -13,12 +13,22 @@ from typing import TYPE_CHECKING
 
 from aliyun_training.artifacts.report import comparison_basis, duration, metric_charts
 from aliyun_training.pages.runs import CHAMPION, HELD, NOT_APPROVED, champions_after, promotion_status
-from aliyun_training.pages.urls import airflow_dag_url, airflow_run_url, pipeline_page, plan_page, report_page
+from aliyun_training.pages.urls import (
+    airflow_dag_url,
+    airflow_run_url,
+    pipeline_page,
+    plan_page,
+    report_page,
+    rollback_page,
+)
 
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from aliyun_training.champion import PastChampion
     from aliyun_training.pages.runs import BrokenDeclaration, ChampionAfter, PipelineSummary, RunRow
+    from aliyun_training.promotion import Champion
+    from aliyun_training.rollback import ChampionStanding
 
 #: Tables scroll inside their box rather than widen the page; a run id breaks anywhere (the charts
 #: draw long y-axis labels outside their box themselves: ``report.metric_chart_svg``).
@@ -36,6 +46,7 @@ _STYLE = (
     ".error{font-family:monospace;font-size:.85em;overflow-wrap:anywhere;white-space:pre-wrap}"
     ".warning{background:#fff8c5;border-left:4px solid #9a6700;padding:.5em .8em}"
     ".promotion-locked{color:#9a6700;font-weight:bold}"
+    "form.inline{display:inline;margin:0}button{font:inherit;padding:.2em .7em;cursor:pointer}"
 )
 
 
@@ -78,14 +89,16 @@ def _summary_row(summary: PipelineSummary) -> str:
     used = summary.gpu_hours
     return (
         f"<tr><td><a href='{escape(pipeline_page(dag_id))}'>{escape(dag_id)}</a></td>"
-        f"<td>{_champion(summary.champion)}</td><td>{last}</td><td>{_next_run(summary)}</td>"
+        f"<td>{_champion(summary)}</td><td>{last}</td><td>{_next_run(summary)}</td>"
         f"<td class='number'>{'—' if used is None else f'{used:,.1f}'}</td></tr>"
     )
 
 
-def _champion(step: ChampionAfter | None) -> str:
+def _champion(summary: PipelineSummary) -> str:
     """The champion by its model, the gate's metric when it was promoted and since when (the end of
-    the run that promoted it); a dash where no gate decided yet."""
+    the run that promoted it, or the rollback to it, with who rolled back); a dash where no gate
+    decided yet."""
+    step = summary.champion
     if step is None:
         return "<span class='muted'>—</span>"
     champion = step.champion
@@ -98,11 +111,13 @@ def _champion(step: ChampionAfter | None) -> str:
     decision = champion.promotion or {}
     score = decision.get("candidate")
     metric = f"{decision.get('metric')} {score:.4g}" if isinstance(score, int | float) else ""
-    since = champion.ended or champion.started
+    rollback = summary.rolled_back
+    since = rollback.until if rollback else champion.ended or champion.started
     return (
         f"<strong title='{escape(_model_title(champion))}'>{escape(_model_name(champion))}</strong>"
         f"<small>{escape(metric)}</small>"
         + (f"<small class='muted'>since {_when(since)}</small>" if since else "")
+        + (f"<small class='muted'>rolled back to by {escape(rollback.by or '')}</small>" if rollback else "")
     )
 
 
@@ -136,8 +151,12 @@ def _broken(broken: list[BrokenDeclaration]) -> str:
     )
 
 
-def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
-    """A pipeline's runs, newest first: model, state, backend, final metrics and their pages."""
+def pipeline_runs_page(
+    dag_id: str, rows: list[RunRow], standing: ChampionStanding | None = None, may_roll_back: bool = False
+) -> str:
+    """A pipeline's runs, newest first: model, state, backend, final metrics and their pages; above
+    them its champion now and the past champions (``standing``), each with a way to roll back to it
+    for a user who ``may_roll_back``."""
     metric_names = sorted({name for row in rows for name in row.metrics})
     head = "".join(
         f"<th>{escape(h)}</th>"
@@ -153,7 +172,8 @@ def pipeline_runs_page(dag_id: str, rows: list[RunRow]) -> str:
     )
     return page(
         f"{dag_id}: training runs",
-        f"<h1>{escape(dag_id)}</h1>{_gate_lock(rows)}{_history(rows)}{_champion_timeline(rows)}<h2>Runs</h2>"
+        f"<h1>{escape(dag_id)}</h1>{_gate_lock(rows)}{_champion_now(dag_id, standing, may_roll_back)}"
+        f"{_history(rows)}{_champion_timeline(rows)}<h2>Runs</h2>"
         "<p class='muted'>Newest first: each run's model by its version in the registry and the dataset "
         f"version it trained on, with its final metrics.</p>{table}",
     )
@@ -224,6 +244,92 @@ def _timeline_row(i: int, step: ChampionAfter, number: dict[str, int]) -> str:
     )
 
 
+def _champion_now(dag_id: str, standing: ChampionStanding | None, may_roll_back: bool) -> str:
+    """The champion as its pointer names it now (who rolled back to it, if someone did), and the
+    past champions, newest first, each with a link to roll back to it where the user may."""
+    current = standing.current if standing else None
+    if standing is None or current is None:
+        return ""
+    rows = "".join(_past_row(dag_id, past, may_roll_back) for past in standing.history)
+    listing = (
+        "<div class='table'><table><thead><tr><th>Past champion</th><th>Until</th><th>How it left</th>"
+        f"<th></th></tr></thead><tbody>{rows}</tbody></table></div>"
+        if rows
+        else "<p class='muted'>No champion before it.</p>"
+    )
+    permission = (
+        ""
+        if may_roll_back or not rows
+        else "<p class='muted'>Rolling back takes the permission to edit assets (Airflow's Op role or "
+        "above).</p>"
+    )
+    return (
+        f"<h2>Champion</h2><p><strong title='run {escape(current.run_id)}'>{_champion_name(current)}</strong>"
+        f"{_rolled_back_by(current)}</p>{listing}{permission}"
+    )
+
+
+def _past_row(dag_id: str, past: PastChampion, may_roll_back: bool) -> str:
+    how = "replaced by a promotion"
+    if past.left == "rolled back":
+        how = f"rolled back by {escape(past.by or '')}"
+    action = (
+        f"<a href='{escape(rollback_page(dag_id, past.version or past.champion.run_id))}'>Roll back to it</a>"
+        if may_roll_back
+        else ""
+    )
+    return (
+        f"<tr><td title='run {escape(past.champion.run_id)}'>{_champion_name(past.champion)}</td>"
+        f"<td>{_when(past.until)}</td><td>{how}</td><td>{action}</td></tr>"
+    )
+
+
+def _champion_name(champion: Champion) -> str:
+    """A champion as the runs table names its model: "v7 · dataset 2026-11-22" (escaped)."""
+    registered = champion.registered
+    return escape(_model_label(registered.version if registered else None, champion.dataset_version))
+
+
+def _rolled_back_by(champion: Champion) -> str:
+    return (
+        f" <small class='muted'>rolled back to by {escape(champion.rolled_back_by)}</small>"
+        if champion.rolled_back_by
+        else ""
+    )
+
+
+def rollback_confirmation_page(dag_id: str, current: Champion, target: PastChampion) -> str:
+    """What a rollback to ``target`` moves, and the button that does it (a POST to this page)."""
+    to = target.version or target.champion.run_id
+    registered = target.champion.registered
+    moves = (
+        f"the registry's champion pointer moves to version {escape(registered.version)} of "
+        f"{escape(registered.model)}, "
+        if registered
+        else ""
+    )
+    return page(
+        f"{dag_id}: roll back the champion",
+        f"<h1>Roll back {escape(dag_id)}'s champion</h1>"
+        f"<p>From <strong title='run {escape(current.run_id)}'>{_champion_name(current)}</strong> to "
+        f"<strong title='run {escape(target.champion.run_id)}'>{_champion_name(target.champion)}</strong>: "
+        f"{moves}the pipeline's next runs compare with it, and the champion Asset announces it to what "
+        "deploys it. You are recorded as who did it.</p>"
+        f"<form class='inline' method='post' action='{escape(rollback_page(dag_id))}'>"
+        f"<input type='hidden' name='to' value='{escape(to)}'><button type='submit'>Roll back</button></form>"
+        f" <a href='{escape(pipeline_page(dag_id))}'>Cancel</a>",
+    )
+
+
+def rollback_refused_page(dag_id: str, reason: str) -> str:
+    """Why the rollback did not happen (nothing moved), with the way back to the pipeline."""
+    return page(
+        f"{dag_id}: not rolled back",
+        f"<h1>Not rolled back</h1><p class='warning' role='alert'>{escape(reason)}</p>"
+        f"<p>Nothing moved. <a href='{escape(pipeline_page(dag_id))}'>Back to {escape(dag_id)}</a></p>",
+    )
+
+
 def not_found_page(message: str) -> str:
     return page("Not found", f"<h1>Not found</h1><p>{escape(message)}</p>")
 
@@ -252,9 +358,12 @@ def _run_row(dag_id: str, row: RunRow, metric_names: list[str]) -> str:
 def _model_name(row: RunRow) -> str:
     """The run's model as a team names it, "v7 · dataset 2026-11-22": its version in the registry
     (none before it is registered) and the dataset version it trained on (none before it is known)."""
-    version = (row.registered or {}).get("version")
+    return _model_label((row.registered or {}).get("version"), row.dataset_version)
+
+
+def _model_label(version: str | None, dataset_version: str | None) -> str:
     names = ([f"v{version}"] if version is not None else []) + (
-        [f"dataset {row.dataset_version}"] if row.dataset_version else []
+        [f"dataset {dataset_version}"] if dataset_version else []
     )
     return " · ".join(names) or "no model"
 

@@ -35,7 +35,7 @@ class RunContext:
     """What the run is: its logical date, and whether the scheduler (or a backfill) started it."""
 
     logical_date: datetime
-    #: The deployment's installation id (``operators.ownership.installation_id``), labelled on
+    #: The deployment's installation id (``installation.installation_id``), labelled on
     #: everything the run creates.
     installation: str
     scheduled: bool = False
@@ -43,7 +43,7 @@ class RunContext:
     #: a named version is then taken on trust, an empty one is the logical date's).
     list_sources: bool = True
     #: Whether the deployment keeps MLflow's plain aliases too
-    #: (``operators.ownership.plain_registry_aliases``).
+    #: (``installation.plain_registry_aliases``).
     plain_registry_aliases: bool = False
 
 
