@@ -112,6 +112,11 @@ def _published(folder: Path, network: torch.nn.Module | None) -> PublishedFiles:
             "final_test_accuracy": 0.85,
         },
         "promotion": {"basis": "evaluation", "metrics": {"test_accuracy": 0.84}},
+        "job": {
+            "started": "2026-11-29T03:10:00+00:00",
+            "finished": "2026-11-29T04:25:30.5+00:00",
+            "attempts": [{"started": "2026-11-29T03:00:00+00:00"}, {"started": "2026-11-29T03:10:00+00:00"}],
+        },
         "dataset": {
             "uri": "/cpfs/datasets/cifar10/2026-11-29",
             "source_uri": "oss://team-bucket/datasets/cifar10/2026-11-29/",
@@ -159,6 +164,8 @@ def test_a_version_has_a_run_with_its_metrics_and_a_model_that_loads_and_predict
     version = client.get_model_version("cifar10", registered.version)
     run = client.get_run(version.run_id)
     assert run.info.status == "FINISHED" and run.info.run_name == RUN_ID
+    # From the training job's first try to its end, as MLflow shows the run's duration.
+    assert (run.info.start_time, run.info.end_time) == (1_795_921_200_000, 1_795_926_330_500)
     assert client.get_experiment(run.info.experiment_id).name == "cifar10_retrain"
     assert run.data.metrics == {
         "train_loss": 0.4,

@@ -7,7 +7,8 @@ created from a run's logged model). Each candidate gets:
   the trigger form's parameters as params, the job's metrics as metrics (each series per epoch,
   its step the epoch; the final values; the evaluation job's scores as ``evaluation_<name>``), the
   dataset version as an input, the manifest and report as artifacts, and tags that link back to
-  the Airflow run and its lineage;
+  the Airflow run and its lineage; it starts and ends when the training job did (its first try's
+  start, its end), so MLflow's duration is the training's, not the registration's;
 - a logged model of that run holding the MLflow model the job saved (``mlflow-model/``: loadable
   with ``mlflow.pyfunc.load_model``), or, when the job saved none, the published files as they are.
 
@@ -28,6 +29,7 @@ import json
 import logging
 import math
 import time
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.model_registry.base import MLFLOW_MODEL_DIR, Candidate, PublishedFiles
@@ -90,7 +92,10 @@ def candidate_run(
         if run.info.status == "FINISHED" and model_id:
             return run.info.run_id, model_id
         client.delete_run(run.info.run_id)  # a try killed half way: logged again below
-    run = client.create_run(experiment, run_name=candidate.run_id, tags=_run_tags(candidate, files, key))
+    started, finished = _job_times(files.manifest)
+    run = client.create_run(
+        experiment, start_time=started, run_name=candidate.run_id, tags=_run_tags(candidate, files, key)
+    )
     run_id = run.info.run_id
     manifest = files.manifest
     _log_batches(client, run_id, _metrics(manifest), _params(candidate, manifest))
@@ -99,8 +104,23 @@ def candidate_run(
         client.log_artifact(run_id, str(document))
     model_id = _log_model(client, experiment, run_id, files)
     client.set_tag(run_id, MODEL_ID_TAG, model_id)
-    client.set_terminated(run_id, "FINISHED")
+    client.set_terminated(run_id, "FINISHED", end_time=finished)
     return run_id, model_id
+
+
+def _job_times(manifest: dict[str, Any]) -> tuple[int | None, int | None]:
+    """When the training job started (its first try) and finished, in MLflow's epoch milliseconds;
+    None where the manifest does not say (MLflow then takes the time of the call)."""
+    job = manifest.get("job") or {}
+    tries = job.get("attempts") or [job]
+    return _epoch_ms(tries[0].get("started") or job.get("started")), _epoch_ms(job.get("finished"))
+
+
+def _epoch_ms(moment: Any) -> int | None:
+    try:
+        return round(datetime.fromisoformat(str(moment)).timestamp() * 1000) if moment else None
+    except ValueError:
+        return None
 
 
 def _runs_of(client: MlflowClient, experiment: str, key: str) -> list[Run]:
