@@ -16,7 +16,7 @@ from airflow.dag_processing.dagbag import DagBag
 
 from aliyun_training.installation import installation_id
 from aliyun_training.model_registry.mlflow import challenger_alias, champion_alias
-from aliyun_training.pages.urls import PREFIX, pipeline_page, report_page
+from aliyun_training.pages.urls import PREFIX, pipeline_page, report_page, rollback_page
 from aliyun_training.pipelines.folder import broken_declaration_dag
 from tests.dags.approvals import answer_when_asked
 from tests.dags.asset_events import asset_event_extras
@@ -235,7 +235,7 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
         "model_version": better["registered"]["version"],
     }
     assert len(asset_event_extras(CHAMPION)) == before + 4, "two promotions, today's, and the rollback"
-    # The next run's gate compares with the champion rolled back to: 0.52 on v3, so 0.54 is held.
+    # The next run's gate compares with the champion rolled back to: 0.52 on v3, so 0.5 is held.
     after = _run(dag, skill=0.6, version="v3", moment=pendulum.now("UTC"))
     assert after["promotion"]["champion_run_id"] == better["run_id"]
     assert after["promotion"]["champion"] == pytest.approx(0.52) and not after["promote"]["promoted"]
@@ -267,7 +267,9 @@ def test_only_a_model_better_on_the_same_data_is_promoted_every_one_is_registere
         {
             "pipelines-index": index,
             "pipeline-history": html,
-            "champion-rollback": pages_client("op").get(_rollback_link(today["registered"]["version"])).text,
+            "champion-rollback": pages_client("op")
+            .get(rollback_page("scores_retrain", today["registered"]["version"]))
+            .text,
             "run-report": pages.get(report_page("scores_retrain", today["run_id"])).text,
         }
     )
@@ -306,11 +308,8 @@ def _roll_back_from_the_command_line(
     assert main(["champion", "show", "scores_retrain"]) == 0
     out = capfd.readouterr().out
     shown = out[out.index("champion: ") :].splitlines()
-    assert shown[
-        0
-    ] == f"champion: version {champion_before['registered']['version']} of scores, dataset v2 " + (
-        f"(run {champion_before['run_id']})"
-    )
+    before = champion_before["registered"]["version"]
+    assert shown[0] == f"champion: version {before} of scores, dataset v2 (run {champion_before['run_id']})"
     assert shown[1].startswith(f"  before: version {champion['registered']['version']} of scores, dataset v3")
     assert f"rolled back by {getpass.getuser()} " in shown[1] and ", replaced " in shown[2]
     extra: dict[str, Any] = asset_event_extras(CHAMPION)[-1]
@@ -325,7 +324,6 @@ def _roll_back_on_the_page(version: str) -> None:
     from airflow.utils.session import create_session
     from sqlalchemy import select
 
-    from aliyun_training.pages.urls import rollback_page
     from aliyun_training.rollback import ROLLBACK_EVENT
 
     form = {"to": version}
@@ -349,12 +347,6 @@ def _roll_back_on_the_page(version: str) -> None:
         (getpass.getuser(), "scores_retrain"),
         ("reader", "scores_retrain"),
     ]
-
-
-def _rollback_link(version: str) -> str:
-    from aliyun_training.pages.urls import rollback_page
-
-    return rollback_page("scores_retrain", version)
 
 
 def _champion_version(local_root: Path) -> str:
