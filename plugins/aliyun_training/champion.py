@@ -101,6 +101,21 @@ class RolledBack:
     replaced: Champion
 
 
+def announcement(champion: Champion, replaced: str | None) -> dict[str, Any]:
+    """The champion Asset event's extra when the pointer moves to ``champion`` in place of the run
+    ``replaced``: what a deployment DAG scheduled on the Asset reads (a promotion's and a rollback's)."""
+    registered = champion.registered
+    return {
+        "run_id": champion.run_id,
+        "dataset_version": champion.dataset_version,
+        "manifest_uri": champion.artifacts.manifest_uri,
+        "model_version": registered.version if registered else None,
+        "registry_uri": registered.uri if registered else None,
+        "metrics": champion.metrics,
+        "replaced": replaced,
+    }
+
+
 def named(champion: Champion) -> str:
     """A champion as a person knows it: its registered version and dataset version, and its run."""
     registered = champion.registered

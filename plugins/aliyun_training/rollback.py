@@ -26,6 +26,7 @@ from aliyun_training.champion import (
     PastChampion,
     RollbackRefused,
     RolledBack,
+    announcement,
 )
 from aliyun_training.installation import installation_id
 from aliyun_training.task_ids import PROMOTE
@@ -105,25 +106,10 @@ def roll_back_champion(session: Session, dag_id: str, to: str | None, by: str) -
         done = pointer.roll_back(to, by, _open_registry)
     except RegistryError as exc:
         raise RollbackRefused(f"the registry did not move its pointer, so nothing moved: {exc}") from None
-    announced = _announcement(done, by)
+    announced = {**announcement(done.champion, done.replaced.run_id), "rolled_back_by": by}
     asset_manager.register_asset_change(asset=asset, extra=announced, source_is_api=True, session=session)
     session.add(Log(event=ROLLBACK_EVENT, dag_id=dag_id, owner=by, extra=json.dumps(announced)))
     return done
-
-
-def _announcement(done: RolledBack, by: str) -> dict[str, Any]:
-    """The champion event's extra, as a promotion's (``operators.promotion``) with who rolled back."""
-    champion, registered = done.champion, done.champion.registered
-    return {
-        "run_id": champion.run_id,
-        "dataset_version": champion.dataset_version,
-        "manifest_uri": champion.artifacts.manifest_uri,
-        "model_version": registered.version if registered else None,
-        "registry_uri": registered.uri if registered else None,
-        "metrics": champion.metrics,
-        "replaced": done.replaced.run_id,
-        "rolled_back_by": by,
-    }
 
 
 def _open_registry(settings: RegistrySettings) -> ModelRegistry:

@@ -8,7 +8,7 @@ from airflow.sdk import Asset, AssetAlias, BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from aliyun_training.artifacts.outcome import record_outcome
-from aliyun_training.champion import OUTCOME_KEY, ChampionChanged, ChampionPointer, moved_since
+from aliyun_training.champion import OUTCOME_KEY, ChampionChanged, ChampionPointer, announcement, moved_since
 from aliyun_training.model_registry.base import RegisteredVersion
 from aliyun_training.operators.artifacts import oss_config
 from aliyun_training.plan.models import ArtifactsPlan
@@ -198,16 +198,7 @@ class PromoteOperator(ReturnedRecordsMixin, BaseOperator):
         )
         pointer.compare_and_set(decision.champion_run_id, champion, _registry(plan) if registered else None)
         context["outlet_events"][self.promotions].add(
-            self.champion,
-            extra={
-                "run_id": run_id,
-                "dataset_version": champion.dataset_version,
-                "manifest_uri": published.manifest_uri,
-                "model_version": registered.version if registered else None,
-                "registry_uri": registered.uri if registered else None,
-                "metrics": decision.metrics,
-                "replaced": decision.champion_run_id,
-            },
+            self.champion, extra=announcement(champion, decision.champion_run_id)
         )
         self.log.info(
             "PROMOTED: %s is the champion (%s), replacing %s",
