@@ -177,7 +177,9 @@ class RecordedRequest:
     """One request as the server saw it, with the answer it got.
 
     ``status`` is 0 for a dropped connection; ``fault`` names the injected fault ("throttle",
-    "unavailable", "drop", "slow") or is empty.
+    "unavailable", "drop", "slow") or is empty. ``at`` is when the request arrived (``time.time()``,
+    not the emulator's clock): what a client-side rate limit bounds is the requests a server
+    receives in a window of real time.
     """
 
     action: str
@@ -189,6 +191,7 @@ class RecordedRequest:
     status: int
     fault: str = ""
     request_id: str = ""
+    at: float = field(default_factory=time.time)
 
 
 @dataclass(frozen=True)
@@ -238,6 +241,8 @@ class _Exchange:
     query: dict[str, str]
     headers: dict[str, str]
     raw_body: bytes
+    #: When the request had arrived (read whole), in ``time.time()`` seconds: ``RecordedRequest.at``.
+    received_at: float = field(default_factory=time.time)
     route: Route | None = None
     path_params: dict[str, str] = field(default_factory=dict)
     request_id: str = field(default_factory=new_request_id)
@@ -541,6 +546,7 @@ class EmulatorServer(ThreadedHttpServer, SeededFaults[FaultPlan]):
                     status=exchange.status,
                     fault=exchange.fault,
                     request_id=exchange.request_id,
+                    at=exchange.received_at,
                 )
             )
 

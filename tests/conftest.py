@@ -40,12 +40,16 @@ os.environ.update(
 
 @pytest.fixture(autouse=True)
 def fresh_connections() -> Iterator[None]:
-    """Tests point the same connection id at different emulators: no hook may outlive its test."""
+    """Tests point the same connection id at different emulators: no hook may outlive its test, nor
+    any rate limiter (made with the limits the test's settings give)."""
     from aliyun_training.hooks.alibaba_cloud import forget_shared_hooks
+    from aliyun_training.hooks.rate_limit import forget_limiters
 
     forget_shared_hooks()
+    forget_limiters()
     yield
     forget_shared_hooks()
+    forget_limiters()
 
 
 @pytest.fixture(scope="session")

@@ -97,6 +97,9 @@ CONFIG_SECTION = "aliyun_training"
 INSTALLATION_OPTION = "installation_id"
 PLAIN_ALIASES_OPTION = "plain_registry_aliases"
 SEAL_SECRET_OPTION = "seal_secret"
+RATE_LIMITS_OPTION = "api_rate_limits"
+BATCHED_STATUS_OPTION = "batched_status"
+STEADY_LOG_OPTION = "steady_log_seconds"
 
 
 def get_provider_info() -> dict[str, Any]:
@@ -188,6 +191,51 @@ def get_provider_info() -> dict[str, Any]:
                         "sensitive": True,
                         "example": None,
                         "default": "",
+                    },
+                    RATE_LIMITS_OPTION: {
+                        "description": (
+                            "Requests per second this process sends to each Alibaba Cloud API of one "
+                            "account, and to each Kubernetes cluster connection: a JSON object of service "
+                            "or service.Action to a rate (the more specific key wins). Services: dlc, "
+                            "paistudio, aiworkspace, vpc, ecs, nas, cr, oss, sts, ram, kubernetes. Empty: "
+                            "PAI-DLC's published quotas (100 per second, CreateJob 150), our 50 per second "
+                            "(bursts of 100) for Kubernetes, and our 10 per second for the services that "
+                            "publish none. A quota is the account's, shared by every deployment and "
+                            "team of it, and every process (each triggerer, each task, the reconciler's "
+                            "included) keeps its own limits: where several share an account, set each "
+                            "one's share. Throttling answers are still retried with backoff."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "string",
+                        "example": '{"dlc": 50, "dlc.ListJobs": 20, "kubernetes": 20}',
+                        "default": "",
+                    },
+                    BATCHED_STATUS_OPTION: {
+                        "description": (
+                            "Whether the triggerer's training triggers that watch jobs of one account, "
+                            "region and workspace (DLC), or of one cluster connection and namespace (ACK), "
+                            "share one status listing a poll (DLC ListJobs by JobIds, 100 jobs a request; "
+                            "ACK's jobs and pods by label selector) instead of each asking about its own "
+                            "job. A job's details are then read when its state changes or it ends. Set it "
+                            "to False where the RAM policy allows GetJob but not ListJobs."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "boolean",
+                        "example": "False",
+                        "default": "True",
+                    },
+                    STEADY_LOG_OPTION: {
+                        "description": (
+                            "Seconds between reads of the logs of a job the triggerer watches with others "
+                            "(batched_status) while its state does not change. A change of state (it "
+                            "starts running, restarts, fails) and its end read the logs at once; no line is "
+                            "lost, lines only arrive in batches. At 90 seconds a thousand running one-node "
+                            "DLC jobs cost about 0.73 requests per job a minute."
+                        ),
+                        "version_added": "0.1.0",
+                        "type": "float",
+                        "example": "30",
+                        "default": "90",
                     },
                 },
             }

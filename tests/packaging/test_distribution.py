@@ -120,8 +120,9 @@ def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
     info = get_provider_info()
     (hooks,) = (entry["python-modules"] for entry in info["hooks"])
     (triggers,) = (entry["python-modules"] for entry in info["triggers"])
-    assert set(hooks) == _modules("hooks", helpers={"paging", "retry", "credentials"})
-    assert set(triggers) == _modules("triggers", helpers={"base"})  # base: the abstract PollingTrigger
+    assert set(hooks) == _modules("hooks", helpers={"paging", "retry", "credentials", "rate_limit"})
+    # base: the abstract PollingTrigger; fleet: the poller triggers share
+    assert set(triggers) == _modules("triggers", helpers={"base", "fleet"})
     tree = ast.parse((PACKAGE_DIR / "links.py").read_text())
     link_bases = {"BaseOperatorLink", "_StoredUrlLink", "_RunPageLink"}
     links = {

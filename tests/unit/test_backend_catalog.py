@@ -29,9 +29,9 @@ OWN_MODULES = re.compile(
 )
 #: Switching on a backend's name: an enum member, or the name as a string literal.
 BACKEND_NAME = re.compile(r"Backend\.(LOCAL|DLC|ACK)\b|[\"'](local|dlc|arena)[\"']")
-#: The DLC service's name in the Alibaba Cloud hooks and the provider's connection form (an API
-#: product, not the backend).
-SERVICE_NAME_MODULES = {"hooks/alibaba_cloud.py", "hooks/dlc.py", "provider_info.py"}
+#: The DLC service's name in the Alibaba Cloud hooks, their rate limits and the provider's connection
+#: form (an API product, not the backend).
+SERVICE_NAME_MODULES = {"hooks/alibaba_cloud.py", "hooks/dlc.py", "hooks/rate_limit.py", "provider_info.py"}
 
 
 @pytest.mark.parametrize("record", BACKENDS, ids=lambda record: record.name.value)

@@ -25,6 +25,10 @@ Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``a
 - ``retry``: ``{"max_attempts": 8, "base_delay": 0.5, "max_delay": 20}``;
 - ``connect_timeout_ms``, ``read_timeout_ms``.
 
+Every attempt of a call first takes a token from the process's rate limiter of its account and
+action (``hooks/rate_limit.py``), which the triggers, the tasks' hooks and the reconciler of a
+process share; the account is known from the extras (:attr:`AlibabaCloudHook.account_key`).
+
 Without a key pair the alibabacloud-credentials default chain applies (environment variables,
 ECS instance RAM role, OIDC role on ACK). Secrets are registered with Airflow's secret masker as
 soon as they are read, and every credential any provider hands out (the default chain's included)
@@ -43,6 +47,7 @@ from airflow.sdk import BaseHook
 
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID, define_connection_fix
 from aliyun_training.hooks.paging import NumberedPage, TokenPage, atoken_pages, numbered_pages, token_pages
+from aliyun_training.hooks.rate_limit import TokenBucket, account_key, limiter
 from aliyun_training.hooks.retry import AlibabaCloudApiError, RetryPolicy
 
 if TYPE_CHECKING:
@@ -194,6 +199,16 @@ class AlibabaCloudHook(BaseHook):
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy.from_extras(self.extras)
 
+    @property
+    def account_key(self) -> str:
+        """Whose API quotas this connection's calls draw from (``rate_limit.account_key``)."""
+        return account_key(self.extras, self.alibaba_cloud_conn_id)
+
+    def rate_limiter(self, action: str) -> TokenBucket:
+        """The process's bucket of ``action`` for this connection's account; the base hook, which
+        serves no one service, counts its calls under ``openapi``."""
+        return limiter(self.account_key, self.service or "openapi", action)
+
     # -- credentials -----------------------------------------------------------------------------
 
     def credential_client(self) -> Any:
@@ -292,23 +307,48 @@ class AlibabaCloudHook(BaseHook):
     # -- calls ---------------------------------------------------------------------------------
 
     def call(self, action: str, fn: Callable[[], T]) -> T:
-        """Run one SDK call under the retry policy (refreshing an expired STS token once)."""
-        return self.retry_policy.call(action, fn, refresh=self.refresh_credentials)
+        """Run one SDK call under the retry policy (refreshing an expired STS token once), each
+        attempt after a token of the action's rate limit."""
+        return self.retry_policy.call(action, self._limited(action, fn), refresh=self.refresh_credentials)
 
     async def acall(self, action: str, fn: Callable[[], Awaitable[T]]) -> T:
         """The async twin of :meth:`call`; reads the connection first without blocking the loop."""
         await self.aload()
-        return await self.retry_policy.acall(action, fn, refresh=self.refresh_credentials)
+        attempt = self._alimited(action, fn)
+        return await self.retry_policy.acall(action, attempt, refresh=self.refresh_credentials)
 
     def call_once_only(self, action: str, fn: Callable[[], T]) -> T:
         """One attempt, no retries: for a look whose answer is information, not a decision (a queued
         job's place in its quota), which must not hold up the poll that asks it."""
-        return replace(self.retry_policy, max_attempts=1).call(action, fn, refresh=self.refresh_credentials)
+        policy = replace(self.retry_policy, max_attempts=1)
+        return policy.call(action, self._limited(action, fn), refresh=self.refresh_credentials)
 
     async def acall_once_only(self, action: str, fn: Callable[[], Awaitable[T]]) -> T:
         await self.aload()
         policy = replace(self.retry_policy, max_attempts=1)
-        return await policy.acall(action, fn, refresh=self.refresh_credentials)
+        return await policy.acall(action, self._alimited(action, fn), refresh=self.refresh_credentials)
+
+    def _limited(self, action: str, fn: Callable[[], T]) -> Callable[[], T]:
+        """``fn`` after a token of ``action``'s bucket, taken anew by every attempt: a retry is a
+        request too. The bucket is looked up before the policy runs, so a bad rate setting raises its
+        own error rather than one the policy would report as the API's."""
+        bucket = self.rate_limiter(action)
+
+        def attempt() -> T:
+            bucket.acquire()
+            return fn()
+
+        return attempt
+
+    def _alimited(self, action: str, fn: Callable[[], Awaitable[T]]) -> Callable[[], Awaitable[T]]:
+        """The async twin of :meth:`_limited`: waits for the token without blocking the loop."""
+        bucket = self.rate_limiter(action)
+
+        async def attempt() -> T:
+            await bucket.aacquire()
+            return await fn()
+
+        return attempt
 
     def call_or_none(self, action: str, fn: Callable[[], T], missing: Callable[[str], bool]) -> T | None:
         """:meth:`call`, answering None where the error code says the thing asked for does not exist.

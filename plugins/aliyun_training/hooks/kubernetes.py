@@ -9,6 +9,11 @@ a token or ``tokenFile`` once). So the hooks here answer a 401 by loading the co
 credentials again and repeating that one request: the API server authenticates a request before
 anything else ("Controlling Access to the Kubernetes API": an unauthenticated request is rejected
 with 401), so a request answered 401 changed nothing and is safe to send again.
+
+Every request (a watch or a log stream is one, a repeat after a 401 another) first takes a token
+from the connection's rate limiter, which every hook of that connection in the process shares
+(``rate_limit.cluster_limiter``: client-go's 5 requests per second with bursts of 10 unless the
+``api_rate_limits`` setting names another rate).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from aliyun_training.connections import define_connection_fix
 from aliyun_training.hooks.paging import TokenPage, atoken_pages, token_pages
+from aliyun_training.hooks.rate_limit import cluster_limiter
 
 if TYPE_CHECKING:
     from collections.abc import AsyncIterator, Awaitable, Callable
@@ -92,8 +98,10 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
             except ConfigException as exc:
                 raise _no_cluster(name, f"no kubeconfig in it, in the pod or at ~/.kube ({exc})") from None
             send = api.call_api
+            bucket = cluster_limiter(name)
 
             def call_api(*args: Any, **kwargs: Any) -> Any:
+                bucket.acquire()
                 try:
                     return send(*args, **kwargs)
                 except ApiException as exc:
@@ -102,6 +110,7 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
                 log.warning(_RELOADING, self.conn_id)
                 fresh = KubernetesHook(conn_id=self.conn_id).get_conn()
                 api.configuration, api.rest_client = fresh.configuration, fresh.rest_client
+                bucket.acquire()
                 return send(*args, **kwargs)
 
             api.call_api = call_api
@@ -121,8 +130,10 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
             async with super().get_conn() as opened:
                 api: Any = opened  # the generated client, whose call_api this instance replaces
                 send = api.call_api
+                bucket = cluster_limiter(self.conn_id or self.default_conn_name)
 
                 async def call_api(*args: Any, **kwargs: Any) -> Any:
+                    await bucket.aacquire()
                     try:
                         answer = await send(*args, **kwargs)
                     except AsyncApiException as exc:
@@ -134,6 +145,7 @@ def _hook_classes() -> tuple[type[Any], type[Any]]:
                         answer.release()
                     log.warning(_RELOADING, self.conn_id)
                     await self._reload_credentials()
+                    await bucket.aacquire()
                     return await send(*args, **kwargs)
 
                 api.call_api = call_api
