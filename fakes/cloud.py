@@ -121,9 +121,10 @@ def use_alibaba_connection(
     endpoints: dict[str, str],
     access_key_id: str,
     secret: str,
+    conn_id: str = "alibaba_cloud_default",
     **extra: object,
 ) -> None:
-    """Point ``alibaba_cloud_default`` at emulators: plain HTTP, short backoff so retries are quick."""
+    """Point ``conn_id`` at emulators: plain HTTP, short backoff so retries are quick."""
     extras = {
         "access_key_id": access_key_id,
         "access_key_secret": secret,
@@ -134,7 +135,7 @@ def use_alibaba_connection(
         **extra,
     }
     connection = json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
-    monkeypatch.setenv("AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT", connection)
+    monkeypatch.setenv(f"AIRFLOW_CONN_{conn_id.upper()}", connection)
 
 
 # -- training job specs ----------------------------------------------------------------------------

@@ -66,6 +66,9 @@ class BackendRecord:
     route: tuple[str, ...]
     #: The RDMA bandwidth check the backend runs, if any.
     bandwidth_test: BandwidthTest | None
+    #: API requests one read of a job's status makes, alone or for a listing of up to 100 jobs:
+    #: DLC's GetJob or ListJobs; ACK's CR and its pods; none for local jobs, which are files.
+    status_requests: int
     #: The environment file's model (a pydantic class).
     environment_model: str
     #: ``(PlanRequest) -> RunPlan``: plans one run on this backend.
@@ -100,6 +103,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         preflight_groups=("machine",),
         route=(TRAINING_RUNTIME,),
         bandwidth_test=None,
+        status_requests=0,
         environment_model="aliyun_training.environments:LocalEnvironment",
         planner="aliyun_training.plan.local:plan_run",
         dataset_sources="aliyun_training.plan.local:dataset_sources",
@@ -115,6 +119,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         preflight_groups=("network", "quota", "permissions"),
         route=(BUILD_IMAGE, WAIT_FOR_CAPACITY),
         bandwidth_test="nccl_tests",
+        status_requests=1,
         environment_model="aliyun_training.environments:DlcEnvironment",
         planner="aliyun_training.plan.dlc:plan_run",
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",
@@ -131,6 +136,7 @@ BACKENDS: tuple[BackendRecord, ...] = (
         preflight_groups=("cluster",),
         route=(BUILD_IMAGE,),
         bandwidth_test="ib_write_bw",
+        status_requests=2,
         environment_model="aliyun_training.environments:AckEnvironment",
         planner="aliyun_training.plan.ack:plan_run",
         dataset_sources="aliyun_training.plan.cloud:dataset_sources",

@@ -1,7 +1,7 @@
-"""The deployment's identity among those sharing one cloud account and registry: its installation
-id, and whether it keeps MLflow's plain aliases. Read from Airflow's configuration wherever the
-package runs (tasks, triggers, the API server's pages, the command line), so every component of
-one deployment names it alike.
+"""The deployment's identity among those sharing one cloud account and registry (its installation
+id, and whether it keeps MLflow's plain aliases) and how its triggerer watches jobs. Read from
+Airflow's configuration wherever the package runs (tasks, triggers, the API server's pages, the
+command line), so every component of one deployment names it alike.
 """
 
 from __future__ import annotations
@@ -10,7 +10,13 @@ import hashlib
 import re
 from urllib.parse import urlsplit
 
-from aliyun_training.provider_info import CONFIG_SECTION, INSTALLATION_OPTION, PLAIN_ALIASES_OPTION
+from aliyun_training.provider_info import (
+    BATCHED_STATUS_OPTION,
+    CONFIG_SECTION,
+    INSTALLATION_OPTION,
+    PLAIN_ALIASES_OPTION,
+    STEADY_LOG_OPTION,
+)
 from aliyun_training.spec import INSTALLATION_PATTERN
 from aliyun_training.validation import SpecError
 
@@ -49,6 +55,28 @@ def plain_registry_aliases() -> bool:
     from airflow.providers.common.compat.sdk import conf
 
     return conf.getboolean(CONFIG_SECTION, PLAIN_ALIASES_OPTION, fallback=False)
+
+
+#: Seconds between reads of a steadily running job's logs when the triggerer watches it with others
+#: (``[aliyun_training] steady_log_seconds``): at 90 s and a 10 s poll, a thousand running one-node
+#: DLC jobs cost 0.73 requests per job a minute (docs/benchmarks.md).
+DEFAULT_STEADY_LOG_SECONDS = 90.0
+
+
+def batched_status() -> bool:
+    """Whether a triggerer's training triggers share one status listing per account and workspace
+    or namespace (``[aliyun_training] batched_status``, default True; ``triggers/fleet.py``)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getboolean(CONFIG_SECTION, BATCHED_STATUS_OPTION, fallback=True)
+
+
+def steady_log_seconds() -> float:
+    """Seconds between log reads of a watched job whose state has not changed
+    (``[aliyun_training] steady_log_seconds``)."""
+    from airflow.providers.common.compat.sdk import conf
+
+    return conf.getfloat(CONFIG_SECTION, STEADY_LOG_OPTION, fallback=DEFAULT_STEADY_LOG_SECONDS)
 
 
 def derived_installation_id(api_url: str) -> str:

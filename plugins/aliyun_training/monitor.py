@@ -8,15 +8,26 @@ here once; ``poll``/``apoll`` and ``outcome``/``aoutcome`` only differ in how th
 
 from __future__ import annotations
 
+import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from aliyun_training.backends.base import JobHandle, JobState, JobStatus, LogChunk, TrainingBackend
+from aliyun_training.backend_catalog import backend_record
+from aliyun_training.backends.base import (
+    JobHandle,
+    JobState,
+    JobStatus,
+    LogChunk,
+    TrainingBackend,
+    same_state,
+)
 from aliyun_training.failures import Failure, FailureClass, blocked_class
 from aliyun_training.failures.origin import ORIGIN_CANDIDATES, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
+from aliyun_training.installation import batched_status, steady_log_seconds
 from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 
 if TYPE_CHECKING:
@@ -24,6 +35,37 @@ if TYPE_CHECKING:
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50
+
+#: Jobs one listing request answers (DLC ListJobs' largest page; ACK's names per label selector).
+LISTING_JOBS = 100
+#: How often the pipelines' training task polls its job (``pipelines/factory.py``).
+TRAIN_POLL_SECONDS = 5.0
+
+
+@dataclass(frozen=True)
+class MonitoringRate:
+    """API requests a minute that watching one steadily running job costs: ``alone`` when it is the
+    only job of its account and workspace (or namespace) in the triggerer, ``in_fleet`` when it is
+    one of ``LISTING_JOBS`` or more listed together. A change of state adds a read of its details
+    and logs."""
+
+    alone: float
+    in_fleet: float
+
+
+def monitoring_rate(backend: str, nodes: int, poll_seconds: float) -> MonitoringRate:
+    """What ``TrainingJobTrigger`` asks of the platform a minute for a job of ``nodes`` nodes, under
+    this deployment's ``batched_status`` and ``steady_log_seconds``: alone (or without batching), a
+    status read and a log read per node every poll; among others, one listing a poll shared by the
+    jobs it answers and a log read per node every ``steady_log_seconds``."""
+    status = backend_record(backend).status_requests
+    polls = 60 / poll_seconds
+    if status == 0:
+        return MonitoringRate(0.0, 0.0)
+    alone = (status + nodes) * polls
+    if not batched_status():
+        return MonitoringRate(alone, alone)
+    return MonitoringRate(alone, status * polls / LISTING_JOBS + nodes * 60 / steady_log_seconds())
 
 
 class JobOutcome(TriggerOutcome[JobHandle]):
@@ -89,6 +131,11 @@ class JobMonitor:
         self.blocked_polls = 0
         #: The last reason a poll gave for the job waiting (pending): why it queued, for the report.
         self.waited_because = waited_because
+        #: Of a job watched through a shared listing (``apoll_sighted``): the listing's last sighting,
+        #: the last status read with its details, when the logs were last read (monotonic seconds).
+        self._last_sighting: JobStatus | None = None
+        self._detailed: JobStatus | None = None
+        self._logs_read_at: float | None = None
 
     def poll(self) -> JobStatus:
         """Read the status once, log the new log lines and then what changed, and return the status.
@@ -106,6 +153,49 @@ class JobMonitor:
         while self._emit(await self.backend.alogs(self.handle, self.cursor)):
             pass
         return self._record(status)
+
+    async def apoll_sighted(self, sighting: JobStatus | None, log_interval: float | None = None) -> JobStatus:
+        """One poll of a job a shared listing answered for (``sighting``; None: the listing left it
+        out), logged as ``apoll`` logs it, with fewer calls.
+
+        The job's details (``astatus``: GetJob, its queue position, pod events) are read only when
+        the sighting differs from the last one, when the job has ended, while the sighting says
+        this state needs them (``JobStatus.needs_details``: a pod being prepared, whose events tell
+        an image that cannot be pulled, which ``give_up`` counts), or when the listing left the job
+        out (a job that is gone fails there with the platform's own error). Its logs are read at
+        once on a change and at the end, else every ``log_interval`` seconds (None: every poll): a
+        steady job's lines come in batches, none lost, since each read starts where the last ended.
+        """
+        last, self._last_sighting = self._last_sighting, sighting
+        if (
+            sighting is None
+            or sighting.state.is_terminal
+            or sighting.needs_details
+            or self._changed(sighting, last)
+        ):
+            status = self._detailed = await self.backend.astatus(self.handle)
+        else:
+            status = self._detailed or sighting
+        if self._logs_due(status, log_interval):
+            self._logs_read_at = time.monotonic()
+            while self._emit(await self.backend.alogs(self.handle, self.cursor)):
+                pass
+        return self._record(status)
+
+    def _changed(self, sighting: JobStatus, last: JobStatus | None) -> bool:
+        """Whether the job moved on since the last sighting (the first: since the deferring poll)."""
+        return sighting.raw != self.last_raw_status if last is None else not same_state(sighting, last)
+
+    def _logs_due(self, status: JobStatus, log_interval: float | None) -> bool:
+        """Whether a sighted poll reads the logs: on a transition, at the end, on the first poll and
+        once ``log_interval`` has passed since the last read."""
+        return (
+            status.raw != self.last_raw_status
+            or status.state.is_terminal
+            or self._logs_read_at is None
+            or log_interval is None
+            or time.monotonic() - self._logs_read_at >= log_interval
+        )
 
     def give_up(self, status: JobStatus) -> JobOutcome | None:
         """The outcome of a job that is not finished but must not go on, which the caller stops: it

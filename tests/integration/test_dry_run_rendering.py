@@ -68,6 +68,18 @@ def test_the_text_of_each_readme_dry_run_gives_the_ceiling_as_the_sum_of_its_job
     assert round(sum(float(row[5]) for row in jobs), 3) == float(total[1]) == document["gpu_hour_ceiling"]
     assert f"COST CEILING: at most {document['gpu_hour_ceiling']} GPU-hours" in text
     assert f"cost ceiling   at most {document['gpu_hour_ceiling']} GPU-hours" in text, "in the summary too"
+    (train,) = [job for job in cost["jobs"] if job["task"] == "train"]
+    alone, fleet = (
+        train["monitoring"]["requests_per_minute_alone"],
+        train["monitoring"]["requests_per_minute_in_fleet"],
+    )
+    said = " ".join(text.split())
+    assert (
+        f"monitoring {alone:g} API requests a minute while it runs, {fleet:g} when the triggerer lists it"
+        in said
+        if alone
+        else "monitoring no API requests: the job's files are read" in said
+    )
     headings = [line.strip() for line in text.splitlines() if line.startswith("  request: ")]
     assert [h.removeprefix("request: ").split(":")[0] for h in headings] == [
         f"{r['service']} {r['action']}" for r in document["requests"]

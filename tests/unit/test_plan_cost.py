@@ -13,6 +13,8 @@ from aliyun_training.plan.cost import cost_ceiling
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    import pytest
+
     from aliyun_training.plan.models import RunPlan
 
 
@@ -54,3 +56,23 @@ def test_a_price_in_the_environment_turns_the_ceiling_into_money(dlc_plan: Calla
 
     assert (ceiling["price_per_gpu_hour"], ceiling["currency"]) == (30.5, "USD")
     assert ceiling["money"] == round(ceiling["gpu_hours"] * 30.5, 2)
+
+
+def test_the_training_jobs_monitoring_is_priced_in_requests_a_minute(
+    dlc_plan: Callable[..., RunPlan], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    train = by_task(cost_ceiling(dlc_plan(timeout_minutes=90)))["train"]
+
+    # A 5 s poll: alone, a listing (as one GetJob) and both nodes' logs every poll; among 100 or
+    # more jobs listed together, a hundredth of the listing and each node's logs every 90 s.
+    assert train["monitoring"] == {
+        "requests_per_minute_alone": 36.0,
+        "requests_per_minute_in_fleet": round(0.12 + 2 * 60 / 90, 2),
+    }
+    assert all("monitoring" not in job for job in cost_ceiling(dlc_plan())["jobs"] if job["task"] != "train")
+
+    monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__BATCHED_STATUS", "False")
+    alone = by_task(cost_ceiling(dlc_plan(timeout_minutes=90)))["train"]["monitoring"]
+    assert alone == {"requests_per_minute_alone": 36.0, "requests_per_minute_in_fleet": 36.0}, (
+        "each poll: GetJob and both nodes' logs"
+    )

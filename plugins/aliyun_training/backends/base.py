@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ from aliyun_training.failures.origin import EndedNode
 from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from aliyun_training.failures import Failure
@@ -73,6 +74,10 @@ class JobStatus(BaseModel):
     reason_code: str = ""
     #: Phases the job went through: [{"status", "start", "end", "seconds"}], oldest first.
     history: list[dict[str, Any]] = Field(default_factory=list)
+    #: Read from a listing of many jobs (``StatusListing``) that lacks what this state needs from the
+    #: job's own details (DLC: a pod being prepared, whose events name an image that cannot be
+    #: pulled): whoever watches the job reads ``astatus`` while it is set.
+    needs_details: bool = False
 
 
 class FoundJob(BaseModel):
@@ -207,6 +212,41 @@ class TrainingBackend(Protocol):
 
     def console_url(self, handle: JobHandle) -> str | None:
         """A link to the job in the platform's console, if it has one."""
+
+
+@runtime_checkable
+class StatusListing(Protocol):
+    """A backend that answers many jobs' statuses with one listing: the triggers of a triggerer that
+    watch jobs of one ``batch_key`` share one poller (``triggers/fleet.py``) instead of asking the
+    platform about each job on every poll."""
+
+    @property
+    def batch_key(self) -> str:
+        """What jobs must share for one listing to answer them all and for one backend instance to
+        read them all: the connection, region and workspace or namespace, and every setting a read
+        depends on."""
+
+    async def alisted_statuses(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        """The statuses of ``handles`` by job id, in as few calls as the platform allows: read from its
+        listing alone, without the details ``astatus`` adds (a queue position, pod events). A job the
+        listing did not answer is left out; the caller asks ``astatus`` about it."""
+
+    def forget(self, handle: JobHandle) -> None:
+        """Drop what this instance kept of a job no longer watched, so a long-lived instance shared
+        by many jobs does not grow with every job it ever read."""
+
+
+def same_state(one: JobStatus, other: JobStatus) -> bool:
+    """Whether two sightings of a job show the same state: what a change of would need the job's
+    details read and its transition logged (its phase times may differ)."""
+    return (one.state, one.raw, one.reason_code, one.reason, one.failed_node, one.finished) == (
+        other.state,
+        other.raw,
+        other.reason_code,
+        other.reason,
+        other.failed_node,
+        other.finished,
+    )
 
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.hooks.alibaba_cloud import AlibabaCloudHook, abody
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Iterator, Sequence
 
 #: ListJobs' largest page ("PageSize": maximum 100, default 10, in the API reference's metadata).
 LIST_JOBS_PAGE_SIZE = 100
@@ -58,6 +58,26 @@ class DlcHook(AlibabaCloudHook):
             return body.jobs or [], body.total_count
 
         return self.call_pages("ListJobs", page)
+
+    async def ajobs_by_id(
+        self, job_ids: Sequence[str], *, workspace_id: str | None, start_time: str
+    ) -> list[Any]:
+        """ListJobs of the jobs ``job_ids`` ("JobIds: A list of job IDs separated by commas") created
+        since ``start_time``: one page, so at most ``LIST_JOBS_PAGE_SIZE`` ids per call. A job the
+        answer leaves out (deleted, created earlier, another workspace) is the caller's to ask about."""
+        from alibabacloud_pai_dlc20201203 import models
+
+        if len(job_ids) > LIST_JOBS_PAGE_SIZE:
+            raise ValueError(f"ListJobs answers at most {LIST_JOBS_PAGE_SIZE} jobs a page; ask in chunks")
+        request = models.ListJobsRequest(
+            job_ids=",".join(job_ids),
+            workspace_id=workspace_id,
+            start_time=start_time,
+            page_number=1,
+            page_size=LIST_JOBS_PAGE_SIZE,
+        )
+        body = await self.acall("ListJobs", lambda: abody(self.conn.list_jobs_async(request)))
+        return list(body.jobs or [])
 
     def get_job(self, job_id: str) -> Any:
         """GetJob with its details (pods, status history): the answer's body."""

@@ -18,6 +18,7 @@ from airflow.sdk import DAG, Asset, CronTriggerTimetable, TaskGroup, task
 
 from aliyun_training.backend_catalog import backend_record
 from aliyun_training.declaration import PipelineBlock, PipelineDeclaration, declare, load_declaration
+from aliyun_training.monitor import TRAIN_POLL_SECONDS
 from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
 from aliyun_training.operators.evaluation import EvaluationOperator
@@ -230,7 +231,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             dataset=Returned(STAGE_DATASET),
             planned_dataset=planned("dataset"),
             image=Returned(VERIFY_IMAGE),
-            poll_interval=5,
+            poll_interval=TRAIN_POLL_SECONDS,
             retries=declaration.recovery.retries,
             retry_policy=recovery,
             trigger_rule="none_failed_min_one_success",

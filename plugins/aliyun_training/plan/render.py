@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.backend_catalog import backend_record
 from aliyun_training.backends.dlc.request import DlcJobSettings
 from aliyun_training.findings import PreflightReport
+from aliyun_training.monitor import LISTING_JOBS
 from aliyun_training.plan.models import RunPlan, StagingPlan
 from aliyun_training.plan.requests import planned_image
 from aliyun_training.task_ids import (
@@ -361,7 +362,20 @@ def _facts(
                 f"{tries}: at most {job['gpu_hours']} GPU-hours{capped}, {job['gpu_hours_per_try']} a try",
             )
         )
+    if job is not None and job.get("monitoring"):
+        facts.append(("monitoring", _monitoring_words(job["monitoring"])))
     return facts
+
+
+def _monitoring_words(rate: dict[str, float]) -> str:
+    alone, fleet = rate["requests_per_minute_alone"], rate["requests_per_minute_in_fleet"]
+    if alone == 0:
+        return "no API requests: the job's files are read"
+    return (
+        f"{alone:g} API requests a minute while it runs, {fleet:g} when the triggerer lists it with "
+        f"{LISTING_JOBS} or more jobs of its workspace (DLC) or namespace (ACK); a change of state adds "
+        "a status and a log read"
+    )
 
 
 def _request_view(plan: RunPlan, request: dict[str, Any], scripts: dict[str, int]) -> RequestView:

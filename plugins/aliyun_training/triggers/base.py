@@ -72,13 +72,22 @@ class PollingTrigger(BaseTrigger):
     async def stop(self) -> None:
         """Stop the work and what it started; work already gone is not an error."""
 
+    async def pause(self) -> None:
+        """Wait between two polls: ``poll_interval`` seconds, unless ``poll`` itself waits for news."""
+        await asyncio.sleep(self.poll_interval)
+
+    def release(self) -> None:
+        """Let go of what the polls shared with other triggers; called however ``run`` ends."""
+
     async def run(self) -> AsyncIterator[TriggerEvent]:
         try:
             while (outcome := await self.poll()) is None:
-                await asyncio.sleep(self.poll_interval)
+                await self.pause()
         except Exception as exc:
             self.log.exception("Watching %s failed", self.subject)
             outcome = self.outcome(OutcomeStatus.ERROR, f"{type(exc).__name__}: {exc}")
+        finally:
+            self.release()
         yield TriggerEvent(outcome.model_dump(mode="json"))
 
     async def on_kill(self) -> None:

@@ -17,10 +17,15 @@ Every call stands alone, so a backend built in another process (a retried worker
 answers ``logs`` and ``tail`` without a ``status`` call first. The only thing one call leaves for
 the next is the pod list a status call just read: a monitor's poll reads the logs right after the
 status, and reuses it for ``POD_LIST_MAX_AGE_SECONDS`` instead of listing the pods twice.
+
+The triggers of a triggerer that watch jobs of the same settings share one backend and one poller
+(``StatusListing``): each poll lists the CRs and the pods of all their jobs by arena's ``release``
+label, a hundred names a request, rather than reading each job on its own.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
@@ -77,6 +82,7 @@ from aliyun_training.spec import TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
     from datetime import datetime
 
     from aliyun_training.failures import Failure
@@ -85,6 +91,12 @@ log = logging.getLogger(__name__)
 
 #: How long the pods a status call listed serve the log read after it; later, logs list them again.
 POD_LIST_MAX_AGE_SECONDS = 5.0
+#: Release names in one label selector of a batched listing. A name is a DNS label of at most 63
+#: characters, so a hundred of them, comma-separated (``%2C`` in the query), make a request line of
+#: about 7 KB with the path and a page's ``continue`` token: inside the 8 KiB line that proxies in
+#: front of an API server commonly accept (nginx's ``large_client_header_buffers``), and far inside
+#: the API server's own 1 MiB of headers.
+RELEASES_PER_SELECTOR = 100
 
 
 class AckBackend:
@@ -264,6 +276,77 @@ class AckBackend:
                 job = None
             pods = self._listed_by_status(handle, await self._alist_pods(api, handle))
         return job_status(handle, job, pods)
+
+    # -- batched status (StatusListing) -----------------------------------------------------------
+
+    @property
+    def batch_key(self) -> str:
+        """``arena:`` and every setting as JSON with sorted keys: one instance reads for all the jobs of
+        a key, so jobs share it only when every setting a read depends on (the connection, the
+        namespace, the MPIJob version...) is the same."""
+        return "arena:" + json.dumps(self.settings.model_dump(mode="json"), sort_keys=True)
+
+    async def alisted_statuses(self, handles: Sequence[JobHandle]) -> dict[str, JobStatus]:
+        """Each job's status from one listing of its kind's CRs and one of the pods, by a set-based
+        selector on arena's ``release`` label, which the CR and its pods both carry
+        (``release in (a,b,...)``, ``RELEASES_PER_SELECTOR`` names a selector).
+
+        Requests per poll, for N jobs of one kind in the namespace: ceil(N/100) CR lists and
+        ceil(N/100) pod lists over one connection (each one more per further page of
+        ``LIST_PAGE_SIZE`` items); a kind's jobs are listed apart from another kind's.
+
+        Left out, for ``astatus`` to say what became of them: a job whose CR is gone or was
+        replaced by a newer attempt under its name (another uid), and every job of a kind whose
+        CRs the cluster no longer serves (404). The pods of each job answered are kept for the
+        log read that follows (``_listed_by_status``).
+        """
+        by_kind: dict[JobKind, list[JobHandle]] = {}
+        for handle in handles:
+            by_kind.setdefault(handle_kind(handle), []).append(handle)
+        statuses: dict[str, JobStatus] = {}
+        async with self._async_hook().get_conn() as api:
+            for kind, of_kind in by_kind.items():
+                jobs, pods = await self._alist_releases(api, kind, [handle.name for handle in of_kind])
+                for handle in of_kind:
+                    job = jobs.get(handle.name)
+                    if job is None or job["metadata"]["uid"] != handle_uid(handle):
+                        continue
+                    listed = self._listed_by_status(handle, job_pods(api, pods.get(handle.name, []), handle))
+                    statuses[handle.job_id] = job_status(handle, job, listed)
+        return statuses
+
+    async def _alist_releases(
+        self, api: Any, kind: JobKind, names: list[str]
+    ) -> tuple[dict[str, dict[str, Any]], dict[str, list[Any]]]:
+        """The CRs of ``kind`` named ``names`` by name, and the pods of those releases by release,
+        ``RELEASES_PER_SELECTOR`` names a selector; no CRs where the cluster serves no ``kind``."""
+        from kubernetes_asyncio import client
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        namespace = self.settings.namespace
+        list_jobs = client.CustomObjectsApi(api).list_namespaced_custom_object
+        list_pods = client.CoreV1Api(api).list_namespaced_pod
+        jobs: dict[str, dict[str, Any]] = {}
+        pods: dict[str, list[Any]] = {}
+        unique = list(dict.fromkeys(names))
+        for start in range(0, len(unique), RELEASES_PER_SELECTOR):
+            selector = f"release in ({','.join(unique[start : start + RELEASES_PER_SELECTOR])})"
+            try:
+                listed = await alist_all(
+                    list_jobs, GROUP, kind.version, namespace, kind.plural, label_selector=selector
+                )
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                return {}, {}
+            jobs.update((job["metadata"]["name"], job) for job in listed)
+            for pod in await alist_all(list_pods, namespace=namespace, label_selector=selector):
+                pods.setdefault(pod.metadata.labels["release"], []).append(pod)
+        return jobs, pods
+
+    def forget(self, handle: JobHandle) -> None:
+        """Drop the pods kept for a job no longer watched."""
+        self._listed.pop(handle.job_id, None)
 
     def _pod_query(self, handle: JobHandle) -> dict[str, Any]:
         """Pods by arena's own selector (``release``), which every operator version keeps."""
