@@ -132,9 +132,11 @@ class JobMonitor:
         #: The last reason a poll gave for the job waiting (pending): why it queued, for the report.
         self.waited_because = waited_because
         #: Of a job watched through a shared listing (``apoll_sighted``): the listing's last sighting,
-        #: the last status read with its details, when the logs were last read (monotonic seconds).
+        #: the last status read with its details, when the sighting last changed and when the logs
+        #: were last read (monotonic seconds).
         self._last_sighting: JobStatus | None = None
         self._detailed: JobStatus | None = None
+        self._changed_at: float | None = None
         self._logs_read_at: float | None = None
 
     def poll(self) -> JobStatus:
@@ -162,17 +164,18 @@ class JobMonitor:
         the sighting differs from the last one, when the job has ended, while the sighting says
         this state needs them (``JobStatus.needs_details``: a pod being prepared, whose events tell
         an image that cannot be pulled, which ``give_up`` counts), or when the listing left the job
-        out (a job that is gone fails there with the platform's own error). Its logs are read at
-        once on a change and at the end, else every ``log_interval`` seconds (None: every poll): a
-        steady job's lines come in batches, none lost, since each read starts where the last ended.
+        out (a job that is gone fails there with the platform's own error).
+
+        Its logs are read every poll for ``log_interval`` seconds after a change (a job starting,
+        restarting or failing shows each line at once) and at the end, else every ``log_interval``
+        seconds (None: every poll): a steady job's lines come in batches, none lost, since each read
+        starts where the last ended.
         """
         last, self._last_sighting = self._last_sighting, sighting
-        if (
-            sighting is None
-            or sighting.state.is_terminal
-            or sighting.needs_details
-            or self._changed(sighting, last)
-        ):
+        changed = sighting is None or self._changed(sighting, last)
+        if changed:
+            self._changed_at = time.monotonic()
+        if changed or sighting is None or sighting.state.is_terminal or sighting.needs_details:
             status = self._detailed = await self.backend.astatus(self.handle)
         else:
             status = self._detailed or sighting
@@ -187,14 +190,15 @@ class JobMonitor:
         return sighting.raw != self.last_raw_status if last is None else not same_state(sighting, last)
 
     def _logs_due(self, status: JobStatus, log_interval: float | None) -> bool:
-        """Whether a sighted poll reads the logs: on a transition, at the end, on the first poll and
-        once ``log_interval`` has passed since the last read."""
+        """Whether a sighted poll reads the logs: at the end, on the first poll, within
+        ``log_interval`` of a change, and once ``log_interval`` has passed since the last read."""
+        now = time.monotonic()
         return (
-            status.raw != self.last_raw_status
+            log_interval is None
             or status.state.is_terminal
             or self._logs_read_at is None
-            or log_interval is None
-            or time.monotonic() - self._logs_read_at >= log_interval
+            or now - self._logs_read_at >= log_interval
+            or (self._changed_at is not None and now - self._changed_at < log_interval)
         )
 
     def give_up(self, status: JobStatus) -> JobOutcome | None:

@@ -227,10 +227,10 @@ def get_provider_info() -> dict[str, Any]:
                     STEADY_LOG_OPTION: {
                         "description": (
                             "Seconds between reads of the logs of a job the triggerer watches with others "
-                            "(batched_status) while its state does not change. A change of state (it "
-                            "starts running, restarts, fails) and its end read the logs at once; no line is "
-                            "lost, lines only arrive in batches. At 90 seconds a thousand running one-node "
-                            "DLC jobs cost about 0.73 requests per job a minute."
+                            "(batched_status) while its state does not change. For as long after a change "
+                            "of state (it starts running, restarts, fails), and at its end, they are read "
+                            "every poll; no line is lost, lines only arrive in batches. At 90 seconds a "
+                            "thousand running one-node DLC jobs cost about 0.73 requests per job a minute."
                         ),
                         "version_added": "0.1.0",
                         "type": "float",

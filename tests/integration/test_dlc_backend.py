@@ -190,10 +190,8 @@ def test_each_framework_maps_to_its_dlc_job_type_and_roles(
 
 @pytest.mark.slow
 def test_a_job_runs_to_success_with_logs_streamed_while_deferred(
-    connected: DlcEmulator, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    connected: DlcEmulator, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    # A running job's logs are read every steady_log_seconds: here at every poll, to see them stream.
-    monkeypatch.setenv("AIRFLOW__ALIYUN_TRAINING__STEADY_LOG_SECONDS", "0.05")
     connected.default_script = JobScript(
         phases=[("Creating", 0.05), ("Queuing", 0.2), ("EnvPreparing", 0.5), ("Running", 1.5)],
         log_lines=[f"epoch {i} loss={3 - i * 0.5:.2f}" for i in range(1, 5)],

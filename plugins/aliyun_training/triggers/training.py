@@ -27,9 +27,9 @@ class TrainingJobTrigger(PollingTrigger):
 
     A job whose backend lists many jobs at once (``StatusListing``: DLC, ACK) is watched through the
     triggerer's shared poller (``triggers/fleet.py``), which reads it with the other jobs of its
-    account and workspace or namespace. Among others, its logs are read on every change, at the
-    end, and every ``steady_log_seconds`` between; alone, every poll. A local job, or any with
-    ``batched_status`` off, is polled on its own.
+    account and workspace or namespace. Among others, its logs are read at the pace
+    ``JobMonitor.apoll_sighted`` sets with ``steady_log_seconds``; alone, every poll. A local job, or
+    any with ``batched_status`` off, is polled on its own.
     """
 
     def __init__(
