@@ -29,9 +29,21 @@ sit in Queuing for the whole run (with ``--running``: in Running, after writing 
 every poll of a mode gets the same answer. Baseline and trigger take turns for ``--rounds`` rounds;
 the table shows each mode's medians, and each ratio is the median of the rounds' trigger / baseline.
 
+The trigger measured is today's per-job one: the children run with ``batched_status`` off (a
+trigger batched into the shared listing of ``triggers/fleet.py`` never sleeps in the poll loop this
+benchmark counts on), and under the process's API rate limits (``hooks/rate_limit.py``) set to
+``BENCH_RATE_LIMITS``: the limiter's own work is the trigger's, and it paces the trigger mode's
+wall time. A queued job in a quota is asked about in PAI Studio too (its queue position,
+``ListQuotaWorkloads``, on every poll): the parent serves a PAI Studio emulator holding the quota
+and the queued jobs, so that read is answered and counted rather than failing against an
+unreachable endpoint.
+
 Timings are machine-dependent, so the headline is the ratio trigger / baseline of CPU time per poll,
 with the memory ratio per job next to it. Target: trigger CPU per poll <= 1.3 x baseline CPU per
 poll. Exits 1 when the target fails.
+
+``--fleet`` measures instead what a fleet of mixed jobs costs with and without the shared listing,
+and a triggerer restart under the rate limits (``fleet_dlc.py``, ``fleet_ack.py``).
 """
 
 from __future__ import annotations
@@ -58,10 +70,16 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 from project_env import PROJECT_ROOT, prepare_environment
 
 if TYPE_CHECKING:
+    from fakes.base import EmulatorServer
     from fakes.dlc import DlcEmulator, JobScript
+    from fakes.paistudio import PaiStudioEmulator
 
 
 CPU_RATIO_LIMIT = 1.3
+#: Seconds between polls: baseline and trigger's (as fast as a loop allows), the fleet's (a tenth of
+#: the trigger's default 10 s, with every other interval scaled alike).
+POLL_INTERVAL = 0.01
+FLEET_POLL_INTERVAL = 1.0
 CONN_ID = "alibaba_cloud_default"
 ACCESS_KEY_ID, ACCESS_KEY_SECRET = "LTAI-bench-access-key", "bench-secret-access-key-value"
 REGION = "cn-wulanchabu"
@@ -71,22 +89,38 @@ CREATE_CONCURRENCY = 64
 KIB = 1024
 #: Actions whose requests the table reports per poll and job.
 POLL_ACTIONS = ("GetJob", "GetPodLogs")
+#: PAI Studio's action that answers a queued job's place in its quota's queue.
+QUEUE_ACTION = "ListQuotaWorkloads"
+#: The table's actions: a queued job's queue position is read beside its status.
+TABLE_ACTIONS = (*POLL_ACTIONS, QUEUE_ACTION)
+#: The provider's settings (as Airflow reads them from the environment) of today's per-job trigger.
+BATCHED_STATUS_VARIABLE = "AIRFLOW__ALIYUN_TRAINING__BATCHED_STATUS"
+RATE_LIMITS_VARIABLE = "AIRFLOW__ALIYUN_TRAINING__API_RATE_LIMITS"
+#: The rate limits the measuring children run with: 1,000 requests a second per action, DLC's
+#: published 100 a second as it is at a poll ten times faster than the default, and as much for PAI
+#: Studio and a cluster, whose defaults (10 and 5 a second) would pace a per-job trigger to a poll
+#: every minute or two. Not higher: the limiter makes a waiter that woke more than one slot (1/rate)
+#: after its turn take a new one; a thousand triggers on one loop always wake more than 10 us late,
+#: so at 100,000 a second they spin in it without sending (a lone waiter, at 1,000,000).
+BENCH_RATE_LIMITS = json.dumps({"dlc": 1000, "paistudio": 1000, "kubernetes": 1000})
 
 
 # -- environment -----------------------------------------------------------------------------------
 
 
-def connection_json(endpoint: str) -> str:
-    """The ``alibaba_cloud_default`` connection for the emulator, as an ``AIRFLOW_CONN_*`` value.
+def connection_json(endpoint: str, studio_endpoint: str | None = None) -> str:
+    """The ``alibaba_cloud_default`` connection for the DLC emulator (and the PAI Studio one), as an
+    ``AIRFLOW_CONN_*`` value.
 
     The same extras the integration tests use: plain HTTP to the emulator and a short retry policy.
     """
+    endpoints = {"dlc": endpoint} | ({"paistudio": studio_endpoint} if studio_endpoint else {})
     extras = {
         "access_key_id": ACCESS_KEY_ID,
         "access_key_secret": ACCESS_KEY_SECRET,
         "region": REGION,
         "protocol": "http",
-        "endpoints": {"dlc": endpoint},
+        "endpoints": endpoints,
         "retry": {"max_attempts": 10, "base_delay": 0.01, "max_delay": 0.05},
     }
     return json.dumps({"conn_type": "alibaba_cloud", "extra": extras})
@@ -148,7 +182,23 @@ def start_emulator(running: bool) -> DlcEmulator:
 
 
 #: DLC's own settings of the benchmark's jobs: GU8TF nodes of a quota.
-JOB_SETTINGS = {"quota_id": "quota12345", "gpu_type": "GU8TF"}
+QUOTA_ID = "quota12345"
+JOB_SETTINGS = {"quota_id": QUOTA_ID, "gpu_type": "GU8TF"}
+
+
+def start_studio() -> PaiStudioEmulator:
+    """PAI Studio, holding the jobs' quota: where a trigger reads a queued job's place in the queue."""
+    from fakes.paistudio import PaiStudioEmulator
+
+    studio = PaiStudioEmulator({ACCESS_KEY_ID: ACCESS_KEY_SECRET}).start()
+    studio.add_quota(QUOTA_ID)
+    return studio
+
+
+def enqueue(studio: PaiStudioEmulator, job_ids: list[str]) -> None:
+    """Put queued jobs in their quota's queue, as DLC does, so their queue position is known."""
+    for job_id in job_ids:
+        studio.add_workload(QUOTA_ID, job_id)
 
 
 def job_spec() -> Any:
@@ -165,8 +215,8 @@ def job_spec() -> Any:
     )
 
 
-async def create_jobs(count: int) -> list[str]:
-    """Create ``count`` jobs, ``CREATE_CONCURRENCY`` at a time, with the requests ``DlcBackend`` builds.
+async def create_jobs(names: list[str]) -> list[str]:
+    """Create a job of each name, ``CREATE_CONCURRENCY`` at a time, with the requests ``DlcBackend`` builds.
 
     ``DlcBackend.submit`` is synchronous and would create one job at a time; its request, sent through
     the async SDK, makes the same jobs in a fraction of the time. Returns the job ids.
@@ -177,12 +227,12 @@ async def create_jobs(count: int) -> list[str]:
     client = backend.hook.conn
     gate = asyncio.Semaphore(CREATE_CONCURRENCY)
 
-    async def create(index: int) -> str:
-        request = backend.create_request(spec, f"bench-trigger-{index:05d}")
+    async def create(name: str) -> str:
+        request = backend.create_request(spec, name)
         async with gate:
             return (await client.create_job_async(request)).body.job_id
 
-    return list(await asyncio.gather(*(create(index) for index in range(count))))
+    return list(await asyncio.gather(*(create(name) for name in names)))
 
 
 # -- child: all monitors idle at once --------------------------------------------------------------
@@ -523,21 +573,23 @@ def child_command(mode: str, job_ids: Path, result: Path, args: argparse.Namespa
     return command
 
 
-def request_counts(emulator: DlcEmulator, since: int, spare_job: str) -> dict[str, int]:
-    """Requests per action among those served after the first ``since``, leaving out the spare job's."""
+def request_counts(emulators: list[EmulatorServer], since: list[int], spare_job: str) -> dict[str, int]:
+    """Requests per action among those each emulator served after its first ``since``, leaving out
+    the spare job's (named in the path, or in the query as PAI Studio's ``WorkloadIds``)."""
     counts: dict[str, int] = {}
-    for request in emulator.requests[since:]:
-        if spare_job not in request.path:
-            counts[request.action] = counts.get(request.action, 0) + 1
+    for emulator, first in zip(emulators, since, strict=True):
+        for request in emulator.requests[first:]:
+            if spare_job not in request.path and spare_job not in request.query.values():
+                counts[request.action] = counts.get(request.action, 0) + 1
     return counts
 
 
 def measure_in_subprocess(
-    mode: str, emulator: DlcEmulator, job_ids: Path, args: argparse.Namespace, round_: int
+    mode: str, emulators: list[EmulatorServer], job_ids: Path, args: argparse.Namespace, round_: int
 ) -> dict[str, Any]:
-    """Measure one mode in a fresh interpreter; the requests the emulator served meanwhile are its own."""
+    """Measure one mode in a fresh interpreter; the requests the emulators served meanwhile are its own."""
     result_path = job_ids.parent / f"{mode}-{round_}.json"
-    served_before = len(emulator.requests)
+    served_before = [len(emulator.requests) for emulator in emulators]
     command = child_command(mode, job_ids, result_path, args, round_)
     completed = subprocess.run(command, cwd=PROJECT_ROOT, env=os.environ, check=False)
     if completed.returncode != 0:
@@ -546,7 +598,7 @@ def measure_in_subprocess(
     if result["errors"]:
         raise SystemExit(f"{mode}: {result['errors']} jobs failed, e.g. {result['first_error']}")
     spare_job = json.loads(job_ids.read_text())[-1]
-    return {**result, "requests": request_counts(emulator, served_before, spare_job)}
+    return {**result, "requests": request_counts(emulators, served_before, spare_job)}
 
 
 def per_poll(result: dict[str, Any], jobs: int, polls: int) -> dict[str, Any]:
@@ -556,7 +608,7 @@ def per_poll(result: dict[str, Any], jobs: int, polls: int) -> dict[str, Any]:
         "cpu_ms_per_poll": result["cpu_s"] * 1000 / (jobs * polls),
         "gc_ms_per_poll": result["gc_s"] * 1000 / (jobs * polls),
         "requests_per_poll": {
-            action: result["requests"].get(action, 0) / (jobs * polls) for action in POLL_ACTIONS
+            action: result["requests"].get(action, 0) / (jobs * polls) for action in TABLE_ACTIONS
         },
         "peak_rss_kib_per_job": result["peak_rss_growth_kib"] / jobs,
         "idle_rss_kib_per_job": result["idle_rss_growth_kib"] / jobs,
@@ -570,7 +622,7 @@ def median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "mode": runs[0]["mode"],
         "requests_per_poll": {
             action: statistics.median(run["requests_per_poll"][action] for run in runs)
-            for action in POLL_ACTIONS
+            for action in TABLE_ACTIONS
         },
         **{key: statistics.median(run[key] for run in runs) for key in numbers},
         "rounds": runs,
@@ -605,12 +657,13 @@ def format_table(results: list[dict[str, Any]]) -> str:
     """One row per mode (medians over the rounds): totals, then the figures the ratios use."""
     header = (
         f"{'mode':<9} {'wall s':>7} {'CPU s':>6} {'CPU ms/poll':>11} {'of it GC':>8} {'GetJob/poll':>11} "
-        f"{'GetPodLogs/poll':>15} {'idle RSS KiB/job':>16} {'peak RSS KiB/job':>16}"
+        f"{'GetPodLogs/poll':>15} {'QueueInfo/poll':>14} {'idle RSS KiB/job':>16} {'peak RSS KiB/job':>16}"
     )
     rows = [
         f"{r['mode']:<9} {r['wall_s']:>7.2f} {r['cpu_s']:>6.2f} {r['cpu_ms_per_poll']:>11.3f} "
         f"{r['gc_ms_per_poll']:>8.3f} "
         f"{r['requests_per_poll']['GetJob']:>11.2f} {r['requests_per_poll']['GetPodLogs']:>15.2f} "
+        f"{r['requests_per_poll'][QUEUE_ACTION]:>14.2f} "
         f"{r['idle_rss_kib_per_job']:>16.1f} {r['peak_rss_kib_per_job']:>16.1f}"
         for r in results
     ]
@@ -639,14 +692,21 @@ def quiet_parent_logging() -> None:
 
 
 def run_parent(args: argparse.Namespace) -> dict[str, Any]:
-    """Serve the emulator, create the jobs and one spare, then measure baseline and trigger by turns."""
+    """Serve the emulators, create the jobs and one spare, then measure baseline and trigger by turns.
+
+    The children inherit today's per-job trigger (``batched_status`` off) and the lifted rate limits.
+    """
     quiet_parent_logging()
-    emulator = start_emulator(args.running)
+    os.environ[BATCHED_STATUS_VARIABLE] = "False"
+    os.environ[RATE_LIMITS_VARIABLE] = BENCH_RATE_LIMITS
+    emulator, studio = start_emulator(args.running), start_studio()
     try:
-        os.environ["AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT"] = connection_json(emulator.endpoint)
+        os.environ["AIRFLOW_CONN_ALIBABA_CLOUD_DEFAULT"] = connection_json(emulator.endpoint, studio.endpoint)
         started = time.perf_counter()
-        job_ids = asyncio.run(create_jobs(args.jobs + 1))
+        job_ids = asyncio.run(create_jobs([f"bench-trigger-{index:05d}" for index in range(args.jobs + 1)]))
         print(f"created {len(job_ids)} jobs in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        if not args.running:
+            enqueue(studio, job_ids)
         time.sleep(settle_seconds(args.running))
         runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "trigger": []}
         with tempfile.TemporaryDirectory(prefix="trigger-scale-") as tmp:
@@ -654,12 +714,14 @@ def run_parent(args: argparse.Namespace) -> dict[str, Any]:
             ids_path.write_text(json.dumps(job_ids))
             for round_ in range(args.rounds):
                 for mode, results in runs.items():
-                    result = measure_in_subprocess(mode, emulator, ids_path, args, round_)
+                    result = measure_in_subprocess(mode, [emulator, studio], ids_path, args, round_)
                     results.append(per_poll(result, args.jobs, args.polls))
-        if emulator.internal_errors:
-            raise SystemExit(f"the emulator failed: {emulator.internal_errors[:3]}")
+        failures = emulator.internal_errors + studio.internal_errors
+        if failures:
+            raise SystemExit(f"the emulators failed: {failures[:3]}")
     finally:
         emulator.stop()
+        studio.stop()
     medians = [median_run(results) for results in runs.values()]
     return {"results": medians, **verdict(*medians)}
 
@@ -667,10 +729,12 @@ def run_parent(args: argparse.Namespace) -> dict[str, Any]:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command line; --child, --job-ids, --result and --profile are the children's, hidden from --help."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", type=int, default=1000, help="concurrent jobs (default 1000)")
+    parser.add_argument("--jobs", type=int, default=1000, help="concurrent (DLC) jobs (default 1000)")
     parser.add_argument("--polls", type=int, default=5, help="status polls per job (default 5)")
     parser.add_argument(
-        "--poll-interval", type=float, default=0.01, help="seconds between polls, both modes (default 0.01)"
+        "--poll-interval",
+        type=float,
+        help="seconds between polls, every mode (default 0.01; with --fleet 1, a tenth of the default 10)",
     )
     parser.add_argument("--rounds", type=int, default=5, help="baseline/trigger pairs, medians (default 5)")
     parser.add_argument("--running", action="store_true", help="jobs sit in Running with a few log lines")
@@ -683,14 +747,60 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--profile-dir", type=Path, help="write cProfile stats of each mode's first round to this folder"
     )
     parser.add_argument("--json", type=Path, metavar="PATH", help="also write the results as JSON")
+    fleet = parser.add_argument_group(
+        "fleet", "--fleet: mixed DLC and ACK fleets, batched and not (fleet_dlc.py)"
+    )
+    fleet.add_argument("--fleet", action="store_true", help="measure the fleet modes and the restart")
+    fleet.add_argument("--ack-jobs", type=int, default=300, help="concurrent ACK jobs (default 300)")
+    fleet.add_argument(
+        "--window-polls", type=int, default=18, help="poll intervals each mode is measured over (default 18)"
+    )
+    fleet.add_argument(
+        "--restart-rate-limits",
+        metavar="JSON",
+        help="the restart's api_rate_limits setting, e.g. {\"dlc\": 50} (default: the provider's defaults)",
+    )
+    fleet.add_argument("--only", choices=("dlc", "ack"), help="measure one platform's fleet only")
     parser.add_argument("--child", choices=("baseline", "trigger"), help=argparse.SUPPRESS)
     parser.add_argument("--job-ids", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--profile", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if min(args.jobs, args.polls, args.rounds) < 1:
-        parser.error("--jobs, --polls and --rounds must be at least 1")
+    if args.poll_interval is None:
+        args.poll_interval = FLEET_POLL_INTERVAL if args.fleet else POLL_INTERVAL
+    if min(args.jobs, args.polls, args.rounds, args.ack_jobs) < 1:
+        parser.error("--jobs, --ack-jobs, --polls and --rounds must be at least 1")
+    if args.fleet and args.window_polls < 6:
+        parser.error("--window-polls must be at least 6: the finishing jobs end 1.5 to 2.5 polls in")
     return args
+
+
+def run_fleet(args: argparse.Namespace) -> int:
+    """The fleet benchmark: DLC's three modes and the restart, then ACK's three modes; 1 when one of
+    the DLC targets fails (ACK's are reported only)."""
+    import fleet_ack
+    import fleet_dlc
+    from fleet_harness import quiet_dropped_connections
+
+    quiet_parent_logging()
+    quiet_dropped_connections()
+    os.environ[RATE_LIMITS_VARIABLE] = BENCH_RATE_LIMITS  # the parent's own calls: creating the jobs
+    outcome: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="fleet-scale-") as tmp:
+        if args.only != "ack":
+            outcome["dlc"] = fleet_dlc.run(args, Path(tmp))
+        if args.only != "dlc":
+            outcome["ack"] = fleet_ack.run(args, Path(tmp))
+    settings = {"jobs": args.jobs, "ack_jobs": args.ack_jobs, "poll_interval": args.poll_interval}
+    settings |= {"window_polls": args.window_polls, "steady_log_seconds": 9 * args.poll_interval}
+    print(", ".join(f"{name}={value:g}" for name, value in settings.items()))
+    if "dlc" in outcome:
+        print(f"\nDLC, {args.jobs:,} jobs\n\n{fleet_dlc.report(outcome['dlc'])}")
+    if "ack" in outcome:
+        print(f"\nACK, {args.ack_jobs:,} jobs\n\n{fleet_ack.report(outcome['ack'])}")
+    if args.json is not None:
+        args.json.write_text(json.dumps({**settings, **outcome}, indent=2) + "\n")
+    return 0 if outcome.get("dlc", {}).get("passed", True) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -702,6 +812,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.profile_dir is not None:
         args.profile_dir.mkdir(parents=True, exist_ok=True)
+    if args.fleet:
+        return run_fleet(args)
     report = run_parent(args)
     settings = {"jobs": args.jobs, "polls": args.polls, "poll_interval": args.poll_interval}
     settings |= {"rounds": args.rounds, "running": args.running, "greenback": args.greenback}

@@ -166,14 +166,16 @@ class JobMonitor:
         an image that cannot be pulled, which ``give_up`` counts), or when the listing left the job
         out (a job that is gone fails there with the platform's own error).
 
-        Its logs are read every poll for ``log_interval`` seconds after a change (a job starting,
-        restarting or failing shows each line at once) and at the end, else every ``log_interval``
-        seconds (None: every poll): a steady job's lines come in batches, none lost, since each read
-        starts where the last ended.
+        Its logs are read every poll for ``log_interval`` seconds after a change between two
+        sightings (a job starting, restarting or failing shows each line at once) and at the end,
+        else every ``log_interval`` seconds (None: every poll): a steady job's lines come in
+        batches, none lost, since each read starts where the last ended.
         """
         last, self._last_sighting = self._last_sighting, sighting
         changed = sighting is None or self._changed(sighting, last)
-        if changed:
+        if changed and last is not None:
+            # Moved on between two sightings: it starts, restarts or fails now. The first sighting
+            # differs only from what the deferring task saw, maybe hours ago (a triggerer restart).
             self._changed_at = time.monotonic()
         if changed or sighting is None or sighting.state.is_terminal or sighting.needs_details:
             status = self._detailed = await self.backend.astatus(self.handle)

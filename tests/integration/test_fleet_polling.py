@@ -104,6 +104,7 @@ def test_jobs_of_one_workspace_are_listed_together_and_each_trigger_gets_its_own
         assert outcome["job_status"]["raw"] == "Succeeded", trigger.handle
 
 
+@pytest.mark.slow
 def test_a_steady_jobs_logs_are_read_at_the_steady_pace_and_each_line_reaches_the_log_once(
     dlc: DlcEmulator, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -133,6 +133,21 @@ def test_waiters_woken_late_by_a_stalled_loop_take_new_slots_instead_of_sending_
     )
 
 
+def test_at_a_rate_whose_slots_are_shorter_than_a_wake_up_every_waiter_still_sends() -> None:
+    """A slot of a microsecond is over before any task wakes: lateness counts only past
+    LATE_SECONDS, or no waiter would ever send."""
+    bucket = TokenBucket(rate=1_000_000, burst=1)
+
+    async def run() -> None:
+        await asyncio.wait_for(asyncio.gather(*(bucket.aacquire() for _ in range(1000))), timeout=5)
+
+    asyncio.run(run())
+    thread = threading.Thread(target=bucket.acquire)
+    thread.start()
+    thread.join(timeout=5)
+    assert not thread.is_alive()
+
+
 def test_a_bucket_needs_a_rate_and_a_burst() -> None:
     with pytest.raises(ValueError, match="rate above 0"):
         TokenBucket(rate=0, burst=1)

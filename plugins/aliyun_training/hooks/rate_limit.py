@@ -107,9 +107,10 @@ class TokenBucket:
             return max(0.0, -self._tokens / self.rate)
 
     def _late(self, due: float) -> bool:
-        """Whether a caller due at ``due`` woke more than ``LATE_SLOTS`` of its slots late: after a
-        stall (a busy event loop, a paused process) every waiter due meanwhile would send at once."""
-        return self._clock() - due > LATE_SLOTS / self.rate
+        """Whether a caller due at ``due`` woke more than ``LATE_SLOTS`` of its slots late (and more
+        than ``LATE_SECONDS``): after a stall (a busy event loop, a paused process) every waiter due
+        meanwhile would send at once."""
+        return self._clock() - due > max(LATE_SLOTS / self.rate, LATE_SECONDS)
 
     def acquire(self) -> None:
         """Wait for a token (a thread's way); one that woke too late takes a later one."""
@@ -135,6 +136,10 @@ class TokenBucket:
 #: Beyond that its slot has passed while it could not run, and the waiters due meanwhile would all
 #: send together; it takes a new slot instead, and the one it missed goes unused.
 LATE_SLOTS = 1
+#: The least lateness that counts, whatever the rate: a thread or a task wakes a few milliseconds
+#: after its time on any busy machine, and at a high rate a slot is shorter than that, so a waiter
+#: held to its slot would never send, burning a token each time it tried.
+LATE_SECONDS = 0.01
 
 
 _buckets: dict[tuple[str, str, str], TokenBucket] = {}

@@ -108,7 +108,9 @@ class StatusPoller:
 
     async def _run(self) -> None:
         """List every watched job each interval until the last watcher leaves (which cancels this)."""
+        loop = asyncio.get_running_loop()
         while True:
+            started = loop.time()
             watches = list(self._watches)
             handles = list({watch.handle.job_id: watch.handle for watch in watches}.values())
             try:
@@ -120,7 +122,10 @@ class StatusPoller:
             else:
                 for watch in watches:
                     watch.deliver(statuses.get(watch.handle.job_id))
-            await asyncio.sleep(min(watch.interval for watch in self._watches))
+            # The next listing starts one interval after this one started, not after it ended: a
+            # job that ends is then seen within one interval and one listing, however long lists take.
+            interval = min(watch.interval for watch in self._watches)
+            await asyncio.sleep(max(0.0, started + interval - loop.time()))
 
 
 #: Per event loop (the triggerer has one; tests start many), its pollers by batch key.
