@@ -12,7 +12,7 @@ with 401), so a request answered 401 changed nothing and is safe to send again.
 
 Every request (a watch or a log stream is one, a repeat after a 401 another) first takes a token
 from the connection's rate limiter, which every hook of that connection in the process shares
-(``rate_limit.cluster_limiter``: client-go's 5 requests per second with bursts of 10 unless the
+(``rate_limit.cluster_limiter``: 50 requests a second in bursts of 100 unless the
 ``api_rate_limits`` setting names another rate).
 """
 

@@ -373,8 +373,8 @@ def _monitoring_words(rate: dict[str, float]) -> str:
         return "no API requests: the job's files are read"
     return (
         f"{alone:g} API requests a minute while it runs, {fleet:g} when the triggerer lists it with "
-        f"{LISTING_JOBS} or more jobs of its workspace (DLC) or namespace (ACK); a change of state adds "
-        "a status and a log read"
+        f"{LISTING_JOBS} or more jobs of its workspace (DLC) or namespace (ACK); each change of state "
+        "adds a status read, and log reads every poll for steady_log_seconds"
     )
 
 
