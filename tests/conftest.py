@@ -6,6 +6,7 @@ test module imports Airflow.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -31,6 +32,14 @@ os.environ.update(
         "ALIYUN_TRAINING_LOCAL_ROOT": str(_SESSION_DIR / "local"),
         # The installation id every job, pod and plan of a test carries (fakes.environment_files's).
         "AIRFLOW__ALIYUN_TRAINING__INSTALLATION_ID": "test-deployment",
+        # The emulators answer in a millisecond where the cloud takes a hundred, so the defaults'
+        # pacing (10 a second for most services, each bucket starting empty) would be most of a
+        # test's time; the rate-limit tests set their own limits, the defaults' included.
+        "AIRFLOW__ALIYUN_TRAINING__API_RATE_LIMITS": json.dumps(
+            dict.fromkeys(
+                ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "ram", "kubernetes"), 1e6
+            )
+        ),
         "PYTHONPATH": os.pathsep.join(
             filter(None, [str(PROJECT_DIR / "plugins"), os.environ.get("PYTHONPATH")])
         ),
