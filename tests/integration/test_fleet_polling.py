@@ -28,6 +28,8 @@ if TYPE_CHECKING:
 AK, SK = "LTAI-fleet-access-key", "fleet-secret-access-key-value"
 OTHER_AK, OTHER_SK = "LTAI-other-account-key", "other-account-secret-value"
 POLL = 0.1
+#: How long the emulator holds a listing back, to cancel a trigger while its page is in flight.
+HELD = 0.5
 
 #: Queued, then running and logging, then done: a job of each phase a fleet holds at once.
 SCRIPT = JobScript(
@@ -155,19 +157,17 @@ def test_a_page_that_arrives_after_a_trigger_was_cancelled_goes_to_the_others_an
     triggers = submit(3)
     killed = triggers[0]
 
+    cancelled_at = 0.0
+
     async def run() -> list[dict[str, Any]]:
+        nonlocal cancelled_at
         tasks = [asyncio.create_task(fire(trigger)) for trigger in triggers]
         while not dlc.requests_for("ListJobs"):
             await asyncio.sleep(0.01)
-        dlc.faults = FaultPlan(slow_rate=1.0, slow_seconds=0.3, actions=frozenset({"ListJobs"}))
-        asked = len(dlc.requests_for("ListJobs"))
-        while (
-            len(dlc.requests) == 0
-            or dlc.requests[-1].action != "ListJobs"
-            or asked == len(dlc.requests_for("ListJobs"))
-        ):
-            await asyncio.sleep(0.01)
-        # The listing is now held back in flight: the user marks the first task failed.
+        dlc.faults = FaultPlan(slow_rate=1.0, slow_seconds=HELD, actions=frozenset({"ListJobs"}))
+        await asyncio.sleep(POLL + 0.1)  # the next listing is now held back by the emulator
+        # The user marks the first task failed while that page is in flight.
+        cancelled_at = time.time()
         tasks[0].cancel()
         await killed.on_kill()
         dlc.faults = FaultPlan()
@@ -178,6 +178,10 @@ def test_a_page_that_arrives_after_a_trigger_was_cancelled_goes_to_the_others_an
 
     outcomes = asyncio.run(run())
 
+    held = [
+        r for r in dlc.requests_for("ListJobs") if r.fault == "slow" and r.at < cancelled_at < r.at + HELD
+    ]
+    assert any(killed.handle["job_id"] in r.query["JobIds"] for r in held), "its page was in flight"
     assert [outcome["status"] for outcome in outcomes] == ["succeeded", "succeeded"]
     (stop,) = dlc.requests_for("StopJob")
     assert killed.handle["job_id"] in stop.path
