@@ -1,4 +1,4 @@
-"""An emulated Alibaba Cloud account: DLC, VPC/ECS, PAI Studio, RAM and OSS emulators behind one connection.
+"""An emulated Alibaba Cloud account: DLC, VPC/ECS, PAI Studio, RAM, OSS, CloudMonitor behind one connection.
 
 The ``alibaba_cloud_default`` connection points every service at its emulator over HTTP, and the
 account holds a complete Lingjun setup: a network every preflight check passes, a quota with room,
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aliyun_training.oss_location import parse_oss_uri
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import ManualClock
+from fakes.cms import CloudMonitorEmulator
 from fakes.dlc import DlcEmulator
 from fakes.network import NetworkEmulator, StandardNetwork
 from fakes.oss import OssEmulator
@@ -55,6 +56,8 @@ class Cloud:
     dlc: DlcEmulator
     oss: OssEmulator
     ids: StandardNetwork
+    #: The jobs' GPU metrics (``acs_pai_dlc``): a test sets each job's series.
+    cms: CloudMonitorEmulator
 
 
 @contextlib.contextmanager
@@ -66,6 +69,7 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
         RamEmulator(keys) as ram,
         DlcEmulator(keys) as dlc,
         OssEmulator(keys, region=REGION) as oss,
+        CloudMonitorEmulator(keys, region=REGION) as cms,
     ):
         ids = network.standard()
         oss.create_bucket(BUCKET)
@@ -81,11 +85,12 @@ def emulated_cloud(monkeypatch: pytest.MonkeyPatch) -> Iterator[Cloud]:
             "ram": ram.endpoint,
             "dlc": dlc.endpoint,
             "oss": oss.endpoint.removeprefix("http://"),
+            "cms": cms.endpoint,
         }
         use_alibaba_connection(
             monkeypatch, endpoints, AK, SK, retry={"max_attempts": 3, "base_delay": 0.01, "max_delay": 0.02}
         )
-        yield Cloud(network, studio, ram, dlc, oss, ids)
+        yield Cloud(network, studio, ram, dlc, oss, ids, cms)
 
 
 @contextlib.contextmanager

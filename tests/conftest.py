@@ -37,7 +37,8 @@ os.environ.update(
         # test's time; the rate-limit tests set their own limits, the defaults' included.
         "AIRFLOW__ALIYUN_TRAINING__API_RATE_LIMITS": json.dumps(
             dict.fromkeys(
-                ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "ram", "kubernetes"), 1e6
+                ("dlc", "paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "ram", "cms", "kubernetes"),
+                1e6,
             )
         ),
         "PYTHONPATH": os.pathsep.join(

@@ -23,7 +23,8 @@ model.pt and mlflow-model/ (the network behind its standardisation, as an MLflow
 ``mlflow_model.py``, shared too; val scores are reported as test_loss and test_accuracy, the keys
 the run report plots); a
 retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint. gloo on CPU,
-nccl on GPUs (one per local rank).
+nccl on GPUs (one per local rank). Rank 0 also prints progress lines (``progress.py``, shared too):
+ten in the course of each epoch and one at its end, which the pipeline reads for the job's ETA.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from mlflow_model import save_mlflow_model
+from progress import LoopProgress
 from shards import DataError, Sample, read_index, read_samples, write_atomically
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
@@ -285,14 +287,29 @@ def reduce_sums(env: Dist, *values: float) -> list[float]:
     return totals.tolist()
 
 
+def steps_per_epoch(train: Split, batch_size: int) -> int:
+    """The batches of one pass over this rank's share (every rank's is the same size)."""
+    return -(-len(train.labels) // batch_size)
+
+
 def train_epoch(
-    env: Dist, model: nn.Module, train: Split, optimizer: torch.optim.Optimizer, batch_size: int, seed: int
+    env: Dist,
+    model: nn.Module,
+    train: Split,
+    optimizer: torch.optim.Optimizer,
+    batch_size: int,
+    seed: int,
+    epoch: int,
+    progress: LoopProgress,
 ) -> tuple[float, float]:
-    """One shuffled pass over this rank's share; loss and accuracy over all ranks' samples."""
+    """One shuffled pass over this rank's share; loss and accuracy over all ranks' samples.
+
+    Rank 0 reports its running scores in the course of the epoch (``progress.py``).
+    """
     model.train()
     order = torch.randperm(len(train.labels), generator=torch.Generator().manual_seed(seed))
-    loss_sum, correct = 0.0, 0
-    for batch in order.split(batch_size):
+    loss_sum, correct, seen = 0.0, 0, 0
+    for step, batch in enumerate(order.split(batch_size), start=1):
         images, labels = train.images[batch].to(env.device), train.labels[batch].to(env.device)
         optimizer.zero_grad(set_to_none=True)
         logits = model(images)
@@ -301,6 +318,9 @@ def train_epoch(
         optimizer.step()
         loss_sum += loss.item() * len(labels)
         correct += int((logits.argmax(dim=1) == labels).sum())
+        seen += len(labels)
+        if env.is_main:
+            progress.step(epoch, step, train_loss=loss_sum / seen, train_accuracy=correct / seen)
     total_loss, total_correct, count = reduce_sums(env, loss_sum, correct, len(train.labels))
     return total_loss / count, total_correct / count
 
@@ -362,11 +382,14 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
             f"backend={env.backend} start_epoch={start}",
             flush=True,
         )
+    progress = LoopProgress(steps_per_epoch=steps_per_epoch(train, args.batch_size), epochs=args.epochs)
     for epoch in range(start, args.epochs + 1):
         began = time.perf_counter()
         # Seeded per rank and epoch: each rank shuffles its own share differently every epoch.
         seed = args.seed * 1_000_003 + epoch * 1009 + env.placement.rank
-        train_loss, train_accuracy = train_epoch(env, ddp, train, optimizer, args.batch_size, seed)
+        train_loss, train_accuracy = train_epoch(
+            env, ddp, train, optimizer, args.batch_size, seed, epoch, progress
+        )
         test_loss, test_accuracy = evaluate(env, model, val)
         seconds = time.perf_counter() - began
         history.append(
@@ -383,6 +406,13 @@ def fit(env: Dist, args: argparse.Namespace, train: Split, val: Split, classes: 
             scores = " ".join(f"{key}={value:.4f}" for key, value in history[-1].items() if key != "epoch")
             history[-1]["attempt"] = checkpoints.ATTEMPT
             print(f"epoch {epoch}/{args.epochs} {scores}", flush=True)
+            progress.epoch_end(
+                epoch,
+                train_loss=train_loss,
+                train_accuracy=train_accuracy,
+                test_loss=test_loss,
+                test_accuracy=test_accuracy,
+            )
             state = {
                 "epoch": epoch,
                 "width": args.width,

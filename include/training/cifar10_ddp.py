@@ -9,7 +9,9 @@ torchrun rewrites RANK and WORLD_SIZE for each worker to the global process rank
 so the script only reads RANK, WORLD_SIZE and LOCAL_RANK. Rank 0 writes metrics.json and a checkpoint
 (``checkpoints.py``: CHECKPOINT_DIR, a marker written last) after every epoch, and at the end model.pt
 (the state) and mlflow-model/ (the same model as an MLflow model, ``mlflow_model.py``);
-a retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint.
+a retry the pipeline sets RESUME_FROM for resumes after the newest complete checkpoint. Rank 0
+also prints progress lines (``progress.py``): ten in the course of each epoch and one at its end,
+which the pipeline reads for the job's progress and ETA.
 
 The test metrics it reports are those of the model it saves: the model standardises its input
 with the statistics of the data it was trained on (buffers of its first layer, saved in model.pt),
@@ -36,6 +38,7 @@ import torch.distributed as dist
 from atomic_io import write_atomically
 from cifar10_model import IMAGE_SHAPE, NUM_CLASSES, build_model
 from mlflow_model import save_mlflow_model
+from progress import LoopProgress
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
@@ -218,13 +221,21 @@ def reduce_sums(env: Dist, *values: float) -> list[float]:
 
 
 def train_epoch(
-    env: Dist, model: nn.Module, loader: DataLoader, optimizer: torch.optim.Optimizer, epoch: int
+    env: Dist,
+    model: nn.Module,
+    loader: DataLoader,
+    optimizer: torch.optim.Optimizer,
+    epoch: int,
+    progress: LoopProgress,
 ) -> float:
-    """Run one pass over this rank's share of the data; return the loss averaged over all ranks."""
+    """Run one pass over this rank's share of the data; return the loss averaged over all ranks.
+
+    Rank 0 reports its running loss in the course of the epoch (``progress.py``).
+    """
     model.train()
     loader.sampler.set_epoch(epoch)
     loss_sum, count = 0.0, 0
-    for images, labels in loader:
+    for step, (images, labels) in enumerate(loader, start=1):
         images, labels = images.to(env.device), labels.to(env.device)
         optimizer.zero_grad(set_to_none=True)
         loss = nn.functional.cross_entropy(model(images), labels)
@@ -232,6 +243,8 @@ def train_epoch(
         optimizer.step()
         loss_sum += loss.item() * len(labels)
         count += len(labels)
+        if env.is_main:
+            progress.step(epoch, step, train_loss=loss_sum / count)
     total_loss, total_count = reduce_sums(env, loss_sum, count)
     return total_loss / total_count
 
@@ -286,9 +299,10 @@ def fit(env: Dist, args: argparse.Namespace, data: Dataset) -> None:
     if env.is_main:
         print(f"start world_size={env.world_size} backend={env.backend} start_epoch={start}", flush=True)
     loader = make_loader(env, train, args.batch_size, args.seed)
+    progress = LoopProgress(steps_per_epoch=len(loader), epochs=args.epochs)
     for epoch in range(start, args.epochs + 1):
         began = time.perf_counter()
-        train_loss = train_epoch(env, ddp, loader, optimizer, epoch)
+        train_loss = train_epoch(env, ddp, loader, optimizer, epoch, progress)
         test_loss, test_accuracy = evaluate(env, model, test)
         seconds = time.perf_counter() - began
         history.append(
@@ -307,6 +321,7 @@ def fit(env: Dist, args: argparse.Namespace, data: Dataset) -> None:
                 f"test_accuracy={test_accuracy:.4f} seconds={seconds:.2f}",
                 flush=True,
             )
+            progress.epoch_end(epoch, train_loss=train_loss, test_loss=test_loss, test_accuracy=test_accuracy)
             buffer = io.BytesIO()
             torch.save(
                 {"epoch": epoch, "model": model.state_dict(), "optimizer": optimizer.state_dict()}, buffer

@@ -57,6 +57,7 @@ from aliyun_training.model_registry.kinds import (
     ModelRegistryKind,
     check_declared_settings,
 )
+from aliyun_training.notifications import NotifierSpec
 from aliyun_training.promotion import PromotionRule
 from aliyun_training.spec import (
     DATASET_VERSION_PATTERN,
@@ -581,6 +582,25 @@ class RecoveryBlock(_Block):
         return {**DEFAULT_RECOVERY, **self.classes}
 
 
+class DeadlineBlock(_Block):
+    """How long the training job should run, which its deadline and the ETA's alert are held to.
+
+    Without ``expected_minutes`` the median running time of the job in the pipeline's last five
+    successful runs stands in (from three such runs on; before that the job has no deadline).
+    """
+
+    expected_minutes: Annotated[
+        float | None,
+        Field(
+            gt=0, le=30 * 24 * 60, json_schema_extra=field_fix("give the job's usual running time in minutes")
+        ),
+    ] = None
+    #: The deadline is the job's start plus ``expected_minutes`` times this.
+    tolerance: Annotated[
+        float, Field(ge=1, le=10, json_schema_extra=field_fix("give a factor from 1 to 10, e.g. 1.5"))
+    ] = 1.5
+
+
 class PipelineDeclaration(_Block):
     """One model's training pipeline; ``source`` is the file it was read from, if any."""
 
@@ -592,6 +612,9 @@ class PipelineDeclaration(_Block):
     image: ImageBlock = Field(default_factory=ImageBlock)
     artifacts: ArtifactsBlock = Field(default_factory=ArtifactsBlock)
     recovery: RecoveryBlock = Field(default_factory=RecoveryBlock)
+    deadline: DeadlineBlock = Field(default_factory=DeadlineBlock)
+    #: Who is told of the run's failure, success, promotion, approval and deadline (docs/notifications.md).
+    notifications: list[NotifierSpec] = Field(default_factory=list)
     #: When a run's model becomes the champion (``promotion.PromotionRule``); None: never, every
     #: published model is a candidate only.
     promotion: PromotionRule | None = None

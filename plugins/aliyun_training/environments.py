@@ -28,6 +28,7 @@ from aliyun_training.backend_catalog import backend_record
 from aliyun_training.backends.ack.request import (
     DEFAULT_MPI_API_VERSION,
     DEFAULT_RDMA_RESOURCE,
+    GpuMetricsUrl,
     MaxGpusPerNode,
     MpiApiVersion,
     Namespace,
@@ -483,6 +484,7 @@ class AckEnvironment(CloudEnvironment):
         DnsSubdomain | None, Field(json_schema_extra=field_fix("the output claim's name"))
     ] = None
     username: Username = "airflow"
+    gpu_metrics_url: GpuMetricsUrl = None
     staging: AckStagingSettings = Field(default_factory=AckStagingSettings)
     image_build: AckImageBuildSettings = Field(default_factory=AckImageBuildSettings)
     rdma_check: AckRdmaCheckSettings = Field(default_factory=AckRdmaCheckSettings)

@@ -1,9 +1,11 @@
-"""Links shown on the tasks in the Airflow UI: the job's console, the dry run's plan, the run report.
+"""Links shown on the tasks in the Airflow UI: the job's console, its live page, the dry run's plan,
+the run report.
 
-The plan and the report are the provider's own pages (``aliyun_training.pages``), served over http
-by the API server behind Airflow's login; a task stores where the file it wrote lies, and the link
-appears once it has. When a task ends, Airflow's task runner stores each link's ``get_link`` under
-the link's ``xcom_key``, which is what the UI reads: from then on that XCom holds the page's address.
+The run page, the plan and the report are the provider's own pages (``aliyun_training.pages``),
+served over http by the API server behind Airflow's login; a task stores where the file it wrote
+lies (``train``: the page's address, once its job is submitted), and the link appears once it has.
+When a task ends, Airflow's task runner stores each link's ``get_link`` under the link's
+``xcom_key``, which is what the UI reads: from then on that XCom holds the page's address.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from airflow.sdk import BaseOperatorLink
 from airflow.sdk.execution_time.xcom import XCom
 
-from aliyun_training.pages.urls import plan_page, report_page
+from aliyun_training.pages.urls import plan_page, report_page, run_page
 
 if TYPE_CHECKING:
     from airflow.sdk import BaseOperator
@@ -60,6 +62,17 @@ class _RunPageLink(_StoredUrlLink):
     @abstractmethod
     def page(self, dag_id: str, run_id: str) -> str:
         """The page's address for the run."""
+
+
+class RunPageLink(_RunPageLink):
+    """The run's live page: its training job's state, progress, ETA, GPU use and cost while it runs
+    (the ``train`` task stores the address when it submits the job), then the way to its report."""
+
+    name = "Run page"
+    key = "run_page_url"
+
+    def page(self, dag_id: str, run_id: str) -> str:
+        return run_page(dag_id, run_id)
 
 
 class RunPlanLink(_RunPageLink):

@@ -28,10 +28,13 @@ from aliyun_training.failures import Failure, FailureClass, blocked_class
 from aliyun_training.failures.origin import ORIGIN_CANDIDATES, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, failure_excerpt
 from aliyun_training.installation import batched_status, steady_log_seconds
+from aliyun_training.live import LiveRecord  # noqa: TC001  (a field of JobOutcome, which pydantic reads)
 from aliyun_training.stage_records import OutcomeStatus, TriggerOutcome
 
 if TYPE_CHECKING:
     import logging
+
+    from aliyun_training.live import LiveView
 
 #: How many log lines of the failing node a failed task shows in its error.
 FAILURE_TAIL_LINES = 50
@@ -81,6 +84,9 @@ class JobOutcome(TriggerOutcome[JobHandle]):
     failure: Failure | None = None
     #: The platform's last word on why the job waited before it ran (queue position and reason).
     waited_because: str = ""
+    #: What the job was last seen doing: progress, GPU use, cost, the notices sent (where watched
+    #: with a ``LiveView``).
+    live: LiveRecord | None = None
 
 
 class GpuBudget(BaseModel):
@@ -119,6 +125,7 @@ class JobMonitor:
         last_raw_status: str | None = None,
         budget: GpuBudget | None = None,
         waited_because: str = "",
+        view: LiveView | None = None,
     ) -> None:
         self.backend = backend
         self.handle = handle
@@ -131,6 +138,8 @@ class JobMonitor:
         self.blocked_polls = 0
         #: The last reason a poll gave for the job waiting (pending): why it queued, for the report.
         self.waited_because = waited_because
+        #: What the run page and the progress lines are made of (None: the job is only logged).
+        self.view = view
         #: Of a job watched through a shared listing (``apoll_sighted``): the listing's last sighting,
         #: the last status read with its details, when the sighting last changed and when the logs
         #: were last read (monotonic seconds).
@@ -278,6 +287,12 @@ class JobMonitor:
         self.last_reason = status.reason
         if status.state is JobState.PENDING and status.reason:
             self.waited_because = status.reason
+        if self.view is not None:
+            now = datetime.now(UTC)
+            self.view.see_status(status, now)
+            progress = self.view.progress_line(now)
+            if progress:
+                self.log.info("Job %s: %s", self.handle.job_id, progress)
         return status
 
     def _emit(self, chunk: LogChunk) -> bool:
@@ -285,6 +300,8 @@ class JobMonitor:
         self.cursor = chunk.cursor
         for line in chunk.lines:
             self.log.info("%s", line)
+        if self.view is not None:
+            self.view.see_lines(chunk.lines, datetime.now(UTC))
         return chunk.more
 
     @staticmethod
@@ -309,6 +326,7 @@ class JobMonitor:
             details=details or [],
             failure=failure,
             waited_because=self.waited_because,
+            live=self.view.record(datetime.now(UTC)) if self.view is not None else None,
         )
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from aliyun_training.links import RunPlanLink, RunReportLink, TrainingJobConsoleLink
+from aliyun_training.links import RunPageLink, RunPlanLink, RunReportLink, TrainingJobConsoleLink
 from aliyun_training.pages.urls import PREFIX, page_path
 from aliyun_training.provider_info import PLUGIN_NAME
 
@@ -36,7 +36,7 @@ class _PagesApps:
 class AliyunTrainingPlugin(AirflowPlugin):
     name = PLUGIN_NAME
     #: The links the provider metadata declares (``extra-links``; a test keeps the two the same).
-    operator_extra_links = [TrainingJobConsoleLink(), RunPlanLink(), RunReportLink()]
+    operator_extra_links = [TrainingJobConsoleLink(), RunPageLink(), RunPlanLink(), RunReportLink()]
     fastapi_apps = _PagesApps()
     #: "Training pipelines" under Browse: every pipeline's runs, versions, results and pages.
     external_views = [

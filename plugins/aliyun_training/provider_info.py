@@ -79,6 +79,7 @@ _HOOK_MODULES = [
     for name in (
         "alibaba_cloud",
         "aiworkspace",
+        "cms",
         "cr",
         "dlc",
         "ecs",
@@ -140,6 +141,7 @@ def get_provider_info() -> dict[str, Any]:
         ],
         "extra-links": [
             "aliyun_training.links.TrainingJobConsoleLink",
+            "aliyun_training.links.RunPageLink",
             "aliyun_training.links.RunPlanLink",
             "aliyun_training.links.RunReportLink",
         ],
@@ -197,8 +199,9 @@ def get_provider_info() -> dict[str, Any]:
                             "Requests per second this process sends to each Alibaba Cloud API of one "
                             "account, and to each Kubernetes cluster connection: a JSON object of service "
                             "or service.Action to a rate (the more specific key wins). Services: dlc, "
-                            "paistudio, aiworkspace, vpc, ecs, nas, cr, oss, sts, ram, kubernetes. Empty: "
-                            "PAI-DLC's published quotas (100 per second, CreateJob 150), our 50 per second "
+                            "paistudio, aiworkspace, vpc, ecs, nas, cr, cms, oss, sts, ram, kubernetes. "
+                            "Empty: PAI-DLC's published quotas (100 per second, CreateJob 150), "
+                            "CloudMonitor's (cms: 50 per second), our 50 per second "
                             "(bursts of 100) for Kubernetes, and our 10 per second for the services that "
                             "publish none. A quota is the account's, shared by every deployment and "
                             "team of it, and every process (each triggerer, each task, the reconciler's "

@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from aliyun_training.backend_catalog import Backend
 from aliyun_training.failures import FailureClass
+from aliyun_training.gpu_use import GpuUse
+from aliyun_training.progress import ProgressEstimate
 from aliyun_training.spec import DATASET_VERSION_PATTERN, DatasetMount, TrainingJobSpec
 from aliyun_training.validation import SpecError
 
@@ -141,6 +143,13 @@ class JobResult(BaseModel):
     waited_because: str = ""
     #: Every try of the round, oldest first, this one last; ``gpu_hours`` above is this try's.
     attempts: list[Attempt] = Field(default_factory=list)
+    #: The training script's last progress report (README: the progress contract), if it printed one.
+    progress: ProgressEstimate | None = None
+    #: The GPUs' use while it ran (mean, p10, idle minutes), or why none could be read.
+    gpu_use: GpuUse | None = None
+    #: What ``gpu_hours`` cost, where the environment prices a GPU-hour.
+    money: float | None = None
+    currency: str | None = None
 
 
 class ArtifactSet(BaseModel):

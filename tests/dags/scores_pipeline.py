@@ -76,16 +76,19 @@ out.mkdir(parents=True, exist_ok=True)
 
 
 def scores_pipeline(
-    tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch, approval: str = ""
+    tmp_path: Path, local_root: Path, monkeypatch: pytest.MonkeyPatch, approval: str = "", extra: str = ""
 ) -> Any:
     """The pipeline's DAG (``scores_approved`` with an approval block, else ``scores_retrain``),
     declared in ``tmp_path``, polling its jobs every 0.1 s, with no champion yet (the session's
-    metadata DB keeps the champion Asset's state of another test's pipeline of the same model)."""
+    metadata DB keeps the champion Asset's state of another test's pipeline of the same model).
+    ``extra`` is YAML added to the declaration's top level."""
     dag_id = "scores_approved" if approval else "scores_retrain"
     folder = tmp_path / "pipelines"
     (folder / "code").mkdir(parents=True)
     model = "approved" if approval else "scores"
-    (folder / "scores.yaml").write_text(DECLARATION.format(dag_id=dag_id, model=model, approval=approval))
+    (folder / "scores.yaml").write_text(
+        DECLARATION.format(dag_id=dag_id, model=model, approval=approval) + extra
+    )
     (folder / "code" / "train.py").write_text(textwrap.dedent(TRAIN))
     (folder / "code" / "evaluate.py").write_text(textwrap.dedent(EVALUATE))
     monkeypatch.setenv("ALIYUN_TRAINING_PIPELINES_DIR", str(folder))

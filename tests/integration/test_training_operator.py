@@ -32,6 +32,7 @@ from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.names import job_name
 from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
+from aliyun_training.pages.urls import run_page
 from aliyun_training.triggers.training import TrainingJobTrigger
 from fakes.environment_files import INSTALLATION
 from tests.integration.test_failure_corpus import RANKS_SCRIPT
@@ -72,8 +73,12 @@ class TaskInstanceIds:
     try_number: int = 1
 
     def xcom_push(self, key: str, value: Any) -> None:
-        """Local jobs have no console: the operator stores an empty link."""
-        assert (key, value) == ("training_job_console_url", "")
+        """Local jobs have no console: the operator stores an empty link; the run page's is the
+        provider's page of this run."""
+        assert (key, value) in {
+            ("training_job_console_url", ""),
+            ("run_page_url", run_page(self.dag_id, self.run_id)),
+        }
 
 
 @pytest.fixture

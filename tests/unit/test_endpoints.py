@@ -10,6 +10,8 @@ The expected hosts are copied from each product's "Endpoints" page of its API re
   ``api-vpc-2016-04-28-endpoint``, ``api-ecs-2014-05-26-endpoint``, ``api-nas-2017-06-26-endpoint``,
   ``api-cr-2018-12-01-endpoint``;
 - STS 2015-04-01: ``api-sts-2015-04-01-endpoint`` (regional hosts, sts.cn-wulanchabu among them);
+- CloudMonitor 2019-01-01: the CloudMonitor API's "Request method" page (regional
+  ``metrics.<region>.aliyuncs.com``), and the SDK's own endpoint map (``metrics.cn-wulanchabu``);
 - RAM 2015-05-01: one global endpoint, ``ram.aliyuncs.com`` in every region (``ram.vpc-proxy`` in
   a VPC); the RAM SDK's own rule would compute ``ram.cn-wulanchabu.aliyuncs.com``;
 - OSS: "Regions and endpoints", public ``oss-cn-wulanchabu.aliyuncs.com``.
@@ -35,6 +37,7 @@ OFFICIAL_PUBLIC_ENDPOINTS = {
     "nas": "nas.cn-wulanchabu.aliyuncs.com",
     "cr": "cr.cn-wulanchabu.aliyuncs.com",
     "sts": "sts.cn-wulanchabu.aliyuncs.com",
+    "cms": "metrics.cn-wulanchabu.aliyuncs.com",
     "ram": "ram.aliyuncs.com",
 }
 

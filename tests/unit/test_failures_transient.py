@@ -97,7 +97,7 @@ def test_each_transient_retry_waits_twice_as_long_as_the_one_before() -> None:
     policy = FailureClassRetryPolicy()
     failed = TrainingJobFailed("lost", Failure(failure_class=FailureClass.TRANSIENT, evidence=["429"]))
 
-    decisions = [policy.evaluate(failed, try_number, max_tries=10) for try_number in (1, 2, 3, 30)]
+    decisions = [policy.evaluate(failed, try_number, max_tries=40) for try_number in (1, 2, 3, 30)]
 
     assert {decision.action for decision in decisions} == {RetryAction.RETRY}
     assert [decision.retry_delay for decision in decisions] == [
@@ -110,3 +110,14 @@ def test_each_transient_retry_waits_twice_as_long_as_the_one_before() -> None:
     # A class without back-off keeps its one delay.
     capacity = TrainingJobFailed("full", Failure(failure_class=FailureClass.CAPACITY))
     assert policy.evaluate(capacity, 3, max_tries=10).retry_delay == timedelta(minutes=15)
+
+
+def test_the_last_try_fails_so_the_tasks_failure_callbacks_run() -> None:
+    """A retry decision on the last try fails the task without its on_failure_callback (Airflow
+    3.3 calls on_retry_callback then): the job's stop and the failure notice would not run."""
+    policy = FailureClassRetryPolicy()
+    failed = TrainingJobFailed("lost", Failure(failure_class=FailureClass.TRANSIENT, evidence=["429"]))
+
+    assert policy.evaluate(failed, 2, max_tries=2).action is RetryAction.RETRY
+    last = policy.evaluate(failed, 3, max_tries=2)
+    assert last.action is RetryAction.FAIL and "no try left" in (last.reason or "")

@@ -13,7 +13,7 @@ from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk.execution_time.xcom import XCom
 from airflow.sdk.types import TaskInstanceKey
 
-from aliyun_training.links import RunPlanLink, RunReportLink, TrainingJobConsoleLink
+from aliyun_training.links import RunPageLink, RunPlanLink, RunReportLink, TrainingJobConsoleLink
 from tests.operator_harness import TaskInstanceIds
 
 RUN_ID = "manual__2026-11-30T00:00:00+00:00"
@@ -39,7 +39,9 @@ def ti(monkeypatch: pytest.MonkeyPatch) -> TaskInstanceIds:
     return task_instance
 
 
-def link_of(link: TrainingJobConsoleLink | RunPlanLink | RunReportLink, ti: TaskInstanceIds) -> str:
+def link_of(
+    link: TrainingJobConsoleLink | RunPageLink | RunPlanLink | RunReportLink, ti: TaskInstanceIds
+) -> str:
     """What the UI shows for ``link`` on ``ti``'s task."""
     operator = EmptyOperator(task_id=ti.task_id)
     return link.get_link(operator, ti_key=TaskInstanceKey(ti.dag_id, ti.task_id, ti.run_id))
@@ -63,22 +65,25 @@ def test_a_job_without_a_console_stores_an_empty_url_and_shows_no_link(ti: TaskI
     assert link_of(link, ti) == ""
 
 
-@pytest.mark.parametrize(("link", "page"), [(RunPlanLink(), "plan"), (RunReportLink(), "report")])
+@pytest.mark.parametrize(
+    ("link", "page"), [(RunPageLink(), ""), (RunPlanLink(), "/plan"), (RunReportLink(), "/report")]
+)
 def test_a_run_page_link_opens_the_providers_page_once_the_task_stored_what_it_shows(
-    ti: TaskInstanceIds, link: RunPlanLink | RunReportLink, page: str
+    ti: TaskInstanceIds, link: RunPageLink | RunPlanLink | RunReportLink, page: str
 ) -> None:
     assert link_of(link, ti) == "", "nothing stored yet: no link"
 
     link.persist({"ti": ti}, "/srv/airflow/dry-runs/cifar10/run/plan.html")
 
-    assert link_of(link, ti) == f"/aliyun-training/runs/retrain/{QUOTED_RUN_ID}/{page}"
+    assert link_of(link, ti) == f"/aliyun-training/runs/retrain/{QUOTED_RUN_ID}{page}"
 
 
 def test_each_link_has_its_own_name_and_xcom_key() -> None:
-    links = [TrainingJobConsoleLink(), RunPlanLink(), RunReportLink()]
+    links = [TrainingJobConsoleLink(), RunPageLink(), RunPlanLink(), RunReportLink()]
 
     assert [(link.name, link.xcom_key) for link in links] == [
         ("Training job console", "training_job_console_url"),
+        ("Run page", "run_page_url"),
         ("Run plan", "run_plan_url"),
         ("Run report", "run_report_url"),
     ]

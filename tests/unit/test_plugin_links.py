@@ -53,6 +53,7 @@ def test_the_plugins_folder_plugin_registers_every_link_the_provider_metadata_de
     assert registered == get_provider_info()["extra-links"]
     assert {link.name for link in module.AliyunTrainingPlugin.operator_extra_links} == {
         "Training job console",
+        "Run page",
         "Run plan",
         "Run report",
     }
@@ -84,6 +85,7 @@ def test_the_plugin_mounts_the_pages_and_offers_them_under_browse() -> None:
     assert {route.path for route in pages["app"].routes} >= {
         "/",
         "/pipelines/{dag_id}",
+        "/runs/{dag_id}/{run_id}",
         "/runs/{dag_id}/{run_id}/report",
         "/runs/{dag_id}/{run_id}/plan",
     }

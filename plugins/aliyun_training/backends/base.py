@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from aliyun_training.failures import Failure
+    from aliyun_training.gpu_use import GpuReading
 
 
 class JobState(StrEnum):
@@ -206,6 +207,14 @@ class TrainingBackend(Protocol):
     async def astop(self, handle: JobHandle) -> None: ...
 
     async def afailure_details(self, handle: JobHandle) -> list[str]: ...
+
+    async def agpu_reading(self, handle: JobHandle, since: datetime) -> GpuReading:
+        """What the job's GPUs did since ``since``: samples, or why none can be read (``unavailable``).
+
+        Information, never a decision: a metric that cannot be read (no exporter, no permission, an
+        API error) is an ``unavailable`` reading with the reason, never an exception that would
+        fail the job's monitoring.
+        """
 
     def output_uri(self, handle: JobHandle) -> str | None:
         """Where the job wrote its checkpoints and metrics, if the backend knows."""

@@ -29,12 +29,14 @@ worker and triggerer (the same user, as in the docker-compose deployment), no on
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import heapq
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -76,6 +78,7 @@ from aliyun_training.backends.local_node import (
 from aliyun_training.failures import COMMAND_NOT_RUN, DATA_ERROR_EXIT, Failure, FailureClass
 from aliyun_training.failures.origin import EndedNode, origin_order
 from aliyun_training.failures.torchrun import EVIDENCE_LINES, SIGKILL_AMBIGUOUS, read_node_output
+from aliyun_training.gpu_use import GpuReading, GpuSample
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner
 from aliyun_training.validation import SpecError
@@ -84,6 +87,11 @@ if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
 
 _NODE_SUPERVISOR = Path(__file__).with_name("local_node.py")
+#: What ``nvidia-smi`` is asked of every GPU, one CSV line each, without header or units.
+NVIDIA_SMI_FIELDS = ("index", "utilization.gpu", "memory.used")
+NVIDIA_SMI_QUERY = (f"--query-gpu={','.join(NVIDIA_SMI_FIELDS)}", "--format=csv,noheader,nounits")
+NVIDIA_SMI_TIMEOUT_SECONDS = 10
+NO_NVIDIA_SMI = "no GPU metric available: nvidia-smi is not on this machine"
 #: A node without a pid this long after the job was created was never launched (launcher died).
 _LAUNCH_GRACE_SECONDS = 60.0
 #: A supervisor whose heartbeat is older than this is gone (SIGKILLed, OOM-killed, host rebooted).
@@ -522,6 +530,42 @@ class LocalBackend(OffloadedAsyncMixin):
         while job_pids(f"{handle.job_id}:") and time.monotonic() < deadline:
             time.sleep(0.05)
 
+    # -- GPU use ---------------------------------------------------------------------------------
+
+    async def agpu_reading(self, handle: JobHandle, since: datetime) -> GpuReading:
+        """This machine's GPUs now, from ``nvidia-smi`` (in a worker thread: it is a process)."""
+        return await asyncio.to_thread(self.gpu_reading)
+
+    def gpu_reading(self) -> GpuReading:
+        """Every GPU of the machine that asks, as ``nvidia-smi`` reports it at this moment: a local
+        job's nodes run on the machine that holds its run directory, and their GPUs are that
+        machine's (which of them a job uses, ``CUDA_VISIBLE_DEVICES`` decides, not known here).
+        There is no history to read, so each reading is one moment whatever ``since`` was."""
+        program = shutil.which("nvidia-smi")
+        if program is None:
+            return GpuReading(source=self.name, unavailable=NO_NVIDIA_SMI)
+        at = datetime.now(UTC)
+        try:
+            done = subprocess.run(
+                [program, *NVIDIA_SMI_QUERY],
+                capture_output=True,
+                text=True,
+                timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            return GpuReading(
+                source=self.name, unavailable=f"nvidia-smi did not answer in {NVIDIA_SMI_TIMEOUT_SECONDS} s"
+            )
+        except OSError as exc:
+            return GpuReading(source=self.name, unavailable=f"nvidia-smi could not run: {exc}")
+        if done.returncode != 0:
+            said = (done.stderr or done.stdout).strip().splitlines()[-1:] or ["no output"]
+            return GpuReading(
+                source=self.name, unavailable=f"nvidia-smi exited with code {done.returncode}: {said[0]}"
+            )
+        return GpuReading(source=self.name, samples=nvidia_smi_samples(done.stdout, at, socket.gethostname()))
+
     # -- where results are -----------------------------------------------------------------------
 
     def output_uri(self, handle: JobHandle) -> str | None:
@@ -558,6 +602,30 @@ class LocalBackend(OffloadedAsyncMixin):
                 if not state.is_terminal:
                     jobs.append(LaunchedJob(handle=handle, owner=owner, state=state, created=job["created"]))
         return jobs
+
+
+def nvidia_smi_samples(output: str, at: datetime, node: str) -> list[GpuSample]:
+    """``NVIDIA_SMI_QUERY``'s lines (``0, 87, 30233``: index, utilization in percent, memory used in
+    MiB) as samples; a GPU whose utilization reads ``[N/A]`` (nvidia-smi's word for a field the
+    device does not report, e.g. a MIG-enabled GPU) is left out, an unreported memory is None."""
+    samples = []
+    for line in output.splitlines():
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != len(NVIDIA_SMI_FIELDS) or not _number(fields[1]):
+            continue
+        memory = float(fields[2]) if _number(fields[2]) else None
+        samples.append(
+            GpuSample(at=at, node=node, gpu=fields[0], utilization=float(fields[1]), memory_used_mib=memory)
+        )
+    return samples
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _owner(job: dict[str, Any]) -> JobOwner | None:

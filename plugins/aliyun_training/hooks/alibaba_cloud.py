@@ -1,7 +1,7 @@
 """The ``alibaba_cloud`` connection: credentials, endpoints and the one client factory for every SDK.
 
 :class:`AlibabaCloudHook` is the base of one hook per service (``hooks/dlc.py``, ``paistudio.py``,
-``vpc.py``, ``ecs.py``, ``ram.py``, ``nas.py``, ``aiworkspace.py``, ``cr.py``, ``oss.py``), as
+``vpc.py``, ``ecs.py``, ``ram.py``, ``nas.py``, ``aiworkspace.py``, ``cr.py``, ``cms.py``, ``oss.py``), as
 apache-airflow-providers-amazon's AwsBaseHook is of its service hooks: the base holds the
 connection, the credentials and the client factory; a subclass names its ``service`` (its client
 is :attr:`AlibabaCloudHook.conn`) and exposes typed methods, sync and async side by side as the
@@ -20,7 +20,7 @@ Extras (compatible with apache-airflow-providers-alibaba's ``access_key_id``/``a
 - ``region``: e.g. ``cn-wulanchabu``;
 - ``protocol``: ``https`` (default) or ``http``;
 - ``endpoints``: service -> ``host[:port]`` for VPC endpoints or emulators; services are ``dlc``,
-  ``paistudio``, ``aiworkspace``, ``vpc``, ``ecs``, ``nas``, ``cr``, ``oss``, ``sts``, ``ram``; a
+  ``paistudio``, ``aiworkspace``, ``vpc``, ``ecs``, ``nas``, ``cr``, ``cms``, ``oss``, ``sts``, ``ram``; a
   service it leaves out gets its public endpoint in the region (:data:`PUBLIC_ENDPOINTS`);
 - ``retry``: ``{"max_attempts": 8, "base_delay": 0.5, "max_delay": 20}``;
 - ``connect_timeout_ms``, ``read_timeout_ms``.
@@ -71,6 +71,7 @@ PUBLIC_ENDPOINTS = {
     "ecs": "ecs.{region}.aliyuncs.com",
     "nas": "nas.{region}.aliyuncs.com",
     "cr": "cr.{region}.aliyuncs.com",
+    "cms": "metrics.{region}.aliyuncs.com",
     "sts": "sts.{region}.aliyuncs.com",
     "ram": "ram.aliyuncs.com",
 }
@@ -479,6 +480,8 @@ def _client_class(service: str) -> Any:
         from alibabacloud_nas20170626.client import Client
     elif service == "cr":
         from alibabacloud_cr20181201.client import Client
+    elif service == "cms":
+        from alibabacloud_cms20190101.client import Client
     else:
         raise AlibabaCloudConnectionError(f"no SDK client is wired for service {service!r}")
     return Client

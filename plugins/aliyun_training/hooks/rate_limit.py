@@ -49,7 +49,9 @@ KUBERNETES_BURST_FACTOR = 2
 
 #: Requests per second of an action (``service.Action``) or every action of a service (``service``)
 #: where the setting names none. ``dlc``: PAI-DLC 2020-12-03's published "Flow control
-#: information" (every API 100/1 s, CreateJob 150/1 s). ``kubernetes``: :data:`KUBERNETES_RATE`.
+#: information" (every API 100/1 s, CreateJob 150/1 s). ``cms``: CloudMonitor's DescribeMetricList
+#: reference ("You can call each API operation up to 50 times per second"). ``kubernetes``:
+#: :data:`KUBERNETES_RATE`.
 #: Every other service publishes no quota this table could cite: :data:`OUR_DEFAULT_RATE`. Its
 #: services are the ones the setting may name.
 DEFAULT_RATES: dict[str, float] = {
@@ -58,6 +60,7 @@ DEFAULT_RATES: dict[str, float] = {
     **dict.fromkeys(
         ("paistudio", "aiworkspace", "vpc", "ecs", "nas", "cr", "oss", "sts", "ram"), OUR_DEFAULT_RATE
     ),
+    "cms": 50.0,
     KUBERNETES: KUBERNETES_RATE,
 }
 SETTING_SERVICES = tuple(dict.fromkeys(key.partition(".")[0] for key in DEFAULT_RATES))

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk.exceptions import AirflowSkipException
 
+from aliyun_training.notifications import NotifyEvent
+from aliyun_training.operators.notices import notify_once
 from aliyun_training.pages.urls import report_page
 from aliyun_training.promotion import Approval, Decision
 from aliyun_training.stage_records import ApprovalAnswer, ArtifactSet
@@ -19,7 +21,14 @@ from aliyun_training.upstream import ReturnedRecordsMixin
 from aliyun_training.validation import validate_record
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from airflow.sdk import Context
+
+    from aliyun_training.notifications import NotifierSpec
+
+#: task_state_store key marking the approval as announced (a retry of the task does not repeat it).
+APPROVAL_NOTICE_KEY = "approval_announced"
 
 
 class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
@@ -36,11 +45,20 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
 
     :param published: the publish task's ArtifactSet record (an XComArg).
     :param approval: the promotion rule's ``Approval``.
+    :param notifications: the pipeline's notifiers, told once that an approval is waiting.
     """
 
     template_fields = (*ApprovalOperator.template_fields, "published")
 
-    def __init__(self, *, published: Any, approval: Approval, model: str, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *,
+        published: Any,
+        approval: Approval,
+        model: str,
+        notifications: Sequence[NotifierSpec] = (),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(
             subject=f"Promote the new {model} model to champion?",
             defaults=ApprovalOperator.REJECT,
@@ -50,6 +68,7 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
         )
         self.published = published
         self.approvers = list(approval.approvers)
+        self.notifications = list(notifications)
 
     def execute(self, context: Context) -> Any:
         record = validate_record(ArtifactSet, self.published) if self.published else None
@@ -60,6 +79,15 @@ class PromotionApprovalOperator(ReturnedRecordsMixin, ApprovalOperator):
             raise AirflowSkipException(decision.reason)
         run = context["dag_run"]
         self.body = approval_body(decision, record, report_page(run.dag_id, run.run_id))
+        who = ", ".join(self.approvers) or "anyone who may approve it"
+        notify_once(
+            context,
+            APPROVAL_NOTICE_KEY,
+            NotifyEvent.APPROVAL_WAITING,
+            f"{self.subject} {decision.reason}. Waiting for {who} (the Reject default after "
+            f"{self.response_timeout}); see {report_page(run.dag_id, run.run_id)}",
+            self.notifications,
+        )
         return super().execute(context)
 
     def execute_complete(self, context: Context, event: dict[str, Any]) -> dict[str, Any]:

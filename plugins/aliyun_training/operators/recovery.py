@@ -67,6 +67,11 @@ class FailureClassRetryPolicy(RetryPolicy):
         reason = f"{failure.describe()}: {rule.describe()}"
         if rule.action is RecoveryAction.FAIL:
             return RetryDecision.fail(reason)
+        if try_number > max_tries:
+            # No try left: a RETRY decision here would fail the task without its failure callbacks
+            # (the task runner then calls on_retry_callback, Airflow 3.3), so neither the job's
+            # stop (``stop_saved_job``) nor the failure notice would run.
+            return RetryDecision.fail(f"{reason} (no try left)")
         minutes = rule.delay(try_number)
         delay = timedelta(minutes=minutes) if minutes is not None else None
         return RetryDecision.retry(delay=delay, reason=reason)

@@ -36,12 +36,15 @@ from aliyun_training.backends.base import JobHandle, JobState, JobStatus, Traini
 from aliyun_training.failures import Failure, FailureClass
 from aliyun_training.installation import installation_id
 from aliyun_training.kubernetes.names import job_name
-from aliyun_training.links import TrainingJobConsoleLink
+from aliyun_training.links import RunPageLink, TrainingJobConsoleLink
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
+from aliyun_training.notifications import NotifierSpec
 from aliyun_training.operators.deferral import DeferralMixin
+from aliyun_training.operators.live import keep_announced, live_settings, outcome_fields
 from aliyun_training.operators.ownership import task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
-from aliyun_training.plan.models import DatasetPlan, JobPlan, TryContract
+from aliyun_training.pages.urls import run_page
+from aliyun_training.plan.models import DatasetPlan, GpuHourPrice, JobPlan, TryContract
 from aliyun_training.settings import local_paths
 from aliyun_training.spec import JobOwner, TrainingJobSpec, describe_owner, mounted_output_uri
 from aliyun_training.stage_records import Attempt, JobResult, OutcomeStatus, StagedDataset, jobs_gpu_hours
@@ -84,7 +87,15 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         staged dataset trains on (a fixed dataset), which names its checkpoints.
     :param image: the image stage's record (an ``ImageRef`` or ``BuiltImage``) or an image reference
         (templated): the job runs in it instead of the spec's image.
-    :param deferrable: wait in the triggerer (default) instead of blocking a worker slot.
+    :param price: the run plan's ``GpuHourPrice`` (templated; None: the environment prices none):
+        the money the job costs so far, on the run page and in the result.
+    :param expected_minutes: how long the job should run (None: the median of the task's jobs in
+        the pipeline's recent successful runs); ``deadline_tolerance`` times it from the job's start
+        is its deadline, whose risk (by the ETA the job's progress gives) and miss are announced.
+    :param notifications: the pipeline's notifiers (``NotifierSpec``), told of a deadline at risk
+        or missed.
+    :param deferrable: wait in the triggerer (default) instead of blocking a worker slot. The job's
+        live record (the run page, GPU use, deadlines) is kept only while it waits deferred.
     :param poll_interval: seconds between status polls.
     :param retry_policy: how a failure's class decides the retry (default: a
         ``FailureClassRetryPolicy`` with the default recovery table).
@@ -93,9 +104,9 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
     #: Whether the job is a training run that checkpoints: it gets CHECKPOINT_DIR and may resume.
     resumable = True
 
-    template_fields: Sequence[str] = ("job", "dataset", "planned_dataset", "image")
+    template_fields: Sequence[str] = ("job", "dataset", "planned_dataset", "image", "price")
     ui_color = "#ff6a00"
-    operator_extra_links = (TrainingJobConsoleLink(),)
+    operator_extra_links = (TrainingJobConsoleLink(), RunPageLink())
 
     def __init__(
         self,
@@ -104,6 +115,10 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         dataset: Any = None,
         planned_dataset: DatasetPlan | dict[str, Any] | None = None,
         image: Any = None,
+        price: Any = None,
+        expected_minutes: float | None = None,
+        deadline_tolerance: float = 1.5,
+        notifications: Sequence[NotifierSpec | dict[str, Any]] = (),
         deferrable: bool = True,
         poll_interval: float = 10.0,
         **kwargs: Any,
@@ -119,6 +134,10 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
             else planned_dataset
         )
         self.image = image
+        self.price = price
+        self.expected_minutes = expected_minutes
+        self.deadline_tolerance = deadline_tolerance
+        self.notifications = [NotifierSpec.model_validate(n).model_dump(mode="json") for n in notifications]
         self.deferrable = deferrable
         self.poll_interval = poll_interval
         self._waiting_for: JobHandle | None = None
@@ -131,6 +150,11 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
     def _backend(self, name: str) -> TrainingBackend:
         return get_backend(name, self.plan.backend_config)
 
+    @property
+    def _price(self) -> GpuHourPrice | None:
+        """The run plan's price of a GPU-hour, once templates are rendered (None: unpriced)."""
+        return validate_record(GpuHourPrice, self.price) if self.price else None
+
     # -- entry points ----------------------------------------------------------------------------
 
     def execute(self, context: Context) -> dict[str, Any]:
@@ -138,6 +162,7 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         handle = self._attach_or_submit(backend, spec, name, context)
         context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
         TrainingJobConsoleLink().persist(context, backend.console_url(handle))
+        RunPageLink().persist(context, run_page(context["ti"].dag_id, context["ti"].run_id))
         budget = self._budget(spec, context, handle)
         monitor = JobMonitor(backend, handle, self.log, budget=budget)
         status = monitor.poll()
@@ -160,6 +185,16 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
                 last_raw_status=monitor.last_raw_status,
                 budget=budget.model_dump() if budget else None,
                 waited_because=monitor.waited_because,
+                live=live_settings(
+                    context,
+                    spec,
+                    backend,
+                    handle,
+                    price=self._price,
+                    expected_minutes=self.expected_minutes,
+                    tolerance=self.deadline_tolerance,
+                    notifications=[NotifierSpec.model_validate(n) for n in self.notifications],
+                ).model_dump(mode="json"),
             )
             self.defer_until_done(trigger, remaining)
         return self._wait_blocking(context, spec, backend, monitor, remaining)
@@ -525,6 +560,8 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         self, context: Context, spec: TrainingJobSpec, backend: TrainingBackend, outcome: JobOutcome
     ) -> dict[str, Any]:
         handle, status = outcome.handle, outcome.job_status
+        if outcome.live is not None:
+            keep_announced(context, outcome.live.sent)
         if outcome.status is OutcomeStatus.ERROR or status is None:
             try:
                 last_seen = status or backend.status(handle)
@@ -554,6 +591,7 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
                 "this task, so it is not retried; clear the task to run it again"
             )
         result = self._result(spec, backend, handle, status, outcome.waited_because)
+        result = result.model_copy(update=outcome_fields(result, outcome.live, self._price))
         attempts = self._record_attempt(
             context,
             Attempt(

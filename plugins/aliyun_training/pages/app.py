@@ -14,6 +14,7 @@ Op role and above). The form is posted to the same origin only (the login cookie
 and a post whose ``Origin`` is another site is refused as well).
 """
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
@@ -33,6 +34,7 @@ from aliyun_training.pages import views
 from aliyun_training.pages.runs import (
     PageNotFound,
     broken_declarations,
+    live_run,
     pipeline_dag_ids,
     pipeline_runs,
     pipeline_summaries,
@@ -90,6 +92,12 @@ def create_app() -> FastAPI:
             page = views.rollback_refused_page(dag_id, str(exc))
             return HTMLResponse(page, status_code=status.HTTP_409_CONFLICT)
         return RedirectResponse(pipeline_page(dag_id), status_code=status.HTTP_303_SEE_OTHER)
+
+    @app.get("/runs/{dag_id}/{run_id}", response_class=HTMLResponse, dependencies=read_records)
+    def run(dag_id: str, run_id: str, session: SessionDep) -> str:
+        """The run's training job as it goes (state, progress, ETA, GPU use, cost, deadline), from
+        the live record its trigger keeps; once the run published its report, a link to it."""
+        return views.run_live_page(live_run(session, dag_id, run_id), datetime.now(UTC))
 
     @app.get("/runs/{dag_id}/{run_id}/report", response_class=HTMLResponse, dependencies=read_records)
     def report(dag_id: str, run_id: str, session: SessionDep) -> str:

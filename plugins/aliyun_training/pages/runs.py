@@ -1,6 +1,7 @@
 """What the pages show, read in the API server: a pipeline's runs and what their tasks returned.
 
-Everything comes from Airflow's metadata database (runs and XComs) and, for a report, from where
+Everything comes from Airflow's metadata database (runs, XComs and the live record the trigger
+watching a run's job keeps, ``live``) and, for a report, from where
 the run's own ``publish_artifacts`` task said it published it: the pages never list a bucket or a
 folder, so they show nothing a run of this pipeline did not publish. A report on OSS is read through
 the alibaba_cloud connection the run's plan named; the browser never gets bucket credentials.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.champion import OUTCOME_KEY, PastChampion, promote_outcome
+from aliyun_training.live import LIVE_KEY, LiveRecord, open_live
 from aliyun_training.rollback import ChampionStanding, champion_standing
 from aliyun_training.task_ids import (
     APPROVE_PROMOTION,
@@ -131,6 +133,30 @@ class PipelineSummary:
     gpu_hours: float | None
     #: The rollback that made ``champion`` the champion again, when one did (who, and when).
     rolled_back: PastChampion | None = None
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """What the run page shows of a pipeline's run: its training job as the trigger last recorded
+    it (None before the job reported, or where the record is not the trigger's), and whether the
+    run has published its report, which then takes over from the page."""
+
+    dag_id: str
+    run_id: str
+    #: The DAG run's state: a run that ended stops the page refreshing, whatever its record says.
+    run_state: str
+    record: LiveRecord | None
+    has_report: bool
+
+    @property
+    def refreshing(self) -> bool:
+        """Whether the page reloads itself: the run goes on, its job has not ended and there is no
+        report yet."""
+        return (
+            not self.has_report
+            and self.run_state in ("queued", "running")
+            and (self.record is None or self.record.running)
+        )
 
 
 @dataclass(frozen=True)
@@ -327,6 +353,54 @@ def task_record(session: Session, dag_id: str, run_id: str, task_id: str, key: s
     if (run_id, task_id, key) not in found:
         raise PageNotFound(f"{task_id} of run {run_id} of {dag_id} has returned nothing (yet)")
     return found[(run_id, task_id, key)]
+
+
+def live_run(session: Session, dag_id: str, run_id: str) -> LiveRun:
+    """The run page's content; PageNotFound where ``dag_id`` is no pipeline or has no such run."""
+    from airflow.models.dagrun import DagRun
+    from sqlalchemy import select
+
+    state = session.scalar(select(DagRun.state).where(DagRun.dag_id == dag_id, DagRun.run_id == run_id))
+    if state is None or dag_id not in pipeline_dag_ids(session):
+        raise PageNotFound(f"{dag_id} has no training pipeline run {run_id}")
+    published = _xcoms(session, dag_id, [run_id], [(PUBLISH_ARTIFACTS, RETURN_VALUE)])
+    report = published.get((run_id, PUBLISH_ARTIFACTS, RETURN_VALUE))
+    return LiveRun(
+        dag_id=dag_id,
+        run_id=run_id,
+        run_state=str(state),
+        record=_live_record(session, dag_id, run_id),
+        has_report=isinstance(report, dict) and bool(report.get("report_uri")),
+    )
+
+
+def _live_record(session: Session, dag_id: str, run_id: str) -> LiveRecord | None:
+    """The ``train`` task's live record, read raw (it carries its own seal); None where there is
+    none yet or its seal is not that task's: one written through the REST API is not shown."""
+    from airflow.models.xcom import XComModel
+    from sqlalchemy import select
+
+    row = session.scalars(
+        select(XComModel).where(
+            XComModel.dag_id == dag_id,
+            XComModel.run_id == run_id,
+            XComModel.task_id == TRAIN,
+            XComModel.key == LIVE_KEY,
+            XComModel.map_index == -1,
+        )
+    ).first()
+    if row is None:
+        return None
+    record = open_live(XComModel.deserialize_value(row), dag_id, run_id, TRAIN)
+    if record is None:
+        log.warning(
+            "Not shown: %s's XCom %r of run %s has no seal of its own: it was written or changed after "
+            "the trigger wrote it (through the REST API?)",
+            TRAIN,
+            LIVE_KEY,
+            run_id,
+        )
+    return record
 
 
 def read_report(published: dict[str, Any], alibaba_cloud_conn_id: str | None) -> str:

@@ -28,6 +28,11 @@ def rollback_page(dag_id: str, to: str | None = None) -> str:
     return page_path("pipelines", dag_id, "rollback") + (f"?to={quote(to, safe='')}" if to else "")
 
 
+def run_page(dag_id: str, run_id: str) -> str:
+    """The run's live page: its training job while it runs, then a link to the run's report."""
+    return page_path("runs", dag_id, run_id)
+
+
 def report_page(dag_id: str, run_id: str) -> str:
     return page_path("runs", dag_id, run_id, "report")
 

@@ -23,6 +23,7 @@ from aliyun_training.operators.artifacts import ArtifactsOperator
 from aliyun_training.operators.bandwidth import RdmaBandwidthOperator
 from aliyun_training.operators.evaluation import EvaluationOperator
 from aliyun_training.operators.image import ImageBuildOperator, ImageVerifyOperator
+from aliyun_training.operators.notices import FailureNotice, PromotionNotice, SuccessNotice
 from aliyun_training.operators.plan import RunPlanOperator
 from aliyun_training.operators.preflight import CHECK_GROUPS, PreflightCheckOperator, PreflightReportOperator
 from aliyun_training.operators.prepare import DatasetPrepareOperator
@@ -133,6 +134,8 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             "retry_exponential_backoff": True,
             # What each task returns is sealed; the tasks that read it check the seal (upstream.py).
             "post_execute": seal_returned,
+            # A task that fails for good tells the pipeline's notifiers (once: a retry does not).
+            **_failure_notices(declaration),
         },
         params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
         # A failed run (its dagrun_timeout included) stops whatever job it still has.
@@ -216,6 +219,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             image=Returned(BUILD_IMAGE),
             poll_interval=10,
             retry_policy=recovery,
+            **_failure_notices(declaration),
         )
         check_rdma = RdmaBandwidthOperator(
             task_id=CHECK_RDMA,
@@ -224,6 +228,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             check=planned("rdma_check", required=False),
             poll_interval=10,
             retry_policy=recovery,
+            **_failure_notices(declaration),
         )
         train = TrainingJobOperator(
             task_id=TRAIN,
@@ -231,9 +236,14 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             dataset=Returned(STAGE_DATASET),
             planned_dataset=planned("dataset"),
             image=Returned(VERIFY_IMAGE),
+            price=planned("price", required=False),
+            expected_minutes=declaration.deadline.expected_minutes,
+            deadline_tolerance=declaration.deadline.tolerance,
+            notifications=declaration.notifications,
             poll_interval=TRAIN_POLL_SECONDS,
             retries=declaration.recovery.retries,
             retry_policy=recovery,
+            **_failure_notices(declaration),
             trigger_rule="none_failed_min_one_success",
         )
         # Records of alternative branches are named (Returned), so only the branch that ran is asked.
@@ -252,6 +262,9 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
             champion=champion if declaration.promotion else None,
             evaluation=Returned(EVALUATE) if declaration.evaluation else None,
             trigger_rule="none_failed_min_one_success",
+            on_success_callback=SuccessNotice(declaration.notifications)
+            if declaration.notifications
+            else None,
         )
         branches = [show_plan, stage, runtime, build_image, wait_for_capacity, train, publish]
         if declaration.evaluation:
@@ -267,6 +280,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                     image=Returned(VERIFY_IMAGE),
                     poll_interval=5,
                     retry_policy=recovery,
+                    **_failure_notices(declaration),
                 )
                 >> publish
             )
@@ -280,6 +294,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
                 image=Returned(VERIFY_IMAGE),
                 poll_interval=5,
                 retry_policy=recovery,
+                **_failure_notices(declaration),
                 trigger_rule="none_failed_min_one_success",
             )
             branches.append(prepare)
@@ -289,6 +304,15 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         build_image >> verify_image >> check_rdma
         [stage, runtime, wait_for_capacity, check_rdma] >> train >> publish
     return dag
+
+
+def _failure_notices(declaration: PipelineDeclaration) -> dict[str, Any]:
+    """The task callback that tells the notifiers of a task failed for good (none when the pipeline
+    declares no notifier): a default argument of every task, and given to the job operators by
+    name, since their own callback (which stops their job) would replace the default."""
+    if not declaration.notifications:
+        return {}
+    return {"on_failure_callback": FailureNotice(declaration.notifications, declaration.recovery.table)}
 
 
 def planned(part: str = RETURN_VALUE, required: bool = True) -> Any:
@@ -311,6 +335,7 @@ def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperato
         artifacts=planned("artifacts"),
         approval=Returned(APPROVE_PROMOTION) if rule.approval else None,
         champion=champion,
+        on_success_callback=PromotionNotice(declaration.notifications) if declaration.notifications else None,
     )
     if rule.approval is None:
         publish >> promote
@@ -324,6 +349,7 @@ def _promotion_steps(declaration: PipelineDeclaration, publish: ArtifactsOperato
             published=Returned(PUBLISH_ARTIFACTS),
             approval=rule.approval,
             model=declaration.model_name,
+            notifications=declaration.notifications,
         )
         >> promote
     )

@@ -95,6 +95,7 @@ def ack_backend_config(env: AckEnvironment) -> dict[str, Any]:
         "mpi_api_version": env.mpi_api_version,
         "max_gpus_per_node": env.max_gpus_per_node,
         "username": env.username,
+        "gpu_metrics_url": env.gpu_metrics_url,
     }
     ack_settings(backend_config)
     return backend_config

@@ -2,19 +2,58 @@
 
 from __future__ import annotations
 
+import asyncio
+from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends import get_backend
 from aliyun_training.backends.base import JobHandle, StatusListing, TrainingBackend
+from aliyun_training.gpu_use import GpuReading
 from aliyun_training.installation import batched_status, steady_log_seconds
+from aliyun_training.live import (
+    LIVE_KEY,
+    LIVE_SECONDS,
+    LiveRecord,
+    LiveSettings,
+    LiveView,
+    open_live,
+    seal_live,
+)
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
+from aliyun_training.notifications import Notice, NotifyEvent, asend_notice
 from aliyun_training.triggers.base import PollingTrigger
 from aliyun_training.triggers.fleet import watch_job
 
 if TYPE_CHECKING:
+    from aliyun_training.backends.base import JobStatus
     from aliyun_training.stage_records import OutcomeStatus
     from aliyun_training.triggers.fleet import Watch
+
+
+class LiveStore:
+    """The job's live record where the run page reads it: the task instance's XCom ``LIVE_KEY``,
+    sealed (``live.seal_live``), written through the triggerer's connection to the API server."""
+
+    def __init__(self, settings: LiveSettings) -> None:
+        self.settings = settings
+
+    def _where(self) -> dict[str, Any]:
+        s = self.settings
+        return {"dag_id": s.dag_id, "run_id": s.run_id, "task_id": s.task_id, "map_index": s.map_index}
+
+    async def read(self) -> LiveRecord | None:
+        """The record an earlier trigger of this task instance wrote, when its seal is good."""
+        from airflow.sdk.execution_time.xcom import XCom
+
+        stored = await asyncio.to_thread(XCom.get_one, key=LIVE_KEY, **self._where())
+        return open_live(stored, **self._where())
+
+    async def write(self, record: LiveRecord) -> None:
+        from airflow.sdk.execution_time.xcom import XCom
+
+        value = seal_live(record, **self._where())
+        await asyncio.to_thread(XCom.set, LIVE_KEY, value, **self._where())
 
 
 class TrainingJobTrigger(PollingTrigger):
@@ -30,6 +69,12 @@ class TrainingJobTrigger(PollingTrigger):
     account and workspace or namespace. Among others, its logs are read at the pace
     ``JobMonitor.apoll_sighted`` sets with ``steady_log_seconds``; alone, every poll. A local job, or
     any with ``batched_status`` off, is polled on its own.
+
+    ``live`` (a ``LiveSettings``) makes it keep the job's live record for the run page (``live.py``):
+    the progress the job prints (logged at least once a minute), its GPU use (read once a minute
+    while it runs; a sustained idle is warned of once), GPU-hours and money so far, and the
+    deadline, whose risk and miss are announced once to the pipeline's notifiers. What was
+    announced is kept in the record, so a triggerer restart does not announce it again.
     """
 
     def __init__(
@@ -42,6 +87,7 @@ class TrainingJobTrigger(PollingTrigger):
         last_raw_status: str | None = None,
         budget: dict[str, Any] | None = None,
         waited_because: str = "",
+        live: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.backend = backend
@@ -52,6 +98,9 @@ class TrainingJobTrigger(PollingTrigger):
         self.last_raw_status = last_raw_status
         self.budget = budget
         self.waited_because = waited_because
+        self.live = live
+        self._live_written: LiveRecord | None = None
+        self._live_written_at: datetime | None = None
 
     @property
     def job_handle(self) -> JobHandle:
@@ -90,7 +139,29 @@ class TrainingJobTrigger(PollingTrigger):
             waited_because=self.waited_because,
         )
 
+    @cached_property
+    def _live_settings(self) -> LiveSettings | None:
+        return LiveSettings.model_validate(self.live) if self.live else None
+
+    @cached_property
+    def live_store(self) -> LiveStore | None:
+        settings = self._live_settings
+        return LiveStore(settings) if settings else None
+
+    async def _start_view(self) -> None:
+        """Give the monitor its live view, carrying on from the record an earlier trigger wrote."""
+        settings, store = self._live_settings, self.live_store
+        if settings is None or store is None or self._monitor.view is not None:
+            return
+        try:
+            previous = await store.read()
+        except Exception as exc:  # the record is for the page: monitoring goes on without it
+            self.log.warning("Could not read job %s's live record: %s", self.job_handle.job_id, exc)
+            previous = None
+        self._monitor.view = settings.view(self.job_handle.job_id, self.backend, previous)
+
     async def poll(self) -> JobOutcome | None:
+        await self._start_view()
         watch = self._watch
         monitor = self._monitor
         if watch is None:
@@ -99,11 +170,70 @@ class TrainingJobTrigger(PollingTrigger):
             sighting = await watch.next()
             # Alone, the job's logs stream every poll as they always did; among others, at a pace.
             status = await monitor.apoll_sighted(sighting, None if watch.alone else self._steady_log_seconds)
+        if monitor.view is not None:
+            await self._observe(monitor.view, status)
         given_up = monitor.give_up(status)
         if given_up is not None:
             await self.stop()
             return given_up
         return await monitor.aoutcome(status) if status.state.is_terminal else None
+
+    async def _observe(self, view: LiveView, status: JobStatus) -> None:
+        """Read GPU use when due, announce what is due once, and keep the live record current.
+
+        The record (with what was announced) is written before the notices are sent: a triggerer
+        that dies in between leaves a notice unsent rather than sending it twice after its restart.
+        """
+        now = datetime.now(UTC)
+        if view.gpu_read_due(now):
+            view.see_gpu(await self._gpu_reading(view), now)
+        announced = view.announcements(now)
+        for announcement in announced:
+            self.log.warning("%s", announcement.text)
+        record = view.record(now)
+        await self._write_live(record, now, force=bool(announced) or status.state.is_terminal)
+        settings = self._live_settings
+        assert settings is not None
+        for announcement in (a for a in announced if a.notify):
+            notice = Notice(
+                event=NotifyEvent(announcement.key),
+                dag_id=settings.dag_id,
+                run_id=settings.run_id,
+                title=f"{settings.dag_id}: {NotifyEvent(announcement.key).value.replace('_', ' ')}",
+                text=announcement.text,
+                url=settings.run_page,
+            )
+            await asend_notice(notice, settings.notifications, self.log)
+
+    async def _gpu_reading(self, view: LiveView) -> GpuReading:
+        """The job's GPU use since the last sample; what fails to read says why instead."""
+        try:
+            return await self._backend.agpu_reading(self.job_handle, view.gpu_since())
+        except Exception as exc:
+            return GpuReading(
+                source=self.backend, unavailable=f"reading GPU use failed: {type(exc).__name__}: {exc}"
+            )
+
+    async def _write_live(self, record: LiveRecord, now: datetime, force: bool) -> None:
+        """Write the record on the job's first poll, when its status changed, when ``force``d (an
+        announcement, the end) and else every ``LIVE_SECONDS``: a thousand jobs' progress is not
+        written to the API server on every poll."""
+        store = self.live_store
+        if store is None:
+            return
+        written = self._live_written
+        moved = written is None or written.raw_status != record.raw_status
+        recent = (
+            self._live_written_at is not None and (now - self._live_written_at).total_seconds() < LIVE_SECONDS
+        )
+        if recent and not (force or moved):
+            return
+        try:
+            await store.write(_redacted(record))
+        except Exception as exc:  # the page misses an update; the job's monitoring goes on
+            self.log.warning("Could not write job %s's live record: %s", self.job_handle.job_id, exc)
+            return
+        self._live_written, self._live_written_at = record, now
 
     async def pause(self) -> None:
         """A watched job's next poll waits for the poller's next listing instead of a sleep."""
@@ -120,3 +250,13 @@ class TrainingJobTrigger(PollingTrigger):
 
     async def stop(self) -> None:
         await self._backend.astop(self.job_handle)
+
+
+def _redacted(record: LiveRecord) -> LiveRecord:
+    """The record with the secrets Airflow masks in logs masked in its lines and reasons too."""
+    # Where Airflow itself asks providers to import it from (its old home warns it is deprecated).
+    from airflow.sdk._shared.secrets_masker import redact
+
+    tails = {node: [str(redact(line)) for line in lines] for node, lines in record.tails.items()}
+    history = [change.model_copy(update={"reason": str(redact(change.reason))}) for change in record.history]
+    return record.model_copy(update={"tails": tails, "history": history})

@@ -29,6 +29,7 @@ import json
 import logging
 import math
 import time
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from aliyun_training.backends.ack.failures import (
@@ -75,7 +76,9 @@ from aliyun_training.backends.base import (
     PlannedSubmission,
     same_owner,
 )
+from aliyun_training.gpu_use import GpuReading, GpuSample
 from aliyun_training.hooks.kubernetes import KubernetesHooks, alist_all, list_all
+from aliyun_training.hooks.prometheus import PrometheusError, Series, aquery_range, range_step
 from aliyun_training.kubernetes.names import INSTALLATION_LABEL, OWNED, OWNED_LABEL
 from aliyun_training.kubernetes.pods import aread_log, read_log, read_or_none
 from aliyun_training.spec import TrainingJobSpec, describe_owner
@@ -83,7 +86,6 @@ from aliyun_training.validation import SpecError
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
 
     from aliyun_training.failures import Failure
 
@@ -97,6 +99,12 @@ POD_LIST_MAX_AGE_SECONDS = 5.0
 #: front of an API server commonly accept (nginx's ``large_client_header_buffers``), and far inside
 #: the API server's own 1 MiB of headers.
 RELEASES_PER_SELECTOR = 100
+#: The finest step of a GPU range query: a minute, CloudMonitor's period for DLC, so both backends'
+#: samples stand for as long; the DCGM exporter collects every 30 s by default (``--collect-interval``).
+GPU_STEP_SECONDS = 60.0
+NO_GPU_METRICS_URL = (
+    "the environment names no gpu_metrics_url (a Prometheus with the DCGM exporter's metrics)"
+)
 
 
 class AckBackend:
@@ -422,6 +430,39 @@ class AckBackend:
             "tail_lines": lines,
         }
 
+    # -- GPU use ---------------------------------------------------------------------------------
+
+    async def agpu_reading(self, handle: JobHandle, since: datetime) -> GpuReading:
+        """Each started pod's GPUs since ``since`` from the DCGM exporter's metrics in the Prometheus
+        the environment names (``gpu_metrics_url``): ``DCGM_FI_DEV_GPU_UTIL`` and
+        ``DCGM_FI_DEV_FB_USED`` of the job's pods (the exporter's ``namespace`` and ``pod`` labels,
+        which it sets when it maps GPUs to pods), one series per GPU (its ``gpu`` label)."""
+        from kubernetes_asyncio.client.exceptions import ApiException
+
+        url = self.settings.gpu_metrics_url
+        if not url:
+            return GpuReading(source=self.name, unavailable=NO_GPU_METRICS_URL)
+        try:
+            async with self._async_hook().get_conn() as api:
+                pods = started_pods(await self._alist_pods(api, handle))
+            end = datetime.now(UTC)
+            if not pods or since >= end:
+                return GpuReading(source=self.name)
+            nodes = {pod["metadata"]["name"]: f"node-{node}" for node, pod in pods}
+            selector = dcgm_selector(self.settings.namespace, list(nodes))
+            step = range_step(since, end, GPU_STEP_SECONDS)
+            utilization = await aquery_range(url, f"DCGM_FI_DEV_GPU_UTIL{selector}", since, end, step)
+            memory = await aquery_range(url, f"DCGM_FI_DEV_FB_USED{selector}", since, end, step)
+        except PrometheusError as exc:
+            return GpuReading(source=self.name, unavailable=f"Prometheus (DCGM exporter): {exc}")
+        except (ApiException, OSError) as exc:
+            reason = exc.reason if isinstance(exc, ApiException) else exc
+            return GpuReading(source=self.name, unavailable=f"the job's pods could not be listed: {reason}")
+        samples = dcgm_samples(nodes, utilization, memory)
+        # A range query evaluates at its start too: that moment was read before, so (since, end], as
+        # CloudMonitor answers.
+        return GpuReading(source=self.name, samples=[sample for sample in samples if sample.at > since])
+
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
@@ -510,3 +551,30 @@ def _pod_names(pods: list[dict[str, Any]], job_events: list[dict[str, Any]]) -> 
     say the operator created and that is gone, so only pods this job created are read, never
     another job's."""
     return list(dict.fromkeys([*(pod["metadata"]["name"] for pod in pods), *created_pods(job_events)]))
+
+
+def dcgm_selector(namespace: str, pods: list[str]) -> str:
+    """The PromQL label matchers of the DCGM exporter's series of ``pods``: their namespace, and
+    the pod names as a regex alternation (a name's dots escaped: it is matched whole)."""
+    names = "|".join(name.replace(".", "\\\\.") for name in pods)
+    return f'{{namespace="{namespace}",pod=~"{names}"}}'
+
+
+def dcgm_samples(nodes: dict[str, str], utilization: list[Series], memory: list[Series]) -> list[GpuSample]:
+    """One sample per GPU series and time: its node by pod (``nodes``), its ``gpu`` label, and the
+    memory the same GPU held at that time."""
+    held = {
+        (labels.get("pod"), labels.get("gpu"), at): value for labels, points in memory for at, value in points
+    }
+    return [
+        GpuSample(
+            at=datetime.fromtimestamp(at, UTC),
+            node=nodes[labels["pod"]],
+            gpu=labels.get("gpu", "all"),
+            utilization=value,
+            memory_used_mib=held.get((labels["pod"], labels.get("gpu"), at)),
+        )
+        for labels, points in utilization
+        if labels.get("pod") in nodes
+        for at, value in points
+    ]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
@@ -35,7 +36,7 @@ from aliyun_training.kubernetes.names import (
     owner_annotations,
 )
 from aliyun_training.spec import INJECTED_ENV_VARS, Framework, TrainingJobSpec, invalid_env_names
-from aliyun_training.validation import SpecError, field_fix, validate_record
+from aliyun_training.validation import SpecError, field_fix, validate_record, whole_string_pattern
 
 GROUP = "kubeflow.org"
 #: The training container's name; the PyTorch operator requires ``pytorch``.
@@ -107,6 +108,22 @@ def _claim_name(name: str) -> str:
     return name
 
 
+def _http_base_url(url: str | None) -> str | None:
+    """An http(s) base URL with no user or password: the URL travels in the run's plan and the
+    trigger's arguments, where no secret may."""
+    if url is None:
+        return None
+    parts = urlsplit(url)
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            f"the URL of {parts.hostname} carries a user or password, which would travel in the run's "
+            "plan; name a Prometheus reachable without them (from inside the cluster's network)"
+        )
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ValueError(f"{url!r} is not an http(s) base URL")
+    return url
+
+
 def _nccl_names(env: dict[str, str]) -> dict[str, str]:
     bad = invalid_env_names(env)
     if bad:
@@ -171,6 +188,22 @@ MpiApiVersion = Annotated[
 Username = Annotated[
     str, Field(min_length=1, max_length=253, json_schema_extra=field_fix("name the submitting user"))
 ]
+#: The Prometheus HTTP API (its base URL) that holds the DCGM exporter's metrics of the cluster's
+#: GPUs: where the backend reads a running job's GPU use. None: GPU use is not read.
+GpuMetricsUrl = Annotated[
+    str | None,
+    AfterValidator(_http_base_url),
+    Field(
+        json_schema_extra={
+            **field_fix(
+                "give the base URL of a Prometheus holding the DCGM exporter's metrics, e.g. "
+                "http://prometheus-server.monitoring:9090, or leave it unset"
+            ),
+            # For editors: what the validator accepts (no user, password, query or fragment).
+            "pattern": whole_string_pattern(r"^https?://[^/?#@\s]+(/[^?#\s]*)?$"),
+        }
+    ),
+]
 DEFAULT_RDMA_RESOURCE = "rdma/hca"
 DEFAULT_MPI_API_VERSION: Literal["v2beta1", "v1alpha1"] = "v2beta1"
 
@@ -210,6 +243,7 @@ class AckSettings(BaseModel):
     #: /dev/shm size when the spec asks for none: arena's ``--share-memory`` default.
     default_shm_gib: Annotated[StrictInt, Field(ge=1, json_schema_extra=field_fix("use 1 GiB or more"))] = 2
     username: Username = "airflow"
+    gpu_metrics_url: GpuMetricsUrl = None
 
 
 def ack_settings(config: AckSettings | dict[str, Any]) -> AckSettings:

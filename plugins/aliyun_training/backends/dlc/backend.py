@@ -6,8 +6,9 @@ The deterministic job name is the DisplayName (and a tag), so ``find`` reattache
 the task instance that launched the job is tagged too, so ``launched`` tells whose each job is;
 CreateJob has no idempotency token, so a CreateJob retried after a lost response first looks the
 job up by name instead of creating a second one. Every call goes through ``hooks.dlc.DlcHook``
-(DescribeVpcs through ``VpcHook``); :func:`create_job_request` builds the CreateJob body with no
-call and no connection, so a dry run can show it.
+(DescribeVpcs through ``VpcHook``, the jobs' GPU use through CloudMonitor's ``CloudMonitorHook``);
+:func:`create_job_request` builds the CreateJob body with no call and no connection, so a dry run
+can show it.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ from aliyun_training.backends.dlc.status import (
     why_waiting,
 )
 from aliyun_training.connections import ALIBABA_CLOUD_DEFAULT_CONN_ID
-from aliyun_training.hooks.alibaba_cloud import shared_hook
+from aliyun_training.gpu_use import GpuReading, GpuSample
+from aliyun_training.hooks.alibaba_cloud import AlibabaCloudConnectionError, shared_hook
+from aliyun_training.hooks.cms import CloudMonitorHook
 from aliyun_training.hooks.dlc import LIST_JOBS_PAGE_SIZE, DlcHook
 from aliyun_training.hooks.paistudio import PaiStudioHook
 from aliyun_training.hooks.retry import AlibabaCloudApiError
@@ -85,6 +88,19 @@ T = TypeVar("T")
 
 #: The best-effort reads a poll makes beside GetJob; after one failure a backend stops asking.
 QUEUE_INFO, POD_EVENTS = "PAI Studio QueueInfo", "GetPodEvents"
+
+#: Where PAI-DLC reports its jobs' GPU use in CloudMonitor, and the metrics read there, one series
+#: per pod (dimensions ``jobId`` and ``pod``). docs/fidelity.md ("CloudMonitor (GPU use of DLC
+#: jobs)") names the sources of these names and what stays unverified.
+GPU_NAMESPACE = "acs_pai_dlc"
+GPU_UTILIZATION_METRIC = "JOB_GPU_ACCELERATOR_DUTTY_UTIL"
+GPU_MEMORY_METRIC = "JOB_GPU_MEMORY_USED"
+#: The metrics' reporting period; CloudMonitor keeps 60-second data for 31 days, which is also the
+#: longest range one DescribeMetricList may ask for.
+GPU_PERIOD_SECONDS = 60
+GPU_LOOKBACK = timedelta(days=31)
+#: The best-effort read beside the utilization: without it, samples carry no memory.
+GPU_MEMORY = f"CloudMonitor {GPU_MEMORY_METRIC}"
 
 
 #: How far back ``find`` searches when the caller knows no earlier bound. ListJobs filters on the
@@ -288,9 +304,11 @@ class DlcBackend:
         queued = events = None
         if in_quota_queue(job):
             ask = self._studio.queue_info
-            queued = self._best_effort(QUEUE_INFO, job, lambda: ask(job.resource_id, job.job_id))
+            queued = self._best_effort(QUEUE_INFO, job.job_id, lambda: ask(job.resource_id, job.job_id))
         if (pod := pending_pod(job)) is not None:
-            events = self._best_effort(POD_EVENTS, job, lambda: self.hook.get_pod_events(job.job_id, pod))
+            events = self._best_effort(
+                POD_EVENTS, job.job_id, lambda: self.hook.get_pod_events(job.job_id, pod)
+            )
         return self._interpret(handle, job, queued, events)
 
     async def astatus(self, handle: JobHandle) -> JobStatus:
@@ -298,42 +316,44 @@ class DlcBackend:
         queued = events = None
         if in_quota_queue(job):
             ask = self._studio.aqueue_info
-            queued = await self._abest_effort(QUEUE_INFO, job, lambda: ask(job.resource_id, job.job_id))
+            queued = await self._abest_effort(
+                QUEUE_INFO, job.job_id, lambda: ask(job.resource_id, job.job_id)
+            )
         if (pod := pending_pod(job)) is not None:
             events = await self._abest_effort(
-                POD_EVENTS, job, lambda: self.hook.aget_pod_events(job.job_id, pod)
+                POD_EVENTS, job.job_id, lambda: self.hook.aget_pod_events(job.job_id, pod)
             )
         return self._interpret(handle, job, queued, events)
 
-    def _best_effort(self, read: str, job: Any, call: Callable[[], T]) -> T | None:
+    def _best_effort(self, read: str, job_id: str, call: Callable[[], T]) -> T | None:
         """``call``'s answer, or None when this read failed before or fails now (see ``_unavailable``)."""
         if read in self._unavailable:
             return None
         try:
             return call()
         except AlibabaCloudApiError as exc:
-            self._best_effort_failed(read, job, exc)
+            self._best_effort_failed(read, job_id, exc)
             return None
 
-    async def _abest_effort(self, read: str, job: Any, call: Callable[[], Awaitable[T]]) -> T | None:
+    async def _abest_effort(self, read: str, job_id: str, call: Callable[[], Awaitable[T]]) -> T | None:
         if read in self._unavailable:
             return None
         try:
             return await call()
         except AlibabaCloudApiError as exc:
-            self._best_effort_failed(read, job, exc)
+            self._best_effort_failed(read, job_id, exc)
             return None
 
     @property
     def _studio(self) -> PaiStudioHook:
         return shared_hook(PaiStudioHook, self.alibaba_cloud_conn_id, self.region)
 
-    def _best_effort_failed(self, read: str, job: Any, exc: AlibabaCloudApiError) -> None:
-        """Where a job waits (its place in the quota's queue, its pods' events) is information, not
-        its state: without it monitoring goes on, and this backend does not ask again (no
-        permission, no route: the next poll would fail alike)."""
+    def _best_effort_failed(self, read: str, job_id: str, exc: AlibabaCloudApiError) -> None:
+        """Where a job waits (its place in the quota's queue, its pods' events) and the GPU memory it
+        holds are information, not its state: without them monitoring goes on, and this backend does
+        not ask again (no permission, no route, no such metric: the next poll would fail alike)."""
         self._unavailable.add(read)
-        log.warning("Job %s: %s is unavailable (%s); monitoring goes on without it", job.job_id, read, exc)
+        log.warning("Job %s: %s is unavailable (%s); monitoring goes on without it", job_id, read, exc)
 
     def _interpret(
         self,
@@ -526,6 +546,36 @@ class DlcBackend:
             )
         return search.result(handle.job_id)
 
+    # -- GPU use ---------------------------------------------------------------------------------
+
+    @property
+    def _monitor(self) -> CloudMonitorHook:
+        return shared_hook(CloudMonitorHook, self.alibaba_cloud_conn_id, self.region)
+
+    async def agpu_reading(self, handle: JobHandle, since: datetime) -> GpuReading:
+        """Each pod's GPU utilization since ``since`` from CloudMonitor (DescribeMetricList of
+        ``GPU_UTILIZATION_METRIC`` in ``GPU_NAMESPACE``), with the GPU memory it held where that
+        metric answers (best effort). Each pod is its node, in the node order of the logs; one
+        pod's GPUs come as one series (``gpu`` ``all``). Nothing to read before the pods run."""
+        try:
+            view = await self._aview(handle)
+            end = datetime.now(UTC)
+            start = max(since, end - GPU_LOOKBACK)
+            if not view.pods or start >= end:
+                return GpuReading(source=self.name)
+            dimensions = [{"jobId": handle.job_id, "pod": pod} for pod in view.pods]
+
+            async def read(metric: str) -> list[dict[str, Any]]:
+                return await self._monitor.adescribe_metric_list(
+                    GPU_NAMESPACE, metric, dimensions, start, end, GPU_PERIOD_SECONDS
+                )
+
+            utilization = await read(GPU_UTILIZATION_METRIC)
+            memory = await self._abest_effort(GPU_MEMORY, handle.job_id, lambda: read(GPU_MEMORY_METRIC))
+        except (AlibabaCloudApiError, AlibabaCloudConnectionError) as exc:
+            return GpuReading(source=self.name, unavailable=f"CloudMonitor ({GPU_NAMESPACE}): {exc}")
+        return GpuReading(source=self.name, samples=gpu_samples(view.pods, utilization, memory or []))
+
     # -- failure evidence ------------------------------------------------------------------------
 
     def failure_details(self, handle: JobHandle) -> list[str]:
@@ -603,3 +653,23 @@ class DlcBackend:
 
     def console_url(self, handle: JobHandle) -> str | None:
         return self.hook.console_url(handle.job_id, self.workspace_id)
+
+
+def gpu_samples(
+    pods: Sequence[str], utilization: list[dict[str, Any]], memory: list[dict[str, Any]]
+) -> list[GpuSample]:
+    """CloudMonitor's datapoints as samples: node ``node-<i>`` for the i-th pod, the ``Average`` of
+    each period (``timestamp`` in milliseconds), and the memory datapoint of the same pod and time."""
+    nodes = {pod: f"node-{index}" for index, pod in enumerate(pods)}
+    held = {(point.get("pod"), point.get("timestamp")): point.get("Average") for point in memory}
+    return [
+        GpuSample(
+            at=datetime.fromtimestamp(point["timestamp"] / 1000, UTC),
+            node=nodes[point["pod"]],
+            gpu="all",
+            utilization=point["Average"],
+            memory_used_mib=held.get((point["pod"], point["timestamp"])),
+        )
+        for point in utilization
+        if point.get("pod") in nodes and point.get("Average") is not None
+    ]
