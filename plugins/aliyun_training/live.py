@@ -51,6 +51,8 @@ HISTORY_LIMIT = 50
 PROGRESS_LOG_SECONDS = 60.0
 #: How often the job's GPU use is read (CloudMonitor's and Prometheus' finest useful period).
 GPU_READ_SECONDS = 60.0
+#: The longest a GPU read may take before the poll goes on without it.
+GPU_READ_TIMEOUT = 10.0
 #: GPU samples kept for the summary (a day of one GPU at one a minute; older ones dropped first).
 GPU_SAMPLES_KEPT = 1440 * 8
 #: A node's lines start with its name, as every backend's log reader prefixes them.

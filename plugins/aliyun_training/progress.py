@@ -244,6 +244,13 @@ class ProgressTracker:
         self._points = sorted(aware, key=lambda point: point.at)
         if len(self._points) > MAX_POINTS:
             self._points = _thinned(self._points)
+        #: The estimate of the points as they are (the trigger asks several times a poll); None:
+        #: not made since the last change.
+        self._estimate: ProgressEstimate | None = None
+        #: Where the points since the last restart begin, and the latest value of each metric
+        #: (the latest report's first), kept as points come: a poll costs the same at 240 points.
+        self._run_start = self._restart_index()
+        self._metrics = self._metrics_of(self._points)
 
     @property
     def points(self) -> list[ProgressPoint]:
@@ -257,6 +264,7 @@ class ProgressTracker:
         name (a script may report a step's loss and its epoch's end in the same instant).
         """
         at = datetime.fromtimestamp(report.time, UTC) if report.time is not None else _aware(seen_at)
+        self._estimate = None
         point = ProgressPoint(
             at=at,
             fraction=report.fraction,
@@ -271,16 +279,30 @@ class ProgressTracker:
             if at == last.at:
                 merged = list({**last.metrics, **point.metrics}.items())[:MAX_METRICS]
                 self._points[-1] = point.model_copy(update={"metrics": dict(merged)})
+                self._take_metrics(point.metrics)
             return
+        if self._points and _went_back(self._points[-1], point):
+            self._run_start = len(self._points)
         self._points.append(point)
+        self._take_metrics(point.metrics)
         if len(self._points) > MAX_POINTS:
             self._points = _thinned(self._points)
+            self._run_start = self._restart_index()
 
-    def _since_restart(self) -> list[ProgressPoint]:
+    def _take_metrics(self, metrics: dict[str, float]) -> None:
+        """The latest values: ``metrics`` first, then the others' last values."""
+        older = {name: value for name, value in self._metrics.items() if name not in metrics}
+        self._metrics = dict(list({**metrics, **older}.items())[:MAX_METRICS])
+
+    def _restart_index(self) -> int:
+        """Where the points since the last restart begin (0: the job never went back)."""
         start = len(self._points) - 1
         while start > 0 and not _went_back(self._points[start - 1], self._points[start]):
             start -= 1
-        return self._points[start:]
+        return max(start, 0)
+
+    def _since_restart(self) -> list[ProgressPoint]:
+        return self._points[self._run_start :]
 
     def _rate_base(self) -> ProgressPoint | None:
         """The earliest point since the last restart within RATE_WINDOW of the latest; with
@@ -291,9 +313,11 @@ class ProgressTracker:
         window_start = run[-1].at - RATE_WINDOW
         return next((point for point in run[:-1] if point.at >= window_start), run[-2])
 
-    def _latest_metrics(self) -> dict[str, float]:
+    @staticmethod
+    def _metrics_of(points: list[ProgressPoint]) -> dict[str, float]:
+        """The latest value of each metric the points name, the latest point's first."""
         metrics: dict[str, float] = {}
-        for point in reversed(self._points):
+        for point in reversed(points):
             for name, value in point.metrics.items():
                 if len(metrics) == MAX_METRICS:
                     return metrics
@@ -304,6 +328,11 @@ class ProgressTracker:
         """The estimate at the latest report; None before any."""
         if not self._points:
             return None
+        if self._estimate is None:
+            self._estimate = self._estimated()
+        return self._estimate
+
+    def _estimated(self) -> ProgressEstimate:
         last = self._points[-1]
         steps_per_second = fraction_per_second = None
         base = self._rate_base()
@@ -330,7 +359,7 @@ class ProgressTracker:
             steps_per_second=steps_per_second,
             remaining_seconds=remaining,
             eta=last.at + timedelta(seconds=remaining) if remaining is not None else None,
-            metrics=self._latest_metrics(),
+            metrics=dict(self._metrics),
         )
 
 

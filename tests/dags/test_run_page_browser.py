@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.pages import views
+from aliyun_training.pages import run_view
 from aliyun_training.pages.urls import run_page
 from tests.dags.live_runs import DAG_ID, forget_runs, new_run, record, write_live
 from tests.e2e.browser import browser
@@ -108,7 +108,7 @@ def test_the_open_page_follows_the_job_and_stops_reloading_once_it_ended(
         if chosen:
             _screenshot(driver, user.shots / "run-page.png")
         # From here the page reloads every REFRESH_SECONDS: the user reloads it once to get that.
-        monkeypatch.setattr(views, "_REFRESH_SECONDS", REFRESH_SECONDS)
+        monkeypatch.setattr(run_view, "_REFRESH_SECONDS", REFRESH_SECONDS)
         driver.refresh()
         period = driver.find_element("css selector", "meta[http-equiv='refresh']").get_attribute("content")
 

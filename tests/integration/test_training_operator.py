@@ -30,6 +30,7 @@ from aliyun_training.backends.local_node import job_pids
 from aliyun_training.declaration import LAUNCHERS
 from aliyun_training.failures import FailureClass
 from aliyun_training.kubernetes.names import job_name
+from aliyun_training.live import LIVE_KEY, open_live
 from aliyun_training.operators.recovery import TrainingJobFailed
 from aliyun_training.operators.training import HANDLE_KEY, TrainingJobOperator
 from aliyun_training.pages.urls import run_page
@@ -74,7 +75,11 @@ class TaskInstanceIds:
 
     def xcom_push(self, key: str, value: Any) -> None:
         """Local jobs have no console: the operator stores an empty link; the run page's is the
-        provider's page of this run."""
+        provider's page of this run; a deferring task writes the job's first live record, sealed."""
+        if key == LIVE_KEY:
+            record = open_live(value, self.dag_id, self.run_id, self.task_id)
+            assert record is not None and record.job_id
+            return
         assert (key, value) in {
             ("training_job_console_url", ""),
             ("run_page_url", run_page(self.dag_id, self.run_id)),

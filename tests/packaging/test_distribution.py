@@ -120,7 +120,9 @@ def test_provider_info_names_every_hook_trigger_and_link_module() -> None:
     info = get_provider_info()
     (hooks,) = (entry["python-modules"] for entry in info["hooks"])
     (triggers,) = (entry["python-modules"] for entry in info["triggers"])
-    assert set(hooks) == _modules("hooks", helpers={"paging", "retry", "credentials", "rate_limit"})
+    assert set(hooks) == _modules(
+        "hooks", helpers={"paging", "retry", "credentials", "rate_limit", "prometheus"}
+    )
     # base: the abstract PollingTrigger; fleet: the poller triggers share
     assert set(triggers) == _modules("triggers", helpers={"base", "fleet"})
     tree = ast.parse((PACKAGE_DIR / "links.py").read_text())

@@ -1,4 +1,4 @@
-"""pages.views.run_live_page: what the run page draws of a live record that is thin, odd or large.
+"""pages.run_view.run_live_page: what the run page draws of a live record that is thin, odd or large.
 
 The page over HTTP, with sealed records in the metadata DB, is tests/dags/test_run_page.py; here
 the HTML alone, for the cases a real job reaches only sometimes.
@@ -12,8 +12,8 @@ from typing import Any
 
 from aliyun_training.gpu_use import GpuUse
 from aliyun_training.live import LiveRecord
+from aliyun_training.pages.run_view import run_live_page
 from aliyun_training.pages.runs import LiveRun
-from aliyun_training.pages.views import run_live_page
 from aliyun_training.progress import ProgressPoint
 
 NOW = datetime(2026, 11, 22, 14, 0, tzinfo=UTC)

@@ -38,3 +38,9 @@ class Notice(BaseModel):
     title: str
     text: str
     url: str | None = None
+
+    @classmethod
+    def of_run(cls, event: NotifyEvent, dag_id: str, run_id: str, text: str, url: str | None) -> Notice:
+        """The notice of ``event`` in a run, titled "<dag_id>: <event in words>"."""
+        title = f"{dag_id}: {event.value.replace('_', ' ')}"
+        return cls(event=event, dag_id=dag_id, run_id=run_id, title=title, text=text, url=url)

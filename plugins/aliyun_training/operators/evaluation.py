@@ -44,6 +44,7 @@ class EvaluationOperator(TrainingJobOperator):
     template_fields = (*TrainingJobOperator.template_fields, "evaluation", "job_result")
     ui_color = "#b39ddb"
     resumable = False
+    live_record = False
 
     def __init__(
         self,

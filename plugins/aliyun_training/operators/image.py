@@ -162,6 +162,7 @@ class CheckJobOperator(TrainingJobOperator):
     """A training job whose verdict is read from its own log once it succeeded."""
 
     resumable = False
+    live_record = False
     #: How many of the job's last log lines hold the verdict.
     log_lines = CHECK_LOG_LINES
 

@@ -9,12 +9,13 @@ deadline twice and a value written through the REST API cannot silence one).
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import TaskInstanceState
 
 from aliyun_training.deadline import RECENT_RUNS, expected_duration
-from aliyun_training.live import LiveSettings
+from aliyun_training.live import LIVE_KEY, LiveSettings, seal_live
 from aliyun_training.pages.urls import run_page
 from aliyun_training.seals import SEAL_KEY, SealError, check, opened_state, sealed_state
 from aliyun_training.stage_records import JobResult
@@ -22,7 +23,7 @@ from aliyun_training.stage_records import JobResult
 if TYPE_CHECKING:
     from airflow.sdk import Context
 
-    from aliyun_training.backends.base import JobHandle, TrainingBackend
+    from aliyun_training.backends.base import JobHandle, JobStatus, TrainingBackend
     from aliyun_training.notifications import NotifierSpec
     from aliyun_training.plan.models import GpuHourPrice
     from aliyun_training.spec import TrainingJobSpec
@@ -58,6 +59,21 @@ def live_settings(
         notifications=notifications,
         sent=announced(context),
     )
+
+
+def write_first_record(
+    context: Context, settings: LiveSettings, handle: JobHandle, status: JobStatus
+) -> None:
+    """The job's live record as the task's first poll saw it, before the trigger takes over: the
+    run page shows the job from its submission, and the trigger always finds a record to carry on
+    from (a fresh one and a restarted one read it alike)."""
+    view = settings.view(handle.job_id, handle.backend, None)
+    now = datetime.now(UTC)
+    view.see_status(status, now)
+    value = seal_live(
+        view.record(now), settings.dag_id, settings.run_id, settings.task_id, settings.map_index
+    )
+    context["ti"].xcom_push(LIVE_KEY, value)
 
 
 def recent_job_seconds(context: Context) -> list[float]:

@@ -9,7 +9,9 @@ The deadline's notices come from the training trigger (``triggers/training.py``)
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import abc
+import logging
+from typing import TYPE_CHECKING
 
 from aliyun_training.failures import DEFAULT_RECOVERY
 from aliyun_training.notifications import Notice, NotifierSpec, NotifyEvent, send_notice
@@ -23,33 +25,27 @@ if TYPE_CHECKING:
 
     from aliyun_training.failures import FailureClass, RecoveryRule
 
+log = logging.getLogger(__name__)
+
 
 def _notice(context: Context, event: NotifyEvent, text: str) -> Notice:
     ti = context["ti"]
-    title = f"{ti.dag_id}: {event.value.replace('_', ' ')}"
-    return Notice(
-        event=event,
-        dag_id=ti.dag_id,
-        run_id=ti.run_id,
-        title=title,
-        text=text,
-        url=run_page(ti.dag_id, ti.run_id),
-    )
+    return Notice.of_run(event, ti.dag_id, ti.run_id, text, run_page(ti.dag_id, ti.run_id))
 
 
-class _NoticeCallback:
+class _NoticeCallback(abc.ABC):
     """A task callback telling the pipeline's notifiers; a notifier's failure never fails the task."""
 
     def __init__(self, notifications: Sequence[NotifierSpec]) -> None:
         self.notifications = list(notifications)
 
     def __call__(self, context: Context) -> None:
-        notice = self.notice(context)
-        if notice is not None and self.notifications:
-            send_notice(notice, self.notifications, _log())
+        if self.notifications:
+            send_notice(self.notice(context), self.notifications, log)
 
-    def notice(self, context: Context) -> Notice | None:
-        raise NotImplementedError
+    @abc.abstractmethod
+    def notice(self, context: Context) -> Notice:
+        """What to tell of the task's state change."""
 
 
 class FailureNotice(_NoticeCallback):
@@ -124,10 +120,4 @@ def notify_once(
     if not notifications or opened_state(store.get(key), ti, key):
         return
     store.set(key, sealed_state(True, ti, key))
-    send_notice(_notice(context, event, text), notifications, _log())
-
-
-def _log() -> Any:
-    import logging
-
-    return logging.getLogger(__name__)
+    send_notice(_notice(context, event, text), notifications, log)

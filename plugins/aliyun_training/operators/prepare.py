@@ -33,6 +33,7 @@ class DatasetPrepareOperator(TrainingJobOperator):
     ui_color = "#ffd180"
     #: A conversion writes its shards once; a rerun converts again (the marker is written last).
     resumable = False
+    live_record = False
 
     def __init__(self, *, prepare: PreparePlan | dict[str, Any], **kwargs: Any) -> None:
         super().__init__(job={}, **kwargs)

@@ -40,7 +40,7 @@ from aliyun_training.links import RunPageLink, TrainingJobConsoleLink
 from aliyun_training.monitor import GpuBudget, JobMonitor, JobOutcome
 from aliyun_training.notifications import NotifierSpec
 from aliyun_training.operators.deferral import DeferralMixin
-from aliyun_training.operators.live import keep_announced, live_settings, outcome_fields
+from aliyun_training.operators.live import keep_announced, live_settings, outcome_fields, write_first_record
 from aliyun_training.operators.ownership import task_owner
 from aliyun_training.operators.recovery import FailureClassRetryPolicy, TrainingJobFailed
 from aliyun_training.pages.urls import run_page
@@ -103,6 +103,9 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
 
     #: Whether the job is a training run that checkpoints: it gets CHECKPOINT_DIR and may resume.
     resumable = True
+    #: Whether the trigger keeps the job's live record (the run page, GPU use, the deadline): the
+    #: run's training job; not the jobs that probe an image, prepare or score.
+    live_record = True
 
     template_fields: Sequence[str] = ("job", "dataset", "planned_dataset", "image", "price")
     ui_color = "#ff6a00"
@@ -150,6 +153,31 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
     def _backend(self, name: str) -> TrainingBackend:
         return get_backend(name, self.plan.backend_config)
 
+    def _live_settings(
+        self,
+        context: Context,
+        spec: TrainingJobSpec,
+        backend: TrainingBackend,
+        handle: JobHandle,
+        status: JobStatus,
+    ) -> dict[str, Any] | None:
+        """What the trigger needs to keep the job's live record, whose first version (the job as
+        this first poll saw it) is written now; None for a job that keeps none."""
+        if not self.live_record:
+            return None
+        settings = live_settings(
+            context,
+            spec,
+            backend,
+            handle,
+            price=self._price,
+            expected_minutes=self.expected_minutes,
+            tolerance=self.deadline_tolerance,
+            notifications=[NotifierSpec.model_validate(n) for n in self.notifications],
+        )
+        write_first_record(context, settings, handle, status)
+        return settings.model_dump(mode="json")
+
     @property
     def _price(self) -> GpuHourPrice | None:
         """The run plan's price of a GPU-hour, once templates are rendered (None: unpriced)."""
@@ -162,7 +190,9 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
         handle = self._attach_or_submit(backend, spec, name, context)
         context["task_state_store"].set(HANDLE_KEY, handle.model_dump())
         TrainingJobConsoleLink().persist(context, backend.console_url(handle))
-        RunPageLink().persist(context, run_page(context["ti"].dag_id, context["ti"].run_id))
+        # A job without a live record stores an empty link (no page), as a job without a console does.
+        ti = context["ti"]
+        RunPageLink().persist(context, run_page(ti.dag_id, ti.run_id) if self.live_record else None)
         budget = self._budget(spec, context, handle)
         monitor = JobMonitor(backend, handle, self.log, budget=budget)
         status = monitor.poll()
@@ -185,16 +215,7 @@ class TrainingJobOperator(ReturnedRecordsMixin, DeferralMixin, BaseOperator):
                 last_raw_status=monitor.last_raw_status,
                 budget=budget.model_dump() if budget else None,
                 waited_because=monitor.waited_because,
-                live=live_settings(
-                    context,
-                    spec,
-                    backend,
-                    handle,
-                    price=self._price,
-                    expected_minutes=self.expected_minutes,
-                    tolerance=self.deadline_tolerance,
-                    notifications=[NotifierSpec.model_validate(n) for n in self.notifications],
-                ).model_dump(mode="json"),
+                live=self._live_settings(context, spec, backend, handle, status),
             )
             self.defer_until_done(trigger, remaining)
         return self._wait_blocking(context, spec, backend, monitor, remaining)

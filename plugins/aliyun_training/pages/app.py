@@ -30,7 +30,7 @@ from sqlalchemy.orm import Session
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from aliyun_training.champion import RollbackRefused, past_champion
-from aliyun_training.pages import views
+from aliyun_training.pages import run_view, views
 from aliyun_training.pages.runs import (
     PageNotFound,
     broken_declarations,
@@ -97,7 +97,7 @@ def create_app() -> FastAPI:
     def run(dag_id: str, run_id: str, session: SessionDep) -> str:
         """The run's training job as it goes (state, progress, ETA, GPU use, cost, deadline), from
         the live record its trigger keeps; once the run published its report, a link to it."""
-        return views.run_live_page(live_run(session, dag_id, run_id), datetime.now(UTC))
+        return run_view.run_live_page(live_run(session, dag_id, run_id), datetime.now(UTC))
 
     @app.get("/runs/{dag_id}/{run_id}/report", response_class=HTMLResponse, dependencies=read_records)
     def report(dag_id: str, run_id: str, session: SessionDep) -> str:

@@ -12,6 +12,7 @@ from aliyun_training.backends.base import JobHandle, StatusListing, TrainingBack
 from aliyun_training.gpu_use import GpuReading
 from aliyun_training.installation import batched_status, steady_log_seconds
 from aliyun_training.live import (
+    GPU_READ_TIMEOUT,
     LIVE_KEY,
     LIVE_SECONDS,
     LiveRecord,
@@ -195,34 +196,36 @@ class TrainingJobTrigger(PollingTrigger):
         settings = self._live_settings
         assert settings is not None
         for announcement in (a for a in announced if a.notify):
-            notice = Notice(
-                event=NotifyEvent(announcement.key),
-                dag_id=settings.dag_id,
-                run_id=settings.run_id,
-                title=f"{settings.dag_id}: {NotifyEvent(announcement.key).value.replace('_', ' ')}",
-                text=announcement.text,
-                url=settings.run_page,
+            event = NotifyEvent(announcement.key)
+            notice = Notice.of_run(
+                event, settings.dag_id, settings.run_id, announcement.text, settings.run_page
             )
             await asend_notice(notice, settings.notifications, self.log)
 
     async def _gpu_reading(self, view: LiveView) -> GpuReading:
-        """The job's GPU use since the last sample; what fails to read says why instead."""
+        """The job's GPU use since the last sample, read for at most ``GPU_READ_TIMEOUT``: a metric
+        service that does not answer (or retries its throttling) never holds the job's monitoring
+        up; what fails to read says why instead, and the next read asks again."""
         try:
-            return await self._backend.agpu_reading(self.job_handle, view.gpu_since())
+            return await asyncio.wait_for(
+                self._backend.agpu_reading(self.job_handle, view.gpu_since()), GPU_READ_TIMEOUT
+            )
+        except TimeoutError:
+            return GpuReading(source=self.backend, unavailable=f"no answer within {GPU_READ_TIMEOUT:g} s")
         except Exception as exc:
             return GpuReading(
                 source=self.backend, unavailable=f"reading GPU use failed: {type(exc).__name__}: {exc}"
             )
 
     async def _write_live(self, record: LiveRecord, now: datetime, force: bool) -> None:
-        """Write the record on the job's first poll, when its status changed, when ``force``d (an
-        announcement, the end) and else every ``LIVE_SECONDS``: a thousand jobs' progress is not
-        written to the API server on every poll."""
+        """Write the record on the job's first poll, when its status changed or its first progress
+        or ETA came, when ``force``d (an announcement, the end) and else every ``LIVE_SECONDS``: a
+        thousand jobs' progress is not written to the API server on every poll."""
         store = self.live_store
         if store is None:
             return
         written = self._live_written
-        moved = written is None or written.raw_status != record.raw_status
+        moved = written is None or _headline(written) != _headline(record)
         recent = (
             self._live_written_at is not None and (now - self._live_written_at).total_seconds() < LIVE_SECONDS
         )
@@ -250,6 +253,12 @@ class TrainingJobTrigger(PollingTrigger):
 
     async def stop(self) -> None:
         await self._backend.astop(self.job_handle)
+
+
+def _headline(record: LiveRecord) -> tuple[str, bool, bool]:
+    """What a page must show as soon as it changes: the status, whether progress and an ETA are known."""
+    progress = record.progress
+    return record.raw_status, progress is not None, progress is not None and progress.eta is not None
 
 
 def _redacted(record: LiveRecord) -> LiveRecord:
