@@ -599,6 +599,12 @@ class DeadlineBlock(_Block):
     tolerance: Annotated[
         float, Field(ge=1, le=10, json_schema_extra=field_fix("give a factor from 1 to 10, e.g. 1.5"))
     ] = 1.5
+    #: How long a whole run may take from being queued (an Airflow Deadline Alert tells the
+    #: notifiers once it passed); None: no run deadline.
+    run_minutes: Annotated[
+        float | None,
+        Field(gt=0, le=30 * 24 * 60, json_schema_extra=field_fix("give the run's longest time in minutes")),
+    ] = None
 
 
 class PipelineDeclaration(_Block):

@@ -3,8 +3,10 @@ trigger keeps (sealed), reloading while the job runs, and the report's link once
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
+import textwrap
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,8 +14,13 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from airflow.dag_processing.dagbag import DagBag
 
-from aliyun_training.live import LIVE_SECONDS
+from aliyun_training.backends.base import JobState
+from aliyun_training.backends.local import LocalBackend
+from aliyun_training.live import LIVE_SECONDS, LiveRecord, LiveSettings
 from aliyun_training.pages.urls import report_page, run_page
+from aliyun_training.spec import TrainingJobSpec
+from aliyun_training.task_ids import TRAIN
+from aliyun_training.triggers.training import LiveStore, TrainingJobTrigger
 from tests.dags.live_runs import (
     DAG_ID,
     SCRIPT_LINE,
@@ -166,3 +173,63 @@ def test_once_the_report_is_published_the_page_links_it_above_the_job_as_last_se
     assert "<code>dlc1a2b3c4d5e</code>" in page, "the job as last seen, below the link"
     assert "http-equiv='refresh'" not in page
     assert "Run report: cifar10" in pages.get(link.group(1)).text, "the link opens the published report"
+
+
+#: 1,000 steps at one every 0.3 s, printed as the contract says: minutes to go when it is looked at.
+SCRIPT = """\
+import json, time
+for step in range(1, 1001):
+    print(json.dumps({"event": "progress", "step": step, "total_steps": 1000, "time": time.time(),
+                      "metrics": {"loss": round(2 / step, 4)}}), flush=True)
+    time.sleep(0.3)
+"""
+
+
+class MetadataStore(LiveStore):
+    """Writes the sealed record as the train task's XCom in the metadata DB (reads nothing back):
+    where the triggerer's channel to the API server writes it in a deployment, the one part of the
+    path no test here runs."""
+
+    def __init__(self, settings: LiveSettings, run_id: str) -> None:
+        super().__init__(settings)
+        self.run_id = run_id
+
+    async def read(self) -> LiveRecord | None:
+        return None
+
+    async def write(self, record: LiveRecord) -> None:
+        await asyncio.to_thread(write_live, self.run_id, record)
+
+
+def test_a_running_jobs_page_shows_its_progress_and_eta_before_it_ends(
+    deployed: None, local_root: Path, tmp_path: Path
+) -> None:
+    """Filled by the real training trigger watching a real local job that prints the progress
+    contract: progress and ETA are on the page before the job ends, and it keeps refreshing."""
+    run_id = new_run("local-job")
+    (tmp_path / "train.py").write_text(textwrap.dedent(SCRIPT))
+    backend = LocalBackend()
+    spec = TrainingJobSpec(nodes=1, command="python train.py", working_dir=str(tmp_path))
+    handle = backend.submit(spec, "live-page-job")
+    settings = LiveSettings(dag_id=DAG_ID, run_id=run_id, task_id=TRAIN)
+    trigger = TrainingJobTrigger(
+        backend="local", handle=handle.model_dump(), poll_interval=0.5, live=settings.model_dump(mode="json")
+    )
+    trigger.__dict__["live_store"] = MetadataStore(settings, run_id)
+
+    async def watch() -> None:
+        for _ in range(8):  # four seconds of polls: the first ETA is written as soon as it is known
+            assert await trigger.poll() is None
+            await asyncio.sleep(0.5)
+
+    try:
+        asyncio.run(watch())
+        page: Any = pages_client().get(run_page(DAG_ID, run_id))
+        assert backend.status(handle).state is JobState.RUNNING, "looked at before the job ended"
+    finally:
+        backend.stop(handle)
+    assert page.status_code == 200
+    assert "step 2 of 1,000" in page.text or "of 1,000)" in page.text
+    assert "ETA" in page.text and "steps/s" in page.text
+    assert "http-equiv='refresh'" in page.text, "it refreshes while the job runs"
+    assert handle.job_id in page.text

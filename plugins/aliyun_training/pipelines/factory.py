@@ -36,6 +36,7 @@ from aliyun_training.operators.training import TrainingJobOperator
 from aliyun_training.pages.urls import pipeline_page
 from aliyun_training.params import run_params
 from aliyun_training.pipelines.environments import check_environment_use, unconfigured_backends
+from aliyun_training.pipelines.run_deadline import run_deadline_alert
 from aliyun_training.pipelines.task_params import params_copied_once
 from aliyun_training.pipelines.watch import pipeline_schedule, take_landed_version, version_inlets
 from aliyun_training.plan.backends import WatchedBackend
@@ -140,6 +141,7 @@ def _build(declaration: PipelineDeclaration, environment_dir: Path) -> DAG:
         params=run_params(declaration, unconfigured_backends(declaration, environment_dir)),
         # A failed run (its dagrun_timeout included) stops whatever job it still has.
         on_failure_callback=StopRunJobs(watched_backends(declaration, environment_dir)),
+        deadline=run_deadline_alert(declaration),
     )
     with dag, params_copied_once(dag):
 
