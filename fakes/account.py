@@ -23,6 +23,7 @@ from fakes.acr import AcrEmulator, EmulatedRepository, EmulatedTag
 from fakes.aiworkspace import AIWorkspaceEmulator
 from fakes.base import FaultPlan
 from fakes.cloud import POLICY_FILE, QUOTA, ROLE, job_env, write_evaluation, write_job_outputs
+from fakes.cms import CloudMonitorEmulator
 from fakes.dlc import DlcEmulator, EmulatedJob, JobScript
 from fakes.environment_files import write_environment
 from fakes.kube import bound_claim, cpfs_volume, kube_configuration, oss_volume
@@ -86,6 +87,7 @@ class Account:
     kube: KubernetesFake
     ids: StandardNetwork
     root: Path
+    cms: CloudMonitorEmulator
     repositories: dict[str, tuple[str, str]] = field(default_factory=dict)
     #: Set by a test to keep the answer to one create request back.
     hold: Hold | None = None
@@ -102,6 +104,7 @@ class Account:
             "dlc": self.dlc.endpoint,
             "aiworkspace": self.workspace.endpoint,
             "cr": self.acr.endpoint,
+            "cms": self.cms.endpoint,
             "oss": self.oss.endpoint.removeprefix("http://"),
         }
         extra = {
@@ -329,6 +332,7 @@ def emulated_account(root: Path) -> Iterator[Account]:
         OssEmulator(keys, region=REGION) as oss,
         RegistryEmulator(users={REGISTRY_LOGIN: REGISTRY_PASSWORD}) as registry,
         KubernetesFake() as kube,
+        CloudMonitorEmulator(keys, region=REGION) as cms,
         AcrEmulator(
             keys, registry=registry.host, pending_seconds=0.1, step_seconds=0.02, push_seconds=0.1
         ) as acr,
@@ -339,7 +343,7 @@ def emulated_account(root: Path) -> Iterator[Account]:
         policy = json.loads(POLICY_FILE.read_text())["policy"]
         ram.attach_policy(ROLE, "AliyunPAIDLCDefaultRolePolicy", policy)
         oss.create_bucket(BUCKET)
-        account = Account(network, studio, ram, dlc, workspace, oss, acr, registry, kube, ids, root)
+        account = Account(network, studio, ram, dlc, workspace, oss, acr, registry, kube, ids, root, cms)
         acr.on_push = account.pushed
         dlc.on_create = account.dlc_job_created
         kube.on_create = account.kube_job_created
