@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from aliyun_training.backends.base import status_time
 from aliyun_training.deadline import ExpectedDuration, at_risk, missed
 from aliyun_training.gpu_use import GpuSample, GpuUse, summarize, sustained_idle
 from aliyun_training.notifications import NotifierSpec
@@ -286,11 +287,7 @@ class LiveView:
 
     def gpu_hours(self, now: datetime) -> float:
         """GPU-hours so far: the job's GPUs times the time it has run (to its end once ended)."""
-        started = self.started
-        if started is None or self.status is None:
-            return 0.0
-        end = _moment(self.status.finished) or now
-        return self.gpus * max((end - started).total_seconds(), 0.0) / 3600
+        return self.gpus * self.status.held_seconds(now) / 3600 if self.status else 0.0
 
     def progress_line(self, now: datetime) -> str | None:
         """The progress to log now: at once when the first report arrives and when the first ETA
@@ -386,11 +383,7 @@ class LiveView:
 
 
 def _moment(value: str | None) -> datetime | None:
-    """A status' ISO time as an aware datetime (UTC when it names no zone)."""
-    if not value:
-        return None
-    moment = datetime.fromisoformat(value)
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return status_time(value) if value else None
 
 
 def _clock(moment: datetime | None) -> str:

@@ -99,10 +99,9 @@ class GpuBudget(BaseModel):
 
     def used(self, status: JobStatus) -> float:
         """GPU-hours the job has used so far: its GPUs times the time since it started running."""
-        if status.state is not JobState.RUNNING or not status.started:
+        if status.state is not JobState.RUNNING:
             return 0.0
-        elapsed = (datetime.now(UTC) - datetime.fromisoformat(status.started)).total_seconds()
-        return self.gpus * max(elapsed, 0.0) / 3600
+        return self.gpus * status.held_seconds(datetime.now(UTC)) / 3600
 
     def exceeded(self, status: JobStatus) -> bool:
         return self.gpus > 0 and self.used(status) > self.hours_left

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -19,7 +20,6 @@ from aliyun_training.spec import JobOwner, TrainingJobSpec
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-    from datetime import datetime
 
     from aliyun_training.failures import Failure
     from aliyun_training.gpu_use import GpuReading
@@ -79,6 +79,14 @@ class JobStatus(BaseModel):
     #: job's own details (DLC: a pod being prepared, whose events name an image that cannot be
     #: pulled): whoever watches the job reads ``astatus`` while it is set.
     needs_details: bool = False
+
+    def held_seconds(self, now: datetime) -> float:
+        """How long the job has held its machines: from its start to its end, or to ``now`` while it
+        has not ended (0 before it started); times without a zone are UTC."""
+        if not self.started:
+            return 0.0
+        end = status_time(self.finished) if self.finished else now
+        return max((end - status_time(self.started)).total_seconds(), 0.0)
 
 
 class FoundJob(BaseModel):
@@ -282,3 +290,9 @@ class OffloadedAsyncMixin(_Backend):
 
     async def afailure_details(self, handle: JobHandle) -> list[str]:
         return await asyncio.to_thread(self.failure_details, handle)
+
+
+def status_time(value: str) -> datetime:
+    """A status' ISO time (``started``, ``finished``) as an aware datetime (UTC when it names no zone)."""
+    moment = datetime.fromisoformat(value)
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)

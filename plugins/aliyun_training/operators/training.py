@@ -739,11 +739,9 @@ def _callbacks(given: Any) -> list[Any]:
 
 def _gpu_hours(spec: TrainingJobSpec, status: JobStatus | None) -> float:
     """GPU-hours a job held from its start until its end (or now, for one that was stopped)."""
-    if status is None or not status.started:
+    if status is None:
         return 0.0
-    end = datetime.fromisoformat(status.finished) if status.finished else datetime.now(UTC)
-    seconds = max((end - datetime.fromisoformat(status.started)).total_seconds(), 0.0)
-    return round(spec.nodes * spec.gpus_per_node * seconds / 3600, 6)
+    return round(spec.nodes * spec.gpus_per_node * status.held_seconds(datetime.now(UTC)) / 3600, 6)
 
 
 def image_reference(image: str | dict[str, Any]) -> str:
